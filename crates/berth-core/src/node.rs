@@ -1,0 +1,449 @@
+//! A node and its resource ledger: `total`, `available`, and the instance pools of unit-instance
+//! resources.
+//!
+//! Invariants, for every resource: `0 ≤ available ≤ total`; for unit-instance resources,
+//! `available = Σ free over its instances` and `total = number of instances`.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+use thiserror::Error;
+
+use crate::instances::{InstancePool, InstanceShares, MAX_INSTANCES};
+use crate::quantity::Quantity;
+use crate::resource::{ResourceId, ResourceRegistry, ResourceSet, Shortfall};
+
+/// A node's name, unique in its cluster. It follows the syntax of a label value (1 to 63
+/// characters of letters, digits, `-`, `_`, `.`, beginning and ending with a letter or digit)
+/// because it becomes the value of the `berth.io/node-id` label.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct NodeId(String);
+
+impl NodeId {
+    /// Validates `text` as a node ID.
+    pub fn new(text: &str) -> Result<NodeId, NodeError> {
+        let bytes = text.as_bytes();
+        let ok = !bytes.is_empty()
+            && bytes.len() <= 63
+            && bytes[0].is_ascii_alphanumeric()
+            && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if ok {
+            Ok(NodeId(text.to_string()))
+        } else {
+            Err(NodeError::InvalidId(text.to_string()))
+        }
+    }
+
+    /// The ID as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for NodeId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<NodeId, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        NodeId::new(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A node's dense position in its cluster: the bit in every [`NodeSet`](crate::NodeSet).
+/// Never reused within a cluster, so a stale index cannot name a different node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeIndex(pub u32);
+
+/// Whether a node takes new work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    /// Takes new work.
+    Alive,
+    /// Keeps what it runs, takes nothing new.
+    Draining,
+    /// Gone: holds nothing, takes nothing; releases against it are ignored.
+    Dead,
+}
+
+/// Why a node or a change to it was rejected.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum NodeError {
+    /// Bad node ID syntax.
+    #[error(
+        "node id {0:?} is invalid: use 1 to 63 characters of letters, digits, '-', '_' and '.', \
+         beginning and ending with a letter or digit"
+    )]
+    InvalidId(String),
+    /// A unit-instance resource with a fractional or too large total.
+    #[error(
+        "resources.{resource}: {amount} is not allowed: {resource} is counted in whole \
+         instances, so a node's total must be a whole number from 0 to 4096"
+    )]
+    BadInstanceTotal {
+        /// The resource's name.
+        resource: String,
+        /// The rejected total.
+        amount: Quantity,
+    },
+}
+
+/// A node of the cluster and its resource ledger.
+#[derive(Clone, Debug)]
+pub struct Node {
+    id: NodeId,
+    state: NodeState,
+    total: ResourceSet,
+    available: ResourceSet,
+    /// One pool per unit-instance resource the node has; few, so a small vector.
+    pools: SmallVec<[(ResourceId, InstancePool); 1]>,
+}
+
+/// What a reservation on one node took of its unit-instance resources.
+pub type NodeShares = SmallVec<[(ResourceId, InstanceShares); 1]>;
+
+impl Node {
+    /// A live node with `total` resources, all available.
+    pub fn new(
+        id: NodeId,
+        total: ResourceSet,
+        registry: &ResourceRegistry,
+    ) -> Result<Node, NodeError> {
+        let mut node = Node {
+            id,
+            state: NodeState::Alive,
+            total: ResourceSet::new(),
+            available: ResourceSet::new(),
+            pools: SmallVec::new(),
+        };
+        for (resource, amount) in total.iter() {
+            node.set_capacity(resource, amount, registry)?;
+        }
+        Ok(node)
+    }
+
+    /// The node's ID.
+    pub fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    /// The node's state.
+    pub fn state(&self) -> NodeState {
+        self.state
+    }
+
+    pub(crate) fn set_state(&mut self, state: NodeState) {
+        self.state = state;
+    }
+
+    /// Everything the node has.
+    pub fn total(&self) -> &ResourceSet {
+        &self.total
+    }
+
+    /// What is free now.
+    pub fn available(&self) -> &ResourceSet {
+        &self.available
+    }
+
+    /// The instance pool of a unit-instance resource, if the node has that resource.
+    pub fn pool(&self, resource: ResourceId) -> Option<&InstancePool> {
+        self.pools
+            .iter()
+            .find(|(id, _)| *id == resource)
+            .map(|(_, pool)| pool)
+    }
+
+    fn pool_mut(&mut self, resource: ResourceId) -> Option<&mut InstancePool> {
+        self.pools
+            .iter_mut()
+            .find(|(id, _)| *id == resource)
+            .map(|(_, pool)| pool)
+    }
+
+    /// True when the node has at least one instance of a unit-instance resource (a "GPU node").
+    pub fn has_resource(&self, resource: ResourceId) -> bool {
+        !self.total.get(resource).is_zero()
+    }
+
+    /// The first resource of `request` that the node lacks even when empty.
+    pub fn total_shortfall(&self, request: &ResourceSet) -> Option<Shortfall> {
+        request.first_shortfall(&self.total)
+    }
+
+    /// The first resource of `request` that the node lacks now.
+    pub fn available_shortfall(&self, request: &ResourceSet) -> Option<Shortfall> {
+        request.first_shortfall(&self.available)
+    }
+
+    /// The first unit-instance resource of `request` that enough capacity is free of in total
+    /// but not in the shape the rules need (a fraction inside one instance, whole instances).
+    pub fn fragmented(
+        &self,
+        request: &ResourceSet,
+        registry: &ResourceRegistry,
+    ) -> Option<ResourceId> {
+        request.iter().find_map(|(resource, amount)| {
+            if !registry.is_unit_instance(resource) {
+                return None;
+            }
+            let fits = self.pool(resource).is_some_and(|pool| pool.fits(amount));
+            (!fits).then_some(resource)
+        })
+    }
+
+    /// Reserves `request`, all or nothing. The caller has checked that the node is alive and
+    /// that the request fits; a failure here changes nothing and names the short resource.
+    pub(crate) fn reserve(
+        &mut self,
+        request: &ResourceSet,
+        registry: &ResourceRegistry,
+    ) -> Result<NodeShares, ResourceId> {
+        if let Some(shortfall) = self.available_shortfall(request) {
+            return Err(shortfall.resource);
+        }
+        if let Some(resource) = self.fragmented(request, registry) {
+            return Err(resource);
+        }
+        let mut shares = NodeShares::new();
+        for (resource, amount) in request.iter() {
+            if let Some(pool) = self.pool_mut(resource) {
+                let taken = pool.take(amount).expect("fit was checked above");
+                shares.push((resource, taken));
+            }
+        }
+        self.available
+            .checked_sub(request)
+            .expect("availability was checked above");
+        Ok(shares)
+    }
+
+    /// Returns what a reservation took; never more than `total` becomes available.
+    pub(crate) fn release(&mut self, request: &ResourceSet, shares: &NodeShares) {
+        if self.state == NodeState::Dead {
+            return;
+        }
+        for (resource, amount) in request.iter() {
+            match self.pools.iter_mut().find(|(id, _)| *id == resource) {
+                Some((_, pool)) => {
+                    if let Some((_, taken)) = shares.iter().find(|(id, _)| *id == resource) {
+                        pool.give_back(taken);
+                    }
+                    let free = pool.free_sum();
+                    self.available.set(resource, free);
+                }
+                None => {
+                    let back =
+                        (self.available.get(resource) + amount).min(self.total.get(resource));
+                    self.available.set(resource, back);
+                }
+            }
+        }
+    }
+
+    /// Sets the total of one resource (seed 002's `UpdateResource`): the available amount
+    /// moves by the change in total, floored at zero. A total of zero deletes the resource.
+    /// Unit-instance resources resize their pool (see [`crate::instances`]).
+    pub(crate) fn set_capacity(
+        &mut self,
+        resource: ResourceId,
+        total: Quantity,
+        registry: &ResourceRegistry,
+    ) -> Result<(), NodeError> {
+        if registry.is_unit_instance(resource) {
+            if !total.is_whole() || total.whole() > MAX_INSTANCES {
+                return Err(NodeError::BadInstanceTotal {
+                    resource: registry.name(resource).to_string(),
+                    amount: total,
+                });
+            }
+            let count = total.whole() as u32;
+            match self.pool_mut(resource) {
+                Some(pool) => pool.resize(count),
+                None => self.pools.push((resource, InstancePool::new(count))),
+            }
+            let free = self
+                .pool(resource)
+                .map_or(Quantity::ZERO, InstancePool::free_sum);
+            self.total.set(resource, total);
+            self.available.set(resource, free);
+            if count == 0 {
+                self.pools.retain(|(id, _)| *id != resource);
+            }
+            return Ok(());
+        }
+        let old_total = self.total.get(resource);
+        let available = self.available.get(resource);
+        // available + (new − old), floored at zero; computed without going negative.
+        let new_available = if total >= old_total {
+            available + (total - old_total)
+        } else {
+            available.saturating_sub(old_total - total)
+        };
+        self.total.set(resource, total);
+        self.available.set(resource, new_available);
+        Ok(())
+    }
+
+    /// Removes a resource from the node entirely.
+    pub(crate) fn delete_resource(&mut self, resource: ResourceId) {
+        self.total.remove(resource);
+        self.available.remove(resource);
+        self.pools.retain(|(id, _)| *id != resource);
+    }
+
+    /// Checks the ledger invariants; used by tests and debug assertions.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (resource, total) in self.total.iter() {
+            let available = self.available.get(resource);
+            if available > total {
+                return Err(format!(
+                    "{}: available {available} > total {total}",
+                    self.id
+                ));
+            }
+            if let Some(pool) = self.pool(resource) {
+                if Quantity::from_whole(i64::from(pool.len())) != total {
+                    return Err(format!(
+                        "{}: {} instances for total {total}",
+                        self.id,
+                        pool.len()
+                    ));
+                }
+                if pool.free_sum() != available {
+                    return Err(format!(
+                        "{}: instances free {} != available {available}",
+                        self.id,
+                        pool.free_sum()
+                    ));
+                }
+            }
+        }
+        if let Some((resource, _)) = self
+            .available
+            .iter()
+            .find(|(r, _)| self.total.get(*r).is_zero())
+        {
+            return Err(format!(
+                "{}: available resource {resource:?} without total",
+                self.id
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(text: &str) -> Quantity {
+        Quantity::parse(text).unwrap()
+    }
+
+    fn node(cpu: &str, gpu: &str) -> (Node, ResourceRegistry) {
+        let registry = ResourceRegistry::default();
+        let total: ResourceSet = [(ResourceId::CPU, q(cpu)), (ResourceId::GPU, q(gpu))]
+            .into_iter()
+            .collect();
+        (
+            Node::new(NodeId::new("n1").unwrap(), total, &registry).unwrap(),
+            registry,
+        )
+    }
+
+    #[test]
+    fn node_ids_follow_the_label_value_rule() {
+        for good in ["n1", "node-1.zone_a", "A", &"x".repeat(63)] {
+            assert!(NodeId::new(good).is_ok(), "{good}");
+        }
+        for bad in ["", "-n", "n-", "n 1", "n/1", &"x".repeat(64)] {
+            let err = NodeId::new(bad).unwrap_err().to_string();
+            assert!(err.contains("1 to 63 characters"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn seed_capacity_update_floors_available_at_zero() {
+        let (mut node, registry) = node("8", "0");
+        let used: ResourceSet = [(ResourceId::CPU, q("6"))].into_iter().collect();
+        let shares = node.reserve(&used, &registry).unwrap();
+        node.set_capacity(ResourceId::CPU, q("4"), &registry)
+            .unwrap();
+        assert_eq!(
+            node.available().get(ResourceId::CPU),
+            Quantity::ZERO,
+            "2 + (4 − 8) floors at 0"
+        );
+        node.set_capacity(ResourceId::CPU, q("10"), &registry)
+            .unwrap();
+        assert_eq!(
+            node.available().get(ResourceId::CPU),
+            q("6"),
+            "0 + (10 − 4)"
+        );
+        node.release(&used, &shares);
+        assert_eq!(
+            node.available().get(ResourceId::CPU),
+            q("10"),
+            "release is capped at total"
+        );
+        node.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn unit_instance_totals_must_be_whole() {
+        let registry = ResourceRegistry::default();
+        let total: ResourceSet = [(ResourceId::GPU, q("1.5"))].into_iter().collect();
+        let err = Node::new(NodeId::new("n1").unwrap(), total, &registry)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("resources.GPU") && err.contains("whole number"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn reserve_is_all_or_nothing_and_release_restores() {
+        let (mut node, registry) = node("4", "2");
+        let before = node.clone();
+        let too_much: ResourceSet = [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("3"))]
+            .into_iter()
+            .collect();
+        assert_eq!(node.reserve(&too_much, &registry), Err(ResourceId::GPU));
+        assert_eq!(node.available(), before.available());
+        let request: ResourceSet = [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("0.5"))]
+            .into_iter()
+            .collect();
+        let shares = node.reserve(&request, &registry).unwrap();
+        assert_eq!(node.available().get(ResourceId::GPU), q("1.5"));
+        node.release(&request, &shares);
+        assert_eq!(node.available(), before.available());
+        assert_eq!(node.pool(ResourceId::GPU), before.pool(ResourceId::GPU));
+    }
+
+    #[test]
+    fn delete_resource_removes_it() {
+        let (mut node, _) = node("4", "2");
+        node.delete_resource(ResourceId::GPU);
+        assert!(!node.has_resource(ResourceId::GPU));
+        assert!(node.pool(ResourceId::GPU).is_none());
+        node.check_invariants().unwrap();
+    }
+}

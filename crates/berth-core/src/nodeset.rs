@@ -1,0 +1,70 @@
+//! Sets of nodes as compressed bitmaps over dense [`NodeIndex`]es.
+//!
+//! Candidate narrowing is set algebra (alive ∩ has-label − tainted …); a bitmap makes each step
+//! cost what the seeds' pseudo-code assumes, where hash sets would allocate per element.
+
+use roaring::RoaringBitmap;
+
+use crate::node::NodeIndex;
+
+/// A set of nodes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeSet(RoaringBitmap);
+
+impl NodeSet {
+    /// The empty set.
+    pub fn new() -> NodeSet {
+        NodeSet::default()
+    }
+
+    /// Adds a node; true when it was not there.
+    pub fn insert(&mut self, node: NodeIndex) -> bool {
+        self.0.insert(node.0)
+    }
+
+    /// Removes a node; true when it was there.
+    pub fn remove(&mut self, node: NodeIndex) -> bool {
+        self.0.remove(node.0)
+    }
+
+    /// True when `node` is in the set.
+    pub fn contains(&self, node: NodeIndex) -> bool {
+        self.0.contains(node.0)
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Nodes in index order.
+    pub fn iter(&self) -> impl Iterator<Item = NodeIndex> + '_ {
+        self.0.iter().map(NodeIndex)
+    }
+
+    /// `self ∩ other`.
+    pub fn intersection(&self, other: &NodeSet) -> NodeSet {
+        NodeSet(&self.0 & &other.0)
+    }
+
+    /// `self − other`.
+    pub fn difference(&self, other: &NodeSet) -> NodeSet {
+        NodeSet(&self.0 - &other.0)
+    }
+
+    /// `self ∪ other`.
+    pub fn union(&self, other: &NodeSet) -> NodeSet {
+        NodeSet(&self.0 | &other.0)
+    }
+}
+
+impl FromIterator<NodeIndex> for NodeSet {
+    fn from_iter<I: IntoIterator<Item = NodeIndex>>(iter: I) -> NodeSet {
+        NodeSet(iter.into_iter().map(|n| n.0).collect())
+    }
+}

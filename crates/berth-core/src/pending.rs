@@ -1,0 +1,164 @@
+//! The pending queue: requests that wait for the cluster to change.
+//!
+//! The head drives it (the core never loops on its own): after anything that can make room it
+//! calls [`PendingQueue::retry`] with what changed, and gets back what could now be placed.
+//! Requests are retried in the order they arrived, so earlier requests get the first chance at
+//! freed resources (seed 002's spill-over, made deterministic).
+//!
+//! Only requests the change can help are re-decided: after resources are released on node `n`,
+//! a pending request is retried only if `n` can now take it (nothing else changed for it);
+//! infeasible requests are retried only when a node joins or a node's capacity changes, since
+//! releases never change totals.
+
+use rand::Rng;
+
+use crate::cluster::{Allocation, Cluster};
+use crate::diagnosis::Diagnosis;
+use crate::node::NodeIndex;
+use crate::pipeline::{Decision, Scheduler};
+use crate::request::Request;
+
+/// What changed in the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// Work ended on this node and gave its resources back.
+    Released(NodeIndex),
+    /// This node joined the cluster.
+    NodeJoined(NodeIndex),
+    /// This node's capacity changed (or it became alive again after draining).
+    CapacityChanged(NodeIndex),
+    /// Anything may have changed (a configuration reload): retry everything.
+    Everything,
+}
+
+/// Whether a queued request could be placed on the cluster as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// Some node could hold it once work ends there.
+    Pending,
+    /// No node could ever hold it: autoscaler demand.
+    Infeasible,
+}
+
+/// One queued request.
+#[derive(Clone, Debug)]
+pub struct QueuedRequest<K> {
+    /// The caller's key (actor or task ID).
+    pub key: K,
+    /// The request.
+    pub request: Request,
+    /// Pending or infeasible, as of the last attempt.
+    pub waiting: Waiting,
+    /// Why, as of the last attempt.
+    pub diagnosis: Diagnosis,
+}
+
+/// Requests waiting to be placed, in arrival order.
+#[derive(Clone, Debug, Default)]
+pub struct PendingQueue<K> {
+    entries: Vec<QueuedRequest<K>>,
+}
+
+impl<K: PartialEq> PendingQueue<K> {
+    /// An empty queue.
+    pub fn new() -> PendingQueue<K> {
+        PendingQueue {
+            entries: Vec::new(),
+        }
+    }
+
+    /// Places `request` now if it can; otherwise queues it at the back and returns `None`.
+    pub fn submit<R: Rng + ?Sized>(
+        &mut self,
+        key: K,
+        request: Request,
+        scheduler: &mut Scheduler,
+        cluster: &mut Cluster,
+        rng: &mut R,
+    ) -> Option<Allocation> {
+        let (waiting, diagnosis) = match scheduler.place(cluster, &request, rng) {
+            Decision::Placed(allocation) => return Some(allocation),
+            Decision::Pending(diagnosis) => (Waiting::Pending, diagnosis),
+            Decision::Infeasible(diagnosis) => (Waiting::Infeasible, diagnosis),
+        };
+        self.entries.push(QueuedRequest {
+            key,
+            request,
+            waiting,
+            diagnosis,
+        });
+        None
+    }
+
+    /// Removes a request (cancelled, or its owner died).
+    pub fn remove(&mut self, key: &K) -> Option<QueuedRequest<K>> {
+        let position = self.entries.iter().position(|e| &e.key == key)?;
+        Some(self.entries.remove(position))
+    }
+
+    /// The queued requests, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &QueuedRequest<K>> {
+        self.entries.iter()
+    }
+
+    /// Number of queued requests.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Retries, oldest first, every request that `trigger` can help; returns the ones placed,
+    /// in the order they were placed, and keeps the others with their new diagnosis.
+    pub fn retry<R: Rng + ?Sized>(
+        &mut self,
+        trigger: Trigger,
+        scheduler: &mut Scheduler,
+        cluster: &mut Cluster,
+        rng: &mut R,
+    ) -> Vec<(K, Allocation)> {
+        let mut placed = Vec::new();
+        let mut kept = Vec::with_capacity(self.entries.len());
+        for mut entry in self.entries.drain(..) {
+            if !may_help(trigger, &entry, scheduler, cluster) {
+                kept.push(entry);
+                continue;
+            }
+            match scheduler.place(cluster, &entry.request, rng) {
+                Decision::Placed(allocation) => placed.push((entry.key, allocation)),
+                Decision::Pending(diagnosis) => {
+                    entry.waiting = Waiting::Pending;
+                    entry.diagnosis = diagnosis;
+                    kept.push(entry);
+                }
+                Decision::Infeasible(diagnosis) => {
+                    entry.waiting = Waiting::Infeasible;
+                    entry.diagnosis = diagnosis;
+                    kept.push(entry);
+                }
+            }
+        }
+        self.entries = kept;
+        placed
+    }
+}
+
+fn may_help<K>(
+    trigger: Trigger,
+    entry: &QueuedRequest<K>,
+    scheduler: &Scheduler,
+    cluster: &Cluster,
+) -> bool {
+    match (trigger, entry.waiting) {
+        (Trigger::Everything, _) => true,
+        (Trigger::Released(_), Waiting::Infeasible) => false,
+        (Trigger::NodeJoined(_) | Trigger::CapacityChanged(_), Waiting::Infeasible) => true,
+        (
+            Trigger::Released(node) | Trigger::NodeJoined(node) | Trigger::CapacityChanged(node),
+            Waiting::Pending,
+        ) => scheduler.fits_now(cluster, &entry.request, node),
+    }
+}

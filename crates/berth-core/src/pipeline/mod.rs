@@ -1,0 +1,549 @@
+//! The decision pipeline: candidates → filters → preferences and scorers → select → reserve,
+//! written out once in [`Scheduler::run`].
+//!
+//! A strategy is a short list of *attempts*. Each attempt narrows the candidates, runs every
+//! filter, ranks what passed and selects one node; if it cannot, the strategy says whether to
+//! wait (pending), fail (infeasible) or try the next attempt. DEFAULT, SPREAD and RANDOM are one
+//! attempt each; soft node affinity is "the node, then DEFAULT". The same mechanism carries
+//! label-selector fallbacks later: one attempt per alternative.
+
+pub mod explain;
+pub mod filters;
+pub mod scorers;
+pub mod stage;
+
+use std::borrow::Cow;
+
+use rand::Rng;
+use smallvec::{smallvec, SmallVec};
+use thiserror::Error;
+
+use crate::cluster::{Allocation, Cluster};
+use crate::diagnosis::{AttemptDiagnosis, AttemptKind, Diagnosis, Reason};
+use crate::node::NodeIndex;
+use crate::nodeset::NodeSet;
+use crate::quantity::{Quantity, UNITS_PER_WHOLE};
+use crate::request::{Request, Strategy};
+use explain::{AttemptExplanation, Explanation, NodeExplanation, ScoreLine};
+use filters::{InstancesFit, ResourcesAvailable, ResourcesFeasible};
+use scorers::{AvoidGpuNodes, HybridUtilization};
+use stage::{DecisionContext, Filter, Preference, Verdict, Weighted};
+
+/// The outcome of placing one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Reserved on a node; the allocation names the node and the instance IDs taken.
+    Placed(Allocation),
+    /// Some node could hold the request by its totals, but none can take it now.
+    Pending(Diagnosis),
+    /// No node could ever hold it (or the strategy forbids every node that could).
+    Infeasible(Diagnosis),
+}
+
+/// Settings of the DEFAULT strategy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Utilisation below which a node counts as empty (pack until then, spread after); 0..=1.
+    pub spread_threshold: Quantity,
+    /// Share of alive nodes the DEFAULT strategy picks at random among; (0, 1].
+    pub top_k_fraction: Quantity,
+    /// Whether requests without GPUs prefer nodes without GPUs.
+    pub avoid_gpu_nodes: bool,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            spread_threshold: Quantity::from_units(UNITS_PER_WHOLE / 2),
+            top_k_fraction: Quantity::from_units(UNITS_PER_WHOLE / 5),
+            avoid_gpu_nodes: true,
+        }
+    }
+}
+
+/// A scheduler setting out of range.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `spread_threshold` above 1.
+    #[error("scheduler.spread_threshold: {0} is out of range; use a fraction from 0 to 1")]
+    SpreadThreshold(Quantity),
+    /// `top_k_fraction` zero or above 1.
+    #[error("scheduler.top_k_fraction: {0} is out of range; use a fraction above 0, at most 1")]
+    TopKFraction(Quantity),
+}
+
+impl SchedulerConfig {
+    /// Checks the ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.spread_threshold > Quantity::ONE {
+            return Err(ConfigError::SpreadThreshold(self.spread_threshold));
+        }
+        if self.top_k_fraction.is_zero() || self.top_k_fraction > Quantity::ONE {
+            return Err(ConfigError::TopKFraction(self.top_k_fraction));
+        }
+        Ok(())
+    }
+}
+
+/// How an attempt picks among the nodes that passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Select {
+    /// Best tier, then random among the `top_k` best scores; the caller's node wins ties.
+    TopK,
+    /// The first node at or after the round-robin cursor.
+    RoundRobin,
+    /// Uniformly random.
+    Random,
+    /// The only candidate.
+    Only,
+}
+
+/// What a strategy does when an attempt finds nodes that could take the request later but
+/// none now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnBusy {
+    /// Stop: the request is pending.
+    Wait,
+    /// Stop: the request is infeasible (`fail_on_unavailable`).
+    Fail,
+    /// Try the next attempt.
+    Next,
+}
+
+/// Which nodes an attempt looks at one by one.
+#[derive(Clone, Copy, Debug)]
+enum Scope {
+    /// Every alive node.
+    Alive,
+    /// One node (`None`: the named node does not exist).
+    Only(Option<NodeIndex>),
+}
+
+struct Attempt {
+    kind: AttemptKind,
+    scope: Scope,
+    select: Select,
+    on_busy: OnBusy,
+}
+
+/// A node that passed every filter, with its rank.
+#[derive(Clone, Copy, Debug)]
+struct Ranked {
+    node: NodeIndex,
+    tier: u32,
+    score: u64,
+}
+
+/// Places requests on a cluster. Holds the stage lists, the settings and the little state
+/// strategies keep between decisions (the SPREAD cursor); the cluster is passed in.
+pub struct Scheduler {
+    config: SchedulerConfig,
+    /// Static filters first, then dynamic ones (checked in `new`).
+    filters: Vec<Box<dyn Filter>>,
+    preferences: Vec<Box<dyn Preference>>,
+    scorers: Vec<Weighted>,
+    spread_cursor: u32,
+    /// Reused between decisions so the hot path does not allocate.
+    ranked: Vec<Ranked>,
+}
+
+impl Scheduler {
+    /// A scheduler with the standard stages. `config` must be valid ([`SchedulerConfig::validate`]).
+    pub fn new(config: SchedulerConfig) -> Scheduler {
+        let filters: Vec<Box<dyn Filter>> = vec![
+            Box::new(ResourcesFeasible),
+            Box::new(ResourcesAvailable),
+            Box::new(InstancesFit),
+        ];
+        debug_assert!(
+            filters.windows(2).all(|w| w[0].kind() <= w[1].kind()),
+            "static filters first"
+        );
+        let mut preferences: Vec<Box<dyn Preference>> = Vec::new();
+        if config.avoid_gpu_nodes {
+            preferences.push(Box::new(AvoidGpuNodes));
+        }
+        let scorers = vec![Weighted {
+            scorer: Box::new(HybridUtilization {
+                spread_threshold: config.spread_threshold,
+            }),
+            weight: 1,
+        }];
+        Scheduler {
+            config,
+            filters,
+            preferences,
+            scorers,
+            spread_cursor: 0,
+            ranked: Vec::new(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// Decides and reserves.
+    pub fn place<R: Rng + ?Sized>(
+        &mut self,
+        cluster: &mut Cluster,
+        request: &Request,
+        rng: &mut R,
+    ) -> Decision {
+        self.run(cluster, request, rng, None)
+    }
+
+    /// Decides and reserves, recording every stage's answer for every node.
+    pub fn place_explained<R: Rng + ?Sized>(
+        &mut self,
+        cluster: &mut Cluster,
+        request: &Request,
+        rng: &mut R,
+    ) -> (Decision, Explanation) {
+        let mut explanation = Explanation::default();
+        let decision = self.run(cluster, request, rng, Some(&mut explanation));
+        (decision, explanation)
+    }
+
+    /// True when `node` passes every filter for `request` now. Cheap: one node.
+    pub fn fits_now(&self, cluster: &Cluster, request: &Request, node: NodeIndex) -> bool {
+        let cx = DecisionContext { cluster, request };
+        cluster.alive().contains(node)
+            && cluster
+                .node(node)
+                .is_some_and(|n| self.filters.iter().all(|f| f.check(&cx, n) == Verdict::Fit))
+    }
+
+    /// The pipeline. Each attempt: candidates → filters → rank → select; then reserve.
+    fn run<R: Rng + ?Sized>(
+        &mut self,
+        cluster: &mut Cluster,
+        request: &Request,
+        rng: &mut R,
+        mut explanation: Option<&mut Explanation>,
+    ) -> Decision {
+        let mut diagnosis = Diagnosis::default();
+        let mut chosen = None;
+        let mut infeasible_by_strategy = false;
+        for attempt in attempts(cluster, request) {
+            let record = explanation.as_deref_mut().map(|e| {
+                e.attempts.push(AttemptExplanation {
+                    kind: attempt.kind.clone(),
+                    nodes: Vec::new(),
+                    shortlist: Vec::new(),
+                    chosen: None,
+                });
+                e.attempts.last_mut().expect("just pushed")
+            });
+            let (node, mut found) = self.attempt(cluster, request, &attempt, rng, record);
+            if node.is_some() {
+                chosen = node;
+                break;
+            }
+            let stop = found.could_fit_later && attempt.on_busy != OnBusy::Next;
+            if stop && attempt.on_busy == OnBusy::Fail {
+                found.note = Some("the node is busy and fail_on_unavailable is set".to_string());
+                infeasible_by_strategy = true;
+            }
+            diagnosis.attempts.push(found);
+            if stop {
+                break;
+            }
+        }
+        // Reserve.
+        let Some(node) = chosen else {
+            let pending =
+                !infeasible_by_strategy && diagnosis.attempts.iter().any(|a| a.could_fit_later);
+            return if pending {
+                Decision::Pending(diagnosis)
+            } else {
+                Decision::Infeasible(diagnosis)
+            };
+        };
+        match cluster.reserve(node, request.resources()) {
+            Ok(allocation) => Decision::Placed(allocation),
+            Err(err) => {
+                // Filters passed, so this is a bug; keep the request rather than lose it.
+                debug_assert!(false, "reserve after filters failed: {err}");
+                let mut found = AttemptDiagnosis::new(AttemptKind::Default);
+                found.note = Some(format!("internal: {err}"));
+                found.could_fit_later = true;
+                Decision::Pending(Diagnosis {
+                    attempts: vec![found],
+                })
+            }
+        }
+    }
+
+    /// One attempt: returns the chosen node, or the diagnosis of why there is none.
+    fn attempt<R: Rng + ?Sized>(
+        &mut self,
+        cluster: &Cluster,
+        request: &Request,
+        attempt: &Attempt,
+        rng: &mut R,
+        mut record: Option<&mut AttemptExplanation>,
+    ) -> (Option<NodeIndex>, AttemptDiagnosis) {
+        let cx = DecisionContext { cluster, request };
+        let mut found = AttemptDiagnosis::new(attempt.kind.clone());
+        let ranks = attempt.select == Select::TopK;
+
+        // 1. Candidates: rule out whole sets by index before looking at nodes.
+        let (include, excluded) = candidates(cluster, attempt.scope);
+        found.nodes = include.len() + excluded.iter().map(|(set, _)| set.len()).sum::<u64>();
+        for (set, reason) in &excluded {
+            found.count(reason.kind(), set.len());
+            if let Some(record) = record.as_deref_mut() {
+                record
+                    .nodes
+                    .extend(set.iter().map(|node| node_line(node, Some(*reason))));
+            }
+        }
+
+        // 2. Filters, then 3. preferences and scores, node by node.
+        self.ranked.clear();
+        for index in include.iter() {
+            let Some(node) = cluster.node(index) else {
+                continue;
+            };
+            let mut line = record.as_ref().map(|_| node_line(index, None));
+            let mut failure = None;
+            for filter in &self.filters {
+                let verdict = filter.check(&cx, node);
+                if let Some(line) = line.as_mut() {
+                    line.filters.push((filter.name(), verdict));
+                }
+                if let Verdict::Unfit(reason) = verdict {
+                    failure.get_or_insert(reason);
+                    if line.is_none() {
+                        break;
+                    }
+                }
+            }
+            if let Some(reason) = failure {
+                found.count(reason.kind(), 1);
+            } else {
+                found.could_fit_later = true;
+                let mut ranked = Ranked {
+                    node: index,
+                    tier: 0,
+                    score: 0,
+                };
+                if ranks {
+                    for preference in &self.preferences {
+                        let prefers = preference.prefers(&cx, node);
+                        ranked.tier = ranked.tier << 1 | u32::from(prefers);
+                        if let Some(line) = line.as_mut() {
+                            line.preferences.push((preference.name(), prefers));
+                        }
+                    }
+                    for weighted in &self.scorers {
+                        let raw = weighted.scorer.score(&cx, node);
+                        ranked.score += u64::from(raw.get()) * u64::from(weighted.weight);
+                        if let Some(line) = line.as_mut() {
+                            line.scores.push(ScoreLine {
+                                scorer: weighted.scorer.name(),
+                                raw,
+                                weight: weighted.weight,
+                            });
+                        }
+                    }
+                    if let Some(line) = line.as_mut() {
+                        line.total = Some(ranked.score);
+                    }
+                }
+                self.ranked.push(ranked);
+            }
+            if let (Some(record), Some(line)) = (record.as_deref_mut(), line) {
+                record.nodes.push(line);
+            }
+        }
+        if let Scope::Only(None) = attempt.scope {
+            found.note = Some("no node with this ID is in the cluster".to_string());
+        }
+        found.finish();
+
+        // 4. Select.
+        let shortlist = self.select(attempt.select, request, cluster.alive().len(), rng);
+        let chosen = shortlist.chosen;
+        if let Some(record) = record {
+            record.nodes.sort_by_key(|n| n.node);
+            record.shortlist = shortlist.candidates.to_vec();
+            record.chosen = chosen;
+        }
+        (chosen, found)
+    }
+
+    /// Picks among `self.ranked` (in node order) by the attempt's rule.
+    fn select<R: Rng + ?Sized>(
+        &mut self,
+        select: Select,
+        request: &Request,
+        alive: u64,
+        rng: &mut R,
+    ) -> Shortlist {
+        let ranked = &mut self.ranked;
+        if ranked.is_empty() {
+            return Shortlist::default();
+        }
+        match select {
+            Select::Only => Shortlist::single(ranked[0].node),
+            Select::Random => {
+                let pick = ranked[rng.random_range(0..ranked.len())].node;
+                Shortlist {
+                    chosen: Some(pick),
+                    candidates: ranked.iter().map(|r| r.node).collect(),
+                }
+            }
+            Select::RoundRobin => {
+                let cursor = self.spread_cursor;
+                let pick = ranked
+                    .iter()
+                    .find(|r| r.node.0 >= cursor)
+                    .unwrap_or(&ranked[0])
+                    .node;
+                self.spread_cursor = pick.0.wrapping_add(1);
+                Shortlist::single(pick)
+            }
+            Select::TopK => {
+                let best_tier = ranked.iter().map(|r| r.tier).max().unwrap_or(0);
+                ranked.retain(|r| r.tier == best_tier);
+                let k = top_k(alive, self.config.top_k_fraction).min(ranked.len());
+                // Best score first, node order on ties: the same inputs give the same list.
+                let by_rank =
+                    |a: &Ranked, b: &Ranked| b.score.cmp(&a.score).then(a.node.cmp(&b.node));
+                if k < ranked.len() {
+                    ranked.select_nth_unstable_by(k - 1, by_rank);
+                }
+                let top = &mut ranked[..k];
+                top.sort_unstable_by(by_rank);
+                let best = top[0].score;
+                let preferred = request
+                    .preferred_node()
+                    .filter(|p| top.iter().any(|r| r.node == *p && r.score == best));
+                let pick = preferred.unwrap_or_else(|| top[rng.random_range(0..k)].node);
+                Shortlist {
+                    chosen: Some(pick),
+                    candidates: top.iter().map(|r| r.node).collect(),
+                }
+            }
+        }
+    }
+}
+
+/// The nodes a selection picked among, and the pick.
+#[derive(Default)]
+struct Shortlist {
+    chosen: Option<NodeIndex>,
+    candidates: SmallVec<[NodeIndex; 8]>,
+}
+
+impl Shortlist {
+    fn single(node: NodeIndex) -> Shortlist {
+        Shortlist {
+            chosen: Some(node),
+            candidates: smallvec![node],
+        }
+    }
+}
+
+/// `max(1, ⌊alive × fraction⌋)`.
+fn top_k(alive: u64, fraction: Quantity) -> usize {
+    let k = u128::from(alive) * fraction.units() as u128 / UNITS_PER_WHOLE as u128;
+    (k as usize).max(1)
+}
+
+/// The attempts a request's strategy makes, in order.
+fn attempts(cluster: &Cluster, request: &Request) -> SmallVec<[Attempt; 2]> {
+    let default = Attempt {
+        kind: AttemptKind::Default,
+        scope: Scope::Alive,
+        select: Select::TopK,
+        on_busy: OnBusy::Wait,
+    };
+    match request.strategy() {
+        Strategy::Default => smallvec![default],
+        Strategy::Spread => smallvec![Attempt {
+            kind: AttemptKind::Spread,
+            scope: Scope::Alive,
+            select: Select::RoundRobin,
+            on_busy: OnBusy::Wait,
+        }],
+        Strategy::Random => smallvec![Attempt {
+            kind: AttemptKind::Random,
+            scope: Scope::Alive,
+            select: Select::Random,
+            on_busy: OnBusy::Wait,
+        }],
+        Strategy::NodeAffinity(affinity) => {
+            let target = Attempt {
+                kind: AttemptKind::AffinityNode {
+                    node: affinity.node.clone(),
+                    soft: affinity.soft,
+                },
+                scope: Scope::Only(cluster.index_of(&affinity.node)),
+                select: Select::Only,
+                on_busy: match (
+                    affinity.soft,
+                    affinity.spill_on_unavailable,
+                    affinity.fail_on_unavailable,
+                ) {
+                    (true, true, _) => OnBusy::Next,
+                    (false, _, true) => OnBusy::Fail,
+                    _ => OnBusy::Wait,
+                },
+            };
+            if affinity.soft {
+                smallvec![target, default]
+            } else {
+                smallvec![target]
+            }
+        }
+    }
+}
+
+/// Stage 1: the nodes to look at one by one, and the sets ruled out whole with their reason.
+fn candidates(
+    cluster: &Cluster,
+    scope: Scope,
+) -> (Cow<'_, NodeSet>, SmallVec<[(Cow<'_, NodeSet>, Reason); 3]>) {
+    match scope {
+        Scope::Alive => (
+            Cow::Borrowed(cluster.alive()),
+            smallvec![
+                (Cow::Borrowed(cluster.draining()), Reason::Draining),
+                (Cow::Borrowed(cluster.dead()), Reason::Dead),
+            ],
+        ),
+        Scope::Only(target) => {
+            let only: NodeSet = target.into_iter().collect();
+            let all = cluster
+                .alive()
+                .union(cluster.draining())
+                .union(cluster.dead());
+            (
+                Cow::Owned(cluster.alive().intersection(&only)),
+                smallvec![
+                    (
+                        Cow::Owned(cluster.draining().intersection(&only)),
+                        Reason::Draining
+                    ),
+                    (Cow::Owned(cluster.dead().intersection(&only)), Reason::Dead),
+                    (Cow::Owned(all.difference(&only)), Reason::NotAffinityNode),
+                ],
+            )
+        }
+    }
+}
+
+fn node_line(node: NodeIndex, excluded: Option<Reason>) -> NodeExplanation {
+    NodeExplanation {
+        node,
+        excluded,
+        filters: Vec::new(),
+        preferences: Vec::new(),
+        scores: Vec::new(),
+        total: None,
+    }
+}

@@ -1,0 +1,74 @@
+//! The DEFAULT strategy's ranking: the hybrid utilisation score and the GPU-avoidance tier.
+
+use super::stage::{DecisionContext, Preference, Score, Scorer};
+use crate::node::Node;
+use crate::quantity::{Quantity, UNITS_PER_WHOLE};
+use crate::resource::ResourceId;
+
+/// The resources whose utilisation the hybrid score looks at.
+const HYBRID_RESOURCES: [ResourceId; 4] = [
+    ResourceId::CPU,
+    ResourceId::MEMORY,
+    ResourceId::OBJECT_STORE_MEMORY,
+    ResourceId::GPU,
+];
+
+/// Ray's hybrid policy, as a score.
+///
+/// Assumptions: packing keeps whole nodes free for big requests; spreading avoids hot spots.
+/// Rules: a node's utilisation is its highest ratio used/total over CPU, memory,
+/// object-store memory and GPU *after* placing the request (resources it lacks are ignored);
+/// below `spread_threshold` it counts as 0. The score is `100 − utilisation%`.
+/// Behaviour: every node under the threshold ties at 100, so ties (broken by node order, the
+/// caller's node first) pack work onto the first nodes until they pass the threshold; beyond
+/// it the emptiest node scores best, which spreads.
+pub struct HybridUtilization {
+    /// As a fraction of one (0.5 = half full).
+    pub spread_threshold: Quantity,
+}
+
+impl Scorer for HybridUtilization {
+    fn name(&self) -> &'static str {
+        "hybrid_utilization"
+    }
+
+    fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
+        let request = cx.request.resources();
+        // The highest utilisation as an exact fraction used/total, compared by cross-multiplying.
+        let mut worst: (i128, i128) = (0, 1);
+        for resource in HYBRID_RESOURCES {
+            let total = i128::from(node.total().get(resource).units());
+            if total == 0 {
+                continue;
+            }
+            let free = i128::from(node.available().get(resource).units());
+            let used = (total - free + i128::from(request.get(resource).units())).min(total);
+            if used * worst.1 > worst.0 * total {
+                worst = (used, total);
+            }
+        }
+        let (used, total) = worst;
+        let threshold = i128::from(self.spread_threshold.units());
+        if used * i128::from(UNITS_PER_WHOLE) < threshold * total {
+            return Score::MAX;
+        }
+        let percent = (used * 100 / total) as u32;
+        Score::new(100 - percent.min(100))
+    }
+}
+
+/// Requests that ask for no GPU prefer nodes without GPUs, so GPU nodes stay free for GPU work
+/// (Ray's `scheduler_avoid_gpu_nodes`). A GPU node is still used when no other node can take
+/// the request: this is a tier, not a filter.
+pub struct AvoidGpuNodes;
+
+impl Preference for AvoidGpuNodes {
+    fn name(&self) -> &'static str {
+        "avoid_gpu_nodes"
+    }
+
+    fn prefers(&self, cx: &DecisionContext<'_>, node: &Node) -> bool {
+        !cx.request.resources().get(ResourceId::GPU).is_zero()
+            || !node.has_resource(ResourceId::GPU)
+    }
+}

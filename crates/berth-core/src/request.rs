@@ -1,0 +1,209 @@
+//! What the scheduler is asked to place: resources and a scheduling strategy.
+
+use thiserror::Error;
+
+use crate::node::{NodeId, NodeIndex};
+use crate::quantity::Quantity;
+use crate::resource::{ResourceRegistry, ResourceSet};
+
+/// The user-facing `scheduling_strategy`: which stages run and how the node is chosen.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Strategy {
+    /// Hybrid: pack until a node is `spread_threshold` full, then spread; random among the best
+    /// `top_k`; requests without GPUs avoid GPU nodes.
+    #[default]
+    Default,
+    /// Round-robin over nodes that can take the request now.
+    Spread,
+    /// A uniformly random node among those that can take the request now.
+    Random,
+    /// A named node, hard or soft.
+    NodeAffinity(NodeAffinity),
+}
+
+/// Node affinity with Ray's meanings:
+/// - hard (`soft: false`): only `node`. Pending while it is busy; infeasible if it does not
+///   exist, is dead or draining, can never hold the request, or is busy and
+///   `fail_on_unavailable` is set.
+/// - soft: `node` if it can take the request now; if it can never hold it (or is gone), the
+///   DEFAULT strategy over all nodes; if it is only busy, wait for it, unless
+///   `spill_on_unavailable` is set, in which case DEFAULT too.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAffinity {
+    /// The node, by ID (it may not exist: that is a diagnosis, not an input error).
+    pub node: String,
+    /// Prefer rather than require.
+    pub soft: bool,
+    /// Soft only: go elsewhere rather than wait when the node is busy.
+    pub spill_on_unavailable: bool,
+    /// Hard only: fail rather than wait when the node is busy.
+    pub fail_on_unavailable: bool,
+}
+
+/// A request rejected before scheduling. Each names the field and the rule.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum RequestError {
+    /// A unit-instance amount of 1 or more that is not whole.
+    #[error(
+        "resources.{resource}: {amount} is not allowed: {resource} is shared per instance, so a \
+         request must be below 1 (a share of one instance) or a whole number of instances"
+    )]
+    FractionalInstances {
+        /// The resource.
+        resource: String,
+        /// The rejected amount.
+        amount: Quantity,
+    },
+    /// `spill_on_unavailable` on hard affinity, or `fail_on_unavailable` on soft.
+    #[error("scheduling_strategy.{field}: only allowed when soft is {needs_soft}")]
+    AffinityFlag {
+        /// The flag's name.
+        field: &'static str,
+        /// The value of `soft` the flag needs.
+        needs_soft: bool,
+    },
+    /// The affinity node ID is malformed.
+    #[error("scheduling_strategy.node_id: {0}")]
+    AffinityNode(String),
+}
+
+/// A request to place one actor or task.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    resources: ResourceSet,
+    strategy: Strategy,
+    preferred_node: Option<NodeIndex>,
+}
+
+impl Request {
+    /// A validated request: unit-instance amounts are below 1 or whole; affinity flags fit.
+    pub fn new(
+        resources: ResourceSet,
+        strategy: Strategy,
+        registry: &ResourceRegistry,
+    ) -> Result<Request, RequestError> {
+        for (resource, amount) in resources.iter() {
+            if registry.is_unit_instance(resource) && amount > Quantity::ONE && !amount.is_whole() {
+                return Err(RequestError::FractionalInstances {
+                    resource: registry.name(resource).to_string(),
+                    amount,
+                });
+            }
+        }
+        if let Strategy::NodeAffinity(affinity) = &strategy {
+            NodeId::new(&affinity.node).map_err(|e| RequestError::AffinityNode(e.to_string()))?;
+            if affinity.spill_on_unavailable && !affinity.soft {
+                return Err(RequestError::AffinityFlag {
+                    field: "spill_on_unavailable",
+                    needs_soft: true,
+                });
+            }
+            if affinity.fail_on_unavailable && affinity.soft {
+                return Err(RequestError::AffinityFlag {
+                    field: "fail_on_unavailable",
+                    needs_soft: false,
+                });
+            }
+        }
+        Ok(Request {
+            resources,
+            strategy,
+            preferred_node: None,
+        })
+    }
+
+    /// The node the request comes from (the caller's node), which wins ties under DEFAULT.
+    pub fn with_preferred_node(mut self, node: Option<NodeIndex>) -> Request {
+        self.preferred_node = node;
+        self
+    }
+
+    /// The resources to reserve.
+    pub fn resources(&self) -> &ResourceSet {
+        &self.resources
+    }
+
+    /// The strategy.
+    pub fn strategy(&self) -> &Strategy {
+        &self.strategy
+    }
+
+    /// The caller's node, if any.
+    pub fn preferred_node(&self) -> Option<NodeIndex> {
+        self.preferred_node
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::ResourceId;
+
+    fn set(gpu: &str) -> ResourceSet {
+        [(ResourceId::GPU, Quantity::parse(gpu).unwrap())]
+            .into_iter()
+            .collect()
+    }
+
+    #[test]
+    fn gpu_amounts_are_fractions_or_whole() {
+        let registry = ResourceRegistry::default();
+        for ok in ["0.25", "0.9999", "1", "2", "8"] {
+            assert!(
+                Request::new(set(ok), Strategy::Default, &registry).is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in ["1.5", "2.0001"] {
+            let err = Request::new(set(bad), Strategy::Default, &registry)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("resources.GPU: ") && err.contains("whole number"),
+                "{err}"
+            );
+        }
+        let custom = ResourceRegistry::with_unit_instance(["TPU"]).unwrap();
+        assert!(
+            Request::new(set("1.5"), Strategy::Default, &custom).is_ok(),
+            "GPU is no longer per instance"
+        );
+    }
+
+    #[test]
+    fn affinity_flags_must_match_softness() {
+        let registry = ResourceRegistry::default();
+        let affinity = |soft, spill, fail| {
+            Strategy::NodeAffinity(NodeAffinity {
+                node: "n1".into(),
+                soft,
+                spill_on_unavailable: spill,
+                fail_on_unavailable: fail,
+            })
+        };
+        let err = Request::new(set("1"), affinity(false, true, false), &registry).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("scheduling_strategy.spill_on_unavailable"),
+            "{err}"
+        );
+        let err = Request::new(set("1"), affinity(true, false, true), &registry).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("scheduling_strategy.fail_on_unavailable"),
+            "{err}"
+        );
+        assert!(Request::new(set("1"), affinity(true, true, false), &registry).is_ok());
+        let bad_node = Strategy::NodeAffinity(NodeAffinity {
+            node: "no such/node".into(),
+            soft: false,
+            spill_on_unavailable: false,
+            fail_on_unavailable: false,
+        });
+        let err = Request::new(set("1"), bad_node, &registry).unwrap_err();
+        assert!(
+            err.to_string().contains("scheduling_strategy.node_id"),
+            "{err}"
+        );
+    }
+}

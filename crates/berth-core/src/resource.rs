@@ -1,0 +1,394 @@
+//! Resource names, interned to small IDs, and sparse sets of resource quantities.
+//!
+//! Names are interned once per cluster by a [`ResourceRegistry`] so that the decision loop
+//! compares `u16`s, never strings. The four predefined resources have fixed IDs; any other valid
+//! name (`nvidia.com/t4`, `TPU`, `accelerator_type:A100`) is a custom resource interned on first
+//! use.
+
+use std::fmt;
+
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+use thiserror::Error;
+
+use crate::quantity::Quantity;
+
+/// A resource name interned in a [`ResourceRegistry`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ResourceId(u16);
+
+impl ResourceId {
+    /// Logical CPUs.
+    pub const CPU: ResourceId = ResourceId(0);
+    /// GPUs; a unit-instance resource by default.
+    pub const GPU: ResourceId = ResourceId(1);
+    /// Memory, in bytes.
+    pub const MEMORY: ResourceId = ResourceId(2);
+    /// Object-store memory, in bytes.
+    pub const OBJECT_STORE_MEMORY: ResourceId = ResourceId(3);
+
+    /// The dense index of this ID, for per-resource arrays.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// The predefined names, in ID order.
+const PREDEFINED: [&str; 4] = ["CPU", "GPU", "memory", "object_store_memory"];
+
+/// The longest accepted resource name (that of a Kubernetes qualified name with its prefix).
+const MAX_NAME_LEN: usize = 253;
+
+/// Why a resource name was rejected.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ResourceNameError {
+    /// Empty, too long or with a character outside the allowed set.
+    #[error(
+        "resource name {0:?} is invalid: use 1 to 253 characters of letters, digits, '-', '_', \
+         '.', '/' and ':', starting with a letter or digit"
+    )]
+    Invalid(String),
+    /// The registry is full (65,536 names).
+    #[error("too many distinct resource names (at most 65536)")]
+    TooMany,
+}
+
+/// Interns resource names and records which resources are accounted per unit instance.
+#[derive(Clone, Debug)]
+pub struct ResourceRegistry {
+    names: Vec<String>,
+    ids: FxHashMap<String, ResourceId>,
+    /// Indexed by `ResourceId::index`; true for unit-instance resources (GPUs by default).
+    unit_instance: Vec<bool>,
+}
+
+impl Default for ResourceRegistry {
+    fn default() -> Self {
+        let mut registry = ResourceRegistry {
+            names: Vec::new(),
+            ids: FxHashMap::default(),
+            unit_instance: Vec::new(),
+        };
+        for name in PREDEFINED {
+            registry.intern(name).expect("predefined names are valid");
+        }
+        registry.unit_instance[ResourceId::GPU.index()] = true;
+        registry
+    }
+}
+
+impl ResourceRegistry {
+    /// A registry with the predefined resources, where exactly `unit_instance` (instead of the
+    /// default `GPU`) are accounted per instance.
+    pub fn with_unit_instance<'a>(
+        unit_instance: impl IntoIterator<Item = &'a str>,
+    ) -> Result<ResourceRegistry, ResourceNameError> {
+        let mut registry = ResourceRegistry::default();
+        registry
+            .unit_instance
+            .iter_mut()
+            .for_each(|flag| *flag = false);
+        for name in unit_instance {
+            let id = registry.intern(name)?;
+            registry.unit_instance[id.index()] = true;
+        }
+        Ok(registry)
+    }
+
+    /// The ID of `name`, interning it if new. Rejects invalid names.
+    pub fn intern(&mut self, name: &str) -> Result<ResourceId, ResourceNameError> {
+        if let Some(&id) = self.ids.get(name) {
+            return Ok(id);
+        }
+        validate_name(name)?;
+        let id =
+            ResourceId(u16::try_from(self.names.len()).map_err(|_| ResourceNameError::TooMany)?);
+        self.names.push(name.to_string());
+        self.ids.insert(name.to_string(), id);
+        self.unit_instance.push(false);
+        Ok(id)
+    }
+
+    /// The ID of `name` if it was interned.
+    pub fn lookup(&self, name: &str) -> Option<ResourceId> {
+        self.ids.get(name).copied()
+    }
+
+    /// The name of `id`. IDs only come from this registry, so every ID has a name.
+    pub fn name(&self, id: ResourceId) -> &str {
+        &self.names[id.index()]
+    }
+
+    /// True when `id` is accounted per unit instance (whole instances or a fraction of one).
+    pub fn is_unit_instance(&self, id: ResourceId) -> bool {
+        self.unit_instance.get(id.index()).copied().unwrap_or(false)
+    }
+
+    /// Number of interned names.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Always false: the predefined names are always there.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+fn validate_name(name: &str) -> Result<(), ResourceNameError> {
+    let bytes = name.as_bytes();
+    let ok = !bytes.is_empty()
+        && bytes.len() <= MAX_NAME_LEN
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/' | b':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ResourceNameError::Invalid(name.to_string()))
+    }
+}
+
+/// A set of resource amounts: sorted by ID, zeros dropped.
+///
+/// Requests and nodes hold a handful of resources, so a sorted inline vector beats a hash map:
+/// no allocation, and subset tests are a linear merge.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ResourceSet {
+    entries: SmallVec<[(ResourceId, Quantity); 4]>,
+}
+
+/// A strict subtraction found a resource with less than was asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shortfall {
+    /// The resource that is short.
+    pub resource: ResourceId,
+    /// What was asked.
+    pub requested: Quantity,
+    /// What there is.
+    pub have: Quantity,
+}
+
+impl ResourceSet {
+    /// The empty set.
+    pub fn new() -> ResourceSet {
+        ResourceSet::default()
+    }
+
+    /// The amount of `id`, zero when absent.
+    pub fn get(&self, id: ResourceId) -> Quantity {
+        match self.entries.binary_search_by_key(&id, |e| e.0) {
+            Ok(i) => self.entries[i].1,
+            Err(_) => Quantity::ZERO,
+        }
+    }
+
+    /// Sets `id` to `amount`; zero removes it.
+    pub fn set(&mut self, id: ResourceId, amount: Quantity) {
+        match self.entries.binary_search_by_key(&id, |e| e.0) {
+            Ok(i) if amount.is_zero() => {
+                self.entries.remove(i);
+            }
+            Ok(i) => self.entries[i].1 = amount,
+            Err(_) if amount.is_zero() => {}
+            Err(i) => self.entries.insert(i, (id, amount)),
+        }
+    }
+
+    /// Removes `id`, returning its amount.
+    pub fn remove(&mut self, id: ResourceId) -> Quantity {
+        let amount = self.get(id);
+        self.set(id, Quantity::ZERO);
+        amount
+    }
+
+    /// Entries in ID order.
+    pub fn iter(&self) -> impl Iterator<Item = (ResourceId, Quantity)> + '_ {
+        self.entries.iter().copied()
+    }
+
+    /// True when no resource has a non-zero amount.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Number of resources with a non-zero amount.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The first resource where `self` asks more than `other` has, if any.
+    pub fn first_shortfall(&self, other: &ResourceSet) -> Option<Shortfall> {
+        self.iter().find_map(|(resource, requested)| {
+            let have = other.get(resource);
+            (requested > have).then_some(Shortfall {
+                resource,
+                requested,
+                have,
+            })
+        })
+    }
+
+    /// True when every amount in `self` is at most the amount in `other`.
+    pub fn is_subset_of(&self, other: &ResourceSet) -> bool {
+        self.first_shortfall(other).is_none()
+    }
+
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &ResourceSet) {
+        for (id, amount) in other.iter() {
+            self.set(id, self.get(id) + amount);
+        }
+    }
+
+    /// Adds `other` into `self`, keeping each resource at most its amount in `cap`
+    /// (the seed's `AddResourcesCapacityConstrained`: a node never has more available than total).
+    pub fn add_capped(&mut self, other: &ResourceSet, cap: &ResourceSet) {
+        for (id, amount) in other.iter() {
+            self.set(id, (self.get(id) + amount).min(cap.get(id)));
+        }
+    }
+
+    /// Subtracts `other`, failing without change if any resource would go negative.
+    pub fn checked_sub(&mut self, other: &ResourceSet) -> Result<(), Shortfall> {
+        if let Some(shortfall) = other.first_shortfall(self) {
+            return Err(shortfall);
+        }
+        for (id, amount) in other.iter() {
+            self.set(id, self.get(id) - amount);
+        }
+        Ok(())
+    }
+
+    /// Subtracts `other`, flooring each resource at zero.
+    pub fn saturating_sub(&mut self, other: &ResourceSet) {
+        for (id, amount) in other.iter() {
+            self.set(id, self.get(id).saturating_sub(amount));
+        }
+    }
+
+    /// A view that prints names instead of IDs: `{CPU: 2, GPU: 0.5}`.
+    pub fn display<'a>(&'a self, registry: &'a ResourceRegistry) -> ResourceSetDisplay<'a> {
+        ResourceSetDisplay {
+            set: self,
+            registry,
+        }
+    }
+}
+
+impl FromIterator<(ResourceId, Quantity)> for ResourceSet {
+    fn from_iter<I: IntoIterator<Item = (ResourceId, Quantity)>>(iter: I) -> ResourceSet {
+        let mut set = ResourceSet::new();
+        for (id, amount) in iter {
+            set.set(id, set.get(id) + amount);
+        }
+        set
+    }
+}
+
+/// Prints a [`ResourceSet`] with resource names.
+pub struct ResourceSetDisplay<'a> {
+    set: &'a ResourceSet,
+    registry: &'a ResourceRegistry,
+}
+
+impl fmt::Display for ResourceSetDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("{")?;
+        for (i, (id, amount)) in self.set.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}: {}", self.registry.name(id), amount)?;
+        }
+        f.write_str("}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(text: &str) -> Quantity {
+        Quantity::parse(text).unwrap()
+    }
+
+    #[test]
+    fn predefined_ids_are_fixed_and_custom_names_intern() {
+        let mut registry = ResourceRegistry::default();
+        assert_eq!(registry.intern("CPU"), Ok(ResourceId::CPU));
+        assert_eq!(
+            registry.intern("object_store_memory"),
+            Ok(ResourceId::OBJECT_STORE_MEMORY)
+        );
+        let t4 = registry.intern("nvidia.com/t4").unwrap();
+        assert_eq!(registry.intern("nvidia.com/t4"), Ok(t4));
+        assert_eq!(registry.name(t4), "nvidia.com/t4");
+        assert!(registry.intern("TPU").is_ok());
+        assert!(registry.intern("accelerator_type:A100").is_ok());
+        assert!(registry.is_unit_instance(ResourceId::GPU));
+        assert!(!registry.is_unit_instance(t4));
+    }
+
+    #[test]
+    fn invalid_names_are_rejected_with_the_rule() {
+        let mut registry = ResourceRegistry::default();
+        for bad in ["", " GPU", "G PU", "-x", "a\u{e9}", &"x".repeat(254)] {
+            let err = registry.intern(bad).unwrap_err().to_string();
+            assert!(err.contains("1 to 253 characters"), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn unit_instance_list_is_configurable() {
+        let registry = ResourceRegistry::with_unit_instance(["TPU"]).unwrap();
+        assert!(!registry.is_unit_instance(ResourceId::GPU));
+        assert!(registry.is_unit_instance(registry.lookup("TPU").unwrap()));
+    }
+
+    #[test]
+    fn set_drops_zeros_and_keeps_order() {
+        let mut set = ResourceSet::new();
+        set.set(ResourceId::GPU, q("1"));
+        set.set(ResourceId::CPU, q("2"));
+        set.set(ResourceId::MEMORY, Quantity::ZERO);
+        assert_eq!(
+            set.iter().map(|e| e.0).collect::<Vec<_>>(),
+            [ResourceId::CPU, ResourceId::GPU]
+        );
+        set.set(ResourceId::GPU, Quantity::ZERO);
+        assert_eq!(set.len(), 1);
+    }
+
+    #[test]
+    fn subset_add_and_subtract() {
+        let small: ResourceSet = [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("0.5"))]
+            .into_iter()
+            .collect();
+        let big: ResourceSet = [(ResourceId::CPU, q("4")), (ResourceId::GPU, q("1"))]
+            .into_iter()
+            .collect();
+        assert!(small.is_subset_of(&big));
+        assert!(!big.is_subset_of(&small));
+        assert!(ResourceSet::new().is_subset_of(&small));
+
+        let mut left = big.clone();
+        left.checked_sub(&small).unwrap();
+        assert_eq!(left.get(ResourceId::CPU), q("3"));
+        left.add(&small);
+        assert_eq!(left, big);
+
+        let mut short = small.clone();
+        let err = short.checked_sub(&big).unwrap_err();
+        assert_eq!(err.resource, ResourceId::CPU);
+        assert_eq!(short, small, "a failed strict subtraction changes nothing");
+
+        short.saturating_sub(&big);
+        assert!(short.is_empty());
+
+        let mut capped = small.clone();
+        capped.add_capped(&big, &big);
+        assert_eq!(capped, big);
+    }
+}

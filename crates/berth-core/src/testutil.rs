@@ -1,0 +1,43 @@
+//! Builders for tests: clusters and requests from short literals.
+
+use crate::cluster::Cluster;
+use crate::node::{NodeId, NodeIndex};
+use crate::quantity::Quantity;
+use crate::request::{Request, Strategy};
+use crate::resource::{ResourceRegistry, ResourceSet};
+
+/// A resource set from `"CPU=4,GPU=0.5"` (custom names are interned). Panics on bad input:
+/// tests only.
+pub fn resources(registry: &mut ResourceRegistry, spec: &str) -> ResourceSet {
+    spec.split(',')
+        .filter(|part| !part.trim().is_empty())
+        .map(|part| {
+            let (name, amount) = part.split_once('=').expect("name=amount");
+            let id = registry.intern(name.trim()).expect("valid resource name");
+            (id, Quantity::parse(amount).expect("valid amount"))
+        })
+        .collect()
+}
+
+/// A cluster of nodes `(id, "CPU=4,GPU=1")`, indices in the order given.
+pub fn cluster(nodes: &[(&str, &str)]) -> Cluster {
+    let mut cluster = Cluster::new(ResourceRegistry::default());
+    for (id, spec) in nodes {
+        let total = resources(cluster.registry_mut(), spec);
+        cluster
+            .add_node(NodeId::new(id).expect("valid node id"), total)
+            .expect("valid node");
+    }
+    cluster
+}
+
+/// A validated request for `spec` under `strategy`.
+pub fn request(cluster: &mut Cluster, spec: &str, strategy: Strategy) -> Request {
+    let set = resources(cluster.registry_mut(), spec);
+    Request::new(set, strategy, cluster.registry()).expect("valid request")
+}
+
+/// The index of node `id`.
+pub fn index(cluster: &Cluster, id: &str) -> NodeIndex {
+    cluster.index_of(id).expect("node exists")
+}
