@@ -290,7 +290,7 @@ impl Scheduler {
         let ranks = attempt.select == Select::TopK;
 
         // 1. Candidates: rule out whole sets by index before looking at nodes.
-        let (include, excluded) = candidates(cluster, attempt.scope);
+        let Candidates { include, excluded } = candidates(cluster, attempt.scope);
         found.nodes = include.len() + excluded.iter().map(|(set, _)| set.len()).sum::<u64>();
         for (set, reason) in &excluded {
             found.count(reason.kind(), set.len());
@@ -503,19 +503,25 @@ fn attempts(cluster: &Cluster, request: &Request) -> SmallVec<[Attempt; 2]> {
     }
 }
 
+/// Stage 1's answer: the nodes to look at one by one, and the sets ruled out whole.
+struct Candidates<'c> {
+    include: Cow<'c, NodeSet>,
+    excluded: SmallVec<[(Cow<'c, NodeSet>, Reason); 3]>,
+}
+
 /// Stage 1: the nodes to look at one by one, and the sets ruled out whole with their reason.
 fn candidates(
     cluster: &Cluster,
     scope: Scope,
 ) -> (Cow<'_, NodeSet>, SmallVec<[(Cow<'_, NodeSet>, Reason); 3]>) {
     match scope {
-        Scope::Alive => (
-            Cow::Borrowed(cluster.alive()),
-            smallvec![
+        Scope::Alive => Candidates {
+            include: Cow::Borrowed(cluster.alive()),
+            excluded: smallvec![
                 (Cow::Borrowed(cluster.draining()), Reason::Draining),
                 (Cow::Borrowed(cluster.dead()), Reason::Dead),
             ],
-        ),
+        },
         Scope::Only(target) => {
             let only: NodeSet = target.into_iter().collect();
             let all = cluster
