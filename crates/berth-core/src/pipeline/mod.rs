@@ -510,10 +510,7 @@ struct Candidates<'c> {
 }
 
 /// Stage 1: the nodes to look at one by one, and the sets ruled out whole with their reason.
-fn candidates(
-    cluster: &Cluster,
-    scope: Scope,
-) -> (Cow<'_, NodeSet>, SmallVec<[(Cow<'_, NodeSet>, Reason); 3]>) {
+fn candidates(cluster: &Cluster, scope: Scope) -> Candidates<'_> {
     match scope {
         Scope::Alive => Candidates {
             include: Cow::Borrowed(cluster.alive()),
