@@ -525,9 +525,9 @@ fn candidates(cluster: &Cluster, scope: Scope) -> Candidates<'_> {
                 .alive()
                 .union(cluster.draining())
                 .union(cluster.dead());
-            (
-                Cow::Owned(cluster.alive().intersection(&only)),
-                smallvec![
+            Candidates {
+                include: Cow::Owned(cluster.alive().intersection(&only)),
+                excluded: smallvec![
                     (
                         Cow::Owned(cluster.draining().intersection(&only)),
                         Reason::Draining
@@ -535,7 +535,7 @@ fn candidates(cluster: &Cluster, scope: Scope) -> Candidates<'_> {
                     (Cow::Owned(cluster.dead().intersection(&only)), Reason::Dead),
                     (Cow::Owned(all.difference(&only)), Reason::NotAffinityNode),
                 ],
-            )
+            }
         }
     }
 }
