@@ -33,21 +33,22 @@ pub enum Reason {
     },
 }
 
-/// A [`Reason`] without its figures: what the [`Diagnosis`] counts nodes by.
+/// A [`Reason`] without its figures: what the [`Diagnosis`] counts nodes by. Declared in the
+/// order ties are listed in: what the request could wait for first, then what rules nodes out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ReasonKind {
-    /// See [`Reason::Dead`].
-    Dead,
-    /// See [`Reason::Draining`].
-    Draining,
-    /// See [`Reason::NotAffinityNode`].
-    NotAffinityNode,
-    /// See [`Reason::InsufficientTotal`].
-    InsufficientTotal(ResourceId),
     /// See [`Reason::InsufficientAvailable`].
     InsufficientAvailable(ResourceId),
     /// See [`Reason::Fragmented`].
     Fragmented(ResourceId),
+    /// See [`Reason::InsufficientTotal`].
+    InsufficientTotal(ResourceId),
+    /// See [`Reason::NotAffinityNode`].
+    NotAffinityNode,
+    /// See [`Reason::Draining`].
+    Draining,
+    /// See [`Reason::Dead`].
+    Dead,
 }
 
 impl Reason {

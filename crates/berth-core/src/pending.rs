@@ -162,3 +162,113 @@ fn may_help<K>(
         ) => scheduler.fits_now(cluster, &entry.request, node),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::node::NodeId;
+    use crate::pipeline::SchedulerConfig;
+    use crate::quantity::Quantity;
+    use crate::request::Strategy;
+    use crate::resource::ResourceId;
+    use crate::testutil::{cluster, index, request, resources};
+
+    struct Fixture {
+        cluster: Cluster,
+        scheduler: Scheduler,
+        rng: ChaCha8Rng,
+        queue: PendingQueue<&'static str>,
+    }
+
+    impl Fixture {
+        fn new(nodes: &[(&str, &str)]) -> Fixture {
+            Fixture {
+                cluster: cluster(nodes),
+                scheduler: Scheduler::new(SchedulerConfig::default()),
+                rng: ChaCha8Rng::seed_from_u64(7),
+                queue: PendingQueue::new(),
+            }
+        }
+
+        fn submit(&mut self, key: &'static str, spec: &str) -> Option<Allocation> {
+            let req = request(&mut self.cluster, spec, Strategy::Default);
+            self.queue.submit(key, req, &mut self.scheduler, &mut self.cluster, &mut self.rng)
+        }
+
+        fn retry(&mut self, trigger: Trigger) -> Vec<&'static str> {
+            let placed = self.queue.retry(trigger, &mut self.scheduler, &mut self.cluster, &mut self.rng);
+            placed.into_iter().map(|(key, _)| key).collect()
+        }
+
+        fn waiting(&self) -> Vec<(&'static str, Waiting)> {
+            self.queue.iter().map(|e| (e.key, e.waiting)).collect()
+        }
+    }
+
+    #[test]
+    fn released_resources_go_to_the_oldest_request_first() {
+        let mut f = Fixture::new(&[("a", "CPU=4")]);
+        let running = f.submit("running", "CPU=4").expect("fits");
+        assert!(f.submit("big", "CPU=3").is_none());
+        assert!(f.submit("small", "CPU=2").is_none());
+        assert!(f.submit("tiny", "CPU=1").is_none());
+        assert_eq!(f.queue.len(), 3);
+        f.cluster.release(&running);
+        let node = index(&f.cluster, "a");
+        // big (3) comes first; small (2) no longer fits; tiny (1) takes the rest.
+        assert_eq!(f.retry(Trigger::Released(node)), ["big", "tiny"]);
+        assert_eq!(f.waiting(), [("small", Waiting::Pending)]);
+    }
+
+    #[test]
+    fn releases_do_not_retry_infeasible_requests_but_new_nodes_do() {
+        let mut f = Fixture::new(&[("a", "CPU=4")]);
+        let running = f.submit("running", "CPU=1").expect("fits");
+        assert!(f.submit("gpu", "CPU=1,GPU=1").is_none());
+        assert_eq!(f.waiting(), [("gpu", Waiting::Infeasible)]);
+        f.cluster.release(&running);
+        assert!(f.retry(Trigger::Released(index(&f.cluster, "a"))).is_empty());
+        let total = resources(f.cluster.registry_mut(), "CPU=2,GPU=1");
+        let node = f.cluster.add_node(NodeId::new("g").unwrap(), total).unwrap();
+        assert_eq!(f.retry(Trigger::NodeJoined(node)), ["gpu"]);
+        assert!(f.queue.is_empty());
+    }
+
+    #[test]
+    fn capacity_growth_places_what_waited() {
+        let mut f = Fixture::new(&[("a", "CPU=2")]);
+        f.submit("first", "CPU=2").expect("fits");
+        assert!(f.submit("second", "CPU=2").is_none());
+        let node = index(&f.cluster, "a");
+        f.cluster.set_capacity(node, ResourceId::CPU, Quantity::from_whole(4)).unwrap();
+        assert_eq!(f.retry(Trigger::CapacityChanged(node)), ["second"]);
+    }
+
+    #[test]
+    fn an_infeasible_request_becomes_pending_when_a_node_could_hold_it() {
+        let mut f = Fixture::new(&[("a", "CPU=2")]);
+        assert!(f.submit("big", "CPU=4").is_none());
+        assert_eq!(f.waiting(), [("big", Waiting::Infeasible)]);
+        let node = index(&f.cluster, "a");
+        f.submit("filler", "CPU=2").expect("fits");
+        f.cluster.set_capacity(node, ResourceId::CPU, Quantity::from_whole(4)).unwrap();
+        // 2 of 4 free now: big could fit once filler ends.
+        assert!(f.retry(Trigger::CapacityChanged(node)).is_empty());
+        assert_eq!(f.waiting(), [("big", Waiting::Pending)]);
+        assert!(f.queue.iter().next().unwrap().diagnosis.attempts[0].could_fit_later);
+    }
+
+    #[test]
+    fn removed_requests_are_not_retried() {
+        let mut f = Fixture::new(&[("a", "CPU=1")]);
+        let running = f.submit("running", "CPU=1").expect("fits");
+        assert!(f.submit("gone", "CPU=1").is_none());
+        assert_eq!(f.queue.remove(&"gone").map(|e| e.key), Some("gone"));
+        assert_eq!(f.queue.remove(&"gone").map(|e| e.key), None);
+        f.cluster.release(&running);
+        assert!(f.retry(Trigger::Everything).is_empty());
+    }
+}

@@ -11,6 +11,8 @@ pub mod explain;
 pub mod filters;
 pub mod scorers;
 pub mod stage;
+#[cfg(test)]
+mod tests;
 
 use std::borrow::Cow;
 
@@ -410,18 +412,22 @@ impl Scheduler {
                 let best_tier = ranked.iter().map(|r| r.tier).max().unwrap_or(0);
                 ranked.retain(|r| r.tier == best_tier);
                 let k = top_k(alive, self.config.top_k_fraction).min(ranked.len());
-                // Best score first, node order on ties: the same inputs give the same list.
-                let by_rank =
-                    |a: &Ranked, b: &Ranked| b.score.cmp(&a.score).then(a.node.cmp(&b.node));
+                // Best score first; on ties the caller's node, then node order: the same inputs
+                // give the same list, and a preferred node that ties for best is always in it.
+                let preferred = request.preferred_node();
+                let is_preferred = |r: &Ranked| Some(r.node) == preferred;
+                let by_rank = |a: &Ranked, b: &Ranked| {
+                    b.score
+                        .cmp(&a.score)
+                        .then(is_preferred(b).cmp(&is_preferred(a)))
+                        .then(a.node.cmp(&b.node))
+                };
                 if k < ranked.len() {
                     ranked.select_nth_unstable_by(k - 1, by_rank);
                 }
                 let top = &mut ranked[..k];
                 top.sort_unstable_by(by_rank);
-                let best = top[0].score;
-                let preferred = request
-                    .preferred_node()
-                    .filter(|p| top.iter().any(|r| r.node == *p && r.score == best));
+                let preferred = preferred.filter(|p| top[0].node == *p);
                 let pick = preferred.unwrap_or_else(|| top[rng.random_range(0..k)].node);
                 Shortlist {
                     chosen: Some(pick),

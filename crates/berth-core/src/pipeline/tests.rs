@@ -1,0 +1,610 @@
+//! Table-driven tests of every filter, scorer and strategy.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::filters::{InstancesFit, ResourcesAvailable, ResourcesFeasible};
+use super::scorers::{AvoidGpuNodes, HybridUtilization};
+use super::stage::{DecisionContext, Filter, Preference, Score, Scorer, Verdict};
+use super::*;
+use crate::diagnosis::ReasonKind;
+use crate::node::NodeState;
+use crate::request::NodeAffinity;
+use crate::resource::ResourceId;
+use crate::testutil::{cluster, index, request, resources};
+
+fn rng(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+fn q(text: &str) -> Quantity {
+    Quantity::parse(text).unwrap()
+}
+
+/// Reserves `spec` on node `id` to make it busy.
+fn occupy(cluster: &mut Cluster, id: &str, spec: &str) -> Allocation {
+    let set = resources(cluster.registry_mut(), spec);
+    cluster.reserve(index(cluster, id), &set).unwrap()
+}
+
+fn placed_on(cluster: &Cluster, decision: &Decision) -> Option<String> {
+    match decision {
+        Decision::Placed(allocation) => {
+            Some(cluster.node(allocation.node()).unwrap().id().to_string())
+        }
+        _ => None,
+    }
+}
+
+fn affinity(node: &str, soft: bool, spill: bool, fail: bool) -> Strategy {
+    Strategy::NodeAffinity(NodeAffinity {
+        node: node.to_string(),
+        soft,
+        spill_on_unavailable: spill,
+        fail_on_unavailable: fail,
+    })
+}
+
+fn rejected(diagnosis: &Diagnosis) -> Vec<(ReasonKind, u64)> {
+    diagnosis.totals()
+}
+
+#[test]
+fn filters_give_reasons_per_node() {
+    // (node total, already used, request, filter, expected reason kind or None for Fit)
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static dyn Filter,
+        Option<ReasonKind>,
+    );
+    let cases: [Case; 9] = [
+        ("CPU=4", "", "CPU=4", &ResourcesFeasible, None),
+        (
+            "CPU=4",
+            "",
+            "CPU=5",
+            &ResourcesFeasible,
+            Some(ReasonKind::InsufficientTotal(ResourceId::CPU)),
+        ),
+        (
+            "CPU=4",
+            "",
+            "GPU=1",
+            &ResourcesFeasible,
+            Some(ReasonKind::InsufficientTotal(ResourceId::GPU)),
+        ),
+        ("CPU=4", "CPU=3", "CPU=1", &ResourcesAvailable, None),
+        (
+            "CPU=4",
+            "CPU=3",
+            "CPU=2",
+            &ResourcesAvailable,
+            Some(ReasonKind::InsufficientAvailable(ResourceId::CPU)),
+        ),
+        ("GPU=2", "GPU=0.5", "GPU=1", &InstancesFit, None),
+        ("GPU=2", "GPU=1", "GPU=0.75", &InstancesFit, None),
+        (
+            "GPU=1",
+            "GPU=0.5",
+            "GPU=0.75",
+            &InstancesFit,
+            Some(ReasonKind::Fragmented(ResourceId::GPU)),
+        ),
+        (
+            "GPU=2",
+            "GPU=0.5",
+            "GPU=2",
+            &InstancesFit,
+            Some(ReasonKind::Fragmented(ResourceId::GPU)),
+        ),
+    ];
+    for (total, used, ask, filter, expected) in cases {
+        let mut c = cluster(&[("n1", total)]);
+        if !used.is_empty() {
+            occupy(&mut c, "n1", used);
+        }
+        let req = request(&mut c, ask, Strategy::Default);
+        let cx = DecisionContext {
+            cluster: &c,
+            request: &req,
+        };
+        let verdict = filter.check(&cx, c.node(index(&c, "n1")).unwrap());
+        let got = match verdict {
+            Verdict::Fit => None,
+            Verdict::Unfit(reason) => Some(reason.kind()),
+        };
+        assert_eq!(
+            got,
+            expected,
+            "{} on {total} used {used} asking {ask}",
+            filter.name()
+        );
+    }
+}
+
+#[test]
+fn hybrid_score_packs_below_threshold_and_spreads_above() {
+    // (total, used, request, threshold, expected score)
+    let cases = [
+        ("CPU=10", "", "CPU=1", "0.5", 100), // 10% < 50%: counts as empty
+        ("CPU=10", "CPU=3", "CPU=1", "0.5", 100), // 40%
+        ("CPU=10", "CPU=4", "CPU=1", "0.5", 50), // exactly 50%: spread from here
+        ("CPU=10", "CPU=8", "CPU=1", "0.5", 10), // 90%
+        ("CPU=10", "CPU=9", "CPU=1", "0.5", 0), // 100%
+        ("CPU=10", "", "CPU=2", "0", 80),    // threshold 0: pure spread
+        ("CPU=10", "", "CPU=6", "1", 100),   // threshold 1: pure pack
+        ("CPU=10,GPU=2", "", "CPU=1,GPU=1", "0.5", 50), // the highest utilisation wins (GPU 50%)
+        ("CPU=10,memory=100", "memory=70", "CPU=1", "0.5", 30), // memory counts too
+        ("CPU=10,TPU=4", "TPU=4", "CPU=1", "0.5", 100), // custom resources do not count
+    ];
+    for (total, used, ask, threshold, expected) in cases {
+        let mut c = cluster(&[("n1", total)]);
+        if !used.is_empty() {
+            occupy(&mut c, "n1", used);
+        }
+        let req = request(&mut c, ask, Strategy::Default);
+        let cx = DecisionContext {
+            cluster: &c,
+            request: &req,
+        };
+        let scorer = HybridUtilization {
+            spread_threshold: q(threshold),
+        };
+        let score = scorer.score(&cx, c.node(index(&c, "n1")).unwrap());
+        assert_eq!(
+            score,
+            Score::new(expected),
+            "{total} used {used} asking {ask} at {threshold}"
+        );
+    }
+}
+
+#[test]
+fn avoid_gpu_nodes_is_a_preference_for_cpu_requests_only() {
+    let mut c = cluster(&[("cpu", "CPU=4"), ("gpu", "CPU=4,GPU=1")]);
+    let cpu_req = request(&mut c, "CPU=1", Strategy::Default);
+    let gpu_req = request(&mut c, "CPU=1,GPU=1", Strategy::Default);
+    let cases = [
+        (&cpu_req, "cpu", true),
+        (&cpu_req, "gpu", false),
+        (&gpu_req, "cpu", true),
+        (&gpu_req, "gpu", true),
+    ];
+    for (req, node, expected) in cases {
+        let cx = DecisionContext {
+            cluster: &c,
+            request: req,
+        };
+        assert_eq!(
+            AvoidGpuNodes.prefers(&cx, c.node(index(&c, node)).unwrap()),
+            expected,
+            "{node}"
+        );
+    }
+}
+
+#[test]
+fn default_packs_until_half_full_then_spreads() {
+    // Three nodes: k = max(1, 20% of 3) = 1, so the choice is deterministic.
+    let mut c = cluster(&[("a", "CPU=4"), ("b", "CPU=4"), ("c", "CPU=4")]);
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let req = request(&mut c, "CPU=1", Strategy::Default);
+    let order: Vec<String> = (0..6)
+        .map(|i| placed_on(&c.clone(), &s.place(&mut c, &req, &mut rng(i))).unwrap())
+        .collect();
+    // a: 1/4, 2/4 (50% after placing scores 50, but b and c score 100 at 25%)...
+    assert_eq!(
+        order,
+        ["a", "b", "c", "a", "b", "c"].map(String::from).to_vec(),
+        "{order:?}"
+    );
+    let mut c = cluster(&[("a", "CPU=10"), ("b", "CPU=10")]);
+    let order: Vec<String> = (0..6)
+        .map(|i| placed_on(&c.clone(), &s.place(&mut c, &req, &mut rng(i))).unwrap())
+        .collect();
+    // Below 50% after placing, "a" ties with "b" at 100 and wins by node order: a packs to 4/10;
+    // the 5th on "a" would make it 50%, so "b" (10%) goes first.
+    assert_eq!(
+        order,
+        ["a", "a", "a", "a", "b", "b"].map(String::from).to_vec(),
+        "{order:?}"
+    );
+}
+
+#[test]
+fn default_avoids_gpu_nodes_unless_only_they_fit() {
+    let mut c = cluster(&[("gpu", "CPU=8,GPU=2"), ("cpu", "CPU=2")]);
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let req = request(&mut c, "CPU=1", Strategy::Default);
+    for seed in 0..2 {
+        assert_eq!(
+            placed_on(&c.clone(), &s.place(&mut c, &req, &mut rng(seed))).as_deref(),
+            Some("cpu")
+        );
+    }
+    // The CPU node is full: the GPU node is used rather than leaving the request pending.
+    assert_eq!(
+        placed_on(&c.clone(), &s.place(&mut c, &req, &mut rng(9))).as_deref(),
+        Some("gpu")
+    );
+    let mut off = Scheduler::new(SchedulerConfig {
+        avoid_gpu_nodes: false,
+        ..SchedulerConfig::default()
+    });
+    let mut c = cluster(&[("gpu", "CPU=8,GPU=2"), ("cpu", "CPU=2")]);
+    assert_eq!(
+        placed_on(&c.clone(), &off.place(&mut c, &req, &mut rng(0))).as_deref(),
+        Some("gpu")
+    );
+}
+
+#[test]
+fn default_picks_among_top_k_and_the_preferred_node_wins_ties() {
+    let nodes: Vec<(String, &str)> = (0..10).map(|i| (format!("n{i}"), "CPU=100")).collect();
+    let nodes: Vec<(&str, &str)> = nodes
+        .iter()
+        .map(|(id, spec)| (id.as_str(), *spec))
+        .collect();
+    let base = cluster(&nodes);
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..64 {
+        let mut c = base.clone();
+        let req = request(&mut c, "CPU=1", Strategy::Default);
+        let decision =
+            Scheduler::new(SchedulerConfig::default()).place(&mut c, &req, &mut rng(seed));
+        seen.insert(placed_on(&c, &decision).unwrap());
+    }
+    // k = 20% of 10 = 2; all nodes tie, node order breaks ties: n0 and n1.
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["n0", "n1"]);
+
+    for seed in 0..16 {
+        let mut c = base.clone();
+        let req =
+            request(&mut c, "CPU=1", Strategy::Default).with_preferred_node(Some(index(&c, "n7")));
+        let decision =
+            Scheduler::new(SchedulerConfig::default()).place(&mut c, &req, &mut rng(seed));
+        assert_eq!(
+            placed_on(&c, &decision).as_deref(),
+            Some("n7"),
+            "the caller's node wins the tie"
+        );
+    }
+    // A preferred node that scores worse does not win.
+    let mut c = base.clone();
+    occupy(&mut c, "n7", "CPU=90");
+    let req =
+        request(&mut c, "CPU=1", Strategy::Default).with_preferred_node(Some(index(&c, "n7")));
+    let decision = Scheduler::new(SchedulerConfig::default()).place(&mut c, &req, &mut rng(0));
+    assert_ne!(placed_on(&c, &decision).as_deref(), Some("n7"));
+}
+
+#[test]
+fn pending_when_busy_infeasible_when_never() {
+    let mut c = cluster(&[
+        ("a", "CPU=4"),
+        ("b", "CPU=2"),
+        ("d", "CPU=8"),
+        ("x", "CPU=8"),
+    ]);
+    c.set_state(index(&c, "d"), NodeState::Draining).unwrap();
+    c.set_state(index(&c, "x"), NodeState::Dead).unwrap();
+    occupy(&mut c, "a", "CPU=3");
+    let mut s = Scheduler::new(SchedulerConfig::default());
+
+    let req = request(&mut c, "CPU=3", Strategy::Default);
+    let Decision::Pending(diagnosis) = s.place(&mut c, &req, &mut rng(0)) else {
+        panic!("pending expected")
+    };
+    assert_eq!(
+        rejected(&diagnosis),
+        [
+            (ReasonKind::InsufficientAvailable(ResourceId::CPU), 1),
+            (ReasonKind::InsufficientTotal(ResourceId::CPU), 1),
+            (ReasonKind::Draining, 1),
+            (ReasonKind::Dead, 1),
+        ]
+    );
+    assert_eq!(
+        diagnosis.describe(c.registry()),
+        "DEFAULT: 0/4 nodes can take it now: 1 too little CPU free, 1 too little CPU in total, 1 draining, 1 dead"
+    );
+
+    let req = request(&mut c, "CPU=1,GPU=1", Strategy::Default);
+    let Decision::Infeasible(diagnosis) = s.place(&mut c, &req, &mut rng(0)) else {
+        panic!("infeasible expected")
+    };
+    assert_eq!(
+        diagnosis.totals()[0],
+        (ReasonKind::InsufficientTotal(ResourceId::GPU), 2)
+    );
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn seed_fractional_gpu_cannot_combine_two_halves() {
+    let mut c = cluster(&[("g", "CPU=8,GPU=2")]);
+    occupy(&mut c, "g", "GPU=0.5");
+    occupy(&mut c, "g", "GPU=1");
+    occupy(&mut c, "g", "GPU=0.5"); // best fit: joins the first half-used instance
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let req = request(&mut c, "GPU=0.5", Strategy::Default);
+    // GPU 0 is full (two halves), GPU 1 is whole and taken: nothing free.
+    assert!(matches!(
+        s.place(&mut c, &req, &mut rng(0)),
+        Decision::Pending(_)
+    ));
+
+    let mut c = cluster(&[("g", "CPU=8,GPU=2")]);
+    let a = occupy(&mut c, "g", "GPU=0.5"); // GPU 0
+    let _b = occupy(&mut c, "g", "GPU=0.5"); // GPU 0 again: the tightest fit
+    let _c = occupy(&mut c, "g", "GPU=0.5"); // GPU 1
+    c.release(&a);
+    // Now each GPU has exactly 0.5 free: 1.0 GPU free in total, but not in one instance.
+    assert_eq!(
+        c.node(index(&c, "g"))
+            .unwrap()
+            .available()
+            .get(ResourceId::GPU),
+        q("1")
+    );
+    let req = request(&mut c, "GPU=0.75", Strategy::Default);
+    let Decision::Pending(diagnosis) = s.place(&mut c, &req, &mut rng(0)) else {
+        panic!("pending expected")
+    };
+    assert_eq!(
+        diagnosis.totals(),
+        [(ReasonKind::Fragmented(ResourceId::GPU), 1)]
+    );
+    let req = request(&mut c, "GPU=0.5", Strategy::Default);
+    let Decision::Placed(allocation) = s.place(&mut c, &req, &mut rng(0)) else {
+        panic!("placed expected")
+    };
+    assert_eq!(allocation.instance_ids(ResourceId::GPU).len(), 1);
+}
+
+#[test]
+fn placements_report_instance_ids() {
+    let mut c = cluster(&[("g", "CPU=8,GPU=4")]);
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let req = request(&mut c, "GPU=2", Strategy::Default);
+    let Decision::Placed(first) = s.place(&mut c, &req, &mut rng(0)) else {
+        panic!()
+    };
+    let Decision::Placed(second) = s.place(&mut c, &req, &mut rng(0)) else {
+        panic!()
+    };
+    assert_eq!(first.instance_ids(ResourceId::GPU), [0, 1]);
+    assert_eq!(second.instance_ids(ResourceId::GPU), [2, 3]);
+    c.release(&first);
+    let half = request(&mut c, "GPU=0.5", Strategy::Default);
+    let Decision::Placed(third) = s.place(&mut c, &half, &mut rng(0)) else {
+        panic!()
+    };
+    assert_eq!(third.instance_ids(ResourceId::GPU), [0]);
+}
+
+#[test]
+fn spread_round_robins_over_nodes_that_fit_now() {
+    let mut c = cluster(&[("a", "CPU=2"), ("b", "CPU=1"), ("c", "CPU=2")]);
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let req = request(&mut c, "CPU=1", Strategy::Spread);
+    let mut order = Vec::new();
+    for seed in 0..5 {
+        let decision = s.place(&mut c, &req, &mut rng(seed));
+        order.push(placed_on(&c, &decision).unwrap_or_else(|| "pending".into()));
+    }
+    // b is full after one: the round skips it.
+    assert_eq!(order, ["a", "b", "c", "a", "c"]);
+    assert!(matches!(
+        s.place(&mut c, &req, &mut rng(0)),
+        Decision::Pending(_)
+    ));
+}
+
+#[test]
+fn random_only_picks_nodes_that_fit_now_and_reaches_all() {
+    let base = cluster(&[
+        ("a", "CPU=2"),
+        ("b", "CPU=2"),
+        ("c", "CPU=2"),
+        ("full", "CPU=2"),
+    ]);
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..64 {
+        let mut c = base.clone();
+        occupy(&mut c, "full", "CPU=2");
+        let req = request(&mut c, "CPU=1", Strategy::Random);
+        let decision =
+            Scheduler::new(SchedulerConfig::default()).place(&mut c, &req, &mut rng(seed));
+        seen.insert(placed_on(&c, &decision).unwrap());
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["a", "b", "c"]);
+}
+
+#[test]
+fn hard_node_affinity() {
+    // (occupy target, request, strategy, expected outcome)
+    let cases = [
+        ("", "CPU=1", affinity("b", false, false, false), "placed:b"),
+        (
+            "CPU=4",
+            "CPU=1",
+            affinity("b", false, false, false),
+            "pending",
+        ),
+        (
+            "CPU=4",
+            "CPU=1",
+            affinity("b", false, false, true),
+            "infeasible",
+        ),
+        (
+            "",
+            "CPU=8",
+            affinity("b", false, false, false),
+            "infeasible",
+        ),
+        (
+            "",
+            "CPU=1",
+            affinity("nope", false, false, false),
+            "infeasible",
+        ),
+        (
+            "",
+            "CPU=1",
+            affinity("d", false, false, false),
+            "infeasible",
+        ),
+    ];
+    for (busy, ask, strategy, expected) in cases {
+        let mut c = cluster(&[("a", "CPU=4"), ("b", "CPU=4"), ("d", "CPU=4")]);
+        c.set_state(index(&c, "d"), NodeState::Draining).unwrap();
+        if !busy.is_empty() {
+            occupy(&mut c, "b", busy);
+        }
+        let req = request(&mut c, ask, strategy.clone());
+        let decision = Scheduler::new(SchedulerConfig::default()).place(&mut c, &req, &mut rng(0));
+        let got = match &decision {
+            Decision::Placed(_) => format!("placed:{}", placed_on(&c, &decision).unwrap()),
+            Decision::Pending(_) => "pending".into(),
+            Decision::Infeasible(d) => {
+                assert!(
+                    d.totals()
+                        .iter()
+                        .any(|(k, _)| *k == ReasonKind::NotAffinityNode),
+                    "{d:?}"
+                );
+                "infeasible".into()
+            }
+        };
+        assert_eq!(got, expected, "{strategy:?} busy={busy} ask={ask}");
+    }
+}
+
+#[test]
+fn soft_node_affinity() {
+    let cases = [
+        ("", "CPU=1", affinity("b", true, false, false), "placed:b"),
+        (
+            "CPU=4",
+            "CPU=1",
+            affinity("b", true, false, false),
+            "pending",
+        ),
+        (
+            "CPU=4",
+            "CPU=1",
+            affinity("b", true, true, false),
+            "placed:a",
+        ),
+        ("", "CPU=6", affinity("b", true, false, false), "placed:big"),
+        (
+            "",
+            "CPU=1",
+            affinity("nope", true, false, false),
+            "placed:a",
+        ),
+    ];
+    for (busy, ask, strategy, expected) in cases {
+        let mut c = cluster(&[("a", "CPU=4"), ("b", "CPU=4"), ("big", "CPU=8")]);
+        if !busy.is_empty() {
+            occupy(&mut c, "b", busy);
+        }
+        let req = request(&mut c, ask, strategy.clone());
+        let decision = Scheduler::new(SchedulerConfig::default()).place(&mut c, &req, &mut rng(0));
+        let got = match &decision {
+            Decision::Placed(_) => format!("placed:{}", placed_on(&c, &decision).unwrap()),
+            Decision::Pending(d) => {
+                assert_eq!(
+                    d.attempts.len(),
+                    1,
+                    "waits for its node without trying DEFAULT"
+                );
+                "pending".into()
+            }
+            Decision::Infeasible(_) => "infeasible".into(),
+        };
+        assert_eq!(got, expected, "{strategy:?} busy={busy} ask={ask}");
+    }
+}
+
+#[test]
+fn same_inputs_and_seed_give_the_same_decision() {
+    let nodes: Vec<(String, String)> = (0..50)
+        .map(|i| (format!("n{i}"), format!("CPU={},GPU={}", 4 + i % 5, i % 3)))
+        .collect();
+    let nodes: Vec<(&str, &str)> = nodes
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    for strategy in [Strategy::Default, Strategy::Spread, Strategy::Random] {
+        for seed in 0..8 {
+            let run = || {
+                let mut c = cluster(&nodes);
+                let mut s = Scheduler::new(SchedulerConfig::default());
+                let mut r = rng(seed);
+                let req = request(&mut c, "CPU=1,GPU=0.5", strategy.clone());
+                (0..40)
+                    .map(|_| placed_on(&c.clone(), &s.place(&mut c, &req, &mut r)))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(run(), run(), "{strategy:?} seed {seed}");
+        }
+    }
+}
+
+#[test]
+fn explaining_does_not_change_the_decision_and_records_every_filter() {
+    let mut c = cluster(&[("a", "CPU=4"), ("b", "CPU=4,GPU=1"), ("d", "CPU=4")]);
+    c.set_state(index(&c, "d"), NodeState::Dead).unwrap();
+    occupy(&mut c, "a", "CPU=4");
+    let req = request(&mut c, "CPU=1", Strategy::Default);
+    let mut plain = c.clone();
+    let quiet = Scheduler::new(SchedulerConfig::default()).place(&mut plain, &req, &mut rng(3));
+    let (loud, explanation) =
+        Scheduler::new(SchedulerConfig::default()).place_explained(&mut c, &req, &mut rng(3));
+    assert_eq!(quiet, loud);
+    let attempt = &explanation.attempts[0];
+    assert_eq!(
+        attempt.nodes.len(),
+        3,
+        "every node is listed, excluded ones too"
+    );
+    let a = &attempt.nodes[0];
+    assert!(!a.passed());
+    assert_eq!(a.filters.len(), 3, "all filters run when explaining");
+    assert_eq!(a.reasons().count(), 1);
+    let b = &attempt.nodes[1];
+    assert!(b.passed());
+    assert_eq!(b.preferences, [("avoid_gpu_nodes", false)]);
+    assert_eq!(b.scores[0].scorer, "hybrid_utilization");
+    assert_eq!(b.total, Some(100));
+    assert_eq!(attempt.nodes[2].excluded, Some(Reason::Dead));
+    assert_eq!(attempt.chosen, Some(index(&c, "b")));
+}
+
+#[test]
+fn config_ranges_are_checked() {
+    assert!(SchedulerConfig::default().validate().is_ok());
+    let bad = SchedulerConfig {
+        spread_threshold: q("1.5"),
+        ..SchedulerConfig::default()
+    };
+    assert!(bad
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("scheduler.spread_threshold"));
+    let bad = SchedulerConfig {
+        top_k_fraction: Quantity::ZERO,
+        ..SchedulerConfig::default()
+    };
+    assert!(bad
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("scheduler.top_k_fraction"));
+}
