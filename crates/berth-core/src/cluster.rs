@@ -45,8 +45,9 @@ pub enum ClusterError {
 
 /// Resources reserved on one node: what a release needs to give them back.
 ///
-/// It is `Clone` so that the head can persist it; releasing the same allocation twice is a
-/// caller bug that the ledger cannot see (it caps at `total`, so it never breaks invariants).
+/// It is `Clone` so that the head can persist it. Release it exactly once: the ledger cannot
+/// see a second release, and although capping at `total` keeps the invariants, a second
+/// release of a GPU share could credit an instance that another placement holds now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Allocation {
     node: NodeIndex,

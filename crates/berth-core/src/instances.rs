@@ -94,11 +94,15 @@ impl InstancePool {
         self.instances.iter().map(|i| i.free)
     }
 
-    /// True when `amount` can be taken now under the rules above. `amount` is either below 1
-    /// or whole (requests are validated before they get here).
+    /// True when `amount` can be taken now under the rules above. An amount above 1 that is
+    /// not whole never fits: `Request::new` rejects it at the edge, and the ledger refuses it
+    /// too rather than take one instance for 1.5.
     pub fn fits(&self, amount: Quantity) -> bool {
         if amount.is_zero() {
             return true;
+        }
+        if amount > Quantity::ONE && !amount.is_whole() {
+            return false;
         }
         if amount < Quantity::ONE {
             self.instances.iter().any(|i| i.free >= amount)
@@ -245,6 +249,14 @@ mod tests {
         assert_eq!(ids(&b), [1]);
         let c = pool.take(q("0.2")).unwrap(); // 0 has 0.25: tightest
         assert_eq!(ids(&c), [0]);
+    }
+
+    #[test]
+    fn non_whole_amounts_above_one_never_fit() {
+        let mut pool = InstancePool::new(4);
+        assert!(!pool.fits(q("1.5")));
+        assert_eq!(pool.take(q("1.5")), None);
+        assert_eq!(pool.free_sum(), q("4"));
     }
 
     #[test]

@@ -77,7 +77,8 @@ pub enum NodeState {
     Alive,
     /// Keeps what it runs, takes nothing new.
     Draining,
-    /// Gone: holds nothing, takes nothing; releases against it are ignored.
+    /// Gone: takes nothing, and releases against it are ignored (its resources went with it).
+    /// Its ledger is kept as it was, for inspection.
     Dead,
 }
 
@@ -167,6 +168,7 @@ impl Node {
             .iter()
             .find(|(id, _)| *id == resource)
             .map(|(_, pool)| pool)
+            .filter(|pool| !pool.is_empty())
     }
 
     fn pool_mut(&mut self, resource: ResourceId) -> Option<&mut InstancePool> {
@@ -282,9 +284,8 @@ impl Node {
                 .map_or(Quantity::ZERO, InstancePool::free_sum);
             self.total.set(resource, total);
             self.available.set(resource, free);
-            if count == 0 {
-                self.pools.retain(|(id, _)| *id != resource);
-            }
+            // An emptied pool is kept (`pool` hides it) so that its generations go on: a share
+            // of a removed instance must not credit an instance re-created with the same number.
             return Ok(());
         }
         let old_total = self.total.get(resource);
@@ -304,7 +305,10 @@ impl Node {
     pub(crate) fn delete_resource(&mut self, resource: ResourceId) {
         self.total.remove(resource);
         self.available.remove(resource);
-        self.pools.retain(|(id, _)| *id != resource);
+        // Emptied, not dropped: see `set_capacity`.
+        if let Some(pool) = self.pool_mut(resource) {
+            pool.resize(0);
+        }
     }
 
     /// Checks the ledger invariants; used by tests and debug assertions.

@@ -195,11 +195,22 @@ mod tests {
 
         fn submit(&mut self, key: &'static str, spec: &str) -> Option<Allocation> {
             let req = request(&mut self.cluster, spec, Strategy::Default);
-            self.queue.submit(key, req, &mut self.scheduler, &mut self.cluster, &mut self.rng)
+            self.queue.submit(
+                key,
+                req,
+                &mut self.scheduler,
+                &mut self.cluster,
+                &mut self.rng,
+            )
         }
 
         fn retry(&mut self, trigger: Trigger) -> Vec<&'static str> {
-            let placed = self.queue.retry(trigger, &mut self.scheduler, &mut self.cluster, &mut self.rng);
+            let placed = self.queue.retry(
+                trigger,
+                &mut self.scheduler,
+                &mut self.cluster,
+                &mut self.rng,
+            );
             placed.into_iter().map(|(key, _)| key).collect()
         }
 
@@ -230,9 +241,14 @@ mod tests {
         assert!(f.submit("gpu", "CPU=1,GPU=1").is_none());
         assert_eq!(f.waiting(), [("gpu", Waiting::Infeasible)]);
         f.cluster.release(&running);
-        assert!(f.retry(Trigger::Released(index(&f.cluster, "a"))).is_empty());
+        assert!(f
+            .retry(Trigger::Released(index(&f.cluster, "a")))
+            .is_empty());
         let total = resources(f.cluster.registry_mut(), "CPU=2,GPU=1");
-        let node = f.cluster.add_node(NodeId::new("g").unwrap(), total).unwrap();
+        let node = f
+            .cluster
+            .add_node(NodeId::new("g").unwrap(), total)
+            .unwrap();
         assert_eq!(f.retry(Trigger::NodeJoined(node)), ["gpu"]);
         assert!(f.queue.is_empty());
     }
@@ -243,7 +259,9 @@ mod tests {
         f.submit("first", "CPU=2").expect("fits");
         assert!(f.submit("second", "CPU=2").is_none());
         let node = index(&f.cluster, "a");
-        f.cluster.set_capacity(node, ResourceId::CPU, Quantity::from_whole(4)).unwrap();
+        f.cluster
+            .set_capacity(node, ResourceId::CPU, Quantity::from_whole(4))
+            .unwrap();
         assert_eq!(f.retry(Trigger::CapacityChanged(node)), ["second"]);
     }
 
@@ -254,7 +272,9 @@ mod tests {
         assert_eq!(f.waiting(), [("big", Waiting::Infeasible)]);
         let node = index(&f.cluster, "a");
         f.submit("filler", "CPU=2").expect("fits");
-        f.cluster.set_capacity(node, ResourceId::CPU, Quantity::from_whole(4)).unwrap();
+        f.cluster
+            .set_capacity(node, ResourceId::CPU, Quantity::from_whole(4))
+            .unwrap();
         // 2 of 4 free now: big could fit once filler ends.
         assert!(f.retry(Trigger::CapacityChanged(node)).is_empty());
         assert_eq!(f.waiting(), [("big", Waiting::Pending)]);
