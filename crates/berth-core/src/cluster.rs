@@ -4,8 +4,9 @@
 use rustc_hash::FxHashMap;
 use thiserror::Error;
 
+use crate::diagnosis::Reason;
 use crate::instances::InstanceId;
-use crate::node::{Node, NodeError, NodeId, NodeIndex, NodeShares, NodeState};
+use crate::node::{ExactReserveError, Node, NodeError, NodeId, NodeIndex, NodeShares, NodeState};
 use crate::nodeset::NodeSet;
 use crate::quantity::Quantity;
 use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
@@ -30,13 +31,25 @@ pub enum ClusterError {
         /// Its state.
         state: NodeState,
     },
-    /// The node lacks a resource now (or its instances are fragmented).
-    #[error("node {node} cannot hold the request now: not enough {resource}")]
+    /// The node cannot hold the request (at all, or now); `detail` gives the figures.
+    #[error("node {node} cannot hold the request: {detail}")]
     Insufficient {
         /// The node.
         node: NodeId,
-        /// The short resource's name.
+        /// Why, as the filters would say it.
+        reason: Reason,
+        /// The reason in words, with resource names and amounts.
+        detail: String,
+    },
+    /// A reservation on named instances named the wrong ones.
+    #[error("node {node}: {resource} instances: {detail}")]
+    Instances {
+        /// The node.
+        node: NodeId,
+        /// The resource's name.
         resource: String,
+        /// What is wrong.
+        detail: String,
     },
     /// A dead node does not come back; an agent that returns registers as a new node.
     #[error("node {0} is dead; a returning machine registers as a new node")]
@@ -216,11 +229,33 @@ impl Cluster {
         Ok(node)
     }
 
-    /// Reserves `request` on a live node, all or nothing.
+    /// Reserves `request` on a live node, all or nothing; unit-instance shares are chosen by
+    /// the pool's rules (see [`crate::instances`]).
     pub fn reserve(
         &mut self,
         index: NodeIndex,
         request: &ResourceSet,
+    ) -> Result<Allocation, ClusterError> {
+        self.reserve_with(index, request, None)
+    }
+
+    /// Reserves `request` on a live node taking exactly the named instances of each
+    /// unit-instance resource it asks for: how a placement recorded earlier (by the head's
+    /// store, or in a snapshot file) is rebuilt with the same `CUDA_VISIBLE_DEVICES`.
+    pub fn reserve_instances(
+        &mut self,
+        index: NodeIndex,
+        request: &ResourceSet,
+        instances: &[(ResourceId, Vec<InstanceId>)],
+    ) -> Result<Allocation, ClusterError> {
+        self.reserve_with(index, request, Some(instances))
+    }
+
+    fn reserve_with(
+        &mut self,
+        index: NodeIndex,
+        request: &ResourceSet,
+        instances: Option<&[(ResourceId, Vec<InstanceId>)]>,
     ) -> Result<Allocation, ClusterError> {
         let registry = &self.registry;
         let node = self
@@ -234,12 +269,26 @@ impl Cluster {
                 state: node.state(),
             });
         }
-        let shares =
-            node.reserve(request, registry)
-                .map_err(|resource| ClusterError::Insufficient {
-                    node: node.id().clone(),
-                    resource: registry.name(resource).to_string(),
-                })?;
+        let unfit = |node: &Node, reason: Reason| ClusterError::Insufficient {
+            node: node.id().clone(),
+            reason,
+            detail: reason.describe(registry),
+        };
+        let shares = match instances {
+            None => node
+                .reserve(request, registry)
+                .map_err(|reason| unfit(node, reason))?,
+            Some(instances) => node
+                .reserve_exact(request, instances, registry)
+                .map_err(|err| match err {
+                    ExactReserveError::Unfit(reason) => unfit(node, reason),
+                    ExactReserveError::Instances { resource, detail } => ClusterError::Instances {
+                        node: node.id().clone(),
+                        resource: registry.name(resource).to_string(),
+                        detail,
+                    },
+                })?,
+        };
         Ok(Allocation {
             node: index,
             resources: request.clone(),
@@ -296,5 +345,87 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{cluster, index, resources};
+
+    #[test]
+    fn reserve_instances_rebuilds_recorded_placements_or_says_why() {
+        let mut c = cluster(&[("g", "CPU=4,GPU=2")]);
+        let node = index(&c, "g");
+        let set = resources(c.registry_mut(), "CPU=1,GPU=0.5");
+        let allocation = c
+            .reserve_instances(node, &set, &[(ResourceId::GPU, vec![1])])
+            .unwrap();
+        assert_eq!(allocation.instance_ids(ResourceId::GPU), [1]);
+
+        let err = c
+            .reserve_instances(node, &set, &[])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "node g: GPU instances: name the instances it takes");
+        let err = c
+            .reserve_instances(
+                node,
+                &set,
+                &[(ResourceId::GPU, vec![0]), (ResourceId::CPU, vec![0])],
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("CPU instances: instances are named only for unit-instance"),
+            "{err}"
+        );
+        let big = resources(c.registry_mut(), "CPU=8,GPU=1");
+        let err = c
+            .reserve_instances(node, &big, &[(ResourceId::GPU, vec![0])])
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "node g cannot hold the request: needs 8 CPU, has 4 in total"
+        );
+        let whole = resources(c.registry_mut(), "GPU=1");
+        let err = c
+            .reserve_instances(node, &whole, &[(ResourceId::GPU, vec![1])])
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("instance 1 has 0.5 free, 1 is needed"),
+            "{err}"
+        );
+        c.check_invariants().unwrap();
+        c.release(&allocation);
+        assert_eq!(
+            c.node(node).unwrap().available(),
+            c.node(node).unwrap().total()
+        );
+    }
+
+    #[test]
+    fn reserve_refuses_dead_draining_and_unknown_nodes() {
+        let mut c = cluster(&[("a", "CPU=4"), ("b", "CPU=4")]);
+        let set = resources(c.registry_mut(), "CPU=1");
+        c.set_state(index(&c, "a"), NodeState::Draining).unwrap();
+        c.set_state(index(&c, "b"), NodeState::Dead).unwrap();
+        assert!(matches!(
+            c.reserve(index(&c, "a"), &set),
+            Err(ClusterError::NotAlive { .. })
+        ));
+        assert!(matches!(
+            c.reserve(index(&c, "b"), &set),
+            Err(ClusterError::NotAlive { .. })
+        ));
+        assert!(matches!(
+            c.reserve(NodeIndex(9), &set),
+            Err(ClusterError::UnknownNode(_))
+        ));
+        assert!(matches!(
+            c.set_state(index(&c, "b"), NodeState::Alive),
+            Err(ClusterError::Dead(_))
+        ));
     }
 }

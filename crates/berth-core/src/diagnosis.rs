@@ -70,16 +70,16 @@ impl Reason {
             Reason::InsufficientTotal(s) => {
                 format!(
                     "needs {} {}, has {} in total",
-                    registry.name(s.resource),
                     s.requested,
+                    registry.name(s.resource),
                     s.have
                 )
             }
             Reason::InsufficientAvailable(s) => {
                 format!(
                     "needs {} {}, has {} free",
-                    registry.name(s.resource),
                     s.requested,
+                    registry.name(s.resource),
                     s.have
                 )
             }
@@ -154,6 +154,20 @@ pub enum AttemptKind {
         /// Whether the affinity is soft.
         soft: bool,
     },
+}
+
+impl AttemptKind {
+    /// A stable machine-readable code: `default`, `spread`, `random`, `node_affinity`,
+    /// `soft_node_affinity`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AttemptKind::Default => "default",
+            AttemptKind::Spread => "spread",
+            AttemptKind::Random => "random",
+            AttemptKind::AffinityNode { soft: false, .. } => "node_affinity",
+            AttemptKind::AffinityNode { soft: true, .. } => "soft_node_affinity",
+        }
+    }
 }
 
 impl fmt::Display for AttemptKind {

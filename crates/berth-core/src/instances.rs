@@ -146,6 +146,52 @@ impl InstancePool {
         Some(shares)
     }
 
+    /// Takes `amount` on exactly the instances `ids` (to rebuild a placement recorded earlier):
+    /// a share below 1 names one instance with that much free, a whole amount `k` names `k`
+    /// distinct fully free instances. On error nothing changes and the message says why.
+    pub fn take_exact(
+        &mut self,
+        amount: Quantity,
+        ids: &[InstanceId],
+    ) -> Result<InstanceShares, String> {
+        let wanted = if amount < Quantity::ONE {
+            1
+        } else if amount.is_whole() {
+            amount.whole() as usize
+        } else {
+            return Err(format!("{amount} is neither below 1 nor whole"));
+        };
+        if ids.len() != wanted {
+            return Err(format!(
+                "{amount} takes {wanted} instance(s), but {} are named",
+                ids.len()
+            ));
+        }
+        for (i, &id) in ids.iter().enumerate() {
+            if ids[..i].contains(&id) {
+                return Err(format!("instance {id} is named twice"));
+            }
+            let Some(instance) = self.instances.get(id as usize) else {
+                return Err(format!(
+                    "there is no instance {id} (the node has {})",
+                    self.len()
+                ));
+            };
+            let need = amount.min(Quantity::ONE);
+            if instance.free < need {
+                return Err(format!(
+                    "instance {id} has {} free, {need} is needed",
+                    instance.free
+                ));
+            }
+        }
+        let share = amount.min(Quantity::ONE);
+        Ok(ids
+            .iter()
+            .map(|&id| self.share(id as usize, share))
+            .collect())
+    }
+
     fn share(&mut self, index: usize, amount: Quantity) -> InstanceShare {
         let instance = &mut self.instances[index];
         instance.free -= amount;
@@ -249,6 +295,34 @@ mod tests {
         assert_eq!(ids(&b), [1]);
         let c = pool.take(q("0.2")).unwrap(); // 0 has 0.25: tightest
         assert_eq!(ids(&c), [0]);
+    }
+
+    #[test]
+    fn exact_takes_name_legal_instances_or_change_nothing() {
+        let mut pool = InstancePool::new(3);
+        let half = pool.take_exact(q("0.5"), &[2]).unwrap();
+        assert_eq!(ids(&half), [2]);
+        let other = pool.take_exact(q("0.5"), &[1]).unwrap();
+        assert_eq!(ids(&other), [1]);
+        let before = pool.clone();
+        for (amount, named, rule) in [
+            ("2", &[0, 1][..], "instance 1 has 0.5 free"),
+            ("2", &[0][..], "takes 2 instance(s), but 1 are named"),
+            ("1", &[0, 0][..], "takes 1 instance(s), but 2"),
+            ("2", &[0, 0][..], "named twice"),
+            ("0.6", &[2][..], "instance 2 has 0.5 free"),
+            ("0.5", &[7][..], "no instance 7"),
+            ("1.5", &[0, 1][..], "neither below 1 nor whole"),
+        ] {
+            let err = pool.take_exact(q(amount), named).unwrap_err();
+            assert!(err.contains(rule), "{amount} on {named:?}: {err}");
+            assert_eq!(pool, before, "a refused take changes nothing");
+        }
+        // Two half-used GPUs: the state best fit alone never builds from empty.
+        assert_eq!(
+            pool.free_per_instance().collect::<Vec<_>>(),
+            [q("1"), q("0.5"), q("0.5")]
+        );
     }
 
     #[test]

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use thiserror::Error;
 
-use crate::instances::{InstancePool, InstanceShares, MAX_INSTANCES};
+use crate::diagnosis::Reason;
+use crate::instances::{InstanceId, InstancePool, InstanceShares, MAX_INSTANCES};
 use crate::quantity::Quantity;
 use crate::resource::{ResourceId, ResourceRegistry, ResourceSet, Shortfall};
 
@@ -82,25 +83,59 @@ pub enum NodeState {
     Dead,
 }
 
-/// Why a node or a change to it was rejected.
+/// Why a node or a change to it was rejected. Displays as `field: rule`.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum NodeError {
     /// Bad node ID syntax.
-    #[error(
-        "node id {0:?} is invalid: use 1 to 63 characters of letters, digits, '-', '_' and '.', \
-         beginning and ending with a letter or digit"
-    )]
     InvalidId(String),
     /// A unit-instance resource with a fractional or too large total.
-    #[error(
-        "resources.{resource}: {amount} is not allowed: {resource} is counted in whole \
-         instances, so a node's total must be a whole number from 0 to 4096"
-    )]
     BadInstanceTotal {
         /// The resource's name.
         resource: String,
         /// The rejected total.
         amount: Quantity,
+    },
+}
+
+impl NodeError {
+    /// The field's path within a node's description (`id`, `resources.GPU`).
+    pub fn field(&self) -> String {
+        match self {
+            NodeError::InvalidId(_) => "id".to_string(),
+            NodeError::BadInstanceTotal { resource, .. } => format!("resources.{resource}"),
+        }
+    }
+
+    /// The rule broken, without the field.
+    pub fn rule(&self) -> String {
+        match self {
+            NodeError::InvalidId(id) => format!(
+                "{id:?} is invalid: use 1 to 63 characters of letters, digits, '-', '_' and '.', \
+                 beginning and ending with a letter or digit"
+            ),
+            NodeError::BadInstanceTotal { resource, amount } => format!(
+                "{amount} is not allowed: {resource} is counted in whole instances, so a \
+                 node's total must be a whole number from 0 to 4096"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field(), self.rule())
+    }
+}
+
+/// Why a reservation on named instances failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ExactReserveError {
+    /// The node cannot hold the request at all or now.
+    Unfit(Reason),
+    /// The named instances are wrong for the request.
+    Instances {
+        resource: ResourceId,
+        detail: String,
     },
 }
 
@@ -193,15 +228,16 @@ impl Node {
         request.first_shortfall(&self.available)
     }
 
-    /// The first unit-instance resource of `request` that enough capacity is free of in total
-    /// but not in the shape the rules need (a fraction inside one instance, whole instances).
+    /// The first unit-instance resource of `request` of which enough is free in sum, but not in
+    /// the shape the rules need (a fraction inside one instance, whole free instances). A
+    /// resource that is short in sum is not fragmented: the other filters report it.
     pub fn fragmented(
         &self,
         request: &ResourceSet,
         registry: &ResourceRegistry,
     ) -> Option<ResourceId> {
         request.iter().find_map(|(resource, amount)| {
-            if !registry.is_unit_instance(resource) {
+            if !registry.is_unit_instance(resource) || self.available.get(resource) < amount {
                 return None;
             }
             let fits = self.pool(resource).is_some_and(|pool| pool.fits(amount));
@@ -209,18 +245,33 @@ impl Node {
         })
     }
 
-    /// Reserves `request`, all or nothing. The caller has checked that the node is alive and
-    /// that the request fits; a failure here changes nothing and names the short resource.
+    /// Why `request` cannot be reserved now, in filter order, or `None` when it can.
+    pub fn unfit_reason(
+        &self,
+        request: &ResourceSet,
+        registry: &ResourceRegistry,
+    ) -> Option<Reason> {
+        if let Some(shortfall) = self.total_shortfall(request) {
+            return Some(Reason::InsufficientTotal(shortfall));
+        }
+        if let Some(shortfall) = self.available_shortfall(request) {
+            return Some(Reason::InsufficientAvailable(shortfall));
+        }
+        self.fragmented(request, registry)
+            .map(|resource| Reason::Fragmented {
+                resource,
+                requested: request.get(resource),
+            })
+    }
+
+    /// Reserves `request`, all or nothing; a failure changes nothing and says why.
     pub(crate) fn reserve(
         &mut self,
         request: &ResourceSet,
         registry: &ResourceRegistry,
-    ) -> Result<NodeShares, ResourceId> {
-        if let Some(shortfall) = self.available_shortfall(request) {
-            return Err(shortfall.resource);
-        }
-        if let Some(resource) = self.fragmented(request, registry) {
-            return Err(resource);
+    ) -> Result<NodeShares, Reason> {
+        if let Some(reason) = self.unfit_reason(request, registry) {
+            return Err(reason);
         }
         let mut shares = NodeShares::new();
         for (resource, amount) in request.iter() {
@@ -229,6 +280,68 @@ impl Node {
                 shares.push((resource, taken));
             }
         }
+        self.available
+            .checked_sub(request)
+            .expect("availability was checked above");
+        Ok(shares)
+    }
+
+    /// Reserves `request` on the named instances of each unit-instance resource (to rebuild a
+    /// placement recorded earlier), all or nothing.
+    pub(crate) fn reserve_exact(
+        &mut self,
+        request: &ResourceSet,
+        instances: &[(ResourceId, Vec<InstanceId>)],
+        registry: &ResourceRegistry,
+    ) -> Result<NodeShares, ExactReserveError> {
+        if let Some(shortfall) = self.total_shortfall(request) {
+            return Err(ExactReserveError::Unfit(Reason::InsufficientTotal(
+                shortfall,
+            )));
+        }
+        if let Some(shortfall) = self.available_shortfall(request) {
+            return Err(ExactReserveError::Unfit(Reason::InsufficientAvailable(
+                shortfall,
+            )));
+        }
+        if let Some((resource, _)) = instances
+            .iter()
+            .find(|(r, _)| !registry.is_unit_instance(*r) || request.get(*r).is_zero())
+        {
+            return Err(ExactReserveError::Instances {
+                resource: *resource,
+                detail: "instances are named only for unit-instance resources the request asks for"
+                    .into(),
+            });
+        }
+        // Validate every pool on a copy first, so a failure on the second leaves the first alone.
+        let mut trial = self.pools.clone();
+        let mut shares = NodeShares::new();
+        for (resource, amount) in request
+            .iter()
+            .filter(|(r, _)| registry.is_unit_instance(*r))
+        {
+            let ids = instances
+                .iter()
+                .find(|(r, _)| *r == resource)
+                .map(|(_, ids)| ids.as_slice());
+            let Some(ids) = ids else {
+                return Err(ExactReserveError::Instances {
+                    resource,
+                    detail: "name the instances it takes".into(),
+                });
+            };
+            let pool = trial
+                .iter_mut()
+                .find(|(r, _)| *r == resource)
+                .map(|(_, p)| p);
+            let pool = pool.expect("the total check found this resource on the node");
+            let taken = pool
+                .take_exact(amount, ids)
+                .map_err(|detail| ExactReserveError::Instances { resource, detail })?;
+            shares.push((resource, taken));
+        }
+        self.pools = trial;
         self.available
             .checked_sub(request)
             .expect("availability was checked above");
@@ -430,7 +543,9 @@ mod tests {
         let too_much: ResourceSet = [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("3"))]
             .into_iter()
             .collect();
-        assert_eq!(node.reserve(&too_much, &registry), Err(ResourceId::GPU));
+        assert!(
+            matches!(node.reserve(&too_much, &registry), Err(Reason::InsufficientTotal(s)) if s.resource == ResourceId::GPU)
+        );
         assert_eq!(node.available(), before.available());
         let request: ResourceSet = [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("0.5"))]
             .into_iter()

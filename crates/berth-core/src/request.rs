@@ -40,14 +40,11 @@ pub struct NodeAffinity {
     pub fail_on_unavailable: bool,
 }
 
-/// A request rejected before scheduling. Each names the field and the rule.
+/// A request rejected before scheduling. Displays as `field: rule`; callers that nest the
+/// request in a larger document use [`RequestError::field`] and [`RequestError::rule`].
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum RequestError {
     /// A unit-instance amount of 1 or more that is not whole.
-    #[error(
-        "resources.{resource}: {amount} is not allowed: {resource} is shared per instance, so a \
-         request must be below 1 (a share of one instance) or a whole number of instances"
-    )]
     FractionalInstances {
         /// The resource.
         resource: String,
@@ -55,16 +52,45 @@ pub enum RequestError {
         amount: Quantity,
     },
     /// `spill_on_unavailable` on hard affinity, or `fail_on_unavailable` on soft.
-    #[error("scheduling_strategy.{field}: only allowed when soft is {needs_soft}")]
     AffinityFlag {
         /// The flag's name.
         field: &'static str,
         /// The value of `soft` the flag needs.
         needs_soft: bool,
     },
-    /// The affinity node ID is malformed.
-    #[error("scheduling_strategy.node_id: {0}")]
+    /// The affinity node ID is malformed; the rule it breaks.
     AffinityNode(String),
+}
+
+impl RequestError {
+    /// The field's path within the request (`resources.GPU`, `scheduling_strategy.node_id`).
+    pub fn field(&self) -> String {
+        match self {
+            RequestError::FractionalInstances { resource, .. } => format!("resources.{resource}"),
+            RequestError::AffinityFlag { field, .. } => format!("scheduling_strategy.{field}"),
+            RequestError::AffinityNode(_) => "scheduling_strategy.node_id".to_string(),
+        }
+    }
+
+    /// The rule broken, without the field.
+    pub fn rule(&self) -> String {
+        match self {
+            RequestError::FractionalInstances { resource, amount } => format!(
+                "{amount} is not allowed: {resource} is shared per instance, so a request must \
+                 be below 1 (a share of one instance) or a whole number of instances"
+            ),
+            RequestError::AffinityFlag { needs_soft, .. } => {
+                format!("only allowed when soft is {needs_soft}")
+            }
+            RequestError::AffinityNode(rule) => rule.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field(), self.rule())
+    }
 }
 
 /// A request to place one actor or task.
@@ -91,7 +117,7 @@ impl Request {
             }
         }
         if let Strategy::NodeAffinity(affinity) = &strategy {
-            NodeId::new(&affinity.node).map_err(|e| RequestError::AffinityNode(e.to_string()))?;
+            NodeId::new(&affinity.node).map_err(|e| RequestError::AffinityNode(e.rule()))?;
             if affinity.spill_on_unavailable && !affinity.soft {
                 return Err(RequestError::AffinityFlag {
                     field: "spill_on_unavailable",

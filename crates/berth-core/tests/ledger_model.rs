@@ -52,7 +52,7 @@ use std::collections::BTreeMap;
 
 use berth_core::instances::{InstancePool, MAX_INSTANCES};
 use berth_core::{
-    Allocation, Cluster, ClusterError, NodeError, NodeId, NodeIndex, NodeState, Quantity,
+    Allocation, Cluster, ClusterError, NodeError, NodeId, NodeIndex, NodeState, Quantity, Reason,
     ResourceId, ResourceRegistry, ResourceSet,
 };
 use proptest::collection::vec;
@@ -623,7 +623,17 @@ impl Harness {
             short.push("GPU");
         }
         let allocation = match result {
-            Err(ClusterError::Insufficient { node: id, resource }) => {
+            Err(ClusterError::Insufficient {
+                node: id, reason, ..
+            }) => {
+                let resource = match reason {
+                    Reason::InsufficientTotal(s) | Reason::InsufficientAvailable(s) => s.resource,
+                    Reason::Fragmented { resource, .. } => resource,
+                    other => {
+                        return Err(TestCaseError::fail(format!("unexpected reason {other:?}")))
+                    }
+                };
+                let resource = self.cluster.registry().name(resource).to_string();
                 prop_assert_eq!(id.as_str(), node.name.as_str());
                 prop_assert!(
                     short.contains(&resource.as_str()),

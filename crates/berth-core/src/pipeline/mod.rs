@@ -63,15 +63,41 @@ impl Default for SchedulerConfig {
     }
 }
 
-/// A scheduler setting out of range.
+/// A scheduler setting out of range. Displays as `field: rule`.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum ConfigError {
     /// `spread_threshold` above 1.
-    #[error("scheduler.spread_threshold: {0} is out of range; use a fraction from 0 to 1")]
     SpreadThreshold(Quantity),
     /// `top_k_fraction` zero or above 1.
-    #[error("scheduler.top_k_fraction: {0} is out of range; use a fraction above 0, at most 1")]
     TopKFraction(Quantity),
+}
+
+impl ConfigError {
+    /// The setting's path (`scheduler.spread_threshold`).
+    pub fn field(&self) -> &'static str {
+        match self {
+            ConfigError::SpreadThreshold(_) => "scheduler.spread_threshold",
+            ConfigError::TopKFraction(_) => "scheduler.top_k_fraction",
+        }
+    }
+
+    /// The rule broken, without the field.
+    pub fn rule(&self) -> String {
+        match self {
+            ConfigError::SpreadThreshold(v) => {
+                format!("{v} is out of range; use a fraction from 0 to 1")
+            }
+            ConfigError::TopKFraction(v) => {
+                format!("{v} is out of range; use a fraction above 0, at most 1")
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field(), self.rule())
+    }
 }
 
 impl SchedulerConfig {

@@ -59,7 +59,7 @@ fn filters_give_reasons_per_node() {
         &'static dyn Filter,
         Option<ReasonKind>,
     );
-    let cases: [Case; 9] = [
+    let cases: [Case; 10] = [
         ("CPU=4", "", "CPU=4", &ResourcesFeasible, None),
         (
             "CPU=4",
@@ -85,20 +85,10 @@ fn filters_give_reasons_per_node() {
         ),
         ("GPU=2", "GPU=0.5", "GPU=1", &InstancesFit, None),
         ("GPU=2", "GPU=1", "GPU=0.75", &InstancesFit, None),
-        (
-            "GPU=1",
-            "GPU=0.5",
-            "GPU=0.75",
-            &InstancesFit,
-            Some(ReasonKind::Fragmented(ResourceId::GPU)),
-        ),
-        (
-            "GPU=2",
-            "GPU=0.5",
-            "GPU=2",
-            &InstancesFit,
-            Some(ReasonKind::Fragmented(ResourceId::GPU)),
-        ),
+        // Short in sum is the free filter's reason, not fragmentation.
+        ("GPU=1", "GPU=0.5", "GPU=0.75", &InstancesFit, None),
+        ("CPU=4", "", "GPU=0.5", &InstancesFit, None),
+        ("GPU=2", "GPU=0.5", "GPU=2", &InstancesFit, None),
     ];
     for (total, used, ask, filter, expected) in cases {
         let mut c = cluster(&[("n1", total)]);
@@ -120,6 +110,36 @@ fn filters_give_reasons_per_node() {
             expected,
             "{} on {total} used {used} asking {ask}",
             filter.name()
+        );
+    }
+}
+
+#[test]
+fn instances_filter_reports_fragmentation_only_when_enough_is_free_in_sum() {
+    let mut c = cluster(&[("g", "GPU=2")]);
+    let node = index(&c, "g");
+    let half = resources(c.registry_mut(), "GPU=0.5");
+    c.reserve_instances(node, &half, &[(ResourceId::GPU, vec![0])])
+        .unwrap();
+    c.reserve_instances(node, &half, &[(ResourceId::GPU, vec![1])])
+        .unwrap();
+    // 1.0 GPU free in sum, 0.5 on each instance.
+    for (ask, expected) in [
+        ("GPU=1", true),
+        ("GPU=0.75", true),
+        ("GPU=0.5", false),
+        ("GPU=2", false),
+    ] {
+        let req = request(&mut c, ask, Strategy::Default);
+        let cx = DecisionContext {
+            cluster: &c,
+            request: &req,
+        };
+        let verdict = InstancesFit.check(&cx, c.node(node).unwrap());
+        assert_eq!(
+            matches!(verdict, Verdict::Unfit(Reason::Fragmented { .. })),
+            expected,
+            "{ask}"
         );
     }
 }
