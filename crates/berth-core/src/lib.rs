@@ -30,6 +30,37 @@
 //! - Every reason a user sees is recorded by the stage that decided it; `berth explain` and
 //!   "pending because" read the same records.
 
+//! ## Example
+//!
+//! ```
+//! use berth_core::{
+//!     Cluster, Decision, NodeId, Quantity, Request, ResourceId, ResourceRegistry, ResourceSet,
+//!     Scheduler, SchedulerConfig, Strategy,
+//! };
+//! use rand::SeedableRng;
+//!
+//! let mut cluster = Cluster::new(ResourceRegistry::default());
+//! let total: ResourceSet = [
+//!     (ResourceId::CPU, Quantity::from_whole(8)),
+//!     (ResourceId::GPU, Quantity::from_whole(2)),
+//! ]
+//! .into_iter()
+//! .collect();
+//! cluster.add_node(NodeId::new("gpu-1").unwrap(), total).unwrap();
+//!
+//! let half_gpu: ResourceSet = [(ResourceId::GPU, Quantity::parse("0.5").unwrap())].into_iter().collect();
+//! let request = Request::new(half_gpu, Strategy::Default, cluster.registry()).unwrap();
+//! let mut scheduler = Scheduler::new(SchedulerConfig::default());
+//! let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+//! match scheduler.place(&mut cluster, &request, &mut rng) {
+//!     Decision::Placed(allocation) => {
+//!         assert_eq!(allocation.instance_ids(ResourceId::GPU), [0]);
+//!         cluster.release(&allocation);
+//!     }
+//!     other => panic!("expected a placement, got {other:?}"),
+//! }
+//! ```
+
 pub mod cluster;
 pub mod diagnosis;
 pub mod instances;
