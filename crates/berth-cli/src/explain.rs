@@ -55,10 +55,7 @@ pub enum Output {
 /// Bad input comes back as a [`snapshot::InputError`] inside the `anyhow::Error`, so that the
 /// caller can tell it (exit status 2) from a failure to write the output.
 pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let ClusterSnapshot {
-        mut cluster,
-        config,
-    } = snapshot::load_cluster(&args.cluster)?;
+    let ClusterSnapshot { mut cluster, config } = snapshot::load_cluster(&args.cluster)?;
     let request = snapshot::load_request(&args.request, &mut cluster)?;
     let mut scheduler = Scheduler::new(config);
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
@@ -67,8 +64,6 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         Output::Table => render::table(&cluster, &decision, &explanation),
         Output::Json => render::json(&cluster, &decision, &explanation)?,
     };
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .context("cannot write the output")?;
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("cannot write the output")?;
     Ok(())
 }

@@ -50,12 +50,8 @@ fn decision_line(cluster: &Cluster, decision: &Decision) -> String {
             let mut line = format!("placed on {}", node_name(cluster, allocation.node()));
             for (resource, ids) in allocation.instances() {
                 let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
-                let _ = write!(
-                    line,
-                    ", {} instances [{}]",
-                    registry.name(resource),
-                    ids.join(", ")
-                );
+                let _ =
+                    write!(line, ", {} instances [{}]", registry.name(resource), ids.join(", "));
             }
             line
         }
@@ -68,17 +64,12 @@ fn decision_line(cluster: &Cluster, decision: &Decision) -> String {
 
 /// What the selection stage did with the nodes that passed.
 fn selection_line(cluster: &Cluster, attempt: &AttemptExplanation) -> String {
-    let names: Vec<String> = attempt
-        .shortlist
-        .iter()
-        .map(|&node| node_name(cluster, node))
-        .collect();
+    let names: Vec<String> =
+        attempt.shortlist.iter().map(|&node| node_name(cluster, node)).collect();
     match attempt.chosen {
-        Some(chosen) => format!(
-            "shortlist: {}; chosen: {}",
-            names.join(", "),
-            node_name(cluster, chosen)
-        ),
+        Some(chosen) => {
+            format!("shortlist: {}; chosen: {}", names.join(", "), node_name(cluster, chosen))
+        }
         None => "no node passed every filter; none chosen".to_string(),
     }
 }
@@ -91,10 +82,7 @@ fn attempt_table(cluster: &Cluster, attempt: &AttemptExplanation) -> Table {
     let registry = cluster.registry();
     // Attempts that do not rank (SPREAD, RANDOM, one affinity node) have no preference or score
     // on any node; their columns would be empty, so they are left out.
-    let ranked = attempt
-        .nodes
-        .iter()
-        .any(|n| !n.preferences.is_empty() || !n.scores.is_empty());
+    let ranked = attempt.nodes.iter().any(|n| !n.preferences.is_empty() || !n.scores.is_empty());
 
     let mut header = vec!["node", "state", "filters"];
     if ranked {
@@ -162,10 +150,7 @@ fn ranking_text(line: &NodeExplanation) -> String {
         .preferences
         .iter()
         .map(|(name, preferred)| format!("{name}: {}", if *preferred { "yes" } else { "no" }));
-    let scores = line
-        .scores
-        .iter()
-        .map(|s| format!("{} {}×{}", s.scorer, s.raw.get(), s.weight));
+    let scores = line.scores.iter().map(|s| format!("{} {}×{}", s.scorer, s.raw.get(), s.weight));
     preferences.chain(scores).collect::<Vec<_>>().join("\n")
 }
 
@@ -226,11 +211,7 @@ pub fn json(
     let report = Report {
         decision: decision_json,
         diagnosis: diagnosis.map(|d| diagnosis_json(registry, d)),
-        attempts: explanation
-            .attempts
-            .iter()
-            .map(|a| attempt_json(cluster, a))
-            .collect(),
+        attempts: explanation.attempts.iter().map(|a| attempt_json(cluster, a)).collect(),
     };
     let mut text = serde_json::to_string_pretty(&report)?;
     text.push('\n');
@@ -303,11 +284,7 @@ struct RejectedJson {
 fn diagnosis_json(registry: &ResourceRegistry, diagnosis: &Diagnosis) -> DiagnosisJson {
     DiagnosisJson {
         summary: diagnosis.describe(registry),
-        attempts: diagnosis
-            .attempts
-            .iter()
-            .map(|a| attempt_diagnosis_json(registry, a))
-            .collect(),
+        attempts: diagnosis.attempts.iter().map(|a| attempt_diagnosis_json(registry, a)).collect(),
     }
 }
 
@@ -393,17 +370,9 @@ fn attempt_json(cluster: &Cluster, attempt: &AttemptExplanation) -> AttemptJson 
     AttemptJson {
         attempt: attempt.kind.to_string(),
         code: attempt.kind.code(),
-        shortlist: attempt
-            .shortlist
-            .iter()
-            .map(|&n| node_name(cluster, n))
-            .collect(),
+        shortlist: attempt.shortlist.iter().map(|&n| node_name(cluster, n)).collect(),
         chosen: attempt.chosen.map(|n| node_name(cluster, n)),
-        nodes: attempt
-            .nodes
-            .iter()
-            .map(|line| node_json(cluster, line))
-            .collect(),
+        nodes: attempt.nodes.iter().map(|line| node_json(cluster, line)).collect(),
     }
 }
 
@@ -438,19 +407,12 @@ fn node_json(cluster: &Cluster, line: &NodeExplanation) -> NodeJson {
         preferences: line
             .preferences
             .iter()
-            .map(|&(preference, preferred)| PreferenceJson {
-                preference,
-                preferred,
-            })
+            .map(|&(preference, preferred)| PreferenceJson { preference, preferred })
             .collect(),
         scores: line
             .scores
             .iter()
-            .map(|s| ScoreJson {
-                scorer: s.scorer,
-                raw: s.raw.get(),
-                weight: s.weight,
-            })
+            .map(|s| ScoreJson { scorer: s.scorer, raw: s.raw.get(), weight: s.weight })
             .collect(),
         total: line.total,
     }

@@ -122,9 +122,7 @@ impl InputError {
             .take(caret_at.saturating_sub(1))
             .map(|c| if c == '\t' { '\t' } else { ' ' })
             .collect();
-        Some(format!(
-            "{gutter} |\n{number} | {shown}\n{gutter} | {pad}^\n"
-        ))
+        Some(format!("{gutter} |\n{number} | {shown}\n{gutter} | {pad}^\n"))
     }
 }
 
@@ -135,9 +133,7 @@ fn window(text: &str, column: usize) -> (String, usize) {
     if chars.len() <= SNIPPET_WIDTH {
         return (text.to_string(), column);
     }
-    let start = column
-        .saturating_sub(SNIPPET_WIDTH / 2)
-        .min(chars.len() - SNIPPET_WIDTH);
+    let start = column.saturating_sub(SNIPPET_WIDTH / 2).min(chars.len() - SNIPPET_WIDTH);
     let end = start + SNIPPET_WIDTH;
     let mut shown = String::new();
     let mut caret_at = column.saturating_sub(start);
@@ -225,9 +221,7 @@ impl<'de> Deserialize<'de> for ResourceName {
         let name = String::deserialize(deserializer)?;
         // The registry owns the naming rule; a scratch registry applies it without
         // interning anything into the cluster's (the file may still be rejected).
-        ResourceRegistry::default()
-            .intern(&name)
-            .map_err(de::Error::custom)?;
+        ResourceRegistry::default().intern(&name).map_err(de::Error::custom)?;
         Ok(ResourceName(name))
     }
 }
@@ -296,9 +290,7 @@ impl<'de> Deserialize<'de> for InstanceNumber {
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<InstanceNumber, E> {
                 match u64::try_from(v) {
                     Ok(v) => self.visit_u64(v),
-                    Err(_) => Err(E::custom(format!(
-                        "{v} is negative; instance IDs count from 0"
-                    ))),
+                    Err(_) => Err(E::custom(format!("{v} is negative; instance IDs count from 0"))),
                 }
             }
         }
@@ -344,10 +336,7 @@ impl<'de, V: ResourceValue> Visitor<'de> for ByResourceVisitor<V> {
             // The YAML parser rejects duplicate keys already; this keeps the rule if its
             // policy ever changes.
             if !seen.insert(name.0.clone()) {
-                return Err(de::Error::custom(format!(
-                    "resource {:?} is given twice",
-                    name.0
-                )));
+                return Err(de::Error::custom(format!("resource {:?} is given twice", name.0)));
             }
             entries.push((name, value));
         }
@@ -467,10 +456,7 @@ impl<'de> Visitor<'de> for AllocationVisitor {
                  {{…}} too, such as {{resources: {{GPU: 0.5}}, instances: {{GPU: [0]}}}}"
             ))
         })?;
-        Ok(AllocationEntry::Placed {
-            resources,
-            instances,
-        })
+        Ok(AllocationEntry::Placed { resources, instances })
     }
 }
 
@@ -527,11 +513,7 @@ struct SectionSeed<V> {
 
 impl<V> SectionSeed<V> {
     fn new(key: &'static str, long: Option<bool>) -> SectionSeed<V> {
-        SectionSeed {
-            key,
-            long,
-            value: PhantomData,
-        }
+        SectionSeed { key, long, value: PhantomData }
     }
 }
 
@@ -593,9 +575,7 @@ impl StrategyName {
 
     fn parse_or_error<E: de::Error>(text: &str) -> Result<StrategyName, E> {
         StrategyName::parse(text).ok_or_else(|| {
-            E::custom(format!(
-                "unknown scheduling strategy {text:?}; {STRATEGY_HELP}"
-            ))
+            E::custom(format!("unknown scheduling strategy {text:?}; {STRATEGY_HELP}"))
         })
     }
 }
@@ -648,9 +628,7 @@ impl<'de> Deserialize<'de> for StrategySpec {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<StrategySpec, A::Error> {
                 let spec = StrategyMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                spec.into_strategy()
-                    .map(StrategySpec)
-                    .map_err(de::Error::custom)
+                spec.into_strategy().map(StrategySpec).map_err(de::Error::custom)
             }
         }
         deserializer.deserialize_any(SpecVisitor)
@@ -665,9 +643,7 @@ impl StrategyMap {
             StrategyName::Spread => Strategy::Spread,
             StrategyName::Random => Strategy::Random,
             StrategyName::NodeAffinity => {
-                let node = self
-                    .node_id
-                    .ok_or("node_id is required with type NODE_AFFINITY")?;
+                let node = self.node_id.ok_or("node_id is required with type NODE_AFFINITY")?;
                 return Ok(Strategy::NodeAffinity(NodeAffinity {
                     node,
                     soft: self.soft.unwrap_or(false),
@@ -706,11 +682,7 @@ impl Source {
             path: path.to_path_buf(),
             source,
         })?;
-        Ok(Source {
-            kind,
-            path: path.to_path_buf(),
-            text,
-        })
+        Ok(Source { kind, path: path.to_path_buf(), text })
     }
 
     /// Parses the whole file as one YAML document (JSON is YAML too).
@@ -761,9 +733,7 @@ impl Source {
         message: impl Into<String>,
         location: Option<Location>,
     ) -> InputError {
-        let location = location
-            .filter(|l| l.line() > 0)
-            .map(|l| (l.line(), l.column().max(1)));
+        let location = location.filter(|l| l.line() > 0).map(|l| (l.line(), l.column().max(1)));
         let line_text = location.and_then(|(line, _)| {
             let index = usize::try_from(line - 1).ok()?;
             self.text.lines().nth(index).map(str::to_string)
@@ -819,10 +789,8 @@ fn push_key(out: &mut String, key: &str) {
     if !out.is_empty() {
         out.push('.');
     }
-    let plain = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let plain =
+        !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if plain {
         out.push_str(key);
     } else {
@@ -941,30 +909,22 @@ fn add_node(
         &under(&field, "resources"),
         node.resources.referenced,
     )?;
-    let index = cluster
-        .add_node(node.id.value.clone(), total)
-        .map_err(|err| match &err {
-            ClusterError::Node(err) => {
-                let location = match err {
-                    NodeError::InvalidId(_) => node.id.referenced,
-                    NodeError::BadInstanceTotal { .. } => node.resources.referenced,
-                };
-                source.invalid(
-                    core_path(&err.field(), |section| under(&field, section)),
-                    err.rule(),
-                    Some(location),
-                )
-            }
-            _ => source.invalid(field.clone(), err.to_string(), Some(node.id.referenced)),
-        })?;
+    let index = cluster.add_node(node.id.value.clone(), total).map_err(|err| match &err {
+        ClusterError::Node(err) => {
+            let location = match err {
+                NodeError::InvalidId(_) => node.id.referenced,
+                NodeError::BadInstanceTotal { .. } => node.resources.referenced,
+            };
+            source.invalid(
+                core_path(&err.field(), |section| under(&field, section)),
+                err.rule(),
+                Some(location),
+            )
+        }
+        _ => source.invalid(field.clone(), err.to_string(), Some(node.id.referenced)),
+    })?;
     for (j, allocation) in node.allocations.iter().enumerate() {
-        reserve(
-            source,
-            cluster,
-            index,
-            allocation,
-            &format!("{field}.allocations[{j}]"),
-        )?;
+        reserve(source, cluster, index, allocation, &format!("{field}.allocations[{j}]"))?;
     }
     let state = node.state.unwrap_or(NodeState::Alive);
     if state != NodeState::Alive {
@@ -988,10 +948,7 @@ fn reserve(
     // long form, with the named instances when given.
     let (amounts, amounts_field, amounts_location, exact) = match &allocation.value {
         AllocationEntry::Amounts(map) => (map, field.to_string(), location, None),
-        AllocationEntry::Placed {
-            resources,
-            instances,
-        } => (
+        AllocationEntry::Placed { resources, instances } => (
             &resources.value,
             under(field, RESOURCES_KEY),
             resources.referenced,
@@ -1023,11 +980,7 @@ fn reserve(
         }
     };
     reserved.map_err(|err| match err {
-        ClusterError::Insufficient {
-            node,
-            reason,
-            detail,
-        } => {
+        ClusterError::Insufficient { node, reason, detail } => {
             let after = if matches!(reason, Reason::InsufficientTotal(_)) {
                 ""
             } else {
@@ -1039,14 +992,9 @@ fn reserve(
                 Some(location),
             )
         }
-        ClusterError::Instances {
-            node,
-            resource,
-            detail,
-        } => {
-            let instances_location = exact
-                .flatten()
-                .map_or(location, |instances| instances.referenced);
+        ClusterError::Instances { node, resource, detail } => {
+            let instances_location =
+                exact.flatten().map_or(location, |instances| instances.referenced);
             source.invalid(
                 under(&under(field, INSTANCES_KEY), &resource),
                 format!("on node {node}: {detail}"),
@@ -1126,11 +1074,7 @@ pub fn load_request(path: &Path, cluster: &mut Cluster) -> Result<Request, Input
             RequestError::AffinityFlag { .. } | RequestError::AffinityNode(_) => strategy_location,
         };
         // The request file is the request: the core's paths start at its top.
-        source.invalid(
-            core_path(&err.field(), str::to_string),
-            err.rule(),
-            location,
-        )
+        source.invalid(core_path(&err.field(), str::to_string), err.rule(), location)
     })?;
     let preferred = match &file.preferred_node {
         None => None,
@@ -1153,11 +1097,7 @@ mod tests {
     use super::*;
 
     fn source(kind: FileKind, text: &str) -> Source {
-        Source {
-            kind,
-            path: PathBuf::from("test.yaml"),
-            text: text.to_string(),
-        }
+        Source { kind, path: PathBuf::from("test.yaml"), text: text.to_string() }
     }
 
     fn parse_error<T: DeserializeOwned + fmt::Debug>(text: &str) -> Invalid {
@@ -1198,13 +1138,7 @@ mod tests {
             let text =
                 format!("nodes:\n  - id: a\n    resources: {{}}\n    allocations: [{entry}]\n");
             let file: ClusterFile = source(FileKind::Cluster, &text).parse().unwrap();
-            file.nodes
-                .into_iter()
-                .next()
-                .unwrap()
-                .allocations
-                .remove(0)
-                .value
+            file.nodes.into_iter().next().unwrap().allocations.remove(0).value
         };
         let names = |map: &ResourceMap| map.0.iter().map(|(n, _)| n.0.clone()).collect::<Vec<_>>();
         match parse("{resources: 2, instances: 1, CPU: 1}") {
@@ -1214,10 +1148,7 @@ mod tests {
             other => panic!("a resource map: {other:?}"),
         }
         match parse("{instances: {GPU: [1]}, resources: {CPU: 1, GPU: 0.5}}") {
-            AllocationEntry::Placed {
-                resources,
-                instances,
-            } => {
+            AllocationEntry::Placed { resources, instances } => {
                 assert_eq!(names(&resources.value), ["CPU", "GPU"]);
                 let instances = instances.unwrap().value;
                 assert_eq!(instances.0[0].0 .0, "GPU");
@@ -1253,43 +1184,19 @@ mod tests {
         ] {
             let yaml = format!("resources: {{}}\nscheduling_strategy: {text}\n");
             let file: RequestFile = source(FileKind::Request, &yaml).parse().unwrap();
-            assert_eq!(
-                file.scheduling_strategy.unwrap().value.0,
-                expected,
-                "{text}"
-            );
+            assert_eq!(file.scheduling_strategy.unwrap().value.0, expected, "{text}");
         }
     }
 
     #[test]
     fn strategy_errors_name_the_rule() {
         let cases = [
-            (
-                "PACK",
-                "scheduling_strategy",
-                "unknown scheduling strategy \"PACK\"",
-            ),
+            ("PACK", "scheduling_strategy", "unknown scheduling strategy \"PACK\""),
             ("NODE_AFFINITY", "scheduling_strategy", "needs a node"),
-            (
-                "{type: SPREAD, soft: true}",
-                "scheduling_strategy",
-                "soft is only allowed",
-            ),
-            (
-                "{type: NODE_AFFINITY}",
-                "scheduling_strategy",
-                "node_id is required",
-            ),
-            (
-                "{type: SPREAD, weight: 2}",
-                "scheduling_strategy.weight",
-                "unknown field",
-            ),
-            (
-                "{type: NODE_AFFINITY, node_id: n1, soft: 1}",
-                "scheduling_strategy.soft",
-                "",
-            ),
+            ("{type: SPREAD, soft: true}", "scheduling_strategy", "soft is only allowed"),
+            ("{type: NODE_AFFINITY}", "scheduling_strategy", "node_id is required"),
+            ("{type: SPREAD, weight: 2}", "scheduling_strategy.weight", "unknown field"),
+            ("{type: NODE_AFFINITY, node_id: n1, soft: 1}", "scheduling_strategy.soft", ""),
         ];
         for (text, field, rule) in cases {
             let err = parse_error::<RequestFile>(&format!(

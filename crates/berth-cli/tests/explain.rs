@@ -16,10 +16,7 @@ fn example(name: &str) -> PathBuf {
 }
 
 fn berth(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(args)
-        .output()
-        .expect("the berth binary runs")
+    Command::new(env!("CARGO_BIN_EXE_berth")).args(args).output().expect("the berth binary runs")
 }
 
 fn explain(cluster: &Path, request: &Path, extra: &[&str]) -> Output {
@@ -36,11 +33,7 @@ fn explain(cluster: &Path, request: &Path, extra: &[&str]) -> Output {
 
 /// Runs `--output json` on an example request against the example cluster; asserts exit 0.
 fn explain_json(request: &str) -> Value {
-    let output = explain(
-        &example("cluster.yaml"),
-        &example(request),
-        &["--output", "json"],
-    );
+    let output = explain(&example("cluster.yaml"), &example(request), &["--output", "json"]);
     assert_eq!(
         output.status.code(),
         Some(0),
@@ -149,9 +142,7 @@ fn hard_affinity_places_on_its_node_only() {
     let nodes = report["attempts"][0]["nodes"].as_array().unwrap();
     let others: Vec<&Value> = nodes.iter().filter(|n| n["node"] != "cpu-3").collect();
     assert_eq!(others.len(), 6);
-    assert!(others
-        .iter()
-        .all(|n| n["excluded"]["reason"] == "not_affinity_node"));
+    assert!(others.iter().all(|n| n["excluded"]["reason"] == "not_affinity_node"));
 }
 
 #[test]
@@ -172,10 +163,7 @@ fn soft_affinity_spills_to_default_when_its_node_is_busy() {
 #[test]
 fn sixteen_gpus_are_infeasible() {
     let report = explain_json("infeasible.yaml");
-    assert_eq!(
-        report["decision"],
-        serde_json::json!({"outcome": "infeasible"})
-    );
+    assert_eq!(report["decision"], serde_json::json!({"outcome": "infeasible"}));
     let codes = rejected_codes(&report);
     assert_eq!(codes[0], "insufficient_total:GPU", "{codes:?}");
     assert!(codes.contains(&"draining".to_string()), "{codes:?}");
@@ -191,10 +179,7 @@ fn sixteen_gpus_are_infeasible() {
 #[test]
 fn a_share_larger_than_any_free_gpu_piece_is_pending() {
     let report = explain_json("fragmented.yaml");
-    assert_eq!(
-        report["decision"],
-        serde_json::json!({"outcome": "pending"})
-    );
+    assert_eq!(report["decision"], serde_json::json!({"outcome": "pending"}));
     let rejected = &report["diagnosis"]["attempts"][0]["rejected"];
     let fragmented = rejected
         .as_array()
@@ -231,10 +216,7 @@ fn table_output_starts_with_the_decision_and_fits_100_columns() {
     let output = explain(&example("cluster.yaml"), &example("actor.yaml"), &[]);
     assert_eq!(output.status.code(), Some(0));
     let text = String::from_utf8(output.stdout).unwrap();
-    assert_eq!(
-        text.lines().next(),
-        Some("placed on gpu-2, GPU instances [0]")
-    );
+    assert_eq!(text.lines().next(), Some("placed on gpu-2, GPU instances [0]"));
     assert!(text.contains("hybrid_utilization 25×1"), "{text}");
     assert!(text.contains("excluded: draining"), "{text}");
     assert!(text.contains("chosen"), "{text}");
@@ -244,10 +226,7 @@ fn table_output_starts_with_the_decision_and_fits_100_columns() {
 
     let output = explain(&example("cluster.yaml"), &example("fragmented.yaml"), &[]);
     let text = String::from_utf8(output.stdout).unwrap();
-    assert!(
-        text.starts_with("pending: DEFAULT: 0/7 nodes can take it now"),
-        "{text}"
-    );
+    assert!(text.starts_with("pending: DEFAULT: 0/7 nodes can take it now"), "{text}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -285,22 +264,13 @@ fn the_seed_picks_among_the_shortlist() {
     let request = write(&dir, "r.yaml", "resources: {CPU: 1}\n");
     let mut chosen = std::collections::BTreeSet::new();
     for seed in 0..32 {
-        let output = explain(
-            &cluster,
-            &request,
-            &["--output", "json", "--seed", &seed.to_string()],
-        );
+        let output =
+            explain(&cluster, &request, &["--output", "json", "--seed", &seed.to_string()]);
         let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-        assert_eq!(
-            report["attempts"][0]["shortlist"].as_array().unwrap().len(),
-            3
-        );
+        assert_eq!(report["attempts"][0]["shortlist"].as_array().unwrap().len(), 3);
         chosen.insert(report["decision"]["node"].as_str().unwrap().to_string());
     }
-    assert!(
-        chosen.len() > 1,
-        "different seeds pick different nodes: {chosen:?}"
-    );
+    assert!(chosen.len() > 1, "different seeds pick different nodes: {chosen:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -317,11 +287,7 @@ fn assert_bad_input(output: &Output, file: &Path, field: &str, rule: &[&str]) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
     assert!(output.stdout.is_empty(), "no decision on bad input");
-    assert!(
-        stderr.contains(file.to_str().unwrap()),
-        "names the file {}: {stderr}",
-        file.display()
-    );
+    assert!(stderr.contains(file.to_str().unwrap()), "names the file {}: {stderr}", file.display());
     assert!(stderr.contains(field), "names the field {field}: {stderr}");
     for part in rule {
         assert!(stderr.contains(part), "states the rule ({part}): {stderr}");
@@ -357,26 +323,14 @@ fn negative_amount() {
 #[test]
 fn non_numeric_amounts() {
     for amount in [".nan", "NaN", ".inf", "lots", "[1]"] {
-        bad_request(
-            &format!("resources: {{CPU: {amount}}}\n"),
-            "resources.CPU",
-            &[":1:"],
-        );
+        bad_request(&format!("resources: {{CPU: {amount}}}\n"), "resources.CPU", &[":1:"]);
     }
-    bad_request(
-        "resources: {CPU: lots}\n",
-        "resources.CPU",
-        &["not a decimal number"],
-    );
+    bad_request("resources: {CPU: lots}\n", "resources.CPU", &["not a decimal number"]);
 }
 
 #[test]
 fn more_than_four_decimals() {
-    bad_request(
-        "resources: {CPU: 1.00001}\n",
-        "resources.CPU",
-        &["more than 4 decimal places"],
-    );
+    bad_request("resources: {CPU: 1.00001}\n", "resources.CPU", &["more than 4 decimal places"]);
     bad_cluster(
         "nodes:\n  - id: a\n    resources: {memory: \"1.23456Gi\"}\n",
         "nodes[0].resources.memory",
@@ -405,11 +359,7 @@ fn unknown_keys() {
         "nodes[0].labels",
         &["unknown field"],
     );
-    bad_cluster(
-        "scheduler: {spread: 0.5}\nnodes: []\n",
-        "scheduler.spread",
-        &["unknown field"],
-    );
+    bad_cluster("scheduler: {spread: 0.5}\nnodes: []\n", "scheduler.spread", &["unknown field"]);
 }
 
 #[test]
@@ -452,10 +402,7 @@ fn allocation_that_does_not_fit() {
         "nodes:\n  - id: a\n    resources: {GPU: 2}\n    allocations:\n      - {GPU: 0.6}\n      \
          - {GPU: 0.5}\n      - {GPU: 0.75}\n",
         "nodes[0].allocations[2]",
-        &[
-            "after the allocations listed before it",
-            "inside one instance",
-        ],
+        &["after the allocations listed before it", "inside one instance"],
     );
     bad_cluster(
         "nodes:\n  - id: a\n    resources: {GPU: 4}\n    allocations:\n      - {GPU: 1.5}\n",
@@ -477,12 +424,7 @@ fn place_on(node_resources: &str, allocations: &str, request: &str) -> Value {
     );
     let request = write(&dir, "request.yaml", request);
     let output = explain(&cluster, &request, &["--output", "json"]);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     report["decision"].clone()
 }
@@ -505,11 +447,8 @@ fn long_allocation_form_holds_the_named_instances() {
     );
     assert_eq!(decision["instances"]["GPU"], serde_json::json!([0]));
     // The same allocation in the short form takes instance 0.
-    let decision = place_on(
-        "{CPU: 8, GPU: 2}",
-        "      - {CPU: 1, GPU: 1}\n",
-        "resources: {GPU: 1}\n",
-    );
+    let decision =
+        place_on("{CPU: 8, GPU: 2}", "      - {CPU: 1, GPU: 1}\n", "resources: {GPU: 1}\n");
     assert_eq!(decision["instances"]["GPU"], serde_json::json!([1]));
     // A share on instance 2: a half goes there (tightest fit), a whole GPU to instance 0.
     let shares = "      - {resources: {GPU: 0.5}, instances: {GPU: [2]}}\n";
@@ -536,10 +475,7 @@ fn long_allocation_form_holds_the_named_instances() {
         "      - {resources: 2}\n      - {resources: {resources: 1}}\n",
         "resources: {resources: 0.5}\n",
     );
-    assert_eq!(
-        decision["outcome"], "pending",
-        "all 3 `resources` are taken"
-    );
+    assert_eq!(decision["outcome"], "pending", "all 3 `resources` are taken");
 }
 
 /// A cluster file whose node `a` (CPU 4, GPU 2) has `allocations`, against the example actor.
@@ -696,10 +632,7 @@ fn unknown_strategy_name() {
     bad_request(
         "resources: {CPU: 1}\nscheduling_strategy: PACK\n",
         "scheduling_strategy",
-        &[
-            "unknown scheduling strategy \"PACK\"",
-            "DEFAULT, SPREAD, RANDOM",
-        ],
+        &["unknown scheduling strategy \"PACK\"", "DEFAULT, SPREAD, RANDOM"],
     );
     bad_request(
         "resources: {CPU: 1}\nscheduling_strategy: {type: STRICT_PACK}\n",
@@ -741,18 +674,10 @@ fn preferred_node_that_does_not_exist() {
 #[test]
 fn malformed_yaml() {
     bad_request("resources: {CPU: 1\n", "resources", &["unclosed", ":1:"]);
-    bad_cluster(
-        "nodes:\n  - id: a\n\tresources: {}\n",
-        "cluster.yaml",
-        &["tab"],
-    );
+    bad_cluster("nodes:\n  - id: a\n\tresources: {}\n", "cluster.yaml", &["tab"]);
     bad_cluster("nodes: 3\n", "nodes", &["sequence"]);
     bad_cluster("", "cluster.yaml", &["empty"]);
-    bad_request(
-        "resources: {CPU: 1}\n---\nresources: {CPU: 2}\n",
-        "request.yaml",
-        &["multiple"],
-    );
+    bad_request("resources: {CPU: 1}\n---\nresources: {CPU: 2}\n", "request.yaml", &["multiple"]);
 }
 
 #[test]
@@ -797,15 +722,8 @@ fn strict_booleans_and_resource_names() {
 fn usage_errors_exit_2() {
     let output = berth(&["explain", "--cluster", "x.yaml"]);
     assert_eq!(output.status.code(), Some(2));
-    let output = berth(&[
-        "explain",
-        "--cluster",
-        "x.yaml",
-        "--request",
-        "y.yaml",
-        "--output",
-        "xml",
-    ]);
+    let output =
+        berth(&["explain", "--cluster", "x.yaml", "--request", "y.yaml", "--output", "xml"]);
     assert_eq!(output.status.code(), Some(2));
     let output = berth(&["explain", "--help"]);
     assert_eq!(output.status.code(), Some(0));
@@ -818,11 +736,8 @@ fn usage_errors_exit_2() {
 #[test]
 fn json_input_is_accepted() {
     let dir = TempDir::new().unwrap();
-    let cluster = write(
-        &dir,
-        "c.json",
-        r#"{"nodes": [{"id": "a", "resources": {"CPU": 4, "GPU": "1"}}]}"#,
-    );
+    let cluster =
+        write(&dir, "c.json", r#"{"nodes": [{"id": "a", "resources": {"CPU": 4, "GPU": "1"}}]}"#);
     let request = write(
         &dir,
         "r.json",
@@ -832,8 +747,5 @@ fn json_input_is_accepted() {
     assert_eq!(output.status.code(), Some(0));
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["decision"]["node"], "a");
-    assert_eq!(
-        report["decision"]["instances"]["GPU"],
-        serde_json::json!([0])
-    );
+    assert_eq!(report["decision"]["instances"]["GPU"], serde_json::json!([0]));
 }

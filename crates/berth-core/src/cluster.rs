@@ -91,9 +91,7 @@ impl Allocation {
 
     /// Every unit-instance resource taken, with its instance IDs.
     pub fn instances(&self) -> impl Iterator<Item = (ResourceId, Vec<InstanceId>)> + '_ {
-        self.shares
-            .iter()
-            .map(|(id, shares)| (*id, shares.iter().map(|s| s.instance).collect()))
+        self.shares.iter().map(|(id, shares)| (*id, shares.iter().map(|s| s.instance).collect()))
     }
 }
 
@@ -112,10 +110,7 @@ pub struct Cluster {
 impl Cluster {
     /// An empty cluster whose resource names are interned in `registry`.
     pub fn new(registry: ResourceRegistry) -> Cluster {
-        Cluster {
-            registry,
-            ..Cluster::default()
-        }
+        Cluster { registry, ..Cluster::default() }
     }
 
     /// The resource names of this cluster.
@@ -258,16 +253,10 @@ impl Cluster {
         instances: Option<&[(ResourceId, Vec<InstanceId>)]>,
     ) -> Result<Allocation, ClusterError> {
         let registry = &self.registry;
-        let node = self
-            .nodes
-            .get_mut(index.0 as usize)
-            .and_then(Option::as_mut);
+        let node = self.nodes.get_mut(index.0 as usize).and_then(Option::as_mut);
         let node = node.ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))?;
         if node.state() != NodeState::Alive {
-            return Err(ClusterError::NotAlive {
-                node: node.id().clone(),
-                state: node.state(),
-            });
+            return Err(ClusterError::NotAlive { node: node.id().clone(), state: node.state() });
         }
         let unfit = |node: &Node, reason: Reason| ClusterError::Insufficient {
             node: node.id().clone(),
@@ -275,25 +264,19 @@ impl Cluster {
             detail: reason.describe(registry),
         };
         let shares = match instances {
-            None => node
-                .reserve(request, registry)
-                .map_err(|reason| unfit(node, reason))?,
-            Some(instances) => node
-                .reserve_exact(request, instances, registry)
-                .map_err(|err| match err {
+            None => node.reserve(request, registry).map_err(|reason| unfit(node, reason))?,
+            Some(instances) => {
+                node.reserve_exact(request, instances, registry).map_err(|err| match err {
                     ExactReserveError::Unfit(reason) => unfit(node, reason),
                     ExactReserveError::Instances { resource, detail } => ClusterError::Instances {
                         node: node.id().clone(),
                         resource: registry.name(resource).to_string(),
                         detail,
                     },
-                })?,
+                })?
+            }
         };
-        Ok(Allocation {
-            node: index,
-            resources: request.clone(),
-            shares,
-        })
+        Ok(Allocation { node: index, resources: request.clone(), shares })
     }
 
     /// Gives an allocation back. On a dead or removed node this does nothing: its resources are
@@ -313,10 +296,7 @@ impl Cluster {
         total: Quantity,
     ) -> Result<(), ClusterError> {
         let registry = &self.registry;
-        let node = self
-            .nodes
-            .get_mut(index.0 as usize)
-            .and_then(Option::as_mut);
+        let node = self.nodes.get_mut(index.0 as usize).and_then(Option::as_mut);
         let node = node.ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))?;
         node.set_capacity(resource, total, registry)?;
         Ok(())
@@ -358,15 +338,10 @@ mod tests {
         let mut c = cluster(&[("g", "CPU=4,GPU=2")]);
         let node = index(&c, "g");
         let set = resources(c.registry_mut(), "CPU=1,GPU=0.5");
-        let allocation = c
-            .reserve_instances(node, &set, &[(ResourceId::GPU, vec![1])])
-            .unwrap();
+        let allocation = c.reserve_instances(node, &set, &[(ResourceId::GPU, vec![1])]).unwrap();
         assert_eq!(allocation.instance_ids(ResourceId::GPU), [1]);
 
-        let err = c
-            .reserve_instances(node, &set, &[])
-            .unwrap_err()
-            .to_string();
+        let err = c.reserve_instances(node, &set, &[]).unwrap_err().to_string();
         assert_eq!(err, "node g: GPU instances: name the instances it takes");
         let err = c
             .reserve_instances(
@@ -376,33 +351,16 @@ mod tests {
             )
             .unwrap_err()
             .to_string();
-        assert!(
-            err.contains("CPU instances: instances are named only for unit-instance"),
-            "{err}"
-        );
+        assert!(err.contains("CPU instances: instances are named only for unit-instance"), "{err}");
         let big = resources(c.registry_mut(), "CPU=8,GPU=1");
-        let err = c
-            .reserve_instances(node, &big, &[(ResourceId::GPU, vec![0])])
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "node g cannot hold the request: needs 8 CPU, has 4 in total"
-        );
+        let err = c.reserve_instances(node, &big, &[(ResourceId::GPU, vec![0])]).unwrap_err();
+        assert_eq!(err.to_string(), "node g cannot hold the request: needs 8 CPU, has 4 in total");
         let whole = resources(c.registry_mut(), "GPU=1");
-        let err = c
-            .reserve_instances(node, &whole, &[(ResourceId::GPU, vec![1])])
-            .unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("instance 1 has 0.5 free, 1 is needed"),
-            "{err}"
-        );
+        let err = c.reserve_instances(node, &whole, &[(ResourceId::GPU, vec![1])]).unwrap_err();
+        assert!(err.to_string().contains("instance 1 has 0.5 free, 1 is needed"), "{err}");
         c.check_invariants().unwrap();
         c.release(&allocation);
-        assert_eq!(
-            c.node(node).unwrap().available(),
-            c.node(node).unwrap().total()
-        );
+        assert_eq!(c.node(node).unwrap().available(), c.node(node).unwrap().total());
     }
 
     #[test]
@@ -411,18 +369,9 @@ mod tests {
         let set = resources(c.registry_mut(), "CPU=1");
         c.set_state(index(&c, "a"), NodeState::Draining).unwrap();
         c.set_state(index(&c, "b"), NodeState::Dead).unwrap();
-        assert!(matches!(
-            c.reserve(index(&c, "a"), &set),
-            Err(ClusterError::NotAlive { .. })
-        ));
-        assert!(matches!(
-            c.reserve(index(&c, "b"), &set),
-            Err(ClusterError::NotAlive { .. })
-        ));
-        assert!(matches!(
-            c.reserve(NodeIndex(9), &set),
-            Err(ClusterError::UnknownNode(_))
-        ));
+        assert!(matches!(c.reserve(index(&c, "a"), &set), Err(ClusterError::NotAlive { .. })));
+        assert!(matches!(c.reserve(index(&c, "b"), &set), Err(ClusterError::NotAlive { .. })));
+        assert!(matches!(c.reserve(NodeIndex(9), &set), Err(ClusterError::UnknownNode(_))));
         assert!(matches!(
             c.set_state(index(&c, "b"), NodeState::Alive),
             Err(ClusterError::Dead(_))

@@ -76,17 +76,9 @@ impl Reason {
                 )
             }
             Reason::InsufficientAvailable(s) => {
-                format!(
-                    "needs {} {}, has {} free",
-                    s.requested,
-                    registry.name(s.resource),
-                    s.have
-                )
+                format!("needs {} {}, has {} free", s.requested, registry.name(s.resource), s.have)
             }
-            Reason::Fragmented {
-                resource,
-                requested,
-            } => {
+            Reason::Fragmented { resource, requested } => {
                 let name = registry.name(resource);
                 if requested.is_whole() {
                     format!("needs {requested} whole {name} instances; free {name} is split across instances")
@@ -103,10 +95,7 @@ impl ReasonKind {
     /// True when the node could take the request once work ends there (the request is
     /// pending, not infeasible, on its account).
     pub fn is_transient(self) -> bool {
-        matches!(
-            self,
-            ReasonKind::InsufficientAvailable(_) | ReasonKind::Fragmented(_)
-        )
+        matches!(self, ReasonKind::InsufficientAvailable(_) | ReasonKind::Fragmented(_))
     }
 
     /// A short phrase for counts: `3 too little GPU in total`.
@@ -224,8 +213,7 @@ impl AttemptDiagnosis {
     }
 
     pub(crate) fn finish(&mut self) {
-        self.rejected
-            .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        self.rejected.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     }
 
     /// `0/5 nodes: 3 too little GPU in total, 2 draining`.

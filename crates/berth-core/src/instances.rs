@@ -64,10 +64,7 @@ impl InstancePool {
     /// A pool of `count` free instances. `count` must be within `0..=MAX_INSTANCES`
     /// (the node validates it).
     pub fn new(count: u32) -> InstancePool {
-        let mut pool = InstancePool {
-            instances: SmallVec::new(),
-            next_generation: 0,
-        };
+        let mut pool = InstancePool { instances: SmallVec::new(), next_generation: 0 };
         pool.resize(count);
         pool
     }
@@ -84,9 +81,7 @@ impl InstancePool {
 
     /// Free capacity summed over instances: what the node has available of this resource.
     pub fn free_sum(&self) -> Quantity {
-        self.instances
-            .iter()
-            .fold(Quantity::ZERO, |sum, i| sum + i.free)
+        self.instances.iter().fold(Quantity::ZERO, |sum, i| sum + i.free)
     }
 
     /// Free capacity of each instance, in instance order.
@@ -107,11 +102,7 @@ impl InstancePool {
         if amount < Quantity::ONE {
             self.instances.iter().any(|i| i.free >= amount)
         } else {
-            let whole_free = self
-                .instances
-                .iter()
-                .filter(|i| i.free == Quantity::ONE)
-                .count();
+            let whole_free = self.instances.iter().filter(|i| i.free == Quantity::ONE).count();
             whole_free as i64 >= amount.whole()
         }
     }
@@ -172,34 +163,21 @@ impl InstancePool {
                 return Err(format!("instance {id} is named twice"));
             }
             let Some(instance) = self.instances.get(id as usize) else {
-                return Err(format!(
-                    "there is no instance {id} (the node has {})",
-                    self.len()
-                ));
+                return Err(format!("there is no instance {id} (the node has {})", self.len()));
             };
             let need = amount.min(Quantity::ONE);
             if instance.free < need {
-                return Err(format!(
-                    "instance {id} has {} free, {need} is needed",
-                    instance.free
-                ));
+                return Err(format!("instance {id} has {} free, {need} is needed", instance.free));
             }
         }
         let share = amount.min(Quantity::ONE);
-        Ok(ids
-            .iter()
-            .map(|&id| self.share(id as usize, share))
-            .collect())
+        Ok(ids.iter().map(|&id| self.share(id as usize, share)).collect())
     }
 
     fn share(&mut self, index: usize, amount: Quantity) -> InstanceShare {
         let instance = &mut self.instances[index];
         instance.free -= amount;
-        InstanceShare {
-            instance: index as InstanceId,
-            generation: instance.generation,
-            amount,
-        }
+        InstanceShare { instance: index as InstanceId, generation: instance.generation, amount }
     }
 
     /// Gives shares back. A share of a removed (or removed and re-created) instance is ignored.
@@ -217,10 +195,7 @@ impl InstancePool {
     pub fn resize(&mut self, count: u32) {
         self.instances.truncate(count as usize);
         while self.instances.len() < count as usize {
-            self.instances.push(Instance {
-                free: Quantity::ONE,
-                generation: self.next_generation,
-            });
+            self.instances.push(Instance { free: Quantity::ONE, generation: self.next_generation });
             self.next_generation = self.next_generation.wrapping_add(1);
         }
     }
@@ -255,11 +230,7 @@ mod tests {
         let mut pool = InstancePool::new(2);
         pool.take(q("0.5")).unwrap();
         let second = pool.take(q("0.5")).unwrap();
-        assert_eq!(
-            ids(&second),
-            [0],
-            "best fit fills the half-used instance first"
-        );
+        assert_eq!(ids(&second), [0], "best fit fills the half-used instance first");
         pool.take(q("0.5")).unwrap();
         // Now: instance 0 full, instance 1 half free. Make two halves instead:
         let mut pool = InstancePool::new(2);
@@ -277,10 +248,7 @@ mod tests {
         pool.give_back(&c);
         // Instance 0 has 0.5 free (d holds 0.5), instance 1 has 0.5 free (e holds 0.5).
         assert_eq!(pool.free_sum(), q("1"));
-        assert!(
-            !pool.fits(q("0.75")),
-            "two half-free GPUs cannot serve 0.75"
-        );
+        assert!(!pool.fits(q("0.75")), "two half-free GPUs cannot serve 0.75");
         assert_eq!(pool.take(q("0.75")), None);
         assert!(pool.fits(q("0.5")));
     }
@@ -319,10 +287,7 @@ mod tests {
             assert_eq!(pool, before, "a refused take changes nothing");
         }
         // Two half-used GPUs: the state best fit alone never builds from empty.
-        assert_eq!(
-            pool.free_per_instance().collect::<Vec<_>>(),
-            [q("1"), q("0.5"), q("0.5")]
-        );
+        assert_eq!(pool.free_per_instance().collect::<Vec<_>>(), [q("1"), q("0.5"), q("0.5")]);
     }
 
     #[test]
@@ -354,11 +319,7 @@ mod tests {
         pool.resize(4); // instances 2 and 3 are new devices
         assert_eq!(pool.free_sum(), q("2"));
         pool.give_back(&held);
-        assert_eq!(
-            pool.free_sum(),
-            q("4"),
-            "instances 0 and 1 come back; 2 and 3 stay whole"
-        );
+        assert_eq!(pool.free_sum(), q("4"), "instances 0 and 1 come back; 2 and 3 stay whole");
         let whole = pool.take(q("4")).unwrap();
         assert_eq!(ids(&whole), [0, 1, 2, 3]);
     }

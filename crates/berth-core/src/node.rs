@@ -30,9 +30,7 @@ impl NodeId {
             && bytes.len() <= 63
             && bytes[0].is_ascii_alphanumeric()
             && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-            && bytes
-                .iter()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+            && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
         if ok {
             Ok(NodeId(text.to_string()))
         } else {
@@ -133,10 +131,7 @@ pub(crate) enum ExactReserveError {
     /// The node cannot hold the request at all or now.
     Unfit(Reason),
     /// The named instances are wrong for the request.
-    Instances {
-        resource: ResourceId,
-        detail: String,
-    },
+    Instances { resource: ResourceId, detail: String },
 }
 
 /// A node of the cluster and its resource ledger.
@@ -207,10 +202,7 @@ impl Node {
     }
 
     fn pool_mut(&mut self, resource: ResourceId) -> Option<&mut InstancePool> {
-        self.pools
-            .iter_mut()
-            .find(|(id, _)| *id == resource)
-            .map(|(_, pool)| pool)
+        self.pools.iter_mut().find(|(id, _)| *id == resource).map(|(_, pool)| pool)
     }
 
     /// True when the node has at least one instance of a unit-instance resource (a "GPU node").
@@ -258,10 +250,7 @@ impl Node {
             return Some(Reason::InsufficientAvailable(shortfall));
         }
         self.fragmented(request, registry)
-            .map(|resource| Reason::Fragmented {
-                resource,
-                requested: request.get(resource),
-            })
+            .map(|resource| Reason::Fragmented { resource, requested: request.get(resource) })
     }
 
     /// Reserves `request`, all or nothing; a failure changes nothing and says why.
@@ -280,9 +269,7 @@ impl Node {
                 shares.push((resource, taken));
             }
         }
-        self.available
-            .checked_sub(request)
-            .expect("availability was checked above");
+        self.available.checked_sub(request).expect("availability was checked above");
         Ok(shares)
     }
 
@@ -295,14 +282,10 @@ impl Node {
         registry: &ResourceRegistry,
     ) -> Result<NodeShares, ExactReserveError> {
         if let Some(shortfall) = self.total_shortfall(request) {
-            return Err(ExactReserveError::Unfit(Reason::InsufficientTotal(
-                shortfall,
-            )));
+            return Err(ExactReserveError::Unfit(Reason::InsufficientTotal(shortfall)));
         }
         if let Some(shortfall) = self.available_shortfall(request) {
-            return Err(ExactReserveError::Unfit(Reason::InsufficientAvailable(
-                shortfall,
-            )));
+            return Err(ExactReserveError::Unfit(Reason::InsufficientAvailable(shortfall)));
         }
         if let Some((resource, _)) = instances
             .iter()
@@ -317,24 +300,15 @@ impl Node {
         // Validate every pool on a copy first, so a failure on the second leaves the first alone.
         let mut trial = self.pools.clone();
         let mut shares = NodeShares::new();
-        for (resource, amount) in request
-            .iter()
-            .filter(|(r, _)| registry.is_unit_instance(*r))
-        {
-            let ids = instances
-                .iter()
-                .find(|(r, _)| *r == resource)
-                .map(|(_, ids)| ids.as_slice());
+        for (resource, amount) in request.iter().filter(|(r, _)| registry.is_unit_instance(*r)) {
+            let ids = instances.iter().find(|(r, _)| *r == resource).map(|(_, ids)| ids.as_slice());
             let Some(ids) = ids else {
                 return Err(ExactReserveError::Instances {
                     resource,
                     detail: "name the instances it takes".into(),
                 });
             };
-            let pool = trial
-                .iter_mut()
-                .find(|(r, _)| *r == resource)
-                .map(|(_, p)| p);
+            let pool = trial.iter_mut().find(|(r, _)| *r == resource).map(|(_, p)| p);
             let pool = pool.expect("the total check found this resource on the node");
             let taken = pool
                 .take_exact(amount, ids)
@@ -342,9 +316,7 @@ impl Node {
             shares.push((resource, taken));
         }
         self.pools = trial;
-        self.available
-            .checked_sub(request)
-            .expect("availability was checked above");
+        self.available.checked_sub(request).expect("availability was checked above");
         Ok(shares)
     }
 
@@ -392,9 +364,7 @@ impl Node {
                 Some(pool) => pool.resize(count),
                 None => self.pools.push((resource, InstancePool::new(count))),
             }
-            let free = self
-                .pool(resource)
-                .map_or(Quantity::ZERO, InstancePool::free_sum);
+            let free = self.pool(resource).map_or(Quantity::ZERO, InstancePool::free_sum);
             self.total.set(resource, total);
             self.available.set(resource, free);
             // An emptied pool is kept (`pool` hides it) so that its generations go on: a share
@@ -429,18 +399,11 @@ impl Node {
         for (resource, total) in self.total.iter() {
             let available = self.available.get(resource);
             if available > total {
-                return Err(format!(
-                    "{}: available {available} > total {total}",
-                    self.id
-                ));
+                return Err(format!("{}: available {available} > total {total}", self.id));
             }
             if let Some(pool) = self.pool(resource) {
                 if Quantity::from_whole(i64::from(pool.len())) != total {
-                    return Err(format!(
-                        "{}: {} instances for total {total}",
-                        self.id,
-                        pool.len()
-                    ));
+                    return Err(format!("{}: {} instances for total {total}", self.id, pool.len()));
                 }
                 if pool.free_sum() != available {
                     return Err(format!(
@@ -451,15 +414,10 @@ impl Node {
                 }
             }
         }
-        if let Some((resource, _)) = self
-            .available
-            .iter()
-            .find(|(r, _)| self.total.get(*r).is_zero())
+        if let Some((resource, _)) =
+            self.available.iter().find(|(r, _)| self.total.get(*r).is_zero())
         {
-            return Err(format!(
-                "{}: available resource {resource:?} without total",
-                self.id
-            ));
+            return Err(format!("{}: available resource {resource:?} without total", self.id));
         }
         Ok(())
     }
@@ -475,13 +433,9 @@ mod tests {
 
     fn node(cpu: &str, gpu: &str) -> (Node, ResourceRegistry) {
         let registry = ResourceRegistry::default();
-        let total: ResourceSet = [(ResourceId::CPU, q(cpu)), (ResourceId::GPU, q(gpu))]
-            .into_iter()
-            .collect();
-        (
-            Node::new(NodeId::new("n1").unwrap(), total, &registry).unwrap(),
-            registry,
-        )
+        let total: ResourceSet =
+            [(ResourceId::CPU, q(cpu)), (ResourceId::GPU, q(gpu))].into_iter().collect();
+        (Node::new(NodeId::new("n1").unwrap(), total, &registry).unwrap(), registry)
     }
 
     #[test]
@@ -500,26 +454,16 @@ mod tests {
         let (mut node, registry) = node("8", "0");
         let used: ResourceSet = [(ResourceId::CPU, q("6"))].into_iter().collect();
         let shares = node.reserve(&used, &registry).unwrap();
-        node.set_capacity(ResourceId::CPU, q("4"), &registry)
-            .unwrap();
+        node.set_capacity(ResourceId::CPU, q("4"), &registry).unwrap();
         assert_eq!(
             node.available().get(ResourceId::CPU),
             Quantity::ZERO,
             "2 + (4 − 8) floors at 0"
         );
-        node.set_capacity(ResourceId::CPU, q("10"), &registry)
-            .unwrap();
-        assert_eq!(
-            node.available().get(ResourceId::CPU),
-            q("6"),
-            "0 + (10 − 4)"
-        );
+        node.set_capacity(ResourceId::CPU, q("10"), &registry).unwrap();
+        assert_eq!(node.available().get(ResourceId::CPU), q("6"), "0 + (10 − 4)");
         node.release(&used, &shares);
-        assert_eq!(
-            node.available().get(ResourceId::CPU),
-            q("10"),
-            "release is capped at total"
-        );
+        assert_eq!(node.available().get(ResourceId::CPU), q("10"), "release is capped at total");
         node.check_invariants().unwrap();
     }
 
@@ -527,29 +471,22 @@ mod tests {
     fn unit_instance_totals_must_be_whole() {
         let registry = ResourceRegistry::default();
         let total: ResourceSet = [(ResourceId::GPU, q("1.5"))].into_iter().collect();
-        let err = Node::new(NodeId::new("n1").unwrap(), total, &registry)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("resources.GPU") && err.contains("whole number"),
-            "{err}"
-        );
+        let err = Node::new(NodeId::new("n1").unwrap(), total, &registry).unwrap_err().to_string();
+        assert!(err.contains("resources.GPU") && err.contains("whole number"), "{err}");
     }
 
     #[test]
     fn reserve_is_all_or_nothing_and_release_restores() {
         let (mut node, registry) = node("4", "2");
         let before = node.clone();
-        let too_much: ResourceSet = [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("3"))]
-            .into_iter()
-            .collect();
+        let too_much: ResourceSet =
+            [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("3"))].into_iter().collect();
         assert!(
             matches!(node.reserve(&too_much, &registry), Err(Reason::InsufficientTotal(s)) if s.resource == ResourceId::GPU)
         );
         assert_eq!(node.available(), before.available());
-        let request: ResourceSet = [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("0.5"))]
-            .into_iter()
-            .collect();
+        let request: ResourceSet =
+            [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("0.5"))].into_iter().collect();
         let shares = node.reserve(&request, &registry).unwrap();
         assert_eq!(node.available().get(ResourceId::GPU), q("1.5"));
         node.release(&request, &shares);

@@ -62,9 +62,7 @@ pub struct PendingQueue<K> {
 impl<K: PartialEq> PendingQueue<K> {
     /// An empty queue.
     pub fn new() -> PendingQueue<K> {
-        PendingQueue {
-            entries: Vec::new(),
-        }
+        PendingQueue { entries: Vec::new() }
     }
 
     /// Places `request` now if it can; otherwise queues it at the back and returns `None`.
@@ -81,12 +79,7 @@ impl<K: PartialEq> PendingQueue<K> {
             Decision::Pending(diagnosis) => (Waiting::Pending, diagnosis),
             Decision::Infeasible(diagnosis) => (Waiting::Infeasible, diagnosis),
         };
-        self.entries.push(QueuedRequest {
-            key,
-            request,
-            waiting,
-            diagnosis,
-        });
+        self.entries.push(QueuedRequest { key, request, waiting, diagnosis });
         None
     }
 
@@ -195,22 +188,12 @@ mod tests {
 
         fn submit(&mut self, key: &'static str, spec: &str) -> Option<Allocation> {
             let req = request(&mut self.cluster, spec, Strategy::Default);
-            self.queue.submit(
-                key,
-                req,
-                &mut self.scheduler,
-                &mut self.cluster,
-                &mut self.rng,
-            )
+            self.queue.submit(key, req, &mut self.scheduler, &mut self.cluster, &mut self.rng)
         }
 
         fn retry(&mut self, trigger: Trigger) -> Vec<&'static str> {
-            let placed = self.queue.retry(
-                trigger,
-                &mut self.scheduler,
-                &mut self.cluster,
-                &mut self.rng,
-            );
+            let placed =
+                self.queue.retry(trigger, &mut self.scheduler, &mut self.cluster, &mut self.rng);
             placed.into_iter().map(|(key, _)| key).collect()
         }
 
@@ -241,14 +224,9 @@ mod tests {
         assert!(f.submit("gpu", "CPU=1,GPU=1").is_none());
         assert_eq!(f.waiting(), [("gpu", Waiting::Infeasible)]);
         f.cluster.release(&running);
-        assert!(f
-            .retry(Trigger::Released(index(&f.cluster, "a")))
-            .is_empty());
+        assert!(f.retry(Trigger::Released(index(&f.cluster, "a"))).is_empty());
         let total = resources(f.cluster.registry_mut(), "CPU=2,GPU=1");
-        let node = f
-            .cluster
-            .add_node(NodeId::new("g").unwrap(), total)
-            .unwrap();
+        let node = f.cluster.add_node(NodeId::new("g").unwrap(), total).unwrap();
         assert_eq!(f.retry(Trigger::NodeJoined(node)), ["gpu"]);
         assert!(f.queue.is_empty());
     }
@@ -259,9 +237,7 @@ mod tests {
         f.submit("first", "CPU=2").expect("fits");
         assert!(f.submit("second", "CPU=2").is_none());
         let node = index(&f.cluster, "a");
-        f.cluster
-            .set_capacity(node, ResourceId::CPU, Quantity::from_whole(4))
-            .unwrap();
+        f.cluster.set_capacity(node, ResourceId::CPU, Quantity::from_whole(4)).unwrap();
         assert_eq!(f.retry(Trigger::CapacityChanged(node)), ["second"]);
     }
 
@@ -272,9 +248,7 @@ mod tests {
         assert_eq!(f.waiting(), [("big", Waiting::Infeasible)]);
         let node = index(&f.cluster, "a");
         f.submit("filler", "CPU=2").expect("fits");
-        f.cluster
-            .set_capacity(node, ResourceId::CPU, Quantity::from_whole(4))
-            .unwrap();
+        f.cluster.set_capacity(node, ResourceId::CPU, Quantity::from_whole(4)).unwrap();
         // 2 of 4 free now: big could fit once filler ends.
         assert!(f.retry(Trigger::CapacityChanged(node)).is_empty());
         assert_eq!(f.waiting(), [("big", Waiting::Pending)]);

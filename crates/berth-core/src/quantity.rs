@@ -123,9 +123,8 @@ impl Quantity {
         if trimmed.starts_with('-') {
             return Err(QuantityError::Negative(trimmed.to_string()));
         }
-        let digits_end = trimmed
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(trimmed.len());
+        let digits_end =
+            trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
         let (number, suffix) = trimmed.split_at(digits_end);
         let multiplier: i128 = match suffix {
             "" => 1,
@@ -327,11 +326,7 @@ mod tests {
             ("100000000000000", MAX_WHOLE * 10_000),
         ];
         for (text, units) in cases {
-            assert_eq!(
-                Quantity::parse(text),
-                Ok(Quantity::from_units(units)),
-                "{text}"
-            );
+            assert_eq!(Quantity::parse(text), Ok(Quantity::from_units(units)), "{text}");
         }
     }
 
@@ -359,22 +354,10 @@ mod tests {
 
     #[test]
     fn below_resolution_versus_too_precise() {
-        assert!(matches!(
-            Quantity::parse("0.00009"),
-            Err(QuantityError::BelowResolution(_))
-        ));
-        assert!(matches!(
-            Quantity::parse("0.00011"),
-            Err(QuantityError::TooPrecise(_))
-        ));
-        assert_eq!(
-            Quantity::parse("0.1Ki"),
-            Ok(Quantity::parse("102.4").unwrap())
-        );
-        assert!(matches!(
-            Quantity::parse("0.00001Ki"),
-            Err(QuantityError::TooPrecise(_))
-        ));
+        assert!(matches!(Quantity::parse("0.00009"), Err(QuantityError::BelowResolution(_))));
+        assert!(matches!(Quantity::parse("0.00011"), Err(QuantityError::TooPrecise(_))));
+        assert_eq!(Quantity::parse("0.1Ki"), Ok(Quantity::parse("102.4").unwrap()));
+        assert!(matches!(Quantity::parse("0.00001Ki"), Err(QuantityError::TooPrecise(_))));
         assert!(matches!(
             Quantity::parse("999999999999999999999999"),
             Err(QuantityError::Overflow(_))
@@ -385,34 +368,13 @@ mod tests {
     fn floats_convert_exactly_or_fail() {
         assert_eq!(Quantity::from_f64(0.1), Ok(Quantity::from_units(1_000)));
         assert_eq!(Quantity::from_f64(0.3), Ok(Quantity::from_units(3_000)));
-        assert_eq!(
-            Quantity::from_f64(1e9),
-            Ok(Quantity::from_whole(1_000_000_000))
-        );
-        assert!(matches!(
-            Quantity::from_f64(f64::NAN),
-            Err(QuantityError::NotFinite(_))
-        ));
-        assert!(matches!(
-            Quantity::from_f64(f64::INFINITY),
-            Err(QuantityError::NotFinite(_))
-        ));
-        assert!(matches!(
-            Quantity::from_f64(-0.5),
-            Err(QuantityError::Negative(_))
-        ));
-        assert!(matches!(
-            Quantity::from_f64(1e-5),
-            Err(QuantityError::BelowResolution(_))
-        ));
-        assert!(matches!(
-            Quantity::from_f64(0.123456),
-            Err(QuantityError::TooPrecise(_))
-        ));
-        assert!(matches!(
-            Quantity::from_f64(1e20),
-            Err(QuantityError::Overflow(_))
-        ));
+        assert_eq!(Quantity::from_f64(1e9), Ok(Quantity::from_whole(1_000_000_000)));
+        assert!(matches!(Quantity::from_f64(f64::NAN), Err(QuantityError::NotFinite(_))));
+        assert!(matches!(Quantity::from_f64(f64::INFINITY), Err(QuantityError::NotFinite(_))));
+        assert!(matches!(Quantity::from_f64(-0.5), Err(QuantityError::Negative(_))));
+        assert!(matches!(Quantity::from_f64(1e-5), Err(QuantityError::BelowResolution(_))));
+        assert!(matches!(Quantity::from_f64(0.123456), Err(QuantityError::TooPrecise(_))));
+        assert!(matches!(Quantity::from_f64(1e20), Err(QuantityError::Overflow(_))));
     }
 
     #[test]
@@ -423,10 +385,7 @@ mod tests {
             sum += tenth;
         }
         assert_eq!(sum, Quantity::ONE);
-        assert_eq!(
-            Quantity::ONE.saturating_sub(Quantity::from_whole(2)),
-            Quantity::ZERO
-        );
+        assert_eq!(Quantity::ONE.saturating_sub(Quantity::from_whole(2)), Quantity::ZERO);
         assert_eq!(Quantity::ONE.checked_sub(Quantity::from_whole(2)), None);
     }
 
@@ -436,18 +395,10 @@ mod tests {
         assert_eq!(q, Quantity::from_units(2_500));
         let q: Quantity = serde_json::from_str("\"4Gi\"").unwrap();
         assert_eq!(q.whole(), 4 << 30);
-        let err = serde_json::from_str::<Quantity>("-3")
-            .unwrap_err()
-            .to_string();
+        let err = serde_json::from_str::<Quantity>("-3").unwrap_err().to_string();
         assert!(err.contains("negative"), "{err}");
-        assert_eq!(
-            serde_json::to_string(&Quantity::from_units(5_000)).unwrap(),
-            "0.5"
-        );
-        assert_eq!(
-            serde_json::to_string(&Quantity::from_whole(3)).unwrap(),
-            "3"
-        );
+        assert_eq!(serde_json::to_string(&Quantity::from_units(5_000)).unwrap(), "0.5");
+        assert_eq!(serde_json::to_string(&Quantity::from_whole(3)).unwrap(), "3");
     }
 
     proptest! {

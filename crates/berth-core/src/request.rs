@@ -131,11 +131,7 @@ impl Request {
                 });
             }
         }
-        Ok(Request {
-            resources,
-            strategy,
-            preferred_node: None,
-        })
+        Ok(Request { resources, strategy, preferred_node: None })
     }
 
     /// The node the request comes from (the caller's node), which wins ties under DEFAULT.
@@ -166,28 +162,18 @@ mod tests {
     use crate::resource::ResourceId;
 
     fn set(gpu: &str) -> ResourceSet {
-        [(ResourceId::GPU, Quantity::parse(gpu).unwrap())]
-            .into_iter()
-            .collect()
+        [(ResourceId::GPU, Quantity::parse(gpu).unwrap())].into_iter().collect()
     }
 
     #[test]
     fn gpu_amounts_are_fractions_or_whole() {
         let registry = ResourceRegistry::default();
         for ok in ["0.25", "0.9999", "1", "2", "8"] {
-            assert!(
-                Request::new(set(ok), Strategy::Default, &registry).is_ok(),
-                "{ok}"
-            );
+            assert!(Request::new(set(ok), Strategy::Default, &registry).is_ok(), "{ok}");
         }
         for bad in ["1.5", "2.0001"] {
-            let err = Request::new(set(bad), Strategy::Default, &registry)
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.starts_with("resources.GPU: ") && err.contains("whole number"),
-                "{err}"
-            );
+            let err = Request::new(set(bad), Strategy::Default, &registry).unwrap_err().to_string();
+            assert!(err.starts_with("resources.GPU: ") && err.contains("whole number"), "{err}");
         }
         let custom = ResourceRegistry::with_unit_instance(["TPU"]).unwrap();
         assert!(
@@ -208,17 +194,9 @@ mod tests {
             })
         };
         let err = Request::new(set("1"), affinity(false, true, false), &registry).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("scheduling_strategy.spill_on_unavailable"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("scheduling_strategy.spill_on_unavailable"), "{err}");
         let err = Request::new(set("1"), affinity(true, false, true), &registry).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("scheduling_strategy.fail_on_unavailable"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("scheduling_strategy.fail_on_unavailable"), "{err}");
         assert!(Request::new(set("1"), affinity(true, true, false), &registry).is_ok());
         let bad_node = Strategy::NodeAffinity(NodeAffinity {
             node: "no such/node".into(),
@@ -227,9 +205,6 @@ mod tests {
             fail_on_unavailable: false,
         });
         let err = Request::new(set("1"), bad_node, &registry).unwrap_err();
-        assert!(
-            err.to_string().contains("scheduling_strategy.node_id"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("scheduling_strategy.node_id"), "{err}");
     }
 }

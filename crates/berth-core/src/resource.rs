@@ -84,10 +84,7 @@ impl ResourceRegistry {
         unit_instance: impl IntoIterator<Item = &'a str>,
     ) -> Result<ResourceRegistry, ResourceNameError> {
         let mut registry = ResourceRegistry::default();
-        registry
-            .unit_instance
-            .iter_mut()
-            .for_each(|flag| *flag = false);
+        registry.unit_instance.iter_mut().for_each(|flag| *flag = false);
         for name in unit_instance {
             let id = registry.intern(name)?;
             registry.unit_instance[id.index()] = true;
@@ -222,11 +219,7 @@ impl ResourceSet {
     pub fn first_shortfall(&self, other: &ResourceSet) -> Option<Shortfall> {
         self.iter().find_map(|(resource, requested)| {
             let have = other.get(resource);
-            (requested > have).then_some(Shortfall {
-                resource,
-                requested,
-                have,
-            })
+            (requested > have).then_some(Shortfall { resource, requested, have })
         })
     }
 
@@ -270,10 +263,7 @@ impl ResourceSet {
 
     /// A view that prints names instead of IDs: `{CPU: 2, GPU: 0.5}`.
     pub fn display<'a>(&'a self, registry: &'a ResourceRegistry) -> ResourceSetDisplay<'a> {
-        ResourceSetDisplay {
-            set: self,
-            registry,
-        }
+        ResourceSetDisplay { set: self, registry }
     }
 }
 
@@ -318,10 +308,7 @@ mod tests {
     fn predefined_ids_are_fixed_and_custom_names_intern() {
         let mut registry = ResourceRegistry::default();
         assert_eq!(registry.intern("CPU"), Ok(ResourceId::CPU));
-        assert_eq!(
-            registry.intern("object_store_memory"),
-            Ok(ResourceId::OBJECT_STORE_MEMORY)
-        );
+        assert_eq!(registry.intern("object_store_memory"), Ok(ResourceId::OBJECT_STORE_MEMORY));
         let t4 = registry.intern("nvidia.com/t4").unwrap();
         assert_eq!(registry.intern("nvidia.com/t4"), Ok(t4));
         assert_eq!(registry.name(t4), "nvidia.com/t4");
@@ -353,22 +340,17 @@ mod tests {
         set.set(ResourceId::GPU, q("1"));
         set.set(ResourceId::CPU, q("2"));
         set.set(ResourceId::MEMORY, Quantity::ZERO);
-        assert_eq!(
-            set.iter().map(|e| e.0).collect::<Vec<_>>(),
-            [ResourceId::CPU, ResourceId::GPU]
-        );
+        assert_eq!(set.iter().map(|e| e.0).collect::<Vec<_>>(), [ResourceId::CPU, ResourceId::GPU]);
         set.set(ResourceId::GPU, Quantity::ZERO);
         assert_eq!(set.len(), 1);
     }
 
     #[test]
     fn subset_add_and_subtract() {
-        let small: ResourceSet = [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("0.5"))]
-            .into_iter()
-            .collect();
-        let big: ResourceSet = [(ResourceId::CPU, q("4")), (ResourceId::GPU, q("1"))]
-            .into_iter()
-            .collect();
+        let small: ResourceSet =
+            [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("0.5"))].into_iter().collect();
+        let big: ResourceSet =
+            [(ResourceId::CPU, q("4")), (ResourceId::GPU, q("1"))].into_iter().collect();
         assert!(small.is_subset_of(&big));
         assert!(!big.is_subset_of(&small));
         assert!(ResourceSet::new().is_subset_of(&small));

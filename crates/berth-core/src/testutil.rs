@@ -24,9 +24,7 @@ pub fn cluster(nodes: &[(&str, &str)]) -> Cluster {
     let mut cluster = Cluster::new(ResourceRegistry::default());
     for (id, spec) in nodes {
         let total = resources(cluster.registry_mut(), spec);
-        cluster
-            .add_node(NodeId::new(id).expect("valid node id"), total)
-            .expect("valid node");
+        cluster.add_node(NodeId::new(id).expect("valid node id"), total).expect("valid node");
     }
     cluster
 }

@@ -33,24 +33,15 @@ fn node_spec() -> impl Strategy<Value = NodeSpec> {
             NodeState::Dead,
         ]),
     )
-        .prop_map(|(cpu, gpu, load, state)| NodeSpec {
-            cpu,
-            gpu,
-            load,
-            state,
-        })
+        .prop_map(|(cpu, gpu, load, state)| NodeSpec { cpu, gpu, load, state })
 }
 
 fn build(specs: &[NodeSpec]) -> Cluster {
     let mut cluster = Cluster::new(ResourceRegistry::default());
     for (i, spec) in specs.iter().enumerate() {
-        let total = resources(
-            cluster.registry_mut(),
-            &format!("CPU={},GPU={}", spec.cpu, spec.gpu),
-        );
-        let index = cluster
-            .add_node(NodeId::new(&format!("n{i}")).unwrap(), total)
-            .unwrap();
+        let total =
+            resources(cluster.registry_mut(), &format!("CPU={},GPU={}", spec.cpu, spec.gpu));
+        let index = cluster.add_node(NodeId::new(&format!("n{i}")).unwrap(), total).unwrap();
         for (cpu, gpu) in &spec.load {
             let load = resources(cluster.registry_mut(), &format!("CPU={cpu},GPU={gpu}"));
             // Load that does not fit is simply not there.
@@ -85,10 +76,7 @@ enum Outcome {
 }
 
 fn oracle(cluster: &Cluster, request: &ResourceSet) -> Outcome {
-    let alive: Vec<_> = cluster
-        .nodes()
-        .filter(|(_, n)| n.state() == NodeState::Alive)
-        .collect();
+    let alive: Vec<_> = cluster.nodes().filter(|(_, n)| n.state() == NodeState::Alive).collect();
     let now = alive.iter().any(|(i, n)| {
         request.is_subset_of(n.available())
             && instances_fit(cluster, *i, request.get(ResourceId::GPU))

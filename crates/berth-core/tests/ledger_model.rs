@@ -137,11 +137,7 @@ fn gpu_fractional_total() -> impl Strategy<Value = i64> {
 
 /// Custom-resource totals: absent, 0..=4 in steps of 0.5, or any amount up to 4.
 fn custom_total() -> impl Strategy<Value = i64> {
-    prop_oneof![
-        Just(0i64),
-        (0i64..=8).prop_map(|halves| halves * UNIT / 2),
-        1i64..=4 * UNIT,
-    ]
+    prop_oneof![Just(0i64), (0i64..=8).prop_map(|halves| halves * UNIT / 2), 1i64..=4 * UNIT,]
 }
 
 fn node_spec(gpu: impl Strategy<Value = i64>) -> impl Strategy<Value = NodeSpec> {
@@ -179,16 +175,8 @@ fn set_capacity() -> impl Strategy<Value = Op> {
         1 => Just((MAX_INSTANCES + 1) * UNIT),
     ];
     prop_oneof![
-        (node_sel(), cpu).prop_map(|(node, total)| Op::SetCapacity {
-            node,
-            res: Res::Cpu,
-            total
-        }),
-        (node_sel(), gpu).prop_map(|(node, total)| Op::SetCapacity {
-            node,
-            res: Res::Gpu,
-            total
-        }),
+        (node_sel(), cpu).prop_map(|(node, total)| Op::SetCapacity { node, res: Res::Cpu, total }),
+        (node_sel(), gpu).prop_map(|(node, total)| Op::SetCapacity { node, res: Res::Gpu, total }),
         (node_sel(), custom_total()).prop_map(|(node, total)| Op::SetCapacity {
             node,
             res: Res::Custom,
@@ -228,14 +216,8 @@ fn gpu_op() -> impl Strategy<Value = Op> {
         2 => 1i64..UNIT,
         3 => (1i64..=3).prop_map(|n| n * UNIT),
     ];
-    let request =
-        (prop_oneof![3 => Just(0i64), 1 => 1i64..=2 * UNIT], gpu).prop_map(|(cpu, gpu)| {
-            RequestSpec {
-                cpu,
-                gpu,
-                custom: 0,
-            }
-        });
+    let request = (prop_oneof![3 => Just(0i64), 1 => 1i64..=2 * UNIT], gpu)
+        .prop_map(|(cpu, gpu)| RequestSpec { cpu, gpu, custom: 0 });
     let total = prop_oneof![
         8 => (0i64..=4).prop_map(|n| n * UNIT),
         1 => gpu_fractional_total(),
@@ -313,10 +295,7 @@ impl ModelNode {
     fn set_gpu_count(&mut self, count: usize) {
         self.gpus.truncate(count);
         while self.gpus.len() < count {
-            self.gpus.push(ModelGpu {
-                free: UNIT,
-                generation: self.next_generation,
-            });
+            self.gpus.push(ModelGpu { free: UNIT, generation: self.next_generation });
             self.next_generation += 1;
         }
     }
@@ -343,10 +322,7 @@ impl ModelNode {
     }
 
     fn available_set(&self) -> ResourceSet {
-        let gpu = (
-            ResourceId::GPU,
-            self.gpus.iter().map(|g| g.free).sum::<i64>(),
-        );
+        let gpu = (ResourceId::GPU, self.gpus.iter().map(|g| g.free).sum::<i64>());
         self.aggregate
             .iter()
             .map(|(&r, &(_, a))| (r, a))
@@ -356,10 +332,7 @@ impl ModelNode {
     }
 
     fn gpu_free(&self) -> Vec<Quantity> {
-        self.gpus
-            .iter()
-            .map(|g| Quantity::from_units(g.free))
-            .collect()
+        self.gpus.iter().map(|g| Quantity::from_units(g.free)).collect()
     }
 }
 
@@ -482,9 +455,7 @@ impl Harness {
             Op::DeleteResource { node, res } => {
                 let slot = self.slot(node);
                 let resource = self.resource(*res);
-                let result = self
-                    .cluster
-                    .delete_resource(NodeIndex(slot as u32), resource);
+                let result = self.cluster.delete_resource(NodeIndex(slot as u32), resource);
                 match self.model_node_mut(slot) {
                     None => prop_assert!(
                         matches!(result, Err(ClusterError::UnknownNode(_))),
@@ -590,11 +561,7 @@ impl Harness {
                 matches!(result, Err(ClusterError::UnknownNode(_))),
                 "reserve on missing node #{slot}: {result:?}"
             );
-            prop_assert_eq!(
-                self.snapshot(),
-                before,
-                "a failed reserve changed the ledger"
-            );
+            prop_assert_eq!(self.snapshot(), before, "a failed reserve changed the ledger");
             return Ok(None);
         };
         if node.state != NodeState::Alive {
@@ -605,11 +572,7 @@ impl Harness {
                     state: node.state,
                 })
             );
-            prop_assert_eq!(
-                self.snapshot(),
-                before,
-                "a failed reserve changed the ledger"
-            );
+            prop_assert_eq!(self.snapshot(), before, "a failed reserve changed the ledger");
             return Ok(None);
         }
         // Which resources cannot be served now, in the model.
@@ -623,9 +586,7 @@ impl Harness {
             short.push("GPU");
         }
         let allocation = match result {
-            Err(ClusterError::Insufficient {
-                node: id, reason, ..
-            }) => {
+            Err(ClusterError::Insufficient { node: id, reason, .. }) => {
                 let resource = match reason {
                     Reason::InsufficientTotal(s) | Reason::InsufficientAvailable(s) => s.resource,
                     Reason::Fragmented { resource, .. } => resource,
@@ -645,11 +606,7 @@ impl Harness {
                     short,
                     node
                 );
-                prop_assert_eq!(
-                    self.snapshot(),
-                    before,
-                    "a failed reserve changed the ledger"
-                );
+                prop_assert_eq!(self.snapshot(), before, "a failed reserve changed the ledger");
                 return Ok(None);
             }
             Err(other) => {
@@ -671,11 +628,8 @@ impl Harness {
         prop_assert_eq!(allocation.resources(), &set);
 
         // GPU: the chosen instances must be legal and follow the documented heuristics.
-        let ids: Vec<usize> = allocation
-            .instance_ids(ResourceId::GPU)
-            .into_iter()
-            .map(|i| i as usize)
-            .collect();
+        let ids: Vec<usize> =
+            allocation.instance_ids(ResourceId::GPU).into_iter().map(|i| i as usize).collect();
         let listed: Vec<ResourceId> = allocation.instances().map(|(r, _)| r).collect();
         let gpu = request.gpu;
         if gpu == 0 {
@@ -688,11 +642,7 @@ impl Harness {
 
         // Apply the core's (checked) choice to the model.
         let node = self.model_node_mut(slot).expect("checked above");
-        let mut model = ModelAllocation {
-            slot,
-            aggregate: Vec::new(),
-            gpu_shares: Vec::new(),
-        };
+        let mut model = ModelAllocation { slot, aggregate: Vec::new(), gpu_shares: Vec::new() };
         for (resource, amount) in [(ResourceId::CPU, request.cpu), (custom, request.custom)] {
             if amount > 0 {
                 let entry = node.aggregate.get_mut(&resource).expect("fits, so present");
@@ -703,9 +653,7 @@ impl Harness {
         let per_instance = gpu.min(UNIT);
         for &i in &ids {
             node.gpus[i].free -= per_instance;
-            model
-                .gpu_shares
-                .push((i, node.gpus[i].generation, per_instance));
+            model.gpu_shares.push((i, node.gpus[i].generation, per_instance));
         }
         self.held.push((allocation.clone(), model.clone()));
         Ok(Some((allocation, model)))
@@ -738,9 +686,7 @@ impl Harness {
     fn set_capacity(&mut self, slot: usize, res: Res, total: i64) -> Result<(), TestCaseError> {
         let resource = self.resource(res);
         let before = self.snapshot();
-        let result = self
-            .cluster
-            .set_capacity(NodeIndex(slot as u32), resource, q(total));
+        let result = self.cluster.set_capacity(NodeIndex(slot as u32), resource, q(total));
         let Some(node) = self.model_node_mut(slot) else {
             prop_assert!(
                 matches!(result, Err(ClusterError::UnknownNode(_))),
@@ -757,11 +703,7 @@ impl Harness {
                         amount: q(total),
                     }))
                 );
-                prop_assert_eq!(
-                    self.snapshot(),
-                    before,
-                    "a rejected capacity changed the ledger"
-                );
+                prop_assert_eq!(self.snapshot(), before, "a rejected capacity changed the ledger");
                 return Ok(());
             }
             prop_assert_eq!(result, Ok(()));
@@ -787,11 +729,7 @@ impl Harness {
             let real = self.cluster.node(index);
             let Some(model) = model else {
                 prop_assert!(real.is_none(), "node #{} was removed", slot);
-                for set in [
-                    self.cluster.alive(),
-                    self.cluster.draining(),
-                    self.cluster.dead(),
-                ] {
+                for set in [self.cluster.alive(), self.cluster.draining(), self.cluster.dead()] {
                     prop_assert!(!set.contains(index), "removed #{} in a state set", slot);
                 }
                 continue;
@@ -823,11 +761,7 @@ impl Harness {
             );
             for (resource, available) in real.available().iter() {
                 prop_assert!(available >= Quantity::ZERO, "negative {:?}", resource);
-                prop_assert!(
-                    available <= real.total().get(resource),
-                    "{:?} > total",
-                    resource
-                );
+                prop_assert!(available <= real.total().get(resource), "{:?} > total", resource);
             }
             let free: Vec<Quantity> = real
                 .pool(ResourceId::GPU)
@@ -889,13 +823,7 @@ fn check_gpu_choice(gpus: &[ModelGpu], amount: i64, ids: &[usize]) -> Result<(),
         }
     } else {
         let wanted = (amount / UNIT) as usize;
-        prop_assert_eq!(
-            ids.len(),
-            wanted,
-            "whole request of {} took {:?}",
-            amount,
-            ids
-        );
+        prop_assert_eq!(ids.len(), wanted, "whole request of {} took {:?}", amount, ids);
         prop_assert!(
             ids.windows(2).all(|w| w[0] < w[1]),
             "ids not distinct and ascending: {:?}",
@@ -1041,19 +969,13 @@ fn stale_share_does_not_credit_a_recreated_instance() {
     for remove in ["set_capacity_zero", "delete_resource"] {
         let mut cluster = Cluster::new(ResourceRegistry::default());
         let gpu = |n: i64| -> ResourceSet { [(ResourceId::GPU, q(n))].into_iter().collect() };
-        let node = cluster
-            .add_node(NodeId::new("n0").unwrap(), gpu(UNIT))
-            .unwrap();
+        let node = cluster.add_node(NodeId::new("n0").unwrap(), gpu(UNIT)).unwrap();
         let old = cluster.reserve(node, &gpu(UNIT / 4)).unwrap();
         match remove {
             "delete_resource" => cluster.delete_resource(node, ResourceId::GPU).unwrap(),
-            _ => cluster
-                .set_capacity(node, ResourceId::GPU, Quantity::ZERO)
-                .unwrap(),
+            _ => cluster.set_capacity(node, ResourceId::GPU, Quantity::ZERO).unwrap(),
         }
-        cluster
-            .set_capacity(node, ResourceId::GPU, Quantity::ONE)
-            .unwrap();
+        cluster.set_capacity(node, ResourceId::GPU, Quantity::ONE).unwrap();
         let new = cluster.reserve(node, &gpu(UNIT)).unwrap();
         assert_eq!(new.instance_ids(ResourceId::GPU), [0]);
         cluster.release(&old);

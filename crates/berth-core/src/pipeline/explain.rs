@@ -51,12 +51,10 @@ impl NodeExplanation {
 
     /// The reasons the node was rejected, in stage order.
     pub fn reasons(&self) -> impl Iterator<Item = Reason> + '_ {
-        self.excluded
-            .into_iter()
-            .chain(self.filters.iter().filter_map(|(_, v)| match v {
-                Verdict::Fit => None,
-                Verdict::Unfit(reason) => Some(*reason),
-            }))
+        self.excluded.into_iter().chain(self.filters.iter().filter_map(|(_, v)| match v {
+            Verdict::Fit => None,
+            Verdict::Unfit(reason) => Some(*reason),
+        }))
     }
 }
 

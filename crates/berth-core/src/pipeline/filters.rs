@@ -56,10 +56,9 @@ impl Filter for InstancesFit {
         let request = cx.request.resources();
         match node.fragmented(request, cx.cluster.registry()) {
             None => Verdict::Fit,
-            Some(resource) => Verdict::Unfit(Reason::Fragmented {
-                resource,
-                requested: request.get(resource),
-            }),
+            Some(resource) => {
+                Verdict::Unfit(Reason::Fragmented { resource, requested: request.get(resource) })
+            }
         }
     }
 }

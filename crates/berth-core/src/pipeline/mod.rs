@@ -178,11 +178,8 @@ pub struct Scheduler {
 impl Scheduler {
     /// A scheduler with the standard stages. `config` must be valid ([`SchedulerConfig::validate`]).
     pub fn new(config: SchedulerConfig) -> Scheduler {
-        let filters: Vec<Box<dyn Filter>> = vec![
-            Box::new(ResourcesFeasible),
-            Box::new(ResourcesAvailable),
-            Box::new(InstancesFit),
-        ];
+        let filters: Vec<Box<dyn Filter>> =
+            vec![Box::new(ResourcesFeasible), Box::new(ResourcesAvailable), Box::new(InstancesFit)];
         debug_assert!(
             filters.windows(2).all(|w| w[0].kind() <= w[1].kind()),
             "static filters first"
@@ -192,19 +189,10 @@ impl Scheduler {
             preferences.push(Box::new(AvoidGpuNodes));
         }
         let scorers = vec![Weighted {
-            scorer: Box::new(HybridUtilization {
-                spread_threshold: config.spread_threshold,
-            }),
+            scorer: Box::new(HybridUtilization { spread_threshold: config.spread_threshold }),
             weight: 1,
         }];
-        Scheduler {
-            config,
-            filters,
-            preferences,
-            scorers,
-            spread_cursor: 0,
-            ranked: Vec::new(),
-        }
+        Scheduler { config, filters, preferences, scorers, spread_cursor: 0, ranked: Vec::new() }
     }
 
     /// The settings.
@@ -297,9 +285,7 @@ impl Scheduler {
                 let mut found = AttemptDiagnosis::new(AttemptKind::Default);
                 found.note = Some(format!("internal: {err}"));
                 found.could_fit_later = true;
-                Decision::Pending(Diagnosis {
-                    attempts: vec![found],
-                })
+                Decision::Pending(Diagnosis { attempts: vec![found] })
             }
         }
     }
@@ -323,9 +309,7 @@ impl Scheduler {
         for (set, reason) in &excluded {
             found.count(reason.kind(), set.len());
             if let Some(record) = record.as_deref_mut() {
-                record
-                    .nodes
-                    .extend(set.iter().map(|node| node_line(node, Some(*reason))));
+                record.nodes.extend(set.iter().map(|node| node_line(node, Some(*reason))));
             }
         }
 
@@ -353,11 +337,7 @@ impl Scheduler {
                 found.count(reason.kind(), 1);
             } else {
                 found.could_fit_later = true;
-                let mut ranked = Ranked {
-                    node: index,
-                    tier: 0,
-                    score: 0,
-                };
+                let mut ranked = Ranked { node: index, tier: 0, score: 0 };
                 if ranks {
                     for preference in &self.preferences {
                         let prefers = preference.prefers(&cx, node);
@@ -426,11 +406,7 @@ impl Scheduler {
             }
             Select::RoundRobin => {
                 let cursor = self.spread_cursor;
-                let pick = ranked
-                    .iter()
-                    .find(|r| r.node.0 >= cursor)
-                    .unwrap_or(&ranked[0])
-                    .node;
+                let pick = ranked.iter().find(|r| r.node.0 >= cursor).unwrap_or(&ranked[0]).node;
                 self.spread_cursor = pick.0.wrapping_add(1);
                 Shortlist::single(pick)
             }
@@ -455,10 +431,7 @@ impl Scheduler {
                 top.sort_unstable_by(by_rank);
                 let preferred = preferred.filter(|p| top[0].node == *p);
                 let pick = preferred.unwrap_or_else(|| top[rng.random_range(0..k)].node);
-                Shortlist {
-                    chosen: Some(pick),
-                    candidates: top.iter().map(|r| r.node).collect(),
-                }
+                Shortlist { chosen: Some(pick), candidates: top.iter().map(|r| r.node).collect() }
             }
         }
     }
@@ -473,10 +446,7 @@ struct Shortlist {
 
 impl Shortlist {
     fn single(node: NodeIndex) -> Shortlist {
-        Shortlist {
-            chosen: Some(node),
-            candidates: smallvec![node],
-        }
+        Shortlist { chosen: Some(node), candidates: smallvec![node] }
     }
 }
 
@@ -553,17 +523,11 @@ fn candidates(cluster: &Cluster, scope: Scope) -> Candidates<'_> {
         },
         Scope::Only(target) => {
             let only: NodeSet = target.into_iter().collect();
-            let all = cluster
-                .alive()
-                .union(cluster.draining())
-                .union(cluster.dead());
+            let all = cluster.alive().union(cluster.draining()).union(cluster.dead());
             Candidates {
                 include: Cow::Owned(cluster.alive().intersection(&only)),
                 excluded: smallvec![
-                    (
-                        Cow::Owned(cluster.draining().intersection(&only)),
-                        Reason::Draining
-                    ),
+                    (Cow::Owned(cluster.draining().intersection(&only)), Reason::Draining),
                     (Cow::Owned(cluster.dead().intersection(&only)), Reason::Dead),
                     (Cow::Owned(all.difference(&only)), Reason::NotAffinityNode),
                 ],

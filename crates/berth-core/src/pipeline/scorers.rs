@@ -6,12 +6,8 @@ use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::resource::ResourceId;
 
 /// The resources whose utilisation the hybrid score looks at.
-const HYBRID_RESOURCES: [ResourceId; 4] = [
-    ResourceId::CPU,
-    ResourceId::MEMORY,
-    ResourceId::OBJECT_STORE_MEMORY,
-    ResourceId::GPU,
-];
+const HYBRID_RESOURCES: [ResourceId; 4] =
+    [ResourceId::CPU, ResourceId::MEMORY, ResourceId::OBJECT_STORE_MEMORY, ResourceId::GPU];
 
 /// Ray's hybrid policy, as a score.
 ///

@@ -45,6 +45,30 @@ fn affinity(node: &str, soft: bool, spill: bool, fail: bool) -> Strategy {
     })
 }
 
+/// Loads `node` with `busy` (if any), then places `ask` under `strategy` with seed 0.
+fn place_after_load(
+    c: &mut Cluster,
+    node: &str,
+    busy: &str,
+    ask: &str,
+    strategy: &Strategy,
+) -> Decision {
+    if !busy.is_empty() {
+        occupy(c, node, busy);
+    }
+    let req = request(c, ask, strategy.clone());
+    Scheduler::new(SchedulerConfig::default()).place(c, &req, &mut rng(0))
+}
+
+/// `placed:<node>`, `pending` or `infeasible`.
+fn outcome(c: &Cluster, decision: &Decision) -> String {
+    match decision {
+        Decision::Placed(_) => format!("placed:{}", placed_on(c, decision).unwrap()),
+        Decision::Pending(_) => "pending".into(),
+        Decision::Infeasible(_) => "infeasible".into(),
+    }
+}
+
 fn rejected(diagnosis: &Diagnosis) -> Vec<(ReasonKind, u64)> {
     diagnosis.totals()
 }
@@ -52,13 +76,7 @@ fn rejected(diagnosis: &Diagnosis) -> Vec<(ReasonKind, u64)> {
 #[test]
 fn filters_give_reasons_per_node() {
     // (node total, already used, request, filter, expected reason kind or None for Fit)
-    type Case = (
-        &'static str,
-        &'static str,
-        &'static str,
-        &'static dyn Filter,
-        Option<ReasonKind>,
-    );
+    type Case = (&'static str, &'static str, &'static str, &'static dyn Filter, Option<ReasonKind>);
     let cases: [Case; 10] = [
         ("CPU=4", "", "CPU=4", &ResourcesFeasible, None),
         (
@@ -96,21 +114,13 @@ fn filters_give_reasons_per_node() {
             occupy(&mut c, "n1", used);
         }
         let req = request(&mut c, ask, Strategy::Default);
-        let cx = DecisionContext {
-            cluster: &c,
-            request: &req,
-        };
+        let cx = DecisionContext { cluster: &c, request: &req };
         let verdict = filter.check(&cx, c.node(index(&c, "n1")).unwrap());
         let got = match verdict {
             Verdict::Fit => None,
             Verdict::Unfit(reason) => Some(reason.kind()),
         };
-        assert_eq!(
-            got,
-            expected,
-            "{} on {total} used {used} asking {ask}",
-            filter.name()
-        );
+        assert_eq!(got, expected, "{} on {total} used {used} asking {ask}", filter.name());
     }
 }
 
@@ -119,28 +129,16 @@ fn instances_filter_reports_fragmentation_only_when_enough_is_free_in_sum() {
     let mut c = cluster(&[("g", "GPU=2")]);
     let node = index(&c, "g");
     let half = resources(c.registry_mut(), "GPU=0.5");
-    c.reserve_instances(node, &half, &[(ResourceId::GPU, vec![0])])
-        .unwrap();
-    c.reserve_instances(node, &half, &[(ResourceId::GPU, vec![1])])
-        .unwrap();
+    c.reserve_instances(node, &half, &[(ResourceId::GPU, vec![0])]).unwrap();
+    c.reserve_instances(node, &half, &[(ResourceId::GPU, vec![1])]).unwrap();
     // 1.0 GPU free in sum, 0.5 on each instance.
-    for (ask, expected) in [
-        ("GPU=1", true),
-        ("GPU=0.75", true),
-        ("GPU=0.5", false),
-        ("GPU=2", false),
-    ] {
+    for (ask, expected) in
+        [("GPU=1", true), ("GPU=0.75", true), ("GPU=0.5", false), ("GPU=2", false)]
+    {
         let req = request(&mut c, ask, Strategy::Default);
-        let cx = DecisionContext {
-            cluster: &c,
-            request: &req,
-        };
+        let cx = DecisionContext { cluster: &c, request: &req };
         let verdict = InstancesFit.check(&cx, c.node(node).unwrap());
-        assert_eq!(
-            matches!(verdict, Verdict::Unfit(Reason::Fragmented { .. })),
-            expected,
-            "{ask}"
-        );
+        assert_eq!(matches!(verdict, Verdict::Unfit(Reason::Fragmented { .. })), expected, "{ask}");
     }
 }
 
@@ -165,19 +163,10 @@ fn hybrid_score_packs_below_threshold_and_spreads_above() {
             occupy(&mut c, "n1", used);
         }
         let req = request(&mut c, ask, Strategy::Default);
-        let cx = DecisionContext {
-            cluster: &c,
-            request: &req,
-        };
-        let scorer = HybridUtilization {
-            spread_threshold: q(threshold),
-        };
+        let cx = DecisionContext { cluster: &c, request: &req };
+        let scorer = HybridUtilization { spread_threshold: q(threshold) };
         let score = scorer.score(&cx, c.node(index(&c, "n1")).unwrap());
-        assert_eq!(
-            score,
-            Score::new(expected),
-            "{total} used {used} asking {ask} at {threshold}"
-        );
+        assert_eq!(score, Score::new(expected), "{total} used {used} asking {ask} at {threshold}");
     }
 }
 
@@ -193,10 +182,7 @@ fn avoid_gpu_nodes_is_a_preference_for_cpu_requests_only() {
         (&gpu_req, "gpu", true),
     ];
     for (req, node, expected) in cases {
-        let cx = DecisionContext {
-            cluster: &c,
-            request: req,
-        };
+        let cx = DecisionContext { cluster: &c, request: req };
         assert_eq!(
             AvoidGpuNodes.prefers(&cx, c.node(index(&c, node)).unwrap()),
             expected,
@@ -215,22 +201,14 @@ fn default_packs_until_half_full_then_spreads() {
         .map(|i| placed_on(&c.clone(), &s.place(&mut c, &req, &mut rng(i))).unwrap())
         .collect();
     // a: 1/4, 2/4 (50% after placing scores 50, but b and c score 100 at 25%)...
-    assert_eq!(
-        order,
-        ["a", "b", "c", "a", "b", "c"].map(String::from).to_vec(),
-        "{order:?}"
-    );
+    assert_eq!(order, ["a", "b", "c", "a", "b", "c"].map(String::from).to_vec(), "{order:?}");
     let mut c = cluster(&[("a", "CPU=10"), ("b", "CPU=10")]);
     let order: Vec<String> = (0..6)
         .map(|i| placed_on(&c.clone(), &s.place(&mut c, &req, &mut rng(i))).unwrap())
         .collect();
     // Below 50% after placing, "a" ties with "b" at 100 and wins by node order: a packs to 4/10;
     // the 5th on "a" would make it 50%, so "b" (10%) goes first.
-    assert_eq!(
-        order,
-        ["a", "a", "a", "a", "b", "b"].map(String::from).to_vec(),
-        "{order:?}"
-    );
+    assert_eq!(order, ["a", "a", "a", "a", "b", "b"].map(String::from).to_vec(), "{order:?}");
 }
 
 #[test]
@@ -245,14 +223,9 @@ fn default_avoids_gpu_nodes_unless_only_they_fit() {
         );
     }
     // The CPU node is full: the GPU node is used rather than leaving the request pending.
-    assert_eq!(
-        placed_on(&c.clone(), &s.place(&mut c, &req, &mut rng(9))).as_deref(),
-        Some("gpu")
-    );
-    let mut off = Scheduler::new(SchedulerConfig {
-        avoid_gpu_nodes: false,
-        ..SchedulerConfig::default()
-    });
+    assert_eq!(placed_on(&c.clone(), &s.place(&mut c, &req, &mut rng(9))).as_deref(), Some("gpu"));
+    let mut off =
+        Scheduler::new(SchedulerConfig { avoid_gpu_nodes: false, ..SchedulerConfig::default() });
     let mut c = cluster(&[("gpu", "CPU=8,GPU=2"), ("cpu", "CPU=2")]);
     assert_eq!(
         placed_on(&c.clone(), &off.place(&mut c, &req, &mut rng(0))).as_deref(),
@@ -263,10 +236,7 @@ fn default_avoids_gpu_nodes_unless_only_they_fit() {
 #[test]
 fn default_picks_among_top_k_and_the_preferred_node_wins_ties() {
     let nodes: Vec<(String, &str)> = (0..10).map(|i| (format!("n{i}"), "CPU=100")).collect();
-    let nodes: Vec<(&str, &str)> = nodes
-        .iter()
-        .map(|(id, spec)| (id.as_str(), *spec))
-        .collect();
+    let nodes: Vec<(&str, &str)> = nodes.iter().map(|(id, spec)| (id.as_str(), *spec)).collect();
     let base = cluster(&nodes);
     let mut seen = std::collections::BTreeSet::new();
     for seed in 0..64 {
@@ -302,12 +272,7 @@ fn default_picks_among_top_k_and_the_preferred_node_wins_ties() {
 
 #[test]
 fn pending_when_busy_infeasible_when_never() {
-    let mut c = cluster(&[
-        ("a", "CPU=4"),
-        ("b", "CPU=2"),
-        ("d", "CPU=8"),
-        ("x", "CPU=8"),
-    ]);
+    let mut c = cluster(&[("a", "CPU=4"), ("b", "CPU=2"), ("d", "CPU=8"), ("x", "CPU=8")]);
     c.set_state(index(&c, "d"), NodeState::Draining).unwrap();
     c.set_state(index(&c, "x"), NodeState::Dead).unwrap();
     occupy(&mut c, "a", "CPU=3");
@@ -335,10 +300,7 @@ fn pending_when_busy_infeasible_when_never() {
     let Decision::Infeasible(diagnosis) = s.place(&mut c, &req, &mut rng(0)) else {
         panic!("infeasible expected")
     };
-    assert_eq!(
-        diagnosis.totals()[0],
-        (ReasonKind::InsufficientTotal(ResourceId::GPU), 2)
-    );
+    assert_eq!(diagnosis.totals()[0], (ReasonKind::InsufficientTotal(ResourceId::GPU), 2));
     c.check_invariants().unwrap();
 }
 
@@ -351,10 +313,7 @@ fn seed_fractional_gpu_cannot_combine_two_halves() {
     let mut s = Scheduler::new(SchedulerConfig::default());
     let req = request(&mut c, "GPU=0.5", Strategy::Default);
     // GPU 0 is full (two halves), GPU 1 is whole and taken: nothing free.
-    assert!(matches!(
-        s.place(&mut c, &req, &mut rng(0)),
-        Decision::Pending(_)
-    ));
+    assert!(matches!(s.place(&mut c, &req, &mut rng(0)), Decision::Pending(_)));
 
     let mut c = cluster(&[("g", "CPU=8,GPU=2")]);
     let a = occupy(&mut c, "g", "GPU=0.5"); // GPU 0
@@ -362,21 +321,12 @@ fn seed_fractional_gpu_cannot_combine_two_halves() {
     let _c = occupy(&mut c, "g", "GPU=0.5"); // GPU 1
     c.release(&a);
     // Now each GPU has exactly 0.5 free: 1.0 GPU free in total, but not in one instance.
-    assert_eq!(
-        c.node(index(&c, "g"))
-            .unwrap()
-            .available()
-            .get(ResourceId::GPU),
-        q("1")
-    );
+    assert_eq!(c.node(index(&c, "g")).unwrap().available().get(ResourceId::GPU), q("1"));
     let req = request(&mut c, "GPU=0.75", Strategy::Default);
     let Decision::Pending(diagnosis) = s.place(&mut c, &req, &mut rng(0)) else {
         panic!("pending expected")
     };
-    assert_eq!(
-        diagnosis.totals(),
-        [(ReasonKind::Fragmented(ResourceId::GPU), 1)]
-    );
+    assert_eq!(diagnosis.totals(), [(ReasonKind::Fragmented(ResourceId::GPU), 1)]);
     let req = request(&mut c, "GPU=0.5", Strategy::Default);
     let Decision::Placed(allocation) = s.place(&mut c, &req, &mut rng(0)) else {
         panic!("placed expected")
@@ -389,19 +339,13 @@ fn placements_report_instance_ids() {
     let mut c = cluster(&[("g", "CPU=8,GPU=4")]);
     let mut s = Scheduler::new(SchedulerConfig::default());
     let req = request(&mut c, "GPU=2", Strategy::Default);
-    let Decision::Placed(first) = s.place(&mut c, &req, &mut rng(0)) else {
-        panic!()
-    };
-    let Decision::Placed(second) = s.place(&mut c, &req, &mut rng(0)) else {
-        panic!()
-    };
+    let Decision::Placed(first) = s.place(&mut c, &req, &mut rng(0)) else { panic!() };
+    let Decision::Placed(second) = s.place(&mut c, &req, &mut rng(0)) else { panic!() };
     assert_eq!(first.instance_ids(ResourceId::GPU), [0, 1]);
     assert_eq!(second.instance_ids(ResourceId::GPU), [2, 3]);
     c.release(&first);
     let half = request(&mut c, "GPU=0.5", Strategy::Default);
-    let Decision::Placed(third) = s.place(&mut c, &half, &mut rng(0)) else {
-        panic!()
-    };
+    let Decision::Placed(third) = s.place(&mut c, &half, &mut rng(0)) else { panic!() };
     assert_eq!(third.instance_ids(ResourceId::GPU), [0]);
 }
 
@@ -417,20 +361,12 @@ fn spread_round_robins_over_nodes_that_fit_now() {
     }
     // b is full after one: the round skips it.
     assert_eq!(order, ["a", "b", "c", "a", "c"]);
-    assert!(matches!(
-        s.place(&mut c, &req, &mut rng(0)),
-        Decision::Pending(_)
-    ));
+    assert!(matches!(s.place(&mut c, &req, &mut rng(0)), Decision::Pending(_)));
 }
 
 #[test]
 fn random_only_picks_nodes_that_fit_now_and_reaches_all() {
-    let base = cluster(&[
-        ("a", "CPU=2"),
-        ("b", "CPU=2"),
-        ("c", "CPU=2"),
-        ("full", "CPU=2"),
-    ]);
+    let base = cluster(&[("a", "CPU=2"), ("b", "CPU=2"), ("c", "CPU=2"), ("full", "CPU=2")]);
     let mut seen = std::collections::BTreeSet::new();
     for seed in 0..64 {
         let mut c = base.clone();
@@ -448,59 +384,20 @@ fn hard_node_affinity() {
     // (occupy target, request, strategy, expected outcome)
     let cases = [
         ("", "CPU=1", affinity("b", false, false, false), "placed:b"),
-        (
-            "CPU=4",
-            "CPU=1",
-            affinity("b", false, false, false),
-            "pending",
-        ),
-        (
-            "CPU=4",
-            "CPU=1",
-            affinity("b", false, false, true),
-            "infeasible",
-        ),
-        (
-            "",
-            "CPU=8",
-            affinity("b", false, false, false),
-            "infeasible",
-        ),
-        (
-            "",
-            "CPU=1",
-            affinity("nope", false, false, false),
-            "infeasible",
-        ),
-        (
-            "",
-            "CPU=1",
-            affinity("d", false, false, false),
-            "infeasible",
-        ),
+        ("CPU=4", "CPU=1", affinity("b", false, false, false), "pending"),
+        ("CPU=4", "CPU=1", affinity("b", false, false, true), "infeasible"),
+        ("", "CPU=8", affinity("b", false, false, false), "infeasible"),
+        ("", "CPU=1", affinity("nope", false, false, false), "infeasible"),
+        ("", "CPU=1", affinity("d", false, false, false), "infeasible"),
     ];
     for (busy, ask, strategy, expected) in cases {
         let mut c = cluster(&[("a", "CPU=4"), ("b", "CPU=4"), ("d", "CPU=4")]);
         c.set_state(index(&c, "d"), NodeState::Draining).unwrap();
-        if !busy.is_empty() {
-            occupy(&mut c, "b", busy);
+        let decision = place_after_load(&mut c, "b", busy, ask, &strategy);
+        if let Decision::Infeasible(d) = &decision {
+            assert!(d.totals().iter().any(|(k, _)| *k == ReasonKind::NotAffinityNode), "{d:?}");
         }
-        let req = request(&mut c, ask, strategy.clone());
-        let decision = Scheduler::new(SchedulerConfig::default()).place(&mut c, &req, &mut rng(0));
-        let got = match &decision {
-            Decision::Placed(_) => format!("placed:{}", placed_on(&c, &decision).unwrap()),
-            Decision::Pending(_) => "pending".into(),
-            Decision::Infeasible(d) => {
-                assert!(
-                    d.totals()
-                        .iter()
-                        .any(|(k, _)| *k == ReasonKind::NotAffinityNode),
-                    "{d:?}"
-                );
-                "infeasible".into()
-            }
-        };
-        assert_eq!(got, expected, "{strategy:?} busy={busy} ask={ask}");
+        assert_eq!(outcome(&c, &decision), expected, "{strategy:?} busy={busy} ask={ask}");
     }
 }
 
@@ -508,58 +405,26 @@ fn hard_node_affinity() {
 fn soft_node_affinity() {
     let cases = [
         ("", "CPU=1", affinity("b", true, false, false), "placed:b"),
-        (
-            "CPU=4",
-            "CPU=1",
-            affinity("b", true, false, false),
-            "pending",
-        ),
-        (
-            "CPU=4",
-            "CPU=1",
-            affinity("b", true, true, false),
-            "placed:a",
-        ),
+        ("CPU=4", "CPU=1", affinity("b", true, false, false), "pending"),
+        ("CPU=4", "CPU=1", affinity("b", true, true, false), "placed:a"),
         ("", "CPU=6", affinity("b", true, false, false), "placed:big"),
-        (
-            "",
-            "CPU=1",
-            affinity("nope", true, false, false),
-            "placed:a",
-        ),
+        ("", "CPU=1", affinity("nope", true, false, false), "placed:a"),
     ];
     for (busy, ask, strategy, expected) in cases {
         let mut c = cluster(&[("a", "CPU=4"), ("b", "CPU=4"), ("big", "CPU=8")]);
-        if !busy.is_empty() {
-            occupy(&mut c, "b", busy);
+        let decision = place_after_load(&mut c, "b", busy, ask, &strategy);
+        if let Decision::Pending(d) = &decision {
+            assert_eq!(d.attempts.len(), 1, "waits for its node without trying DEFAULT");
         }
-        let req = request(&mut c, ask, strategy.clone());
-        let decision = Scheduler::new(SchedulerConfig::default()).place(&mut c, &req, &mut rng(0));
-        let got = match &decision {
-            Decision::Placed(_) => format!("placed:{}", placed_on(&c, &decision).unwrap()),
-            Decision::Pending(d) => {
-                assert_eq!(
-                    d.attempts.len(),
-                    1,
-                    "waits for its node without trying DEFAULT"
-                );
-                "pending".into()
-            }
-            Decision::Infeasible(_) => "infeasible".into(),
-        };
-        assert_eq!(got, expected, "{strategy:?} busy={busy} ask={ask}");
+        assert_eq!(outcome(&c, &decision), expected, "{strategy:?} busy={busy} ask={ask}");
     }
 }
 
 #[test]
 fn same_inputs_and_seed_give_the_same_decision() {
-    let nodes: Vec<(String, String)> = (0..50)
-        .map(|i| (format!("n{i}"), format!("CPU={},GPU={}", 4 + i % 5, i % 3)))
-        .collect();
-    let nodes: Vec<(&str, &str)> = nodes
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_str()))
-        .collect();
+    let nodes: Vec<(String, String)> =
+        (0..50).map(|i| (format!("n{i}"), format!("CPU={},GPU={}", 4 + i % 5, i % 3))).collect();
+    let nodes: Vec<(&str, &str)> = nodes.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     for strategy in [Strategy::Default, Strategy::Spread, Strategy::Random] {
         for seed in 0..8 {
             let run = || {
@@ -588,11 +453,7 @@ fn explaining_does_not_change_the_decision_and_records_every_filter() {
         Scheduler::new(SchedulerConfig::default()).place_explained(&mut c, &req, &mut rng(3));
     assert_eq!(quiet, loud);
     let attempt = &explanation.attempts[0];
-    assert_eq!(
-        attempt.nodes.len(),
-        3,
-        "every node is listed, excluded ones too"
-    );
+    assert_eq!(attempt.nodes.len(), 3, "every node is listed, excluded ones too");
     let a = &attempt.nodes[0];
     assert!(!a.passed());
     assert_eq!(a.filters.len(), 3, "all filters run when explaining");
@@ -609,22 +470,8 @@ fn explaining_does_not_change_the_decision_and_records_every_filter() {
 #[test]
 fn config_ranges_are_checked() {
     assert!(SchedulerConfig::default().validate().is_ok());
-    let bad = SchedulerConfig {
-        spread_threshold: q("1.5"),
-        ..SchedulerConfig::default()
-    };
-    assert!(bad
-        .validate()
-        .unwrap_err()
-        .to_string()
-        .contains("scheduler.spread_threshold"));
-    let bad = SchedulerConfig {
-        top_k_fraction: Quantity::ZERO,
-        ..SchedulerConfig::default()
-    };
-    assert!(bad
-        .validate()
-        .unwrap_err()
-        .to_string()
-        .contains("scheduler.top_k_fraction"));
+    let bad = SchedulerConfig { spread_threshold: q("1.5"), ..SchedulerConfig::default() };
+    assert!(bad.validate().unwrap_err().to_string().contains("scheduler.spread_threshold"));
+    let bad = SchedulerConfig { top_k_fraction: Quantity::ZERO, ..SchedulerConfig::default() };
+    assert!(bad.validate().unwrap_err().to_string().contains("scheduler.top_k_fraction"));
 }
