@@ -1070,7 +1070,9 @@ pub fn load_request(path: &Path, cluster: &mut Cluster) -> Result<Request, Input
     };
     let request = Request::new(resources, strategy, cluster.registry()).map_err(|err| {
         let location = match err {
-            RequestError::FractionalInstances { .. } => Some(file.resources.referenced),
+            RequestError::FractionalInstances { .. } | RequestError::ForeignResource(_) => {
+                Some(file.resources.referenced)
+            }
             RequestError::AffinityFlag { .. } | RequestError::AffinityNode(_) => strategy_location,
         };
         // The request file is the request: the core's paths start at its top.

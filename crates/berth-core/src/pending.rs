@@ -5,10 +5,12 @@
 //! Requests are retried in the order they arrived, so earlier requests get the first chance at
 //! freed resources (seed 002's spill-over, made deterministic).
 //!
-//! Only requests the change can help are re-decided: after resources are released on node `n`,
-//! a pending request is retried only if `n` can now take it (nothing else changed for it);
-//! infeasible requests are retried only when a node joins or a node's capacity changes, since
-//! releases never change totals.
+//! Only requests the change can affect are re-decided: after resources are released on node
+//! `n`, or `n` joins, a pending request is retried only if `n` can now take it (nothing else
+//! changed for it); infeasible requests are retried when a node joins, never after a release
+//! (releases do not change totals). A capacity change or the loss of a node re-decides every
+//! pending request, since what it waited for may be gone: it becomes infeasible, and autoscaler
+//! demand, instead of waiting forever.
 
 use rand::Rng;
 
@@ -25,8 +27,10 @@ pub enum Trigger {
     Released(NodeIndex),
     /// This node joined the cluster.
     NodeJoined(NodeIndex),
-    /// This node's capacity changed (or it became alive again after draining).
+    /// This node's capacity changed, up or down (or it became alive again after draining).
     CapacityChanged(NodeIndex),
+    /// This node died, was removed, or started draining.
+    NodeLost(NodeIndex),
     /// Anything may have changed (a configuration reload): retry everything.
     Everything,
 }
@@ -66,6 +70,9 @@ impl<K: PartialEq> PendingQueue<K> {
     }
 
     /// Places `request` now if it can; otherwise queues it at the back and returns `None`.
+    /// Infeasible requests are queued too: they are the autoscaler's demand and are placed when
+    /// a node that can hold them joins. A caller that must fail them instead (a hard node
+    /// affinity with `fail_on_unavailable`) removes them with [`PendingQueue::remove`].
     pub fn submit<R: Rng + ?Sized>(
         &mut self,
         key: K,
@@ -146,13 +153,13 @@ fn may_help<K>(
     cluster: &Cluster,
 ) -> bool {
     match (trigger, entry.waiting) {
-        (Trigger::Everything, _) => true,
+        (Trigger::Everything | Trigger::CapacityChanged(_), _) => true,
+        (Trigger::NodeLost(_), waiting) => waiting == Waiting::Pending,
         (Trigger::Released(_), Waiting::Infeasible) => false,
-        (Trigger::NodeJoined(_) | Trigger::CapacityChanged(_), Waiting::Infeasible) => true,
-        (
-            Trigger::Released(node) | Trigger::NodeJoined(node) | Trigger::CapacityChanged(node),
-            Waiting::Pending,
-        ) => scheduler.fits_now(cluster, &entry.request, node),
+        (Trigger::NodeJoined(_), Waiting::Infeasible) => true,
+        (Trigger::Released(node) | Trigger::NodeJoined(node), Waiting::Pending) => {
+            scheduler.fits_now(cluster, &entry.request, node)
+        }
     }
 }
 
@@ -256,13 +263,39 @@ mod tests {
     }
 
     #[test]
+    fn pending_requests_become_infeasible_when_what_they_waited_for_is_gone() {
+        let mut f = Fixture::new(&[("a", "CPU=4"), ("b", "CPU=2")]);
+        f.submit("filler", "CPU=4").expect("fits");
+        f.submit("filler-b", "CPU=2").expect("fits");
+        assert!(f.submit("waits-for-a", "CPU=3").is_none());
+        assert_eq!(f.waiting(), [("waits-for-a", Waiting::Pending)]);
+        let a = index(&f.cluster, "a");
+        f.cluster.set_capacity(a, ResourceId::CPU, Quantity::from_whole(2)).unwrap();
+        assert!(f.retry(Trigger::CapacityChanged(a)).is_empty());
+        assert_eq!(f.waiting(), [("waits-for-a", Waiting::Infeasible)]);
+
+        let mut f = Fixture::new(&[("a", "CPU=4"), ("b", "CPU=2")]);
+        f.submit("filler", "CPU=4").expect("fits");
+        assert!(f.submit("waits-for-a", "CPU=3").is_none());
+        let a = index(&f.cluster, "a");
+        f.cluster.set_state(a, crate::node::NodeState::Dead).unwrap();
+        // A release elsewhere does not re-decide it; losing the node it waited for does.
+        assert!(f.retry(Trigger::Released(index(&f.cluster, "b"))).is_empty());
+        assert_eq!(f.waiting(), [("waits-for-a", Waiting::Pending)]);
+        assert!(f.retry(Trigger::NodeLost(a)).is_empty());
+        assert_eq!(f.waiting(), [("waits-for-a", Waiting::Infeasible)]);
+    }
+
+    #[test]
     fn removed_requests_are_not_retried() {
         let mut f = Fixture::new(&[("a", "CPU=1")]);
         let running = f.submit("running", "CPU=1").expect("fits");
         assert!(f.submit("gone", "CPU=1").is_none());
         assert_eq!(f.queue.remove(&"gone").map(|e| e.key), Some("gone"));
         assert_eq!(f.queue.remove(&"gone").map(|e| e.key), None);
+        assert!(f.submit("stays", "CPU=1").is_none());
         f.cluster.release(&running);
-        assert!(f.retry(Trigger::Everything).is_empty());
+        assert_eq!(f.retry(Trigger::Everything), ["stays"], "only the remaining request is placed");
+        assert!(f.queue.is_empty());
     }
 }

@@ -63,8 +63,10 @@ impl Quantity {
     /// The largest quantity input may carry.
     pub const MAX: Quantity = Quantity(MAX_WHOLE * UNITS_PER_WHOLE);
 
-    /// A quantity from raw units of 1/10000.
+    /// A quantity from raw units of 1/10000. Quantities are never negative: a negative
+    /// argument is a programming error and panics (input goes through [`Quantity::parse`]).
     pub const fn from_units(units: i64) -> Quantity {
+        assert!(units >= 0, "quantities are never negative");
         Quantity(units)
     }
 
@@ -126,7 +128,7 @@ impl Quantity {
         let digits_end =
             trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
         let (number, suffix) = trimmed.split_at(digits_end);
-        let multiplier: i128 = match suffix {
+        let multiplier: u128 = match suffix {
             "" => 1,
             "k" | "K" => 1_000,
             "M" => 1_000_000,
@@ -151,34 +153,43 @@ impl Quantity {
         if !well_formed {
             return Err(malformed());
         }
-        // Leading zeros and trailing fractional zeros carry no value; dropping them keeps the
-        // digit count (and so the i128 arithmetic below) bounded by the value, not the text.
+        // Leading zeros and trailing fractional zeros carry no value.
         let int_part = int_part.trim_start_matches('0');
         let frac_part = frac_part.trim_end_matches('0');
-        if int_part.len() > 20 || frac_part.len() > 24 {
-            return Err(if int_part.len() > 20 {
-                QuantityError::Overflow(trimmed.to_string())
-            } else {
-                QuantityError::TooPrecise(trimmed.to_string())
-            });
+        let overflow = || QuantityError::Overflow(trimmed.to_string());
+        let below = || QuantityError::BelowResolution(trimmed.to_string());
+        let too_precise = || QuantityError::TooPrecise(trimmed.to_string());
+        // Bounds that keep every product below in u128: 20 integer digits already exceed the
+        // maximum; 30 fractional digits are beyond any suffix's reach (2^50 < 10^16).
+        if int_part.len() > 20 {
+            return Err(overflow());
         }
-        let mut mantissa: i128 = 0;
-        for b in int_part.bytes().chain(frac_part.bytes()) {
-            mantissa = mantissa * 10 + i128::from(b - b'0');
+        // units = (int + num/den) × multiplier × 10^4, exactly, or an error. Size is checked
+        // before precision: a number that is too large is reported as such.
+        let units_per_whole = multiplier * UNITS_PER_WHOLE as u128;
+        let int_value = digits_value(int_part);
+        let int_units = int_value.checked_mul(units_per_whole).ok_or_else(overflow)?;
+        if int_units > Quantity::MAX.0 as u128 {
+            return Err(overflow());
         }
-        // value = mantissa / 10^f × multiplier; units = value × 10^4.
-        let scale = 10i128.pow(frac_part.len() as u32);
-        let numerator = mantissa * multiplier * i128::from(UNITS_PER_WHOLE);
-        if numerator % scale != 0 {
-            return Err(if numerator < scale {
-                QuantityError::BelowResolution(trimmed.to_string())
-            } else {
-                QuantityError::TooPrecise(trimmed.to_string())
-            });
+        if frac_part.len() > 30 {
+            let tiny = int_part.is_empty() && frac_part.bytes().take(30).all(|b| b == b'0');
+            return Err(if tiny { below() } else { too_precise() });
         }
-        let units = numerator / scale;
-        if units > i128::from(Quantity::MAX.0) {
-            return Err(QuantityError::Overflow(trimmed.to_string()));
+        let frac_units = if frac_part.is_empty() {
+            0
+        } else {
+            let (num, den) = reduce(digits_value(frac_part), 10u128.pow(frac_part.len() as u32));
+            if !units_per_whole.is_multiple_of(den) {
+                let is_below = int_value == 0
+                    && num.checked_mul(units_per_whole).is_some_and(|scaled| scaled < den);
+                return Err(if is_below { below() } else { too_precise() });
+            }
+            num.checked_mul(units_per_whole / den).ok_or_else(overflow)?
+        };
+        let units = int_units.checked_add(frac_units).ok_or_else(overflow)?;
+        if units > Quantity::MAX.0 as u128 {
+            return Err(overflow());
         }
         Ok(Quantity(units as i64))
     }
@@ -188,6 +199,10 @@ impl Quantity {
     pub fn from_f64(value: f64) -> Result<Quantity, QuantityError> {
         if !value.is_finite() {
             return Err(QuantityError::NotFinite(value.to_string()));
+        }
+        if value == 0.0 {
+            // Also -0.0, which prints as "-0".
+            return Ok(Quantity::ZERO);
         }
         if value < 0.0 {
             return Err(QuantityError::Negative(value.to_string()));
@@ -205,6 +220,20 @@ impl Quantity {
     }
 }
 
+/// The value of a string of at most 30 ASCII digits (the caller checks both).
+fn digits_value(digits: &str) -> u128 {
+    digits.bytes().fold(0, |value, b| value * 10 + u128::from(b - b'0'))
+}
+
+/// `num/den` in lowest terms.
+fn reduce(num: u128, den: u128) -> (u128, u128) {
+    let (mut a, mut b) = (num, den);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    (num / a, den / a)
+}
+
 impl Add for Quantity {
     type Output = Quantity;
     fn add(self, rhs: Quantity) -> Quantity {
@@ -220,10 +249,11 @@ impl AddAssign for Quantity {
 
 impl Sub for Quantity {
     type Output = Quantity;
-    /// Exact subtraction; the ledger only subtracts what it checked is there.
+    /// Exact subtraction; the ledger only subtracts what it checked is there. Should that
+    /// ever be wrong, release builds floor at zero rather than go negative.
     fn sub(self, rhs: Quantity) -> Quantity {
         debug_assert!(self.0 >= rhs.0, "quantity underflow: {self} - {rhs}");
-        Quantity(self.0 - rhs.0)
+        Quantity((self.0 - rhs.0).max(0))
     }
 }
 
@@ -372,6 +402,8 @@ mod tests {
         assert!(matches!(Quantity::from_f64(f64::NAN), Err(QuantityError::NotFinite(_))));
         assert!(matches!(Quantity::from_f64(f64::INFINITY), Err(QuantityError::NotFinite(_))));
         assert!(matches!(Quantity::from_f64(-0.5), Err(QuantityError::Negative(_))));
+        assert_eq!(Quantity::from_f64(-0.0), Ok(Quantity::ZERO));
+        assert!(matches!(Quantity::from_f64(1e-30), Err(QuantityError::BelowResolution(_))));
         assert!(matches!(Quantity::from_f64(1e-5), Err(QuantityError::BelowResolution(_))));
         assert!(matches!(Quantity::from_f64(0.123456), Err(QuantityError::TooPrecise(_))));
         assert!(matches!(Quantity::from_f64(1e20), Err(QuantityError::Overflow(_))));
@@ -401,7 +433,56 @@ mod tests {
         assert_eq!(serde_json::to_string(&Quantity::from_whole(3)).unwrap(), "3");
     }
 
+    #[test]
+    fn huge_and_tiny_inputs_with_suffixes_are_errors_not_wraparounds() {
+        for text in [
+            "99999999999999999999Pi",
+            "20000000000000000000P",
+            "20000000000000000000Pi",
+            "12345678901234567890.123456789012345678901",
+            "100000000000000.0001",
+            "0.2P",
+        ] {
+            assert!(matches!(Quantity::parse(text), Err(QuantityError::Overflow(_))), "{text}");
+        }
+        assert!(matches!(
+            Quantity::parse("0.0000000000000000000000000000000001Pi"),
+            Err(QuantityError::BelowResolution(_))
+        ));
+        assert!(matches!(
+            Quantity::parse("1.0000000000000000000000000000000001"),
+            Err(QuantityError::TooPrecise(_))
+        ));
+        assert_eq!(Quantity::parse("0.0001Ki"), Ok(Quantity::parse("0.1024").unwrap()));
+        assert_eq!(Quantity::parse("0.001k"), Ok(Quantity::ONE));
+    }
+
     proptest! {
+        /// Any digits with any suffix: never a panic, and an accepted value is within range
+        /// and agrees with floating-point arithmetic.
+        #[test]
+        fn parse_is_total_and_exact(
+            int in "[0-9]{1,25}",
+            frac in proptest::option::of("[0-9]{1,35}"),
+            suffix in proptest::sample::select(vec!["", "k", "M", "G", "T", "P", "Ki", "Mi", "Gi", "Ti", "Pi"]),
+        ) {
+            let text = match &frac {
+                Some(frac) => format!("{int}.{frac}{suffix}"),
+                None => format!("{int}{suffix}"),
+            };
+            if let Ok(q) = Quantity::parse(&text) {
+                prop_assert!(q <= Quantity::MAX);
+                let multiplier = match suffix {
+                    "" => 1.0, "k" => 1e3, "M" => 1e6, "G" => 1e9, "T" => 1e12, "P" => 1e15,
+                    "Ki" => 1024f64, "Mi" => 1024f64.powi(2), "Gi" => 1024f64.powi(3),
+                    "Ti" => 1024f64.powi(4), _ => 1024f64.powi(5),
+                };
+                let number: f64 = text.trim_end_matches(char::is_alphabetic).parse().unwrap();
+                let expected = number * multiplier;
+                prop_assert!((q.to_f64() - expected).abs() <= expected * 1e-12 + 1e-4, "{text}: {q}");
+            }
+        }
+
         /// Display then parse gives back the same quantity.
         #[test]
         fn display_parse_round_trip(units in 0i64..=Quantity::MAX.units()) {

@@ -4,7 +4,7 @@ use thiserror::Error;
 
 use crate::node::{NodeId, NodeIndex};
 use crate::quantity::Quantity;
-use crate::resource::{ResourceRegistry, ResourceSet};
+use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
 
 /// The user-facing `scheduling_strategy`: which stages run and how the node is chosen.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -60,6 +60,8 @@ pub enum RequestError {
     },
     /// The affinity node ID is malformed; the rule it breaks.
     AffinityNode(String),
+    /// A resource ID that the cluster's registry did not give (a programming error).
+    ForeignResource(ResourceId),
 }
 
 impl RequestError {
@@ -69,6 +71,7 @@ impl RequestError {
             RequestError::FractionalInstances { resource, .. } => format!("resources.{resource}"),
             RequestError::AffinityFlag { field, .. } => format!("scheduling_strategy.{field}"),
             RequestError::AffinityNode(_) => "scheduling_strategy.node_id".to_string(),
+            RequestError::ForeignResource(_) => "resources".to_string(),
         }
     }
 
@@ -83,6 +86,9 @@ impl RequestError {
                 format!("only allowed when soft is {needs_soft}")
             }
             RequestError::AffinityNode(rule) => rule.clone(),
+            RequestError::ForeignResource(id) => {
+                format!("resource #{} is not one of this cluster's resources", id.index())
+            }
         }
     }
 }
@@ -109,6 +115,9 @@ impl Request {
         registry: &ResourceRegistry,
     ) -> Result<Request, RequestError> {
         for (resource, amount) in resources.iter() {
+            if !registry.contains(resource) {
+                return Err(RequestError::ForeignResource(resource));
+            }
             if registry.is_unit_instance(resource) && amount > Quantity::ONE && !amount.is_whole() {
                 return Err(RequestError::FractionalInstances {
                     resource: registry.name(resource).to_string(),
@@ -159,7 +168,6 @@ impl Request {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resource::ResourceId;
 
     fn set(gpu: &str) -> ResourceSet {
         [(ResourceId::GPU, Quantity::parse(gpu).unwrap())].into_iter().collect()
@@ -179,6 +187,18 @@ mod tests {
         assert!(
             Request::new(set("1.5"), Strategy::Default, &custom).is_ok(),
             "GPU is no longer per instance"
+        );
+    }
+
+    #[test]
+    fn resources_from_another_registry_are_rejected() {
+        let mut big = ResourceRegistry::default();
+        let tpu = big.intern("TPU").unwrap();
+        let set: ResourceSet = [(tpu, Quantity::ONE)].into_iter().collect();
+        let err = Request::new(set, Strategy::Default, &ResourceRegistry::default()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "resources: resource #4 is not one of this cluster's resources"
         );
     }
 

@@ -111,9 +111,15 @@ impl ResourceRegistry {
         self.ids.get(name).copied()
     }
 
-    /// The name of `id`. IDs only come from this registry, so every ID has a name.
+    /// The name of `id`; `"?"` for an ID this registry did not give (a caller mixing
+    /// registries: [`crate::Request::new`] rejects such IDs, so decisions never show it).
     pub fn name(&self, id: ResourceId) -> &str {
-        &self.names[id.index()]
+        self.names.get(id.index()).map_or("?", String::as_str)
+    }
+
+    /// True when `id` was given by this registry.
+    pub fn contains(&self, id: ResourceId) -> bool {
+        id.index() < self.names.len()
     }
 
     /// True when `id` is accounted per unit instance (whole instances or a fraction of one).

@@ -6,9 +6,9 @@ use crate::diagnosis::Reason;
 use crate::node::Node;
 
 /// The node has the requested resources when empty: otherwise it can never take the request.
-pub struct ResourcesFeasible;
+pub struct ResourcesTotal;
 
-impl Filter for ResourcesFeasible {
+impl Filter for ResourcesTotal {
     fn name(&self) -> &'static str {
         "resources_total"
     }
@@ -24,9 +24,9 @@ impl Filter for ResourcesFeasible {
 }
 
 /// The node has the requested resources free now.
-pub struct ResourcesAvailable;
+pub struct ResourcesFree;
 
-impl Filter for ResourcesAvailable {
+impl Filter for ResourcesFree {
     fn name(&self) -> &'static str {
         "resources_free"
     }

@@ -27,7 +27,7 @@ use crate::nodeset::NodeSet;
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::request::{Request, Strategy};
 use explain::{AttemptExplanation, Explanation, NodeExplanation, ScoreLine};
-use filters::{InstancesFit, ResourcesAvailable, ResourcesFeasible};
+use filters::{InstancesFit, ResourcesFree, ResourcesTotal};
 use scorers::{AvoidGpuNodes, HybridUtilization};
 use stage::{DecisionContext, Filter, Preference, Verdict, Weighted};
 
@@ -179,7 +179,7 @@ impl Scheduler {
     /// A scheduler with the standard stages. `config` must be valid ([`SchedulerConfig::validate`]).
     pub fn new(config: SchedulerConfig) -> Scheduler {
         let filters: Vec<Box<dyn Filter>> =
-            vec![Box::new(ResourcesFeasible), Box::new(ResourcesAvailable), Box::new(InstancesFit)];
+            vec![Box::new(ResourcesTotal), Box::new(ResourcesFree), Box::new(InstancesFit)];
         debug_assert!(
             filters.windows(2).all(|w| w[0].kind() <= w[1].kind()),
             "static filters first"

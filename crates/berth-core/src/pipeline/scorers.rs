@@ -15,9 +15,10 @@ const HYBRID_RESOURCES: [ResourceId; 4] =
 /// Rules: a node's utilisation is its highest ratio used/total over CPU, memory,
 /// object-store memory and GPU *after* placing the request (resources it lacks are ignored);
 /// below `spread_threshold` it counts as 0. The score is `100 − utilisation%`.
-/// Behaviour: every node under the threshold ties at 100, so ties (broken by node order, the
-/// caller's node first) pack work onto the first nodes until they pass the threshold; beyond
-/// it the emptiest node scores best, which spreads.
+/// Behaviour: every node under the threshold ties at 100; ties rank the caller's node first,
+/// then node order, and the pick is random among the best `top_k` of that ranking, so work packs
+/// onto the first few nodes until they pass the threshold; beyond it the emptiest node scores
+/// best, which spreads.
 pub struct HybridUtilization {
     /// As a fraction of one (0.5 = half full).
     pub spread_threshold: Quantity,
