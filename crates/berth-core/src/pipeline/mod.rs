@@ -9,6 +9,7 @@
 
 pub mod explain;
 pub mod filters;
+pub mod profile;
 pub mod scorers;
 pub mod stage;
 #[cfg(test)]
@@ -28,7 +29,8 @@ use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::request::{Request, Strategy};
 use explain::{AttemptExplanation, Explanation, NodeExplanation, ScoreLine};
 use filters::{InstancesFit, ResourcesFree, ResourcesTotal};
-use scorers::{AvoidGpuNodes, HybridUtilization};
+use profile::Profile;
+use scorers::AvoidGpuNodes;
 use stage::{DecisionContext, Filter, Preference, Verdict, Weighted};
 
 /// The outcome of placing one request.
@@ -51,6 +53,8 @@ pub struct SchedulerConfig {
     pub top_k_fraction: Quantity,
     /// Whether requests without GPUs prefer nodes without GPUs.
     pub avoid_gpu_nodes: bool,
+    /// Scorers and extra filters.
+    pub profile: Profile,
 }
 
 impl Default for SchedulerConfig {
@@ -59,6 +63,7 @@ impl Default for SchedulerConfig {
             spread_threshold: Quantity::from_units(UNITS_PER_WHOLE / 2),
             top_k_fraction: Quantity::from_units(UNITS_PER_WHOLE / 5),
             avoid_gpu_nodes: true,
+            profile: Profile::default(),
         }
     }
 }
@@ -178,20 +183,17 @@ pub struct Scheduler {
 impl Scheduler {
     /// A scheduler with the standard stages. `config` must be valid ([`SchedulerConfig::validate`]).
     pub fn new(config: SchedulerConfig) -> Scheduler {
-        let filters: Vec<Box<dyn Filter>> =
+        let mut filters: Vec<Box<dyn Filter>> =
             vec![Box::new(ResourcesTotal), Box::new(ResourcesFree), Box::new(InstancesFit)];
-        debug_assert!(
-            filters.windows(2).all(|w| w[0].kind() <= w[1].kind()),
-            "static filters first"
-        );
+        filters.extend(config.profile.filters());
+        // Static before dynamic (a stable sort keeps each group's order): a node's first
+        // failure then tells pending from infeasible.
+        filters.sort_by_key(|f| f.kind());
         let mut preferences: Vec<Box<dyn Preference>> = Vec::new();
         if config.avoid_gpu_nodes {
             preferences.push(Box::new(AvoidGpuNodes));
         }
-        let scorers = vec![Weighted {
-            scorer: Box::new(HybridUtilization { spread_threshold: config.spread_threshold }),
-            weight: 1,
-        }];
+        let scorers = config.profile.scorers(&config);
         Scheduler { config, filters, preferences, scorers, spread_cursor: 0, ranked: Vec::new() }
     }
 
