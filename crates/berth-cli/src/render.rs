@@ -9,7 +9,6 @@ use berth_core::pipeline::explain::{AttemptExplanation, Explanation, NodeExplana
 use berth_core::pipeline::stage::Verdict;
 use berth_core::{
     AttemptDiagnosis, Cluster, Decision, Diagnosis, NodeIndex, NodeState, Quantity, Reason,
-    ResourceRegistry,
 };
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 use serde::ser::SerializeMap;
@@ -55,9 +54,9 @@ fn decision_line(cluster: &Cluster, decision: &Decision) -> String {
             }
             line
         }
-        Decision::Pending(diagnosis) => format!("pending: {}", diagnosis.describe(registry)),
+        Decision::Pending(diagnosis) => format!("pending: {}", diagnosis.describe(cluster)),
         Decision::Infeasible(diagnosis) => {
-            format!("infeasible: {}", diagnosis.describe(registry))
+            format!("infeasible: {}", diagnosis.describe(cluster))
         }
     }
 }
@@ -79,7 +78,6 @@ fn selection_line(cluster: &Cluster, attempt: &AttemptExplanation) -> String {
 /// Stage answers are stacked inside a cell, one line each, rather than given a column each:
 /// with a column per filter, preference and scorer the table would not fit 100 columns.
 fn attempt_table(cluster: &Cluster, attempt: &AttemptExplanation) -> Table {
-    let registry = cluster.registry();
     // Attempts that do not rank (SPREAD, RANDOM, one affinity node) have no preference or score
     // on any node; their columns would be empty, so they are left out.
     let ranked = attempt.nodes.iter().any(|n| !n.preferences.is_empty() || !n.scores.is_empty());
@@ -101,7 +99,7 @@ fn attempt_table(cluster: &Cluster, attempt: &AttemptExplanation) -> Table {
         let mut row = vec![
             Cell::new(node_name(cluster, line.node)),
             Cell::new(node_state(cluster, line.node).map_or("removed", state_name)),
-            Cell::new(filter_text(registry, line)),
+            Cell::new(filter_text(cluster, line)),
         ];
         if ranked {
             row.push(Cell::new(ranking_text(line)));
@@ -125,9 +123,9 @@ fn attempt_table(cluster: &Cluster, attempt: &AttemptExplanation) -> Table {
 
 /// `all ok`; or every filter's verdict, one per line (`resources_free: needs 4 CPU, has 2
 /// free`); or why the candidate stage excluded the node before any filter ran.
-fn filter_text(registry: &ResourceRegistry, line: &NodeExplanation) -> String {
+fn filter_text(cluster: &Cluster, line: &NodeExplanation) -> String {
     if let Some(reason) = line.excluded {
-        return format!("excluded: {}", reason.describe(registry));
+        return format!("excluded: {}", reason.describe(cluster));
     }
     if line.passed() {
         return "all ok".to_string();
@@ -137,7 +135,7 @@ fn filter_text(registry: &ResourceRegistry, line: &NodeExplanation) -> String {
         .iter()
         .map(|(name, verdict)| match verdict {
             Verdict::Fit => format!("{name}: ok"),
-            Verdict::Unfit(reason) => format!("{name}: {}", reason.describe(registry)),
+            Verdict::Unfit(reason) => format!("{name}: {}", reason.describe(cluster)),
         })
         .collect();
     lines.join("\n")
@@ -210,7 +208,7 @@ pub fn json(
     };
     let report = Report {
         decision: decision_json,
-        diagnosis: diagnosis.map(|d| diagnosis_json(registry, d)),
+        diagnosis: diagnosis.map(|d| diagnosis_json(cluster, d)),
         attempts: explanation.attempts.iter().map(|a| attempt_json(cluster, a)).collect(),
     };
     let mut text = serde_json::to_string_pretty(&report)?;
@@ -281,17 +279,14 @@ struct RejectedJson {
     nodes: u64,
 }
 
-fn diagnosis_json(registry: &ResourceRegistry, diagnosis: &Diagnosis) -> DiagnosisJson {
+fn diagnosis_json(cluster: &Cluster, diagnosis: &Diagnosis) -> DiagnosisJson {
     DiagnosisJson {
-        summary: diagnosis.describe(registry),
-        attempts: diagnosis.attempts.iter().map(|a| attempt_diagnosis_json(registry, a)).collect(),
+        summary: diagnosis.describe(cluster),
+        attempts: diagnosis.attempts.iter().map(|a| attempt_diagnosis_json(cluster, a)).collect(),
     }
 }
 
-fn attempt_diagnosis_json(
-    registry: &ResourceRegistry,
-    attempt: &AttemptDiagnosis,
-) -> AttemptDiagnosisJson {
+fn attempt_diagnosis_json(cluster: &Cluster, attempt: &AttemptDiagnosis) -> AttemptDiagnosisJson {
     AttemptDiagnosisJson {
         attempt: attempt.kind.to_string(),
         code: attempt.kind.code(),
@@ -300,8 +295,8 @@ fn attempt_diagnosis_json(
             .rejected
             .iter()
             .map(|(kind, nodes)| RejectedJson {
-                reason: kind.code(registry),
-                text: kind.describe(registry),
+                reason: kind.code(cluster),
+                text: kind.describe(cluster),
                 nodes: *nodes,
             })
             .collect(),
@@ -377,10 +372,9 @@ fn attempt_json(cluster: &Cluster, attempt: &AttemptExplanation) -> AttemptJson 
 }
 
 fn node_json(cluster: &Cluster, line: &NodeExplanation) -> NodeJson {
-    let registry = cluster.registry();
     let reason_json = |reason: Reason| ReasonJson {
-        reason: reason.kind().code(registry),
-        text: reason.describe(registry),
+        reason: reason.kind().code(cluster),
+        text: reason.describe(cluster),
     };
     NodeJson {
         node: node_name(cluster, line.node),
@@ -398,8 +392,8 @@ fn node_json(cluster: &Cluster, line: &NodeExplanation) -> NodeJson {
                 FilterJson {
                     filter: name,
                     passed: reason.is_none(),
-                    reason: reason.map(|r| r.kind().code(registry)),
-                    text: reason.map(|r| r.describe(registry)),
+                    reason: reason.map(|r| r.kind().code(cluster)),
+                    text: reason.map(|r| r.describe(cluster)),
                 }
             })
             .collect(),

@@ -6,10 +6,13 @@ use thiserror::Error;
 
 use crate::diagnosis::Reason;
 use crate::instances::InstanceId;
+use crate::label_index::LabelIndex;
+use crate::labels::{LabelError, Labels, NodeFacts};
 use crate::node::{ExactReserveError, Node, NodeError, NodeId, NodeIndex, NodeShares, NodeState};
 use crate::nodeset::NodeSet;
 use crate::quantity::Quantity;
 use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
+use crate::taints::{Taint, TaintId, TaintTable};
 
 /// Why a cluster operation was refused. Nothing changed.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -50,6 +53,17 @@ pub enum ClusterError {
         resource: String,
         /// What is wrong.
         detail: String,
+    },
+    /// A label or taint breaks the label syntax (or sets `berth.io/node-id`).
+    #[error(transparent)]
+    Label(#[from] LabelError),
+    /// A rare-resource taint cannot be removed by hand.
+    #[error("taint {taint} is set by rare-resource isolation because the node has {resource}; it cannot be removed by hand")]
+    RareTaint {
+        /// The taint, `key=value`.
+        taint: String,
+        /// The rare resource.
+        resource: String,
     },
     /// A dead node does not come back; an agent that returns registers as a new node.
     #[error("node {0} is dead; a returning machine registers as a new node")]
@@ -105,6 +119,50 @@ pub struct Cluster {
     alive: NodeSet,
     draining: NodeSet,
     dead: NodeSet,
+    /// Label key → value → nodes, for selectors.
+    label_index: LabelIndex,
+    taint_table: TaintTable,
+    /// Nodes with at least one taint: the only ones the taint filter must look at closely.
+    tainted: NodeSet,
+    /// Resources whose nodes are tainted automatically (rare-resource isolation).
+    rare_resources: Vec<ResourceId>,
+}
+
+/// Everything a node is registered with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// Its ID.
+    pub id: NodeId,
+    /// Its resources.
+    pub total: ResourceSet,
+    /// The user's labels (the defaults are added).
+    pub labels: Labels,
+    /// The facts behind the default labels.
+    pub facts: NodeFacts,
+    /// Its taints, `key=value`.
+    pub taints: Vec<(String, String)>,
+}
+
+impl NodeSpec {
+    /// A node with resources only: default labels, no taints.
+    pub fn new(id: NodeId, total: ResourceSet) -> NodeSpec {
+        NodeSpec {
+            id,
+            total,
+            labels: Labels::new(),
+            facts: NodeFacts::default(),
+            taints: Vec::new(),
+        }
+    }
+}
+
+/// The node in `nodes` at `index`, unless removed. A free function so that callers can borrow
+/// other fields of the cluster at the same time.
+fn slot_mut(nodes: &mut [Option<Node>], index: NodeIndex) -> Result<&mut Node, ClusterError> {
+    nodes
+        .get_mut(index.0 as usize)
+        .and_then(Option::as_mut)
+        .ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))
 }
 
 impl Cluster {
@@ -123,29 +181,150 @@ impl Cluster {
         &mut self.registry
     }
 
-    /// Adds a live node with `total` resources, all available.
+    /// Adds a live node with `total` resources, all available, default labels and no taints.
     pub fn add_node(&mut self, id: NodeId, total: ResourceSet) -> Result<NodeIndex, ClusterError> {
-        if self.by_id.contains_key(&id) {
-            return Err(ClusterError::DuplicateNode(id));
+        self.add_node_with(NodeSpec::new(id, total))
+    }
+
+    /// Adds a live node as registered: resources, labels, taints. All or nothing.
+    pub fn add_node_with(&mut self, spec: NodeSpec) -> Result<NodeIndex, ClusterError> {
+        if self.by_id.contains_key(&spec.id) {
+            return Err(ClusterError::DuplicateNode(spec.id));
         }
-        let node = Node::new(id.clone(), total, &self.registry)?;
+        let mut node = Node::new(spec.id.clone(), spec.total, &self.registry)?;
+        node.set_labels(spec.facts, spec.labels)?;
+        let mut taints = Vec::with_capacity(spec.taints.len());
+        for (key, value) in &spec.taints {
+            taints.push(self.taint_table.intern(key, value)?);
+        }
         let index = NodeIndex(self.nodes.len() as u32);
+        self.label_index.insert(index, node.labels());
+        for taint in taints {
+            node.add_taint(taint);
+        }
         self.nodes.push(Some(node));
-        self.by_id.insert(id, index);
+        self.by_id.insert(spec.id, index);
         self.alive.insert(index);
+        self.refresh_taints(index);
         Ok(index)
+    }
+
+    /// Replaces a node's user labels (and the facts behind its defaults), keeping the index
+    /// current. Nothing changes on error.
+    pub fn set_labels(
+        &mut self,
+        index: NodeIndex,
+        facts: NodeFacts,
+        labels: Labels,
+    ) -> Result<(), ClusterError> {
+        let node = slot_mut(&mut self.nodes, index)?;
+        let old = node.set_labels(facts, labels)?;
+        self.label_index.remove(index, &old);
+        self.label_index.insert(index, node.labels());
+        Ok(())
+    }
+
+    /// Adds the taint `key=value` to a node; false when it had it already.
+    pub fn add_taint(
+        &mut self,
+        index: NodeIndex,
+        key: &str,
+        value: &str,
+    ) -> Result<bool, ClusterError> {
+        slot_mut(&mut self.nodes, index)?;
+        let taint = self.taint_table.intern(key, value)?;
+        let added = slot_mut(&mut self.nodes, index)?.add_taint(taint);
+        self.refresh_taints(index);
+        Ok(added)
+    }
+
+    /// Removes the taint `key=value` from a node; false when it did not have it. The taints of
+    /// rare-resource isolation follow the node's resources and cannot be removed by hand.
+    pub fn remove_taint(
+        &mut self,
+        index: NodeIndex,
+        key: &str,
+        value: &str,
+    ) -> Result<bool, ClusterError> {
+        let node = slot_mut(&mut self.nodes, index)?;
+        let Some(taint) = self.taint_table.lookup(key, value) else { return Ok(false) };
+        if let Some(resource) = self.taint_table.get(taint).rare_resource {
+            return Err(ClusterError::RareTaint {
+                taint: format!("{key}={value}"),
+                resource: self.registry.name(resource).to_string(),
+            });
+        }
+        let removed = node.remove_taint(taint);
+        self.refresh_taints(index);
+        Ok(removed)
+    }
+
+    /// Lists the resources whose nodes are tainted automatically, and re-taints every node.
+    pub fn set_rare_resources(&mut self, resources: &[ResourceId]) {
+        self.rare_resources = resources.to_vec();
+        for index in 0..self.nodes.len() {
+            self.refresh_taints(NodeIndex(index as u32));
+        }
+    }
+
+    /// The resources under rare-resource isolation.
+    pub fn rare_resources(&self) -> &[ResourceId] {
+        &self.rare_resources
+    }
+
+    /// Brings a node's automatic taints in line with its resources, and the tainted set with
+    /// its taints.
+    fn refresh_taints(&mut self, index: NodeIndex) {
+        let Ok(node) = slot_mut(&mut self.nodes, index) else { return };
+        let stale: Vec<TaintId> = node
+            .taints()
+            .iter()
+            .copied()
+            .filter(|&t| {
+                self.taint_table
+                    .get(t)
+                    .rare_resource
+                    .is_some_and(|r| !self.rare_resources.contains(&r) || !node.has_resource(r))
+            })
+            .collect();
+        for taint in stale {
+            node.remove_taint(taint);
+        }
+        for &resource in &self.rare_resources {
+            if node.has_resource(resource) {
+                node.add_taint(self.taint_table.intern_rare(resource, &self.registry));
+            }
+        }
+        if node.taints().is_empty() {
+            self.tainted.remove(index);
+        } else {
+            self.tainted.insert(index);
+        }
+    }
+
+    /// The label index.
+    pub fn label_index(&self) -> &LabelIndex {
+        &self.label_index
+    }
+
+    /// The taint behind `id`.
+    pub fn taint(&self, id: TaintId) -> &Taint {
+        self.taint_table.get(id)
+    }
+
+    /// The interned taints, to look one up by key and value.
+    pub fn taint_table(&self) -> &TaintTable {
+        &self.taint_table
+    }
+
+    /// Nodes with at least one taint.
+    pub fn tainted(&self) -> &NodeSet {
+        &self.tainted
     }
 
     /// The node at `index`, unless removed.
     pub fn node(&self, index: NodeIndex) -> Option<&Node> {
         self.nodes.get(index.0 as usize).and_then(Option::as_ref)
-    }
-
-    fn node_mut(&mut self, index: NodeIndex) -> Result<&mut Node, ClusterError> {
-        self.nodes
-            .get_mut(index.0 as usize)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))
     }
 
     /// The index of the node with this ID.
@@ -194,7 +373,7 @@ impl Cluster {
     /// Moves a node to `state`. Alive ⇄ draining in either direction; any state → dead; a dead
     /// node stays dead.
     pub fn set_state(&mut self, index: NodeIndex, state: NodeState) -> Result<(), ClusterError> {
-        let node = self.node_mut(index)?;
+        let node = slot_mut(&mut self.nodes, index)?;
         if node.state() == NodeState::Dead && state != NodeState::Dead {
             return Err(ClusterError::Dead(node.id().clone()));
         }
@@ -218,7 +397,8 @@ impl Cluster {
             .and_then(Option::take)
             .ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))?;
         self.by_id.remove(node.id());
-        for set in [&mut self.alive, &mut self.draining, &mut self.dead] {
+        self.label_index.remove(index, node.labels());
+        for set in [&mut self.alive, &mut self.draining, &mut self.dead, &mut self.tainted] {
             set.remove(index);
         }
         Ok(node)
@@ -253,29 +433,28 @@ impl Cluster {
         instances: Option<&[(ResourceId, Vec<InstanceId>)]>,
     ) -> Result<Allocation, ClusterError> {
         let registry = &self.registry;
-        let node = self.nodes.get_mut(index.0 as usize).and_then(Option::as_mut);
-        let node = node.ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))?;
+        let node = slot_mut(&mut self.nodes, index)?;
         if node.state() != NodeState::Alive {
             return Err(ClusterError::NotAlive { node: node.id().clone(), state: node.state() });
         }
-        let unfit = |node: &Node, reason: Reason| ClusterError::Insufficient {
-            node: node.id().clone(),
-            reason,
-            detail: reason.describe(registry),
+        let result = match instances {
+            None => node.reserve(request, registry).map_err(ExactReserveError::Unfit),
+            Some(instances) => node.reserve_exact(request, instances, registry),
         };
-        let shares = match instances {
-            None => node.reserve(request, registry).map_err(|reason| unfit(node, reason))?,
-            Some(instances) => {
-                node.reserve_exact(request, instances, registry).map_err(|err| match err {
-                    ExactReserveError::Unfit(reason) => unfit(node, reason),
-                    ExactReserveError::Instances { resource, detail } => ClusterError::Instances {
-                        node: node.id().clone(),
-                        resource: registry.name(resource).to_string(),
-                        detail,
-                    },
-                })?
+        // The node's borrow ends here, so the error can be described against the whole cluster.
+        let shares = result.map_err(|err| {
+            let node = self.node(index).map(|n| n.id().clone()).expect("found above");
+            match err {
+                ExactReserveError::Unfit(reason) => {
+                    ClusterError::Insufficient { node, reason, detail: reason.describe(self) }
+                }
+                ExactReserveError::Instances { resource, detail } => ClusterError::Instances {
+                    node,
+                    resource: self.registry.name(resource).to_string(),
+                    detail,
+                },
             }
-        };
+        })?;
         Ok(Allocation { node: index, resources: request.clone(), shares })
     }
 
@@ -295,10 +474,8 @@ impl Cluster {
         resource: ResourceId,
         total: Quantity,
     ) -> Result<(), ClusterError> {
-        let registry = &self.registry;
-        let node = self.nodes.get_mut(index.0 as usize).and_then(Option::as_mut);
-        let node = node.ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))?;
-        node.set_capacity(resource, total, registry)?;
+        slot_mut(&mut self.nodes, index)?.set_capacity(resource, total, &self.registry)?;
+        self.refresh_taints(index);
         Ok(())
     }
 
@@ -308,7 +485,8 @@ impl Cluster {
         index: NodeIndex,
         resource: ResourceId,
     ) -> Result<(), ClusterError> {
-        self.node_mut(index)?.delete_resource(resource);
+        slot_mut(&mut self.nodes, index)?.delete_resource(resource);
+        self.refresh_taints(index);
         Ok(())
     }
 
@@ -332,6 +510,7 @@ impl Cluster {
 mod tests {
     use super::*;
     use crate::testutil::{cluster, index, resources};
+    use crate::ResourceRegistry;
 
     #[test]
     fn reserve_instances_rebuilds_recorded_placements_or_says_why() {
@@ -361,6 +540,77 @@ mod tests {
         c.check_invariants().unwrap();
         c.release(&allocation);
         assert_eq!(c.node(node).unwrap().available(), c.node(node).unwrap().total());
+    }
+
+    fn spec(id: &str, total: &str, registry: &mut ResourceRegistry) -> NodeSpec {
+        NodeSpec::new(NodeId::new(id).unwrap(), resources(registry, total))
+    }
+
+    #[test]
+    fn labels_are_indexed_and_kept_current() {
+        let mut c = Cluster::new(ResourceRegistry::default());
+        let mut a = spec("a", "CPU=4", c.registry_mut());
+        a.labels = Labels::parse_list("zone=z1,team=ml").unwrap();
+        let a = c.add_node_with(a).unwrap();
+        let b = spec("b", "CPU=4", c.registry_mut());
+        let b = c.add_node_with(b).unwrap();
+        let with = |c: &Cluster, k: &str, v: &str| -> Vec<NodeIndex> {
+            c.label_index().nodes_with(k, v).map(|s| s.iter().collect()).unwrap_or_default()
+        };
+        assert_eq!(with(&c, "zone", "z1"), [a]);
+        assert_eq!(with(&c, "berth.io/node-id", "b"), [b]);
+        assert_eq!(with(&c, "berth.io/accelerator-type", ""), [a, b]);
+        c.set_labels(a, NodeFacts::default(), Labels::parse_list("zone=z2").unwrap()).unwrap();
+        assert!(with(&c, "zone", "z1").is_empty());
+        assert!(with(&c, "team", "ml").is_empty());
+        assert_eq!(with(&c, "zone", "z2"), [a]);
+        let err = c.set_labels(
+            b,
+            NodeFacts::default(),
+            Labels::parse_list("berth.io/node-id=x").unwrap(),
+        );
+        assert_eq!(err, Err(ClusterError::Label(LabelError::ReservedNodeId)));
+        assert_eq!(with(&c, "berth.io/node-id", "b"), [b], "a refused change changes nothing");
+        c.remove_node(a).unwrap();
+        assert!(with(&c, "zone", "z2").is_empty());
+    }
+
+    #[test]
+    fn taints_can_be_added_and_removed_and_rare_resources_taint_themselves() {
+        let mut c = Cluster::new(ResourceRegistry::default());
+        let mut g = spec("g", "CPU=4,GPU=1", c.registry_mut());
+        g.taints = vec![("gpu_node".into(), "true".into())];
+        let g = c.add_node_with(g).unwrap();
+        let cpu = spec("cpu", "CPU=4", c.registry_mut());
+        let cpu = c.add_node_with(cpu).unwrap();
+        let taints = |c: &Cluster, n: NodeIndex| -> Vec<String> {
+            let node = c.node(n).unwrap();
+            node.taints()
+                .iter()
+                .map(|&t| format!("{}={}", c.taint(t).key, c.taint(t).value))
+                .collect()
+        };
+        assert_eq!(taints(&c, g), ["gpu_node=true"]);
+        assert_eq!(c.tainted().iter().collect::<Vec<_>>(), [g]);
+        assert_eq!(c.add_taint(cpu, "memory-pressure", "high"), Ok(true));
+        assert_eq!(c.add_taint(cpu, "memory-pressure", "high"), Ok(false));
+        assert!(matches!(c.add_taint(cpu, "bad key", "x"), Err(ClusterError::Label(_))));
+        assert_eq!(c.remove_taint(cpu, "memory-pressure", "high"), Ok(true));
+        assert_eq!(c.remove_taint(cpu, "memory-pressure", "high"), Ok(false));
+        assert!(!c.tainted().contains(cpu));
+
+        c.set_rare_resources(&[ResourceId::GPU]);
+        assert_eq!(taints(&c, g), ["gpu_node=true", "berth.io/rare-GPU=true"]);
+        assert!(taints(&c, cpu).is_empty());
+        let err = c.remove_taint(g, "berth.io/rare-GPU", "true").unwrap_err();
+        assert!(err.to_string().contains("rare-resource isolation"), "{err}");
+        // The taint follows the resource.
+        c.set_capacity(cpu, ResourceId::GPU, Quantity::from_whole(2)).unwrap();
+        assert_eq!(taints(&c, cpu), ["berth.io/rare-GPU=true"]);
+        c.delete_resource(cpu, ResourceId::GPU).unwrap();
+        assert!(taints(&c, cpu).is_empty());
+        c.set_rare_resources(&[]);
+        assert_eq!(taints(&c, g), ["gpu_node=true"]);
     }
 
     #[test]

@@ -7,8 +7,10 @@ use std::fmt;
 
 use smallvec::SmallVec;
 
+use crate::cluster::Cluster;
 use crate::quantity::Quantity;
-use crate::resource::{ResourceId, ResourceRegistry, Shortfall};
+use crate::resource::{ResourceId, Shortfall};
+use crate::taints::TaintId;
 
 /// Why one node cannot take a request, with the figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +21,10 @@ pub enum Reason {
     Draining,
     /// The request's hard node affinity names another node.
     NotAffinityNode,
+    /// The node's labels do not match the label selector in force.
+    LabelMismatch,
+    /// The node has a taint the request does not tolerate.
+    UntoleratedTaint(TaintId),
     /// The node lacks a resource even when empty.
     InsufficientTotal(Shortfall),
     /// The node lacks a resource now.
@@ -31,6 +37,21 @@ pub enum Reason {
         /// The amount asked.
         requested: Quantity,
     },
+    /// Placing the request would leave less of `resource` (CPU or memory) free than the
+    /// node keeps for its idle `primary` resource (SRA proportional, see
+    /// [`crate::pipeline::profile::sra`]).
+    KeptForPrimary {
+        /// The primary resource (`nvidia.com/gpu`).
+        primary: ResourceId,
+        /// How much of the primary resource is idle on the node.
+        idle: Quantity,
+        /// The secondary resource that would run short: CPU or memory.
+        resource: ResourceId,
+        /// How much of `resource` the node keeps free for its idle primary resource.
+        keep: Quantity,
+        /// How much more of `resource` would have to be free: `keep − (free − requested)`.
+        short: Quantity,
+    },
 }
 
 /// A [`Reason`] without its figures: what the [`Diagnosis`] counts nodes by. Declared in the
@@ -41,8 +62,19 @@ pub enum ReasonKind {
     InsufficientAvailable(ResourceId),
     /// See [`Reason::Fragmented`].
     Fragmented(ResourceId),
+    /// See [`Reason::KeptForPrimary`]: too little `resource` would be left for idle `primary`.
+    KeptForPrimary {
+        /// The primary resource.
+        primary: ResourceId,
+        /// CPU or memory.
+        resource: ResourceId,
+    },
     /// See [`Reason::InsufficientTotal`].
     InsufficientTotal(ResourceId),
+    /// See [`Reason::UntoleratedTaint`].
+    UntoleratedTaint(TaintId),
+    /// See [`Reason::LabelMismatch`].
+    LabelMismatch,
     /// See [`Reason::NotAffinityNode`].
     NotAffinityNode,
     /// See [`Reason::Draining`].
@@ -58,14 +90,20 @@ impl Reason {
             Reason::Dead => ReasonKind::Dead,
             Reason::Draining => ReasonKind::Draining,
             Reason::NotAffinityNode => ReasonKind::NotAffinityNode,
+            Reason::LabelMismatch => ReasonKind::LabelMismatch,
+            Reason::UntoleratedTaint(taint) => ReasonKind::UntoleratedTaint(taint),
             Reason::InsufficientTotal(s) => ReasonKind::InsufficientTotal(s.resource),
             Reason::InsufficientAvailable(s) => ReasonKind::InsufficientAvailable(s.resource),
             Reason::Fragmented { resource, .. } => ReasonKind::Fragmented(resource),
+            Reason::KeptForPrimary { primary, resource, .. } => {
+                ReasonKind::KeptForPrimary { primary, resource }
+            }
         }
     }
 
-    /// A sentence for one node: `needs GPU 2, has 1 in total`.
-    pub fn describe(&self, registry: &ResourceRegistry) -> String {
+    /// A sentence for one node: `needs 2 GPU, has 1 in total`.
+    pub fn describe(&self, cluster: &Cluster) -> String {
+        let registry = cluster.registry();
         match *self {
             Reason::InsufficientTotal(s) => {
                 format!(
@@ -86,7 +124,26 @@ impl Reason {
                     format!("needs {requested} {name} inside one instance; no single instance has that much free")
                 }
             }
-            _ => self.kind().describe(registry),
+            Reason::KeptForPrimary { primary, idle, resource, keep, short } => {
+                let (primary, name) = (registry.name(primary), registry.name(resource));
+                // `short` beyond `keep` means the request asks more than is free at all.
+                let left = match keep.checked_sub(short) {
+                    Some(left) => format!("leaves {left} {name} free"),
+                    None => format!("asks more {name} than is free"),
+                };
+                format!(
+                    "{left}, below the {keep} {name} kept for {idle} idle {primary}: \
+                     {short} {name} short"
+                )
+            }
+            Reason::UntoleratedTaint(taint) => {
+                let taint = cluster.taint(taint);
+                format!(
+                    "has taint {}={}, which the request does not tolerate",
+                    taint.key, taint.value
+                )
+            }
+            _ => self.kind().describe(cluster),
         }
     }
 }
@@ -95,34 +152,61 @@ impl ReasonKind {
     /// True when the node could take the request once work ends there (the request is
     /// pending, not infeasible, on its account).
     pub fn is_transient(self) -> bool {
-        matches!(self, ReasonKind::InsufficientAvailable(_) | ReasonKind::Fragmented(_))
+        matches!(
+            self,
+            ReasonKind::InsufficientAvailable(_)
+                | ReasonKind::Fragmented(_)
+                | ReasonKind::KeptForPrimary { .. }
+        )
     }
 
     /// A short phrase for counts: `3 too little GPU in total`.
-    pub fn describe(self, registry: &ResourceRegistry) -> String {
+    pub fn describe(self, cluster: &Cluster) -> String {
+        let registry = cluster.registry();
         match self {
             ReasonKind::Dead => "dead".to_string(),
             ReasonKind::Draining => "draining".to_string(),
             ReasonKind::NotAffinityNode => "not the affinity node".to_string(),
+            ReasonKind::LabelMismatch => "labels do not match".to_string(),
+            ReasonKind::UntoleratedTaint(taint) => {
+                let taint = cluster.taint(taint);
+                format!("untolerated taint {}={}", taint.key, taint.value)
+            }
             ReasonKind::InsufficientTotal(r) => format!("too little {} in total", registry.name(r)),
             ReasonKind::InsufficientAvailable(r) => format!("too little {} free", registry.name(r)),
             ReasonKind::Fragmented(r) => {
                 format!("{} fragmented across instances", registry.name(r))
             }
+            ReasonKind::KeptForPrimary { primary, resource } => format!(
+                "would leave too little {} for idle {}",
+                registry.name(resource),
+                registry.name(primary)
+            ),
         }
     }
 
-    /// A stable machine-readable code: `insufficient_total:GPU`.
-    pub fn code(self, registry: &ResourceRegistry) -> String {
+    /// A stable machine-readable code: `insufficient_total:GPU`, `untolerated_taint:k=v`.
+    pub fn code(self, cluster: &Cluster) -> String {
+        let registry = cluster.registry();
         match self {
             ReasonKind::Dead => "dead".to_string(),
             ReasonKind::Draining => "draining".to_string(),
             ReasonKind::NotAffinityNode => "not_affinity_node".to_string(),
+            ReasonKind::LabelMismatch => "label_mismatch".to_string(),
+            ReasonKind::UntoleratedTaint(taint) => {
+                let taint = cluster.taint(taint);
+                format!("untolerated_taint:{}={}", taint.key, taint.value)
+            }
             ReasonKind::InsufficientTotal(r) => format!("insufficient_total:{}", registry.name(r)),
             ReasonKind::InsufficientAvailable(r) => {
                 format!("insufficient_available:{}", registry.name(r))
             }
             ReasonKind::Fragmented(r) => format!("fragmented:{}", registry.name(r)),
+            // The secondary resource (CPU or memory, never a `:` in it) first, so the code
+            // splits unambiguously even when the primary's name has a `:`.
+            ReasonKind::KeptForPrimary { primary, resource } => {
+                format!("kept_for_primary:{}:{}", registry.name(resource), registry.name(primary))
+            }
         }
     }
 }
@@ -136,6 +220,8 @@ pub enum AttemptKind {
     Spread,
     /// Uniformly random.
     Random,
+    /// Node-label scheduling (hard selector, soft preference).
+    NodeLabel,
     /// Only the node named by node affinity.
     AffinityNode {
         /// The node's ID as the request gave it.
@@ -153,6 +239,7 @@ impl AttemptKind {
             AttemptKind::Default => "default",
             AttemptKind::Spread => "spread",
             AttemptKind::Random => "random",
+            AttemptKind::NodeLabel => "node_label",
             AttemptKind::AffinityNode { soft: false, .. } => "node_affinity",
             AttemptKind::AffinityNode { soft: true, .. } => "soft_node_affinity",
         }
@@ -165,6 +252,7 @@ impl fmt::Display for AttemptKind {
             AttemptKind::Default => f.write_str("DEFAULT"),
             AttemptKind::Spread => f.write_str("SPREAD"),
             AttemptKind::Random => f.write_str("RANDOM"),
+            AttemptKind::NodeLabel => f.write_str("NODE_LABEL"),
             AttemptKind::AffinityNode { node, soft: true } => {
                 write!(f, "soft node affinity to {node}")
             }
@@ -173,11 +261,23 @@ impl fmt::Display for AttemptKind {
     }
 }
 
+/// ` with label_selector`, ` with fallback_strategy[0]`, or nothing.
+pub fn alternative_suffix(alternative: Option<usize>) -> String {
+    match alternative {
+        None => String::new(),
+        Some(0) => " with label_selector".to_string(),
+        Some(i) => format!(" with fallback_strategy[{}]", i - 1),
+    }
+}
+
 /// What one attempt found: how many nodes it saw and why each rejected one was rejected.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttemptDiagnosis {
     /// The attempt.
     pub kind: AttemptKind,
+    /// Which label selector was in force: `None` when the request has none, `Some(0)` for
+    /// `label_selector`, `Some(i)` for `fallback_strategy[i − 1]`.
+    pub alternative: Option<usize>,
     /// Nodes looked at (every node of the cluster, rejected in bulk or one by one).
     pub nodes: u64,
     /// Rejected nodes per reason, first failing reason per node, most frequent first.
@@ -189,9 +289,10 @@ pub struct AttemptDiagnosis {
 }
 
 impl AttemptDiagnosis {
-    pub(crate) fn new(kind: AttemptKind) -> AttemptDiagnosis {
+    pub(crate) fn new(kind: AttemptKind, alternative: Option<usize>) -> AttemptDiagnosis {
         AttemptDiagnosis {
             kind,
+            alternative,
             nodes: 0,
             rejected: SmallVec::new(),
             could_fit_later: false,
@@ -217,17 +318,18 @@ impl AttemptDiagnosis {
     }
 
     /// `0/5 nodes: 3 too little GPU in total, 2 draining`.
-    pub fn describe(&self, registry: &ResourceRegistry) -> String {
+    pub fn describe(&self, cluster: &Cluster) -> String {
         let rejected: u64 = self.rejected.iter().map(|(_, n)| n).sum();
         let mut text = format!(
-            "{}: {}/{} nodes can take it now",
+            "{}{}: {}/{} nodes can take it now",
             self.kind,
+            alternative_suffix(self.alternative),
             self.nodes - rejected,
             self.nodes
         );
         for (i, (kind, n)) in self.rejected.iter().enumerate() {
             text.push_str(if i == 0 { ": " } else { ", " });
-            text.push_str(&format!("{n} {}", kind.describe(registry)));
+            text.push_str(&format!("{n} {}", kind.describe(cluster)));
         }
         if let Some(note) = &self.note {
             text.push_str(&format!(" ({note})"));
@@ -245,8 +347,8 @@ pub struct Diagnosis {
 
 impl Diagnosis {
     /// Every attempt on its own line-part, joined by `; `.
-    pub fn describe(&self, registry: &ResourceRegistry) -> String {
-        let parts: Vec<String> = self.attempts.iter().map(|a| a.describe(registry)).collect();
+    pub fn describe(&self, cluster: &Cluster) -> String {
+        let parts: Vec<String> = self.attempts.iter().map(|a| a.describe(cluster)).collect();
         parts.join("; ")
     }
 

@@ -64,6 +64,8 @@
 pub mod cluster;
 pub mod diagnosis;
 pub mod instances;
+pub mod label_index;
+pub mod labels;
 pub mod node;
 pub mod nodeset;
 pub mod pending;
@@ -71,6 +73,8 @@ pub mod pipeline;
 pub mod quantity;
 pub mod request;
 pub mod resource;
+pub mod selector;
+pub mod taints;
 #[cfg(any(test, feature = "testutil"))]
 pub mod testutil;
 

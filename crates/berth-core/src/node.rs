@@ -12,8 +12,10 @@ use thiserror::Error;
 
 use crate::diagnosis::Reason;
 use crate::instances::{InstanceId, InstancePool, InstanceShares, MAX_INSTANCES};
+use crate::labels::{node_labels, LabelError, Labels, NodeFacts};
 use crate::quantity::Quantity;
 use crate::resource::{ResourceId, ResourceRegistry, ResourceSet, Shortfall};
+use crate::taints::TaintId;
 
 /// A node's name, unique in its cluster. It follows the syntax of a label value (1 to 63
 /// characters of letters, digits, `-`, `_`, `.`, beginning and ending with a letter or digit)
@@ -143,6 +145,14 @@ pub struct Node {
     available: ResourceSet,
     /// One pool per unit-instance resource the node has; few, so a small vector.
     pools: SmallVec<[(ResourceId, InstancePool); 1]>,
+    /// Every label: the defaults and the user's, as indexed by the cluster.
+    labels: Labels,
+    /// The user's labels alone, kept to recompute `labels` when they change.
+    user_labels: Labels,
+    /// What the default labels are made of.
+    facts: NodeFacts,
+    /// Taints, sorted; few per node.
+    taints: SmallVec<[TaintId; 2]>,
 }
 
 /// What a reservation on one node took of its unit-instance resources.
@@ -161,6 +171,10 @@ impl Node {
             total: ResourceSet::new(),
             available: ResourceSet::new(),
             pools: SmallVec::new(),
+            labels: Labels::new(),
+            user_labels: Labels::new(),
+            facts: NodeFacts::default(),
+            taints: SmallVec::new(),
         };
         for (resource, amount) in total.iter() {
             node.set_capacity(resource, amount, registry)?;
@@ -171,6 +185,60 @@ impl Node {
     /// The node's ID.
     pub fn id(&self) -> &NodeId {
         &self.id
+    }
+
+    /// Every label of the node (defaults included).
+    pub fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// The labels the user gave (no defaults).
+    pub fn user_labels(&self) -> &Labels {
+        &self.user_labels
+    }
+
+    /// The facts behind the default labels.
+    pub fn facts(&self) -> &NodeFacts {
+        &self.facts
+    }
+
+    /// The node's taints, automatic ones included, in [`TaintId`] order.
+    pub fn taints(&self) -> &[TaintId] {
+        &self.taints
+    }
+
+    /// Sets the labels; returns the previous full set (for the cluster's index).
+    pub(crate) fn set_labels(
+        &mut self,
+        facts: NodeFacts,
+        user: Labels,
+    ) -> Result<Labels, LabelError> {
+        let labels = node_labels(self.id.as_str(), &facts, &user)?;
+        self.facts = facts;
+        self.user_labels = user;
+        Ok(std::mem::replace(&mut self.labels, labels))
+    }
+
+    /// Adds a taint; false when it was there.
+    pub(crate) fn add_taint(&mut self, taint: TaintId) -> bool {
+        match self.taints.binary_search(&taint) {
+            Ok(_) => false,
+            Err(i) => {
+                self.taints.insert(i, taint);
+                true
+            }
+        }
+    }
+
+    /// Removes a taint; false when it was not there.
+    pub(crate) fn remove_taint(&mut self, taint: TaintId) -> bool {
+        match self.taints.binary_search(&taint) {
+            Ok(i) => {
+                self.taints.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// The node's state.

@@ -57,6 +57,21 @@ impl NodeSet {
         NodeSet(&self.0 - &other.0)
     }
 
+    /// `self ∩= other`.
+    pub fn intersect_with(&mut self, other: &NodeSet) {
+        self.0 &= &other.0;
+    }
+
+    /// `self −= other`.
+    pub fn difference_with(&mut self, other: &NodeSet) {
+        self.0 -= &other.0;
+    }
+
+    /// `self ∪= other`.
+    pub fn union_with(&mut self, other: &NodeSet) {
+        self.0 |= &other.0;
+    }
+
     /// `self ∪ other`.
     pub fn union(&self, other: &NodeSet) -> NodeSet {
         NodeSet(&self.0 | &other.0)

@@ -8,8 +8,8 @@
 //! Only requests the change can affect are re-decided: after resources are released on node
 //! `n`, or `n` joins, a pending request is retried only if `n` can now take it (nothing else
 //! changed for it); infeasible requests are retried when a node joins, never after a release
-//! (releases do not change totals). A capacity change or the loss of a node re-decides every
-//! pending request, since what it waited for may be gone: it becomes infeasible, and autoscaler
+//! (releases do not change totals). A change to a node (capacity, labels, taints) re-decides
+//! every waiting request, and the loss of a node every pending one, since what it waited for may be gone: it becomes infeasible, and autoscaler
 //! demand, instead of waiting forever.
 
 use rand::Rng;
@@ -27,8 +27,9 @@ pub enum Trigger {
     Released(NodeIndex),
     /// This node joined the cluster.
     NodeJoined(NodeIndex),
-    /// This node's capacity changed, up or down (or it became alive again after draining).
-    CapacityChanged(NodeIndex),
+    /// This node changed: its capacity (up or down), labels or taints (a removed taint wakes
+    /// the requests it kept away), or it became alive again after draining.
+    NodeChanged(NodeIndex),
     /// This node died, was removed, or started draining.
     NodeLost(NodeIndex),
     /// Anything may have changed (a configuration reload): retry everything.
@@ -153,7 +154,7 @@ fn may_help<K>(
     cluster: &Cluster,
 ) -> bool {
     match (trigger, entry.waiting) {
-        (Trigger::Everything | Trigger::CapacityChanged(_), _) => true,
+        (Trigger::Everything | Trigger::NodeChanged(_), _) => true,
         (Trigger::NodeLost(_), waiting) => waiting == Waiting::Pending,
         (Trigger::Released(_), Waiting::Infeasible) => false,
         (Trigger::NodeJoined(_), Waiting::Infeasible) => true,
@@ -245,7 +246,7 @@ mod tests {
         assert!(f.submit("second", "CPU=2").is_none());
         let node = index(&f.cluster, "a");
         f.cluster.set_capacity(node, ResourceId::CPU, Quantity::from_whole(4)).unwrap();
-        assert_eq!(f.retry(Trigger::CapacityChanged(node)), ["second"]);
+        assert_eq!(f.retry(Trigger::NodeChanged(node)), ["second"]);
     }
 
     #[test]
@@ -257,7 +258,7 @@ mod tests {
         f.submit("filler", "CPU=2").expect("fits");
         f.cluster.set_capacity(node, ResourceId::CPU, Quantity::from_whole(4)).unwrap();
         // 2 of 4 free now: big could fit once filler ends.
-        assert!(f.retry(Trigger::CapacityChanged(node)).is_empty());
+        assert!(f.retry(Trigger::NodeChanged(node)).is_empty());
         assert_eq!(f.waiting(), [("big", Waiting::Pending)]);
         assert!(f.queue.iter().next().unwrap().diagnosis.attempts[0].could_fit_later);
     }
@@ -271,7 +272,7 @@ mod tests {
         assert_eq!(f.waiting(), [("waits-for-a", Waiting::Pending)]);
         let a = index(&f.cluster, "a");
         f.cluster.set_capacity(a, ResourceId::CPU, Quantity::from_whole(2)).unwrap();
-        assert!(f.retry(Trigger::CapacityChanged(a)).is_empty());
+        assert!(f.retry(Trigger::NodeChanged(a)).is_empty());
         assert_eq!(f.waiting(), [("waits-for-a", Waiting::Infeasible)]);
 
         let mut f = Fixture::new(&[("a", "CPU=4"), ("b", "CPU=2")]);

@@ -5,6 +5,7 @@ use thiserror::Error;
 use crate::node::{NodeId, NodeIndex};
 use crate::quantity::Quantity;
 use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
+use crate::selector::{LabelSelector, Tolerations};
 
 /// The user-facing `scheduling_strategy`: which stages run and how the node is chosen.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -19,6 +20,18 @@ pub enum Strategy {
     Random,
     /// A named node, hard or soft.
     NodeAffinity(NodeAffinity),
+    /// Nodes whose labels match `hard`, preferring those that also match `soft`.
+    NodeLabel(NodeLabel),
+}
+
+/// Node-label scheduling: `hard` must hold; among the nodes that can take the request now,
+/// those that also match `soft` come first (a tier above every score).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeLabel {
+    /// Must hold.
+    pub hard: LabelSelector,
+    /// Preferred.
+    pub soft: LabelSelector,
 }
 
 /// Node affinity with Ray's meanings:
@@ -105,6 +118,13 @@ pub struct Request {
     resources: ResourceSet,
     strategy: Strategy,
     preferred_node: Option<NodeIndex>,
+    /// Must hold on the node, whatever the strategy (seed 003's `label_selector`).
+    label_selector: LabelSelector,
+    /// Selectors tried in order when `label_selector` finds no node that can take the request
+    /// now (seed 003's `fallback_strategy`).
+    fallback: Vec<LabelSelector>,
+    /// Taints the request accepts (seed 004).
+    tolerations: Tolerations,
 }
 
 impl Request {
@@ -140,13 +160,55 @@ impl Request {
                 });
             }
         }
-        Ok(Request { resources, strategy, preferred_node: None })
+        Ok(Request { resources, strategy, ..Request::default() })
     }
 
     /// The node the request comes from (the caller's node), which wins ties under DEFAULT.
     pub fn with_preferred_node(mut self, node: Option<NodeIndex>) -> Request {
         self.preferred_node = node;
         self
+    }
+
+    /// Requires `selector` to hold on the node.
+    pub fn with_label_selector(mut self, selector: LabelSelector) -> Request {
+        self.label_selector = selector;
+        self
+    }
+
+    /// Alternatives to `label_selector`, tried in order.
+    pub fn with_fallback(mut self, fallback: Vec<LabelSelector>) -> Request {
+        self.fallback = fallback;
+        self
+    }
+
+    /// Accepts nodes with these taints.
+    pub fn with_tolerations(mut self, tolerations: Tolerations) -> Request {
+        self.tolerations = tolerations;
+        self
+    }
+
+    /// The label selector.
+    pub fn label_selector(&self) -> &LabelSelector {
+        &self.label_selector
+    }
+
+    /// The fallback selectors.
+    pub fn fallback(&self) -> &[LabelSelector] {
+        &self.fallback
+    }
+
+    /// The tolerations.
+    pub fn tolerations(&self) -> &Tolerations {
+        &self.tolerations
+    }
+
+    /// The selector of alternative `i`: 0 is `label_selector`, `i ≥ 1` is `fallback[i − 1]`.
+    pub fn alternative(&self, i: usize) -> Option<&LabelSelector> {
+        if i == 0 {
+            Some(&self.label_selector)
+        } else {
+            self.fallback.get(i - 1)
+        }
     }
 
     /// The resources to reserve.

@@ -18,6 +18,8 @@ pub struct Explanation {
 pub struct AttemptExplanation {
     /// Which attempt.
     pub kind: AttemptKind,
+    /// Which label selector was in force (see [`crate::AttemptDiagnosis::alternative`]).
+    pub alternative: Option<usize>,
     /// Every node of the cluster, in index order.
     pub nodes: Vec<NodeExplanation>,
     /// The nodes the final pick was made among (the top k for DEFAULT).

@@ -28,9 +28,9 @@ use crate::nodeset::NodeSet;
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::request::{Request, Strategy};
 use explain::{AttemptExplanation, Explanation, NodeExplanation, ScoreLine};
-use filters::{InstancesFit, ResourcesFree, ResourcesTotal};
+use filters::{InstancesFit, ResourcesFree, ResourcesTotal, TaintsTolerated};
 use profile::Profile;
-use scorers::AvoidGpuNodes;
+use scorers::{AvoidGpuNodes, SoftLabels};
 use stage::{DecisionContext, Filter, Preference, Verdict, Weighted};
 
 /// The outcome of placing one request.
@@ -157,6 +157,8 @@ struct Attempt {
     scope: Scope,
     select: Select,
     on_busy: OnBusy,
+    /// The label selector alternative in force (see [`AttemptDiagnosis::alternative`]).
+    alternative: Option<usize>,
 }
 
 /// A node that passed every filter, with its rank.
@@ -183,13 +185,17 @@ pub struct Scheduler {
 impl Scheduler {
     /// A scheduler with the standard stages. `config` must be valid ([`SchedulerConfig::validate`]).
     pub fn new(config: SchedulerConfig) -> Scheduler {
-        let mut filters: Vec<Box<dyn Filter>> =
-            vec![Box::new(ResourcesTotal), Box::new(ResourcesFree), Box::new(InstancesFit)];
+        let mut filters: Vec<Box<dyn Filter>> = vec![
+            Box::new(TaintsTolerated),
+            Box::new(ResourcesTotal),
+            Box::new(ResourcesFree),
+            Box::new(InstancesFit),
+        ];
         filters.extend(config.profile.filters());
         // Static before dynamic (a stable sort keeps each group's order): a node's first
         // failure then tells pending from infeasible.
         filters.sort_by_key(|f| f.kind());
-        let mut preferences: Vec<Box<dyn Preference>> = Vec::new();
+        let mut preferences: Vec<Box<dyn Preference>> = vec![Box::new(SoftLabels)];
         if config.avoid_gpu_nodes {
             preferences.push(Box::new(AvoidGpuNodes));
         }
@@ -248,6 +254,7 @@ impl Scheduler {
             let record = explanation.as_deref_mut().map(|e| {
                 e.attempts.push(AttemptExplanation {
                     kind: attempt.kind.clone(),
+                    alternative: attempt.alternative,
                     nodes: Vec::new(),
                     shortlist: Vec::new(),
                     chosen: None,
@@ -284,7 +291,7 @@ impl Scheduler {
             Err(err) => {
                 // Filters passed, so this is a bug; keep the request rather than lose it.
                 debug_assert!(false, "reserve after filters failed: {err}");
-                let mut found = AttemptDiagnosis::new(AttemptKind::Default);
+                let mut found = AttemptDiagnosis::new(AttemptKind::Default, None);
                 found.note = Some(format!("internal: {err}"));
                 found.could_fit_later = true;
                 Decision::Pending(Diagnosis { attempts: vec![found] })
@@ -302,11 +309,11 @@ impl Scheduler {
         mut record: Option<&mut AttemptExplanation>,
     ) -> (Option<NodeIndex>, AttemptDiagnosis) {
         let cx = DecisionContext { cluster, request };
-        let mut found = AttemptDiagnosis::new(attempt.kind.clone());
+        let mut found = AttemptDiagnosis::new(attempt.kind.clone(), attempt.alternative);
         let ranks = attempt.select == Select::TopK;
 
         // 1. Candidates: rule out whole sets by index before looking at nodes.
-        let Candidates { include, excluded } = candidates(cluster, attempt.scope);
+        let Candidates { include, excluded } = candidates(cluster, request, attempt);
         found.nodes = include.len() + excluded.iter().map(|(set, _)| set.len()).sum::<u64>();
         for (set, reason) in &excluded {
             found.count(reason.kind(), set.len());
@@ -316,6 +323,12 @@ impl Scheduler {
         }
 
         // 2. Filters, then 3. preferences and scores, node by node.
+        let preferences: SmallVec<[&dyn Preference; 4]> = self
+            .preferences
+            .iter()
+            .filter(|p| ranks && p.applies(&cx))
+            .map(|p| p.as_ref())
+            .collect();
         self.ranked.clear();
         for index in include.iter() {
             let Some(node) = cluster.node(index) else {
@@ -341,7 +354,7 @@ impl Scheduler {
                 found.could_fit_later = true;
                 let mut ranked = Ranked { node: index, tier: 0, score: 0 };
                 if ranks {
-                    for preference in &self.preferences {
+                    for preference in &preferences {
                         let prefers = preference.prefers(&cx, node);
                         ranked.tier = ranked.tier << 1 | u32::from(prefers);
                         if let Some(line) = line.as_mut() {
@@ -375,6 +388,7 @@ impl Scheduler {
         found.finish();
 
         // 4. Select.
+        drop(preferences);
         let shortlist = self.select(attempt.select, request, cluster.alive().len(), rng);
         let chosen = shortlist.chosen;
         if let Some(record) = record {
@@ -458,48 +472,61 @@ fn top_k(alive: u64, fraction: Quantity) -> usize {
     (k as usize).max(1)
 }
 
-/// The attempts a request's strategy makes, in order.
+/// The attempts a request's strategy makes, in order: the strategy's own attempts under
+/// `label_selector`, then again under each `fallback_strategy` selector. While another
+/// alternative remains, "wait" means "try the next one": the first alternative with a node that
+/// can take the request now wins, and the request is pending only after all were tried.
 fn attempts(cluster: &Cluster, request: &Request) -> SmallVec<[Attempt; 2]> {
-    let default = Attempt {
-        kind: AttemptKind::Default,
-        scope: Scope::Alive,
-        select: Select::TopK,
-        on_busy: OnBusy::Wait,
-    };
+    let alternatives = 1 + request.fallback().len();
+    let has_selectors = !request.label_selector().is_empty() || alternatives > 1;
+    let mut all = SmallVec::new();
+    for alternative in 0..alternatives {
+        let last = alternative + 1 == alternatives;
+        for mut attempt in strategy_attempts(cluster, request) {
+            attempt.alternative = has_selectors.then_some(alternative);
+            if !last && attempt.on_busy == OnBusy::Wait {
+                attempt.on_busy = OnBusy::Next;
+            }
+            all.push(attempt);
+        }
+    }
+    all
+}
+
+/// The attempts of the request's strategy alone.
+fn strategy_attempts(cluster: &Cluster, request: &Request) -> SmallVec<[Attempt; 2]> {
+    let attempt =
+        |kind, scope, select, on_busy| Attempt { kind, scope, select, on_busy, alternative: None };
+    let default = || attempt(AttemptKind::Default, Scope::Alive, Select::TopK, OnBusy::Wait);
     match request.strategy() {
-        Strategy::Default => smallvec![default],
-        Strategy::Spread => smallvec![Attempt {
-            kind: AttemptKind::Spread,
-            scope: Scope::Alive,
-            select: Select::RoundRobin,
-            on_busy: OnBusy::Wait,
-        }],
-        Strategy::Random => smallvec![Attempt {
-            kind: AttemptKind::Random,
-            scope: Scope::Alive,
-            select: Select::Random,
-            on_busy: OnBusy::Wait,
-        }],
+        Strategy::Default => smallvec![default()],
+        Strategy::Spread => {
+            smallvec![attempt(AttemptKind::Spread, Scope::Alive, Select::RoundRobin, OnBusy::Wait)]
+        }
+        Strategy::Random => {
+            smallvec![attempt(AttemptKind::Random, Scope::Alive, Select::Random, OnBusy::Wait)]
+        }
+        Strategy::NodeLabel(_) => {
+            smallvec![attempt(AttemptKind::NodeLabel, Scope::Alive, Select::TopK, OnBusy::Wait)]
+        }
         Strategy::NodeAffinity(affinity) => {
-            let target = Attempt {
-                kind: AttemptKind::AffinityNode {
-                    node: affinity.node.clone(),
-                    soft: affinity.soft,
-                },
-                scope: Scope::Only(cluster.index_of(&affinity.node)),
-                select: Select::Only,
-                on_busy: match (
-                    affinity.soft,
-                    affinity.spill_on_unavailable,
-                    affinity.fail_on_unavailable,
-                ) {
-                    (true, true, _) => OnBusy::Next,
-                    (false, _, true) => OnBusy::Fail,
-                    _ => OnBusy::Wait,
-                },
+            let on_busy = match (
+                affinity.soft,
+                affinity.spill_on_unavailable,
+                affinity.fail_on_unavailable,
+            ) {
+                (true, true, _) => OnBusy::Next,
+                (false, _, true) => OnBusy::Fail,
+                _ => OnBusy::Wait,
             };
+            let target = attempt(
+                AttemptKind::AffinityNode { node: affinity.node.clone(), soft: affinity.soft },
+                Scope::Only(cluster.index_of(&affinity.node)),
+                Select::Only,
+                on_busy,
+            );
             if affinity.soft {
-                smallvec![target, default]
+                smallvec![target, default()]
             } else {
                 smallvec![target]
             }
@@ -513,9 +540,10 @@ struct Candidates<'c> {
     excluded: SmallVec<[(Cow<'c, NodeSet>, Reason); 3]>,
 }
 
-/// Stage 1: the nodes to look at one by one, and the sets ruled out whole with their reason.
-fn candidates(cluster: &Cluster, scope: Scope) -> Candidates<'_> {
-    match scope {
+/// Stage 1: the nodes to look at one by one, and the sets ruled out whole with their reason:
+/// node state, the affinity node, then the label selectors in force (by the label index).
+fn candidates<'c>(cluster: &'c Cluster, request: &Request, attempt: &Attempt) -> Candidates<'c> {
+    let mut candidates = match attempt.scope {
         Scope::Alive => Candidates {
             include: Cow::Borrowed(cluster.alive()),
             excluded: smallvec![
@@ -535,7 +563,23 @@ fn candidates(cluster: &Cluster, scope: Scope) -> Candidates<'_> {
                 ],
             }
         }
+    };
+    let alternative = attempt.alternative.and_then(|i| request.alternative(i));
+    let hard = match request.strategy() {
+        Strategy::NodeLabel(node_label) => Some(&node_label.hard),
+        _ => None,
+    };
+    let selectors = alternative.into_iter().chain(hard).filter(|s| !s.is_empty());
+    let mut mismatched = NodeSet::new();
+    for selector in selectors {
+        let matched = cluster.label_index().select(selector, &candidates.include);
+        mismatched.union_with(&candidates.include.difference(&matched));
+        candidates.include = Cow::Owned(matched);
     }
+    if !mismatched.is_empty() {
+        candidates.excluded.push((Cow::Owned(mismatched), Reason::LabelMismatch));
+    }
+    candidates
 }
 
 fn node_line(node: NodeIndex, excluded: Option<Reason>) -> NodeExplanation {

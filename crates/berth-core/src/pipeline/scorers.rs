@@ -3,6 +3,7 @@
 use super::stage::{DecisionContext, Preference, Score, Scorer};
 use crate::node::Node;
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
+use crate::request::Strategy;
 use crate::resource::ResourceId;
 
 /// The resources whose utilisation the hybrid score looks at.
@@ -51,6 +52,27 @@ impl Scorer for HybridUtilization {
         }
         let percent = (used * 100 / total) as u32;
         Score::new(100 - percent.min(100))
+    }
+}
+
+/// NODE_LABEL's soft selector: nodes that match it come before those that do not (applies only
+/// to NODE_LABEL requests with a soft selector).
+pub struct SoftLabels;
+
+impl Preference for SoftLabels {
+    fn name(&self) -> &'static str {
+        "soft_labels"
+    }
+
+    fn applies(&self, cx: &DecisionContext<'_>) -> bool {
+        matches!(cx.request.strategy(), Strategy::NodeLabel(n) if !n.soft.is_empty())
+    }
+
+    fn prefers(&self, cx: &DecisionContext<'_>, node: &Node) -> bool {
+        match cx.request.strategy() {
+            Strategy::NodeLabel(n) => n.soft.matches(|key| node.labels().get(key)),
+            _ => true,
+        }
     }
 }
 

@@ -58,6 +58,11 @@ pub trait Filter: Send + Sync {
 pub trait Preference: Send + Sync {
     /// A short stable name, shown by `berth explain`.
     fn name(&self) -> &'static str;
+    /// False when the preference has nothing to say about this request (it then sorts no
+    /// node and is not listed). Called once per decision.
+    fn applies(&self, _cx: &DecisionContext<'_>) -> bool {
+        true
+    }
     /// True when `node` is in the preferred tier for this request.
     fn prefers(&self, cx: &DecisionContext<'_>, node: &Node) -> bool;
 }

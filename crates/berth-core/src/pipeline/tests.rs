@@ -292,7 +292,7 @@ fn pending_when_busy_infeasible_when_never() {
         ]
     );
     assert_eq!(
-        diagnosis.describe(c.registry()),
+        diagnosis.describe(&c),
         "DEFAULT: 0/4 nodes can take it now: 1 too little CPU free, 1 too little CPU in total, 1 draining, 1 dead"
     );
 
@@ -481,7 +481,7 @@ fn explaining_records_every_filter_for_every_node() {
     assert_eq!(attempt.nodes.len(), 3, "every node is listed, excluded ones too");
     let a = &attempt.nodes[0];
     assert!(!a.passed());
-    assert_eq!(a.filters.len(), 3, "all filters run when explaining");
+    assert_eq!(a.filters.len(), 4, "all filters run when explaining");
     assert_eq!(a.reasons().count(), 1);
     let b = &attempt.nodes[1];
     assert!(b.passed());

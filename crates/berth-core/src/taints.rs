@@ -1,0 +1,119 @@
+//! Taints: `key=value` marks on nodes that keep away every request without a matching
+//! toleration (seed 004). Keys and values follow the label syntax.
+//!
+//! Taints are interned per cluster to small [`TaintId`]s, so that a rejection reason can name
+//! the taint (`2 nodes have an untolerated taint gpu_node=true`) and still be a plain copyable
+//! value on the hot path.
+//!
+//! Rare-resource isolation (seed 004's follow-on): a node that has a resource listed as rare
+//! carries the taint `berth.io/rare-<resource>=true`, set and removed by the cluster as the
+//! node's resources change; a request that asks for that resource tolerates it automatically.
+//! Characters of the resource name that a label key cannot hold (`/`, `:`) become `-`.
+
+use rustc_hash::FxHashMap;
+
+use crate::labels::{validate_key, validate_value, LabelError};
+use crate::resource::{ResourceId, ResourceRegistry};
+
+/// An interned taint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaintId(u32);
+
+/// One interned taint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taint {
+    /// The key.
+    pub key: String,
+    /// The value.
+    pub value: String,
+    /// Set for the automatic taint of a rare resource: the resource it stands for.
+    pub rare_resource: Option<ResourceId>,
+}
+
+/// The taints a cluster has seen.
+#[derive(Clone, Debug, Default)]
+pub struct TaintTable {
+    taints: Vec<Taint>,
+    ids: FxHashMap<(String, String), TaintId>,
+}
+
+impl TaintTable {
+    /// The ID of `key=value`, interning it after validating both.
+    pub fn intern(&mut self, key: &str, value: &str) -> Result<TaintId, LabelError> {
+        if let Some(&id) = self.ids.get(&(key.to_string(), value.to_string())) {
+            return Ok(id);
+        }
+        validate_key(key)?;
+        validate_value(key, value)?;
+        Ok(self.push(Taint { key: key.to_string(), value: value.to_string(), rare_resource: None }))
+    }
+
+    /// The ID of the rare-resource taint of `resource`.
+    pub fn intern_rare(&mut self, resource: ResourceId, registry: &ResourceRegistry) -> TaintId {
+        let key = rare_taint_key(registry.name(resource));
+        if let Some(&id) = self.ids.get(&(key.clone(), "true".to_string())) {
+            return id;
+        }
+        self.push(Taint { key, value: "true".to_string(), rare_resource: Some(resource) })
+    }
+
+    fn push(&mut self, taint: Taint) -> TaintId {
+        let id = TaintId(self.taints.len() as u32);
+        self.ids.insert((taint.key.clone(), taint.value.clone()), id);
+        self.taints.push(taint);
+        id
+    }
+
+    /// The ID of `key=value` if known.
+    pub fn lookup(&self, key: &str, value: &str) -> Option<TaintId> {
+        self.ids.get(&(key.to_string(), value.to_string())).copied()
+    }
+
+    /// The taint behind `id`.
+    pub fn get(&self, id: TaintId) -> &Taint {
+        &self.taints[id.0 as usize]
+    }
+}
+
+/// `berth.io/rare-<resource>`, with characters a key name cannot hold replaced by `-` and the
+/// name cut to the 63 characters a key name may have.
+pub fn rare_taint_key(resource: &str) -> String {
+    let name: String = format!("rare-{resource}")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' })
+        .take(63)
+        .collect();
+    let name = name.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    format!("berth.io/{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taints_intern_once_and_validate() {
+        let mut table = TaintTable::default();
+        let a = table.intern("gpu_node", "true").unwrap();
+        assert_eq!(table.intern("gpu_node", "true"), Ok(a));
+        assert_ne!(table.intern("gpu_node", "false").unwrap(), a);
+        assert_eq!(table.get(a).key, "gpu_node");
+        assert!(table.intern("bad key", "x").unwrap_err().to_string().contains("\"bad key\""));
+        assert!(table.intern("k", "bad value").unwrap_err().to_string().contains("\"bad value\""));
+    }
+
+    #[test]
+    fn rare_taint_keys_are_valid_label_keys() {
+        assert_eq!(rare_taint_key("GPU"), "berth.io/rare-GPU");
+        assert_eq!(rare_taint_key("nvidia.com/t4"), "berth.io/rare-nvidia.com-t4");
+        assert_eq!(rare_taint_key("accelerator_type:A100"), "berth.io/rare-accelerator_type-A100");
+        for name in ["GPU", "nvidia.com/t4", "x:", &"y".repeat(300)] {
+            validate_key(&rare_taint_key(name)).unwrap();
+        }
+        let mut table = TaintTable::default();
+        let registry = ResourceRegistry::default();
+        let id = table.intern_rare(ResourceId::GPU, &registry);
+        assert_eq!(table.get(id).rare_resource, Some(ResourceId::GPU));
+        assert_eq!(table.intern_rare(ResourceId::GPU, &registry), id);
+    }
+}
