@@ -39,3 +39,44 @@ pub fn request(cluster: &mut Cluster, spec: &str, strategy: Strategy) -> Request
 pub fn index(cluster: &Cluster, id: &str) -> NodeIndex {
     cluster.index_of(id).expect("node exists")
 }
+
+/// A node spec from literals: resources `"CPU=4,GPU=1"`, labels and taints as `"k=v,k2=v2"`.
+pub fn node_spec(
+    registry: &mut ResourceRegistry,
+    id: &str,
+    spec: &str,
+    labels: &str,
+    taints: &str,
+) -> crate::cluster::NodeSpec {
+    let mut node = crate::cluster::NodeSpec::new(
+        NodeId::new(id).expect("valid node id"),
+        resources(registry, spec),
+    );
+    node.labels = crate::labels::Labels::parse_list(labels).expect("valid labels");
+    node.taints = crate::labels::Labels::parse_list(taints)
+        .expect("valid taints")
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    node
+}
+
+/// A cluster of nodes `(id, resources, labels, taints)`, indices in the order given.
+pub fn labelled_cluster(nodes: &[(&str, &str, &str, &str)]) -> Cluster {
+    let mut cluster = Cluster::new(ResourceRegistry::default());
+    for (id, spec, labels, taints) in nodes {
+        let node = node_spec(cluster.registry_mut(), id, spec, labels, taints);
+        cluster.add_node_with(node).expect("valid node");
+    }
+    cluster
+}
+
+/// A selector from `[(key, expression)]`.
+pub fn selector(pairs: &[(&str, &str)]) -> crate::selector::LabelSelector {
+    crate::selector::LabelSelector::parse(pairs.iter().copied()).expect("valid selector")
+}
+
+/// Tolerations from `[(key, expression)]`.
+pub fn tolerations(pairs: &[(&str, &str)]) -> crate::selector::Tolerations {
+    crate::selector::Tolerations::parse(pairs.iter().copied()).expect("valid tolerations")
+}

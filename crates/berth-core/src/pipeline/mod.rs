@@ -9,6 +9,8 @@
 
 pub mod explain;
 pub mod filters;
+#[cfg(test)]
+mod label_tests;
 pub mod profile;
 pub mod scorers;
 pub mod stage;
