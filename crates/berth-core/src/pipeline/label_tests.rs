@@ -36,7 +36,8 @@ fn zones() -> Cluster {
 #[test]
 fn label_selectors_narrow_the_candidates() {
     // (selector, request CPU, nodes it may land on)
-    let cases: [(&[(&str, &str)], &str, &[&str]); 9] = [
+    type Case = (&'static [(&'static str, &'static str)], &'static str, &'static [&'static str]);
+    let cases: [Case; 9] = [
         (&[("zone", "a")], "CPU=1", &["a1"]),
         (&[("zone", "!a")], "CPU=1", &["b1", "c1", "n1"]),
         (&[("zone", "in(a,b)")], "CPU=1", &["a1", "b1"]),
