@@ -4,6 +4,8 @@
 use rustc_hash::FxHashMap;
 use thiserror::Error;
 
+use crate::actor_index::{ActorIndex, PlacedActor};
+use crate::actors::{ActorAffinity, ActorId, ActorSpec};
 use crate::diagnosis::Reason;
 use crate::instances::InstanceId;
 use crate::label_index::LabelIndex;
@@ -126,6 +128,8 @@ pub struct Cluster {
     tainted: NodeSet,
     /// Resources whose nodes are tainted automatically (rare-resource isolation).
     rare_resources: Vec<ResourceId>,
+    /// Placed actors by label, for actor affinity.
+    actors: ActorIndex,
 }
 
 /// Everything a node is registered with.
@@ -191,13 +195,13 @@ impl Cluster {
         if self.by_id.contains_key(&spec.id) {
             return Err(ClusterError::DuplicateNode(spec.id));
         }
-        let mut node = Node::new(spec.id.clone(), spec.total, &self.registry)?;
+        let index = NodeIndex(self.nodes.len() as u32);
+        let mut node = Node::new(spec.id.clone(), index, spec.total, &self.registry)?;
         node.set_labels(spec.facts, spec.labels)?;
         let mut taints = Vec::with_capacity(spec.taints.len());
         for (key, value) in &spec.taints {
             taints.push(self.taint_table.intern(key, value)?);
         }
-        let index = NodeIndex(self.nodes.len() as u32);
         self.label_index.insert(index, node.labels());
         for taint in taints {
             node.add_taint(taint);
@@ -322,6 +326,50 @@ impl Cluster {
         &self.tainted
     }
 
+    /// The placed actors, by label.
+    pub fn actors(&self) -> &ActorIndex {
+        &self.actors
+    }
+
+    /// Records that the actor `spec` runs on `node`, placed with `affinity`. An actor with the
+    /// same ID that was placed before is replaced: the actor moved (a restart elsewhere).
+    pub fn place_actor(
+        &mut self,
+        spec: &ActorSpec,
+        node: NodeIndex,
+        affinity: ActorAffinity,
+    ) -> Result<(), ClusterError> {
+        let state = self.node(node).map(Node::state);
+        match state {
+            None => return Err(ClusterError::UnknownNode(format!("#{}", node.0))),
+            Some(NodeState::Dead) => {
+                return Err(ClusterError::Dead(self.node(node).expect("found").id().clone()))
+            }
+            Some(_) => {}
+        }
+        self.actors.remove(spec.id.as_str());
+        let actor = PlacedActor {
+            id: spec.id.clone(),
+            namespace: spec.namespace.clone(),
+            labels: spec.placed_labels(),
+            node,
+            affinity,
+        };
+        self.actors.insert(actor).expect("the old entry was removed");
+        Ok(())
+    }
+
+    /// Forgets a placed actor (it stopped or died); its allocation is released separately.
+    pub fn remove_actor(&mut self, id: &str) -> Option<PlacedActor> {
+        self.actors.remove(id)
+    }
+
+    /// Actors placed with `on_peer_moved: follow` whose hard affinity no longer holds where they
+    /// run, in ID order: the head restarts them next to their peers.
+    pub fn affinity_violations(&self) -> Vec<ActorId> {
+        self.actors.violations(&self.label_index)
+    }
+
     /// The node at `index`, unless removed.
     pub fn node(&self, index: NodeIndex) -> Option<&Node> {
         self.nodes.get(index.0 as usize).and_then(Option::as_ref)
@@ -378,6 +426,10 @@ impl Cluster {
             return Err(ClusterError::Dead(node.id().clone()));
         }
         node.set_state(state);
+        if state == NodeState::Dead {
+            // Its actors died with it; the head restarts them elsewhere.
+            self.actors.remove_node(index);
+        }
         for set in [&mut self.alive, &mut self.draining, &mut self.dead] {
             set.remove(index);
         }
@@ -398,6 +450,7 @@ impl Cluster {
             .ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))?;
         self.by_id.remove(node.id());
         self.label_index.remove(index, node.labels());
+        self.actors.remove_node(index);
         for set in [&mut self.alive, &mut self.draining, &mut self.dead, &mut self.tainted] {
             set.remove(index);
         }

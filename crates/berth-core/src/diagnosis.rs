@@ -12,6 +12,9 @@ use crate::quantity::Quantity;
 use crate::resource::{ResourceId, Shortfall};
 use crate::taints::TaintId;
 
+/// The expression number of [`Reason::ActorAffinity`] when no expression holds (`match: any`).
+pub const ANY_EXPRESSION: u16 = u16::MAX;
+
 /// Why one node cannot take a request, with the figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
@@ -23,6 +26,11 @@ pub enum Reason {
     NotAffinityNode,
     /// The node's labels do not match the label selector in force.
     LabelMismatch,
+    /// Hard actor affinity expression number `.0` does not hold on the node
+    /// ([`ANY_EXPRESSION`]: with `match: any`, none of them holds).
+    ActorAffinity(u16),
+    /// A placed actor's hard anti-affinity keeps this actor off the node (the symmetric rule).
+    AntiAffinityGuard,
     /// The node has a taint the request does not tolerate.
     UntoleratedTaint(TaintId),
     /// The node lacks a resource even when empty.
@@ -62,6 +70,10 @@ pub enum ReasonKind {
     InsufficientAvailable(ResourceId),
     /// See [`Reason::Fragmented`].
     Fragmented(ResourceId),
+    /// See [`Reason::ActorAffinity`].
+    ActorAffinity(u16),
+    /// See [`Reason::AntiAffinityGuard`].
+    AntiAffinityGuard,
     /// See [`Reason::KeptForPrimary`]: too little `resource` would be left for idle `primary`.
     KeptForPrimary {
         /// The primary resource.
@@ -91,6 +103,8 @@ impl Reason {
             Reason::Draining => ReasonKind::Draining,
             Reason::NotAffinityNode => ReasonKind::NotAffinityNode,
             Reason::LabelMismatch => ReasonKind::LabelMismatch,
+            Reason::ActorAffinity(i) => ReasonKind::ActorAffinity(i),
+            Reason::AntiAffinityGuard => ReasonKind::AntiAffinityGuard,
             Reason::UntoleratedTaint(taint) => ReasonKind::UntoleratedTaint(taint),
             Reason::InsufficientTotal(s) => ReasonKind::InsufficientTotal(s.resource),
             Reason::InsufficientAvailable(s) => ReasonKind::InsufficientAvailable(s.resource),
@@ -168,6 +182,13 @@ impl ReasonKind {
             ReasonKind::Draining => "draining".to_string(),
             ReasonKind::NotAffinityNode => "not the affinity node".to_string(),
             ReasonKind::LabelMismatch => "labels do not match".to_string(),
+            ReasonKind::ActorAffinity(ANY_EXPRESSION) => {
+                "no hard actor affinity expression holds".to_string()
+            }
+            ReasonKind::ActorAffinity(i) => format!("hard actor affinity expression {i} fails"),
+            ReasonKind::AntiAffinityGuard => {
+                "kept away by a placed actor's anti-affinity".to_string()
+            }
             ReasonKind::UntoleratedTaint(taint) => {
                 let taint = cluster.taint(taint);
                 format!("untolerated taint {}={}", taint.key, taint.value)
@@ -193,6 +214,9 @@ impl ReasonKind {
             ReasonKind::Draining => "draining".to_string(),
             ReasonKind::NotAffinityNode => "not_affinity_node".to_string(),
             ReasonKind::LabelMismatch => "label_mismatch".to_string(),
+            ReasonKind::ActorAffinity(ANY_EXPRESSION) => "actor_affinity:any".to_string(),
+            ReasonKind::ActorAffinity(i) => format!("actor_affinity:{i}"),
+            ReasonKind::AntiAffinityGuard => "anti_affinity_guard".to_string(),
             ReasonKind::UntoleratedTaint(taint) => {
                 let taint = cluster.taint(taint);
                 format!("untolerated_taint:{}={}", taint.key, taint.value)
@@ -222,6 +246,8 @@ pub enum AttemptKind {
     Random,
     /// Node-label scheduling (hard selector, soft preference).
     NodeLabel,
+    /// Actor affinity and anti-affinity.
+    ActorAffinity,
     /// Only the node named by node affinity.
     AffinityNode {
         /// The node's ID as the request gave it.
@@ -240,6 +266,7 @@ impl AttemptKind {
             AttemptKind::Spread => "spread",
             AttemptKind::Random => "random",
             AttemptKind::NodeLabel => "node_label",
+            AttemptKind::ActorAffinity => "actor_affinity",
             AttemptKind::AffinityNode { soft: false, .. } => "node_affinity",
             AttemptKind::AffinityNode { soft: true, .. } => "soft_node_affinity",
         }
@@ -253,6 +280,7 @@ impl fmt::Display for AttemptKind {
             AttemptKind::Spread => f.write_str("SPREAD"),
             AttemptKind::Random => f.write_str("RANDOM"),
             AttemptKind::NodeLabel => f.write_str("NODE_LABEL"),
+            AttemptKind::ActorAffinity => f.write_str("ACTOR_AFFINITY"),
             AttemptKind::AffinityNode { node, soft: true } => {
                 write!(f, "soft node affinity to {node}")
             }

@@ -58,6 +58,14 @@ impl LabelIndex {
         self.keys.get(key).map(|entry| &entry.any)
     }
 
+    /// Each value of `key` with its nodes (the domains of a topology key), in no fixed order.
+    pub fn values_of(&self, key: &str) -> impl Iterator<Item = (&str, &NodeSet)> {
+        self.keys
+            .get(key)
+            .into_iter()
+            .flat_map(|entry| entry.values.iter().map(|(v, s)| (v.as_str(), s)))
+    }
+
     /// The nodes of `universe` that `selector` matches.
     pub fn select(&self, selector: &LabelSelector, universe: &NodeSet) -> NodeSet {
         let mut result = universe.clone();

@@ -61,6 +61,8 @@
 //! }
 //! ```
 
+pub mod actor_index;
+pub mod actors;
 pub mod cluster;
 pub mod diagnosis;
 pub mod instances;

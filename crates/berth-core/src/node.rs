@@ -140,6 +140,8 @@ pub(crate) enum ExactReserveError {
 #[derive(Clone, Debug)]
 pub struct Node {
     id: NodeId,
+    /// Its position in the cluster, so that stages can test set membership without a lookup.
+    index: NodeIndex,
     state: NodeState,
     total: ResourceSet,
     available: ResourceSet,
@@ -159,14 +161,16 @@ pub struct Node {
 pub type NodeShares = SmallVec<[(ResourceId, InstanceShares); 1]>;
 
 impl Node {
-    /// A live node with `total` resources, all available.
-    pub fn new(
+    /// A live node at `index` with `total` resources, all available.
+    pub(crate) fn new(
         id: NodeId,
+        index: NodeIndex,
         total: ResourceSet,
         registry: &ResourceRegistry,
     ) -> Result<Node, NodeError> {
         let mut node = Node {
             id,
+            index,
             state: NodeState::Alive,
             total: ResourceSet::new(),
             available: ResourceSet::new(),
@@ -185,6 +189,11 @@ impl Node {
     /// The node's ID.
     pub fn id(&self) -> &NodeId {
         &self.id
+    }
+
+    /// The node's index in its cluster.
+    pub fn index(&self) -> NodeIndex {
+        self.index
     }
 
     /// Every label of the node (defaults included).
@@ -503,7 +512,7 @@ mod tests {
         let registry = ResourceRegistry::default();
         let total: ResourceSet =
             [(ResourceId::CPU, q(cpu)), (ResourceId::GPU, q(gpu))].into_iter().collect();
-        (Node::new(NodeId::new("n1").unwrap(), total, &registry).unwrap(), registry)
+        (Node::new(NodeId::new("n1").unwrap(), NodeIndex(0), total, &registry).unwrap(), registry)
     }
 
     #[test]
@@ -539,7 +548,9 @@ mod tests {
     fn unit_instance_totals_must_be_whole() {
         let registry = ResourceRegistry::default();
         let total: ResourceSet = [(ResourceId::GPU, q("1.5"))].into_iter().collect();
-        let err = Node::new(NodeId::new("n1").unwrap(), total, &registry).unwrap_err().to_string();
+        let err = Node::new(NodeId::new("n1").unwrap(), NodeIndex(0), total, &registry)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("resources.GPU") && err.contains("whole number"), "{err}");
     }
 

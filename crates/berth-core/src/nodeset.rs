@@ -57,6 +57,11 @@ impl NodeSet {
         NodeSet(&self.0 - &other.0)
     }
 
+    /// True when the sets share no node.
+    pub fn is_disjoint(&self, other: &NodeSet) -> bool {
+        self.0.is_disjoint(&other.0)
+    }
+
     /// `self ∩= other`.
     pub fn intersect_with(&mut self, other: &NodeSet) {
         self.0 &= &other.0;

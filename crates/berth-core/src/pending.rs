@@ -32,6 +32,9 @@ pub enum Trigger {
     NodeChanged(NodeIndex),
     /// This node died, was removed, or started draining.
     NodeLost(NodeIndex),
+    /// An actor was placed, moved or removed: requests waiting on actor affinity (or kept away
+    /// by an actor's anti-affinity) may now be placed.
+    ActorsChanged,
     /// Anything may have changed (a configuration reload): retry everything.
     Everything,
 }
@@ -156,6 +159,11 @@ fn may_help<K>(
     match (trigger, entry.waiting) {
         (Trigger::Everything | Trigger::NodeChanged(_), _) => true,
         (Trigger::NodeLost(_), waiting) => waiting == Waiting::Pending,
+        (Trigger::ActorsChanged, Waiting::Infeasible) => false,
+        (Trigger::ActorsChanged, Waiting::Pending) => {
+            entry.request.actor().is_some()
+                || matches!(entry.request.strategy(), crate::request::Strategy::ActorAffinity(_))
+        }
         (Trigger::Released(_), Waiting::Infeasible) => false,
         (Trigger::NodeJoined(_), Waiting::Infeasible) => true,
         (Trigger::Released(node) | Trigger::NodeJoined(node), Waiting::Pending) => {

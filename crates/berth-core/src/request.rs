@@ -2,6 +2,7 @@
 
 use thiserror::Error;
 
+use crate::actors::{ActorAffinity, ActorSpec, DEFAULT_NAMESPACE};
 use crate::node::{NodeId, NodeIndex};
 use crate::quantity::Quantity;
 use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
@@ -22,6 +23,8 @@ pub enum Strategy {
     NodeAffinity(NodeAffinity),
     /// Nodes whose labels match `hard`, preferring those that also match `soft`.
     NodeLabel(NodeLabel),
+    /// With or away from other actors, by their labels (seed 000).
+    ActorAffinity(ActorAffinity),
 }
 
 /// Node-label scheduling: `hard` must hold; among the nodes that can take the request now,
@@ -125,6 +128,8 @@ pub struct Request {
     fallback: Vec<LabelSelector>,
     /// Taints the request accepts (seed 004).
     tolerations: Tolerations,
+    /// Set for an actor: its ID, namespace and labels, recorded when it is placed.
+    actor: Option<ActorSpec>,
 }
 
 impl Request {
@@ -179,6 +184,22 @@ impl Request {
     pub fn with_fallback(mut self, fallback: Vec<LabelSelector>) -> Request {
         self.fallback = fallback;
         self
+    }
+
+    /// Makes this the request of an actor, recorded in the actor index once placed.
+    pub fn with_actor(mut self, actor: ActorSpec) -> Request {
+        self.actor = Some(actor);
+        self
+    }
+
+    /// The actor this request places, if it is an actor's.
+    pub fn actor(&self) -> Option<&ActorSpec> {
+        self.actor.as_ref()
+    }
+
+    /// The namespace actor affinity looks in: the actor's, or `default` for a task.
+    pub fn namespace(&self) -> &str {
+        self.actor.as_ref().map_or(DEFAULT_NAMESPACE, |a| a.namespace.as_str())
     }
 
     /// Accepts nodes with these taints.

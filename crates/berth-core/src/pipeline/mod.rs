@@ -23,17 +23,18 @@ use rand::Rng;
 use smallvec::{smallvec, SmallVec};
 use thiserror::Error;
 
+use crate::actors::{ActorAffinity, AffinityExpression, MatchMode};
 use crate::cluster::{Allocation, Cluster};
-use crate::diagnosis::{AttemptDiagnosis, AttemptKind, Diagnosis, Reason};
-use crate::node::NodeIndex;
+use crate::diagnosis::{AttemptDiagnosis, AttemptKind, Diagnosis, Reason, ANY_EXPRESSION};
+use crate::node::{Node, NodeIndex};
 use crate::nodeset::NodeSet;
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::request::{Request, Strategy};
 use explain::{AttemptExplanation, Explanation, NodeExplanation, ScoreLine};
 use filters::{InstancesFit, ResourcesFree, ResourcesTotal, TaintsTolerated};
 use profile::Profile;
-use scorers::{AvoidGpuNodes, SoftLabels};
-use stage::{DecisionContext, Filter, Preference, Verdict, Weighted};
+use scorers::{AvoidGpuNodes, SoftActorAffinity, SoftLabels, SOFT_AFFINITY_WEIGHT};
+use stage::{DecisionContext, Filter, FilterKind, Preference, Prepared, Verdict, Weighted};
 
 /// The outcome of placing one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,7 +202,9 @@ impl Scheduler {
         if config.avoid_gpu_nodes {
             preferences.push(Box::new(AvoidGpuNodes));
         }
-        let scorers = config.profile.scorers(&config);
+        let mut scorers = config.profile.scorers(&config);
+        scorers
+            .push(Weighted { scorer: Box::new(SoftActorAffinity), weight: SOFT_AFFINITY_WEIGHT });
         Scheduler { config, filters, preferences, scorers, spread_cursor: 0, ranked: Vec::new() }
     }
 
@@ -234,7 +237,8 @@ impl Scheduler {
 
     /// True when `node` passes every filter for `request` now. Cheap: one node.
     pub fn fits_now(&self, cluster: &Cluster, request: &Request, node: NodeIndex) -> bool {
-        let cx = DecisionContext { cluster, request };
+        let prepared = Prepared::default();
+        let cx = DecisionContext { cluster, request, prepared: &prepared };
         cluster.alive().contains(node)
             && cluster
                 .node(node)
@@ -289,7 +293,18 @@ impl Scheduler {
             };
         };
         match cluster.reserve(node, request.resources()) {
-            Ok(allocation) => Decision::Placed(allocation),
+            Ok(allocation) => {
+                if let Some(actor) = request.actor() {
+                    let affinity = match request.strategy() {
+                        Strategy::ActorAffinity(affinity) => affinity.clone(),
+                        _ => ActorAffinity::default(),
+                    };
+                    cluster
+                        .place_actor(actor, node, affinity)
+                        .expect("the node is alive: reserved");
+                }
+                Decision::Placed(allocation)
+            }
             Err(err) => {
                 // Filters passed, so this is a bug; keep the request rather than lose it.
                 debug_assert!(false, "reserve after filters failed: {err}");
@@ -310,19 +325,22 @@ impl Scheduler {
         rng: &mut R,
         mut record: Option<&mut AttemptExplanation>,
     ) -> (Option<NodeIndex>, AttemptDiagnosis) {
-        let cx = DecisionContext { cluster, request };
         let mut found = AttemptDiagnosis::new(attempt.kind.clone(), attempt.alternative);
         let ranks = attempt.select == Select::TopK;
 
         // 1. Candidates: rule out whole sets by index before looking at nodes.
-        let Candidates { include, excluded } = candidates(cluster, request, attempt);
-        found.nodes = include.len() + excluded.iter().map(|(set, _)| set.len()).sum::<u64>();
+        let Candidates { include, excluded, waiting } = candidates(cluster, request, attempt);
+        found.nodes = include.len()
+            + excluded.iter().map(|(set, _)| set.len()).sum::<u64>()
+            + waiting.iter().map(|(set, _)| set.len()).sum::<u64>();
         for (set, reason) in &excluded {
             found.count(reason.kind(), set.len());
             if let Some(record) = record.as_deref_mut() {
                 record.nodes.extend(set.iter().map(|node| node_line(node, Some(*reason))));
             }
         }
+        let prepared = prepare(cluster, request, attempt);
+        let cx = DecisionContext { cluster, request, prepared: &prepared };
 
         // 2. Filters, then 3. preferences and scores, node by node.
         let preferences: SmallVec<[&dyn Preference; 4]> = self
@@ -331,52 +349,37 @@ impl Scheduler {
             .filter(|p| ranks && p.applies(&cx))
             .map(|p| p.as_ref())
             .collect();
+        let scorers: SmallVec<[&Weighted; 4]> =
+            self.scorers.iter().filter(|w| ranks && w.scorer.applies(&cx)).collect();
         self.ranked.clear();
         for index in include.iter() {
             let Some(node) = cluster.node(index) else {
                 continue;
             };
             let mut line = record.as_ref().map(|_| node_line(index, None));
-            let mut failure = None;
-            for filter in &self.filters {
-                let verdict = filter.check(&cx, node);
-                if let Some(line) = line.as_mut() {
-                    line.filters.push((filter.name(), verdict));
-                }
-                if let Verdict::Unfit(reason) = verdict {
-                    failure.get_or_insert(reason);
-                    if line.is_none() {
-                        break;
-                    }
-                }
-            }
+            let failure = run_filters(&self.filters, &cx, node, line.as_mut(), false);
             if let Some(reason) = failure {
                 found.count(reason.kind(), 1);
             } else {
                 found.could_fit_later = true;
                 let mut ranked = Ranked { node: index, tier: 0, score: 0 };
-                if ranks {
-                    for preference in &preferences {
-                        let prefers = preference.prefers(&cx, node);
-                        ranked.tier = ranked.tier << 1 | u32::from(prefers);
-                        if let Some(line) = line.as_mut() {
-                            line.preferences.push((preference.name(), prefers));
-                        }
-                    }
-                    for weighted in &self.scorers {
-                        let raw = weighted.scorer.score(&cx, node);
-                        ranked.score += u64::from(raw.get()) * u64::from(weighted.weight);
-                        if let Some(line) = line.as_mut() {
-                            line.scores.push(ScoreLine {
-                                scorer: weighted.scorer.name(),
-                                raw,
-                                weight: weighted.weight,
-                            });
-                        }
-                    }
+                for preference in &preferences {
+                    let prefers = preference.prefers(&cx, node);
+                    ranked.tier = ranked.tier << 1 | u32::from(prefers);
                     if let Some(line) = line.as_mut() {
-                        line.total = Some(ranked.score);
+                        line.preferences.push((preference.name(), prefers));
                     }
+                }
+                for weighted in &scorers {
+                    let raw = weighted.scorer.score(&cx, node);
+                    ranked.score += u64::from(raw.get()) * u64::from(weighted.weight);
+                    if let Some(line) = line.as_mut() {
+                        let scorer = weighted.scorer.name();
+                        line.scores.push(ScoreLine { scorer, raw, weight: weighted.weight });
+                    }
+                }
+                if let Some(line) = line.as_mut() {
+                    line.total = ranks.then_some(ranked.score);
                 }
                 self.ranked.push(ranked);
             }
@@ -384,15 +387,33 @@ impl Scheduler {
                 record.nodes.push(line);
             }
         }
+        drop((preferences, scorers));
+
+        // 4. Select.
+        let shortlist = self.select(attempt.select, request, cluster.alive().len(), rng);
+        let chosen = shortlist.chosen;
+
+        // Nodes ruled out for now (actor affinity) count by their first static failure, if any,
+        // so that pending and infeasible stay exact. Only needed when nothing was chosen.
+        for (set, reason) in &waiting {
+            if chosen.is_some() && record.is_none() {
+                found.count(reason.kind(), set.len());
+                continue;
+            }
+            for index in set.iter() {
+                let Some(node) = cluster.node(index) else { continue };
+                let mut line = record.as_ref().map(|_| node_line(index, Some(*reason)));
+                let failure = run_filters(&self.filters, &cx, node, line.as_mut(), true);
+                found.count(failure.unwrap_or(*reason).kind(), 1);
+                if let (Some(record), Some(line)) = (record.as_deref_mut(), line) {
+                    record.nodes.push(line);
+                }
+            }
+        }
         if let Scope::Only(None) = attempt.scope {
             found.note = Some("no node with this ID is in the cluster".to_string());
         }
         found.finish();
-
-        // 4. Select.
-        drop(preferences);
-        let shortlist = self.select(attempt.select, request, cluster.alive().len(), rng);
-        let chosen = shortlist.chosen;
         if let Some(record) = record {
             record.nodes.sort_by_key(|n| n.node);
             record.shortlist = shortlist.candidates.to_vec();
@@ -511,6 +532,9 @@ fn strategy_attempts(cluster: &Cluster, request: &Request) -> SmallVec<[Attempt;
         Strategy::NodeLabel(_) => {
             smallvec![attempt(AttemptKind::NodeLabel, Scope::Alive, Select::TopK, OnBusy::Wait)]
         }
+        Strategy::ActorAffinity(_) => {
+            smallvec![attempt(AttemptKind::ActorAffinity, Scope::Alive, Select::TopK, OnBusy::Wait)]
+        }
         Strategy::NodeAffinity(affinity) => {
             let on_busy = match (
                 affinity.soft,
@@ -536,10 +560,12 @@ fn strategy_attempts(cluster: &Cluster, request: &Request) -> SmallVec<[Attempt;
     }
 }
 
-/// Stage 1's answer: the nodes to look at one by one, and the sets ruled out whole.
+/// Stage 1's answer: the nodes to look at one by one, and the sets ruled out whole: for good
+/// (`excluded`) or for now (`waiting`: actor affinity, which placements elsewhere can change).
 struct Candidates<'c> {
     include: Cow<'c, NodeSet>,
     excluded: SmallVec<[(Cow<'c, NodeSet>, Reason); 3]>,
+    waiting: SmallVec<[(NodeSet, Reason); 2]>,
 }
 
 /// Stage 1: the nodes to look at one by one, and the sets ruled out whole with their reason:
@@ -552,6 +578,7 @@ fn candidates<'c>(cluster: &'c Cluster, request: &Request, attempt: &Attempt) ->
                 (Cow::Borrowed(cluster.draining()), Reason::Draining),
                 (Cow::Borrowed(cluster.dead()), Reason::Dead),
             ],
+            waiting: SmallVec::new(),
         },
         Scope::Only(target) => {
             let only: NodeSet = target.into_iter().collect();
@@ -563,6 +590,7 @@ fn candidates<'c>(cluster: &'c Cluster, request: &Request, attempt: &Attempt) ->
                     (Cow::Owned(cluster.dead().intersection(&only)), Reason::Dead),
                     (Cow::Owned(all.difference(&only)), Reason::NotAffinityNode),
                 ],
+                waiting: SmallVec::new(),
             }
         }
     };
@@ -581,7 +609,107 @@ fn candidates<'c>(cluster: &'c Cluster, request: &Request, attempt: &Attempt) ->
     if !mismatched.is_empty() {
         candidates.excluded.push((Cow::Owned(mismatched), Reason::LabelMismatch));
     }
+    narrow_by_actors(cluster, request, &mut candidates);
     candidates
+}
+
+/// Actor affinity's part of stage 1: hard expressions keep the request on (or off) the nodes
+/// of matching actors, and placed actors' hard anti-affinity keeps this actor off their
+/// domains. Both can change as actors come and go, so the nodes they rule out are `waiting`.
+fn narrow_by_actors(cluster: &Cluster, request: &Request, candidates: &mut Candidates<'_>) {
+    let (actors, labels, namespace) =
+        (cluster.actors(), cluster.label_index(), request.namespace());
+    if let Strategy::ActorAffinity(affinity) = request.strategy() {
+        let hard: SmallVec<[(usize, &AffinityExpression); 4]> =
+            affinity.expressions.iter().enumerate().filter(|(_, e)| !e.soft).collect();
+        match affinity.match_mode {
+            MatchMode::All => {
+                for (i, expression) in hard {
+                    let kept =
+                        actors.satisfying(namespace, expression, labels, &candidates.include);
+                    let failed = candidates.include.difference(&kept);
+                    candidates.include = Cow::Owned(kept);
+                    if !failed.is_empty() {
+                        candidates.waiting.push((failed, Reason::ActorAffinity(i as u16)));
+                    }
+                }
+            }
+            MatchMode::Any if !hard.is_empty() => {
+                let mut kept = NodeSet::new();
+                for (_, expression) in hard {
+                    kept.union_with(&actors.satisfying(
+                        namespace,
+                        expression,
+                        labels,
+                        &candidates.include,
+                    ));
+                }
+                let failed = candidates.include.difference(&kept);
+                candidates.include = Cow::Owned(kept);
+                if !failed.is_empty() {
+                    candidates.waiting.push((failed, Reason::ActorAffinity(ANY_EXPRESSION)));
+                }
+            }
+            MatchMode::Any => {}
+        }
+    }
+    if let Some(actor) = request.actor() {
+        let guarded = actors.guarded(&actor.namespace, &actor.placed_labels(), labels);
+        let kept = candidates.include.difference(&guarded);
+        let failed = candidates.include.difference(&kept);
+        if !failed.is_empty() {
+            candidates.include = Cow::Owned(kept);
+            candidates.waiting.push((failed, Reason::AntiAffinityGuard));
+        }
+    }
+}
+
+/// Runs the filters (only the static ones when `static_only`) on one node; returns the first
+/// failure. When explaining, every filter runs and each verdict is recorded in `line`.
+fn run_filters(
+    filters: &[Box<dyn Filter>],
+    cx: &DecisionContext<'_>,
+    node: &Node,
+    mut line: Option<&mut NodeExplanation>,
+    static_only: bool,
+) -> Option<Reason> {
+    let mut failure = None;
+    for filter in filters {
+        if static_only && filter.kind() != FilterKind::Static {
+            break;
+        }
+        let verdict = filter.check(cx, node);
+        if let Some(line) = line.as_deref_mut() {
+            line.filters.push((filter.name(), verdict));
+        }
+        if let Verdict::Unfit(reason) = verdict {
+            failure.get_or_insert(reason);
+            if line.is_none() {
+                break;
+            }
+        }
+    }
+    failure
+}
+
+/// What the stages of one attempt read that depends on the request but not on the node,
+/// computed once: the nodes satisfying each soft actor affinity expression.
+fn prepare(cluster: &Cluster, request: &Request, attempt: &Attempt) -> Prepared {
+    let mut prepared = Prepared::default();
+    if attempt.select != Select::TopK {
+        return prepared;
+    }
+    if let Strategy::ActorAffinity(affinity) = request.strategy() {
+        for expression in affinity.expressions.iter().filter(|e| e.soft) {
+            prepared.soft_affinity.push(cluster.actors().satisfying(
+                request.namespace(),
+                expression,
+                cluster.label_index(),
+                cluster.alive(),
+            ));
+        }
+    }
+    prepared
 }
 
 fn node_line(node: NodeIndex, excluded: Option<Reason>) -> NodeExplanation {

@@ -91,3 +91,28 @@ impl Preference for AvoidGpuNodes {
             || !node.has_resource(ResourceId::GPU)
     }
 }
+
+/// Soft actor affinity (seed 000): the share of the request's soft expressions a node
+/// satisfies, as a score. Its weight (10, against the hybrid score's 1) makes satisfying one
+/// more soft expression outweigh any difference in utilisation for up to ten expressions; the
+/// request is placed even where none holds.
+pub struct SoftActorAffinity;
+
+/// The weight of [`SoftActorAffinity`].
+pub const SOFT_AFFINITY_WEIGHT: u32 = 10;
+
+impl Scorer for SoftActorAffinity {
+    fn name(&self) -> &'static str {
+        "soft_actor_affinity"
+    }
+
+    fn applies(&self, cx: &DecisionContext<'_>) -> bool {
+        !cx.prepared.soft_affinity.is_empty()
+    }
+
+    fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
+        let sets = &cx.prepared.soft_affinity;
+        let held = sets.iter().filter(|set| set.contains(node.index())).count();
+        Score::new((held * 100 / sets.len().max(1)) as u32)
+    }
+}

@@ -9,6 +9,7 @@
 use crate::cluster::Cluster;
 use crate::diagnosis::Reason;
 use crate::node::Node;
+use crate::nodeset::NodeSet;
 use crate::request::Request;
 
 /// What every stage may read during one decision.
@@ -18,6 +19,15 @@ pub struct DecisionContext<'a> {
     pub cluster: &'a Cluster,
     /// The request being placed.
     pub request: &'a Request,
+    /// Values computed once per attempt for the stages, so that per-node work stays cheap.
+    pub prepared: &'a Prepared,
+}
+
+/// Per-attempt values that depend on the request and the cluster but not on the node.
+#[derive(Clone, Debug, Default)]
+pub struct Prepared {
+    /// For each soft actor affinity expression, in order, the nodes that satisfy it.
+    pub soft_affinity: Vec<NodeSet>,
 }
 
 /// A filter's answer for one node.
@@ -94,6 +104,11 @@ impl Score {
 pub trait Scorer: Send + Sync {
     /// A short stable name, shown by `berth explain`.
     fn name(&self) -> &'static str;
+    /// False when the scorer has nothing to say about this request (it is then skipped and not
+    /// listed). Called once per attempt.
+    fn applies(&self, _cx: &DecisionContext<'_>) -> bool {
+        true
+    }
     /// The raw score of `node`.
     fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score;
 }

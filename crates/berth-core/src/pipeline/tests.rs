@@ -5,7 +5,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::filters::{InstancesFit, ResourcesFree, ResourcesTotal};
 use super::scorers::{AvoidGpuNodes, HybridUtilization};
-use super::stage::{DecisionContext, Filter, Preference, Score, Scorer, Verdict};
+use super::stage::{DecisionContext, Filter, Preference, Prepared, Score, Scorer, Verdict};
 use super::*;
 use crate::diagnosis::ReasonKind;
 use crate::node::NodeState;
@@ -114,7 +114,7 @@ fn filters_give_reasons_per_node() {
             occupy(&mut c, "n1", used);
         }
         let req = request(&mut c, ask, Strategy::Default);
-        let cx = DecisionContext { cluster: &c, request: &req };
+        let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
         let verdict = filter.check(&cx, c.node(index(&c, "n1")).unwrap());
         let got = match verdict {
             Verdict::Fit => None,
@@ -136,7 +136,7 @@ fn instances_filter_reports_fragmentation_only_when_enough_is_free_in_sum() {
         [("GPU=1", true), ("GPU=0.75", true), ("GPU=0.5", false), ("GPU=2", false)]
     {
         let req = request(&mut c, ask, Strategy::Default);
-        let cx = DecisionContext { cluster: &c, request: &req };
+        let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
         let verdict = InstancesFit.check(&cx, c.node(node).unwrap());
         assert_eq!(matches!(verdict, Verdict::Unfit(Reason::Fragmented { .. })), expected, "{ask}");
     }
@@ -163,7 +163,7 @@ fn hybrid_score_packs_below_threshold_and_spreads_above() {
             occupy(&mut c, "n1", used);
         }
         let req = request(&mut c, ask, Strategy::Default);
-        let cx = DecisionContext { cluster: &c, request: &req };
+        let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
         let scorer = HybridUtilization { spread_threshold: q(threshold) };
         let score = scorer.score(&cx, c.node(index(&c, "n1")).unwrap());
         assert_eq!(score, Score::new(expected), "{total} used {used} asking {ask} at {threshold}");
@@ -182,7 +182,7 @@ fn avoid_gpu_nodes_is_a_preference_for_cpu_requests_only() {
         (&gpu_req, "gpu", true),
     ];
     for (req, node, expected) in cases {
-        let cx = DecisionContext { cluster: &c, request: req };
+        let cx = DecisionContext { cluster: &c, request: req, prepared: &Prepared::default() };
         assert_eq!(
             AvoidGpuNodes.prefers(&cx, c.node(index(&c, node)).unwrap()),
             expected,
