@@ -171,6 +171,8 @@ impl ReasonKind {
             ReasonKind::InsufficientAvailable(_)
                 | ReasonKind::Fragmented(_)
                 | ReasonKind::KeptForPrimary { .. }
+                | ReasonKind::ActorAffinity(_)
+                | ReasonKind::AntiAffinityGuard
         )
     }
 

@@ -7,6 +7,8 @@
 //! attempt each; soft node affinity is "the node, then DEFAULT". The same mechanism carries
 //! label-selector fallbacks later: one attempt per alternative.
 
+#[cfg(test)]
+mod actor_tests;
 pub mod explain;
 pub mod filters;
 #[cfg(test)]
