@@ -1,6 +1,8 @@
 //! The cluster model: nodes by dense index, their states as node sets, and the ledger operations
 //! (reserve, release, capacity changes) that keep every node's invariants.
 
+use std::collections::BTreeMap;
+
 use rustc_hash::FxHashMap;
 use thiserror::Error;
 
@@ -12,6 +14,9 @@ use crate::label_index::LabelIndex;
 use crate::labels::{LabelError, Labels, NodeFacts};
 use crate::node::{ExactReserveError, Node, NodeError, NodeId, NodeIndex, NodeShares, NodeState};
 use crate::nodeset::NodeSet;
+use crate::placement_group::{
+    BundleLedger, BundleState, GroupId, GroupSpec, PlacedGroup, RemovedGroup,
+};
 use crate::quantity::Quantity;
 use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
 use crate::taints::{Taint, TaintId, TaintTable};
@@ -67,10 +72,36 @@ pub enum ClusterError {
         /// The rare resource.
         resource: String,
     },
+    /// A placement group with this ID exists already.
+    #[error("placement group {0} exists already")]
+    DuplicateGroup(GroupId),
+    /// No such placement group (or a plan that does not fit it).
+    #[error("no placement group {0}")]
+    UnknownGroup(String),
+    /// The bundle index is out of range, or the bundle was lost with its node.
+    #[error("placement group {group} has no reserved bundle {bundle}")]
+    NoBundle {
+        /// The group.
+        group: GroupId,
+        /// The bundle index.
+        bundle: usize,
+    },
+    /// The bundle's free reservation cannot hold the request.
+    #[error("bundle {bundle} of placement group {group} cannot hold the request now")]
+    BundleFull {
+        /// The group.
+        group: GroupId,
+        /// The bundle index.
+        bundle: usize,
+    },
     /// A dead node does not come back; an agent that returns registers as a new node.
     #[error("node {0} is dead; a returning machine registers as a new node")]
     Dead(NodeId),
 }
+
+/// The instances a reservation takes, named per unit-instance resource (to rebuild a
+/// placement recorded earlier, or to commit a plan).
+pub type NamedInstances = Vec<(ResourceId, Vec<InstanceId>)>;
 
 /// Resources reserved on one node: what a release needs to give them back.
 ///
@@ -82,12 +113,32 @@ pub struct Allocation {
     node: NodeIndex,
     resources: ResourceSet,
     shares: NodeShares,
+    source: AllocationSource,
+}
+
+/// Which ledger an allocation was taken from, and so returns to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AllocationSource {
+    /// The node's free pool.
+    Node,
+    /// A placement group's bundle.
+    Bundle {
+        /// The group.
+        group: GroupId,
+        /// The bundle's index.
+        bundle: usize,
+    },
 }
 
 impl Allocation {
     /// The node the resources are on.
     pub fn node(&self) -> NodeIndex {
         self.node
+    }
+
+    /// The ledger it came from.
+    pub fn source(&self) -> &AllocationSource {
+        &self.source
     }
 
     /// The reserved resources.
@@ -130,6 +181,8 @@ pub struct Cluster {
     rare_resources: Vec<ResourceId>,
     /// Placed actors by label, for actor affinity.
     actors: ActorIndex,
+    /// Placement groups with reserved bundles, by ID (ordered: node death walks them).
+    groups: BTreeMap<GroupId, PlacedGroup>,
 }
 
 /// Everything a node is registered with.
@@ -427,8 +480,16 @@ impl Cluster {
         }
         node.set_state(state);
         if state == NodeState::Dead {
-            // Its actors died with it; the head restarts them elsewhere.
+            // Its actors died with it; the head restarts them elsewhere. Its bundles are lost
+            // and wait to be planned again.
             self.actors.remove_node(index);
+            for group in self.groups.values_mut() {
+                for bundle in &mut group.bundles {
+                    if matches!(bundle, BundleState::Reserved(l) if l.node == index) {
+                        *bundle = BundleState::Lost;
+                    }
+                }
+            }
         }
         for set in [&mut self.alive, &mut self.draining, &mut self.dead] {
             set.remove(index);
@@ -508,15 +569,164 @@ impl Cluster {
                 },
             }
         })?;
-        Ok(Allocation { node: index, resources: request.clone(), shares })
+        Ok(Allocation {
+            node: index,
+            resources: request.clone(),
+            shares,
+            source: AllocationSource::Node,
+        })
     }
 
-    /// Gives an allocation back. On a dead or removed node this does nothing: its resources are
-    /// gone with it.
+    /// Gives an allocation back to the ledger it came from: the node, or the group bundle. On a
+    /// dead or removed node, or a removed group, this does nothing: the resources went with it.
     pub fn release(&mut self, allocation: &Allocation) {
-        if let Some(Some(node)) = self.nodes.get_mut(allocation.node.0 as usize) {
-            node.release(&allocation.resources, &allocation.shares);
+        match &allocation.source {
+            AllocationSource::Node => {
+                if let Some(Some(node)) = self.nodes.get_mut(allocation.node.0 as usize) {
+                    node.release(&allocation.resources, &allocation.shares);
+                }
+            }
+            AllocationSource::Bundle { group, bundle } => {
+                let ledger = self.groups.get_mut(group).and_then(|g| g.bundle_mut(*bundle));
+                if let Some(ledger) = ledger.filter(|l| l.node == allocation.node) {
+                    ledger.give_back(&allocation.resources, &allocation.shares);
+                }
+            }
         }
+    }
+
+    /// Reserves every bundle of alternative `alternative` of `spec`, bundle `i` on
+    /// `plan[i].0` taking exactly the instances `plan[i].1`; all or nothing.
+    pub fn reserve_group(
+        &mut self,
+        spec: GroupSpec,
+        alternative: usize,
+        plan: &[(NodeIndex, NamedInstances)],
+    ) -> Result<(), ClusterError> {
+        if self.groups.contains_key(&spec.id) {
+            return Err(ClusterError::DuplicateGroup(spec.id));
+        }
+        let bundles =
+            spec.alternatives.get(alternative).map(|a| a.bundles.clone()).unwrap_or_default();
+        if bundles.len() != plan.len() {
+            return Err(ClusterError::UnknownGroup(format!(
+                "{} (a plan for {} bundles)",
+                spec.id,
+                plan.len()
+            )));
+        }
+        let mut ledgers = Vec::with_capacity(bundles.len());
+        for (bundle, (node, instances)) in bundles.iter().zip(plan) {
+            match self.reserve_instances(*node, bundle, instances) {
+                Ok(allocation) => {
+                    let ledger = BundleLedger::new(*node, bundle.clone(), allocation.shares);
+                    ledgers.push(BundleState::Reserved(Box::new(ledger)));
+                }
+                Err(err) => {
+                    for ledger in &ledgers {
+                        if let BundleState::Reserved(ledger) = ledger {
+                            self.release_bundle(ledger);
+                        }
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        self.groups.insert(spec.id.clone(), PlacedGroup { spec, alternative, bundles: ledgers });
+        Ok(())
+    }
+
+    /// Reserves the lost bundles of a group again, bundle `i` of `plan` on its node with
+    /// exactly its instances; all or nothing.
+    pub fn restore_bundles(
+        &mut self,
+        id: &str,
+        plan: &[(usize, NodeIndex, NamedInstances)],
+    ) -> Result<(), ClusterError> {
+        let group =
+            self.groups.get(id).ok_or_else(|| ClusterError::UnknownGroup(id.to_string()))?;
+        let bundles = group.bundle_set().bundles.clone();
+        let mut restored = Vec::with_capacity(plan.len());
+        for (i, node, instances) in plan {
+            let reserved = bundles.get(*i).cloned().unwrap_or_default();
+            match self.reserve_instances(*node, &reserved, instances) {
+                Ok(allocation) => {
+                    restored.push((*i, BundleLedger::new(*node, reserved, allocation.shares)))
+                }
+                Err(err) => {
+                    for (_, ledger) in &restored {
+                        self.release_bundle(ledger);
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        let group = self.groups.get_mut(id).expect("checked above");
+        for (i, ledger) in restored {
+            group.bundles[i] = BundleState::Reserved(Box::new(ledger));
+        }
+        Ok(())
+    }
+
+    /// Takes `request` from bundle `bundle` of group `id`.
+    pub fn reserve_in_bundle(
+        &mut self,
+        id: &str,
+        bundle: usize,
+        request: &ResourceSet,
+    ) -> Result<Allocation, ClusterError> {
+        let group =
+            self.groups.get_mut(id).ok_or_else(|| ClusterError::UnknownGroup(id.to_string()))?;
+        let group_id = group.spec.id.clone();
+        let ledger = group
+            .bundle_mut(bundle)
+            .ok_or(ClusterError::NoBundle { group: group_id.clone(), bundle })?;
+        let shares = ledger
+            .take(request)
+            .ok_or(ClusterError::BundleFull { group: group_id.clone(), bundle })?;
+        Ok(Allocation {
+            node: ledger.node,
+            resources: request.clone(),
+            shares,
+            source: AllocationSource::Bundle { group: group_id, bundle },
+        })
+    }
+
+    /// Records that actor `actor` runs in bundle `bundle` of group `id`.
+    pub(crate) fn note_bundle_actor(&mut self, id: &str, bundle: usize, actor: ActorId) {
+        if let Some(ledger) = self.groups.get_mut(id).and_then(|g| g.bundle_mut(bundle)) {
+            ledger.actors.push(actor);
+        }
+    }
+
+    /// Removes a group, giving every reserved resource back to its node; reports the actors
+    /// that ran inside it, for the head to stop.
+    pub fn remove_group(&mut self, id: &str) -> Option<RemovedGroup> {
+        let group = self.groups.remove(id)?;
+        let mut removed = RemovedGroup::default();
+        for bundle in &group.bundles {
+            if let BundleState::Reserved(ledger) = bundle {
+                self.release_bundle(ledger);
+                removed.actors.extend(ledger.actors.iter().cloned());
+            }
+        }
+        Some(removed)
+    }
+
+    fn release_bundle(&mut self, ledger: &BundleLedger) {
+        if let Some(Some(node)) = self.nodes.get_mut(ledger.node.0 as usize) {
+            node.release(ledger.reserved(), ledger.node_shares());
+        }
+    }
+
+    /// The placed group with this ID.
+    pub fn group(&self, id: &str) -> Option<&PlacedGroup> {
+        self.groups.get(id)
+    }
+
+    /// Every placed group, in ID order.
+    pub fn groups(&self) -> impl Iterator<Item = &PlacedGroup> {
+        self.groups.values()
     }
 
     /// Sets a node's total of one resource (seed 002's dynamic capacity: available moves by the

@@ -31,6 +31,8 @@ pub enum Reason {
     ActorAffinity(u16),
     /// A placed actor's hard anti-affinity keeps this actor off the node (the symmetric rule).
     AntiAffinityGuard,
+    /// The node already holds a bundle of this `STRICT_SPREAD` group.
+    SameGroup,
     /// The node has a taint the request does not tolerate.
     UntoleratedTaint(TaintId),
     /// The node lacks a resource even when empty.
@@ -74,6 +76,8 @@ pub enum ReasonKind {
     ActorAffinity(u16),
     /// See [`Reason::AntiAffinityGuard`].
     AntiAffinityGuard,
+    /// See [`Reason::SameGroup`].
+    SameGroup,
     /// See [`Reason::KeptForPrimary`]: too little `resource` would be left for idle `primary`.
     KeptForPrimary {
         /// The primary resource.
@@ -105,6 +109,7 @@ impl Reason {
             Reason::LabelMismatch => ReasonKind::LabelMismatch,
             Reason::ActorAffinity(i) => ReasonKind::ActorAffinity(i),
             Reason::AntiAffinityGuard => ReasonKind::AntiAffinityGuard,
+            Reason::SameGroup => ReasonKind::SameGroup,
             Reason::UntoleratedTaint(taint) => ReasonKind::UntoleratedTaint(taint),
             Reason::InsufficientTotal(s) => ReasonKind::InsufficientTotal(s.resource),
             Reason::InsufficientAvailable(s) => ReasonKind::InsufficientAvailable(s.resource),
@@ -191,6 +196,7 @@ impl ReasonKind {
             ReasonKind::AntiAffinityGuard => {
                 "kept away by a placed actor's anti-affinity".to_string()
             }
+            ReasonKind::SameGroup => "already hold a bundle of the group".to_string(),
             ReasonKind::UntoleratedTaint(taint) => {
                 let taint = cluster.taint(taint);
                 format!("untolerated taint {}={}", taint.key, taint.value)
@@ -219,6 +225,7 @@ impl ReasonKind {
             ReasonKind::ActorAffinity(ANY_EXPRESSION) => "actor_affinity:any".to_string(),
             ReasonKind::ActorAffinity(i) => format!("actor_affinity:{i}"),
             ReasonKind::AntiAffinityGuard => "anti_affinity_guard".to_string(),
+            ReasonKind::SameGroup => "same_group".to_string(),
             ReasonKind::UntoleratedTaint(taint) => {
                 let taint = cluster.taint(taint);
                 format!("untolerated_taint:{}={}", taint.key, taint.value)
@@ -250,6 +257,16 @@ pub enum AttemptKind {
     NodeLabel,
     /// Actor affinity and anti-affinity.
     ActorAffinity,
+    /// One bundle of a placement group being planned.
+    Bundle {
+        /// The bundle's index.
+        index: usize,
+    },
+    /// A request placed into a placement group's bundles.
+    PlacementGroup {
+        /// The group.
+        group: String,
+    },
     /// Only the node named by node affinity.
     AffinityNode {
         /// The node's ID as the request gave it.
@@ -269,6 +286,8 @@ impl AttemptKind {
             AttemptKind::Random => "random",
             AttemptKind::NodeLabel => "node_label",
             AttemptKind::ActorAffinity => "actor_affinity",
+            AttemptKind::Bundle { .. } => "bundle",
+            AttemptKind::PlacementGroup { .. } => "placement_group",
             AttemptKind::AffinityNode { soft: false, .. } => "node_affinity",
             AttemptKind::AffinityNode { soft: true, .. } => "soft_node_affinity",
         }
@@ -283,6 +302,8 @@ impl fmt::Display for AttemptKind {
             AttemptKind::Random => f.write_str("RANDOM"),
             AttemptKind::NodeLabel => f.write_str("NODE_LABEL"),
             AttemptKind::ActorAffinity => f.write_str("ACTOR_AFFINITY"),
+            AttemptKind::Bundle { index } => write!(f, "bundle {index}"),
+            AttemptKind::PlacementGroup { group } => write!(f, "placement group {group}"),
             AttemptKind::AffinityNode { node, soft: true } => {
                 write!(f, "soft node affinity to {node}")
             }
@@ -351,11 +372,16 @@ impl AttemptDiagnosis {
     pub fn describe(&self, cluster: &Cluster) -> String {
         let rejected: u64 = self.rejected.iter().map(|(_, n)| n).sum();
         let mut text = format!(
-            "{}{}: {}/{} nodes can take it now",
+            "{}{}: {}/{} {} can take it now",
             self.kind,
             alternative_suffix(self.alternative),
             self.nodes - rejected,
-            self.nodes
+            self.nodes,
+            if matches!(self.kind, AttemptKind::PlacementGroup { .. }) {
+                "bundles"
+            } else {
+                "nodes"
+            }
         );
         for (i, (kind, n)) in self.rejected.iter().enumerate() {
             text.push_str(if i == 0 { ": " } else { ", " });

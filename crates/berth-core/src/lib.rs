@@ -16,7 +16,9 @@
 //!   ledger operations (reserve, release, capacity updates) returning [`Allocation`]s.
 //! - [`request`]: a [`Request`] (resources + [`Strategy`]).
 //! - [`pipeline`]: the [`Scheduler`]: candidates → filters → preferences/scorers → select →
-//!   reserve, written once; a [`Decision`] is placed, pending or infeasible.
+//!   reserve, written once; a [`Decision`] is placed, pending or infeasible. A [`Profile`]
+//!   (default: hybrid ×1; [`Profile::from_yaml`] reads seed 001's files) chooses the scorers
+//!   and extra filters.
 //! - [`diagnosis`]: the reasons filters give and the per-reason counts users read.
 //! - [`pending`]: the [`PendingQueue`] the head drives when the cluster changes.
 //!
@@ -72,6 +74,7 @@ pub mod node;
 pub mod nodeset;
 pub mod pending;
 pub mod pipeline;
+pub mod placement_group;
 pub mod quantity;
 pub mod request;
 pub mod resource;
@@ -86,6 +89,7 @@ pub use instances::InstanceId;
 pub use node::{Node, NodeError, NodeId, NodeIndex, NodeState};
 pub use nodeset::NodeSet;
 pub use pending::{PendingQueue, Trigger, Waiting};
+pub use pipeline::profile::{Profile, ProfileError};
 pub use pipeline::{ConfigError, Decision, Scheduler, SchedulerConfig};
 pub use quantity::{Quantity, QuantityError};
 pub use request::{NodeAffinity, Request, RequestError, Strategy};

@@ -4,6 +4,7 @@ use thiserror::Error;
 
 use crate::actors::{ActorAffinity, ActorSpec, DEFAULT_NAMESPACE};
 use crate::node::{NodeId, NodeIndex};
+use crate::placement_group::GroupId;
 use crate::quantity::Quantity;
 use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
 use crate::selector::{LabelSelector, Tolerations};
@@ -25,6 +26,19 @@ pub enum Strategy {
     NodeLabel(NodeLabel),
     /// With or away from other actors, by their labels (seed 000).
     ActorAffinity(ActorAffinity),
+    /// Into a placement group's reservation: one bundle, or the first bundle that can take it.
+    /// The request's label selector and tolerations do not apply: the bundle's node was chosen
+    /// when the group was reserved.
+    PlacementGroup(GroupPlacement),
+}
+
+/// Which placement group, and which bundle of it, a request goes into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupPlacement {
+    /// The group.
+    pub group: GroupId,
+    /// A bundle index, or `None` for any bundle (tried in index order).
+    pub bundle: Option<usize>,
 }
 
 /// Node-label scheduling: `hard` must hold; among the nodes that can take the request now,

@@ -11,6 +11,9 @@
 mod actor_tests;
 pub mod explain;
 pub mod filters;
+pub mod group;
+#[cfg(test)]
+mod group_tests;
 #[cfg(test)]
 mod label_tests;
 pub mod profile;
@@ -31,7 +34,7 @@ use crate::diagnosis::{AttemptDiagnosis, AttemptKind, Diagnosis, Reason, ANY_EXP
 use crate::node::{Node, NodeIndex};
 use crate::nodeset::NodeSet;
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
-use crate::request::{Request, Strategy};
+use crate::request::{GroupPlacement, Request, Strategy};
 use explain::{AttemptExplanation, Explanation, NodeExplanation, ScoreLine};
 use filters::{InstancesFit, ResourcesFree, ResourcesTotal, TaintsTolerated};
 use profile::Profile;
@@ -255,6 +258,9 @@ impl Scheduler {
         rng: &mut R,
         mut explanation: Option<&mut Explanation>,
     ) -> Decision {
+        if let Strategy::PlacementGroup(target) = request.strategy() {
+            return place_in_group(cluster, request, target, explanation);
+        }
         let mut diagnosis = Diagnosis::default();
         let mut chosen = None;
         let mut infeasible_by_strategy = false;
@@ -537,6 +543,8 @@ fn strategy_attempts(cluster: &Cluster, request: &Request) -> SmallVec<[Attempt;
         Strategy::ActorAffinity(_) => {
             smallvec![attempt(AttemptKind::ActorAffinity, Scope::Alive, Select::TopK, OnBusy::Wait)]
         }
+        // Placed by `place_in_group`, before any attempt.
+        Strategy::PlacementGroup(_) => SmallVec::new(),
         Strategy::NodeAffinity(affinity) => {
             let on_busy = match (
                 affinity.soft,
@@ -662,6 +670,90 @@ fn narrow_by_actors(cluster: &Cluster, request: &Request, candidates: &mut Candi
         if !failed.is_empty() {
             candidates.include = Cow::Owned(kept);
             candidates.waiting.push((failed, Reason::AntiAffinityGuard));
+        }
+    }
+}
+
+/// A request into a placement group: the first of its target bundles whose free reservation
+/// can take it. Pending while the group is not reserved (yet) or a target bundle is lost or
+/// busy; infeasible when no target bundle could ever hold it.
+fn place_in_group(
+    cluster: &mut Cluster,
+    request: &Request,
+    target: &GroupPlacement,
+    explanation: Option<&mut Explanation>,
+) -> Decision {
+    let kind = AttemptKind::PlacementGroup { group: target.group.to_string() };
+    if let Some(explanation) = explanation {
+        explanation.attempts.push(AttemptExplanation {
+            kind: kind.clone(),
+            alternative: None,
+            nodes: Vec::new(),
+            shortlist: Vec::new(),
+            chosen: None,
+        });
+    }
+    let mut found = AttemptDiagnosis::new(kind, None);
+    let Some(group) = cluster.group(target.group.as_str()) else {
+        found.note = Some("the placement group is not reserved (yet)".to_string());
+        found.could_fit_later = true;
+        return Decision::Pending(Diagnosis { attempts: vec![found] });
+    };
+    let bundles = group.bundles.len();
+    let targets: SmallVec<[usize; 8]> = match target.bundle {
+        Some(i) if i >= bundles => {
+            found.note = Some(format!("bundle {i} does not exist: the group has {bundles}"));
+            return Decision::Infeasible(Diagnosis { attempts: vec![found] });
+        }
+        Some(i) => smallvec![i],
+        None => (0..bundles).collect(),
+    };
+    found.nodes = targets.len() as u64;
+    let mut chosen = None;
+    for &i in &targets {
+        match group.bundle(i) {
+            None => {
+                found.could_fit_later = true;
+                found.note =
+                    Some(format!("bundle {i} was lost with its node and waits to be re-planned"));
+            }
+            Some(ledger) => {
+                if let Some(shortfall) = ledger.total_shortfall(request.resources()) {
+                    found.count(Reason::InsufficientTotal(shortfall).kind(), 1);
+                } else if let Some(shortfall) = ledger.unfit(request.resources()) {
+                    found.count(Reason::InsufficientAvailable(shortfall).kind(), 1);
+                } else {
+                    chosen = Some(i);
+                    break;
+                }
+            }
+        }
+    }
+    found.finish();
+    let Some(bundle) = chosen else {
+        let diagnosis = Diagnosis { attempts: vec![found] };
+        return if diagnosis.attempts[0].could_fit_later {
+            Decision::Pending(diagnosis)
+        } else {
+            Decision::Infeasible(diagnosis)
+        };
+    };
+    match cluster.reserve_in_bundle(target.group.as_str(), bundle, request.resources()) {
+        Ok(allocation) => {
+            if let Some(actor) = request.actor() {
+                let node = allocation.node();
+                cluster
+                    .place_actor(actor, node, ActorAffinity::default())
+                    .expect("the bundle's node is alive");
+                cluster.note_bundle_actor(target.group.as_str(), bundle, actor.id.clone());
+            }
+            Decision::Placed(allocation)
+        }
+        Err(err) => {
+            debug_assert!(false, "reserving in a bundle that fits failed: {err}");
+            found.note = Some(format!("internal: {err}"));
+            found.could_fit_later = true;
+            Decision::Pending(Diagnosis { attempts: vec![found] })
         }
     }
 }

@@ -2,17 +2,52 @@
 //! run, on top of the filters every strategy needs.
 //!
 //! The default profile is the hybrid pack-then-spread policy with weight 1, the behaviour of
-//! the DEFAULT strategy without a profile file.
+//! the DEFAULT strategy without a profile file. A profile file ([`Profile::from_yaml`], the
+//! format is in `docs/file-formats.md`) replaces it with the stages of seed 001:
+//!
+//! - [`strategy_fit::ResourceStrategyFit`], a scorer: per resource, pack (`MostAllocated`) or
+//!   spread (`LeastAllocated`), weighted;
+//! - [`sra::Retention`], a scorer: requests keep off nodes with scarce resources they do not
+//!   ask for;
+//! - [`sra::Proportional`], a filter: requests that do not ask for a primary resource (GPUs)
+//!   must leave enough CPU and memory free for the node's idle primary resource.
+//!
+//! Scorers rank nodes only in attempts that pick by score (DEFAULT and the strategies that
+//! rank like it; not SPREAD, RANDOM or the one node of node affinity); filters run in every
+//! attempt. A scorer's *plugin weight* (the seed's
+//! `resourceStrategyFitWeight`, `sra.retention.weight`) is its [`Weighted::weight`]: `berth
+//! explain` then shows the raw score (0..=100), the weight and their product, and the product
+//! is the seed's number.
+//!
+//! Stages name resources as the profile does, by name, and are built without a cluster: they
+//! resolve names against the cluster's [`ResourceRegistry`](crate::ResourceRegistry) as they
+//! run, with [`ResourceRules`] (a binary search over exact names, then the wildcards, longest
+//! first). That costs a few comparisons of short strings per resource and node, and no
+//! allocation or hashing. Caching the answer per `ResourceId` was weighed and not done: a
+//! stage may serve several clusters, so a cache inside it would need a lock in the hot path
+//! and a check that the registry is still the one it was filled from, and the runner's
+//! per-attempt values are not computed for `Scheduler::fits_now`, which runs filters alone.
+//! For profiles of a handful of names that costs about what the lookup it saves does.
+
+pub mod sra;
+pub mod strategy_fit;
+mod yaml;
 
 use super::scorers::HybridUtilization;
 use super::stage::{Filter, Weighted};
 use super::SchedulerConfig;
+use crate::quantity::Quantity;
+use sra::{Proportional, Retention};
+use strategy_fit::ResourceStrategyFit;
+pub use yaml::ProfileError;
 
 /// A scheduler profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Profile {
     /// The scorers, in the order `berth explain` lists them.
     pub scorers: Vec<ScorerSpec>,
+    /// Filters added to the standard ones.
+    pub filters: Vec<FilterSpec>,
 }
 
 /// One scorer of a profile and its weight.
@@ -23,18 +58,82 @@ pub enum ScorerSpec {
         /// The scorer's weight.
         weight: u32,
     },
+    /// [`ResourceStrategyFit`]: pack or spread per resource.
+    ResourceStrategyFit {
+        /// The plugin weight, `resourceStrategyFitWeight`.
+        weight: u32,
+        /// The strategy and weight of each resource (or `prefix/*` family) that counts.
+        resources: ResourceRules<ResourceStrategy>,
+    },
+    /// [`Retention`]: keep off nodes with scarce resources the request does not ask for.
+    Retention {
+        /// The policy weight, `sra.retention.weight`.
+        weight: u32,
+        /// Each scarce resource (exact names) and its weight, `sra.retention.<name>`.
+        scarce: ResourceRules<u32>,
+    },
 }
+
+/// One extra filter of a profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FilterSpec {
+    /// [`Proportional`]: keep CPU and memory free for idle primary resources.
+    Proportional {
+        /// Each primary resource (exact names) and what to keep per idle unit.
+        primaries: ResourceRules<Proportion>,
+    },
+}
+
+/// How [`ResourceStrategyFit`] scores one resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResourceStrategy {
+    /// Pack or spread.
+    pub kind: StrategyKind,
+    /// The resource's weight in the node's weighted mean.
+    pub weight: u32,
+}
+
+/// Pack or spread, the seed's `type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StrategyKind {
+    /// `requested / allocatable`: the fuller node scores higher (pack).
+    MostAllocated,
+    /// `(allocatable − requested) / allocatable`: the emptier node scores higher (spread).
+    LeastAllocated,
+}
+
+/// What [`Proportional`] keeps free per idle unit of a primary resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Proportion {
+    /// CPUs per idle unit, `<primary>.cpu`.
+    pub cpu: Quantity,
+    /// Memory per idle unit in GB of 10^9 bytes (the `G` suffix, as Volcano counts it),
+    /// `<primary>.memory`.
+    pub memory_gb: Quantity,
+}
+
+/// Bytes in the GB of [`Proportion::memory_gb`].
+pub const BYTES_PER_GB: i64 = 1_000_000_000;
 
 impl Default for Profile {
     fn default() -> Self {
-        Profile { scorers: vec![ScorerSpec::Hybrid { weight: 1 }] }
+        Profile { scorers: vec![ScorerSpec::Hybrid { weight: 1 }], filters: Vec::new() }
     }
 }
 
 impl Profile {
     /// Filters the profile adds to the standard ones (the runner orders static before dynamic).
     pub fn filters(&self) -> Vec<Box<dyn Filter>> {
-        Vec::new()
+        self.filters
+            .iter()
+            .map(|spec| -> Box<dyn Filter> {
+                match spec {
+                    FilterSpec::Proportional { primaries } => {
+                        Box::new(Proportional { primaries: primaries.clone() })
+                    }
+                }
+            })
+            .collect()
     }
 
     /// The weighted scorers the DEFAULT strategy ranks nodes by.
@@ -48,7 +147,158 @@ impl Profile {
                     }),
                     weight: *weight,
                 },
+                ScorerSpec::ResourceStrategyFit { weight, resources } => Weighted {
+                    scorer: Box::new(ResourceStrategyFit { resources: resources.clone() }),
+                    weight: *weight,
+                },
+                ScorerSpec::Retention { weight, scarce } => {
+                    Weighted { scorer: Box::new(Retention::new(scarce.clone())), weight: *weight }
+                }
             })
             .collect()
+    }
+}
+
+/// Values keyed by resource name, where a name may be a `prefix/*` wildcard.
+///
+/// Rules: an exact name wins over any wildcard; among wildcards the longest prefix wins
+/// (`example.com/gpu/*` over `example.com/*`). `prefix/*` matches every name that starts with
+/// `prefix/` and has something after it. Lookups neither allocate nor hash: a binary search
+/// over the exact names, then the wildcards in order, longest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceRules<T> {
+    /// Sorted by name, unique.
+    exact: Vec<(Box<str>, T)>,
+    /// The prefixes with their trailing `/`, longest first, then by name; unique.
+    wildcards: Vec<(Box<str>, T)>,
+}
+
+impl<T> Default for ResourceRules<T> {
+    fn default() -> Self {
+        ResourceRules { exact: Vec::new(), wildcards: Vec::new() }
+    }
+}
+
+impl<T> ResourceRules<T> {
+    /// Rules from `(name or prefix/*, value)` pairs; a later pair with the same name replaces
+    /// an earlier one. The order of the pairs does not matter otherwise.
+    pub fn new(entries: impl IntoIterator<Item = (String, T)>) -> ResourceRules<T> {
+        let mut rules = ResourceRules::default();
+        for (name, value) in entries {
+            let (list, key) = match wildcard_prefix(&name) {
+                Some(prefix) => (&mut rules.wildcards, prefix.into()),
+                None => (&mut rules.exact, name.into_boxed_str()),
+            };
+            match list.iter_mut().find(|(k, _)| *k == key) {
+                Some(entry) => entry.1 = value,
+                None => list.push((key, value)),
+            }
+        }
+        rules.exact.sort_by(|a, b| a.0.cmp(&b.0));
+        rules.wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        rules
+    }
+
+    /// The value for resource `name`: its exact rule, else the longest wildcard matching it.
+    pub fn get(&self, name: &str) -> Option<&T> {
+        if let Ok(i) = self.exact.binary_search_by(|(k, _)| (**k).cmp(name)) {
+            return Some(&self.exact[i].1);
+        }
+        self.wildcards
+            .iter()
+            .find(|(prefix, _)| name.len() > prefix.len() && name.starts_with(&**prefix))
+            .map(|(_, value)| value)
+    }
+
+    /// Every rule as written (`prefix/*` for wildcards): exact names sorted, then wildcards
+    /// longest first.
+    pub fn iter(&self) -> impl Iterator<Item = (String, &T)> + '_ {
+        let exact = self.exact.iter().map(|(name, value)| (name.to_string(), value));
+        let wildcards = self.wildcards.iter().map(|(prefix, value)| (format!("{prefix}*"), value));
+        exact.chain(wildcards)
+    }
+
+    /// Number of rules.
+    pub fn len(&self) -> usize {
+        self.exact.len() + self.wildcards.len()
+    }
+
+    /// True when there is no rule.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True when some rule is a wildcard.
+    pub fn has_wildcards(&self) -> bool {
+        !self.wildcards.is_empty()
+    }
+}
+
+/// `Some("nvidia.com/")` for `"nvidia.com/*"`; `None` for a name without the `/*` ending.
+pub fn wildcard_prefix(name: &str) -> Option<&str> {
+    name.strip_suffix('*').filter(|prefix| prefix.ends_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_profile_is_hybrid_alone() {
+        let profile = Profile::default();
+        assert_eq!(profile.scorers, [ScorerSpec::Hybrid { weight: 1 }]);
+        assert!(profile.filters().is_empty());
+        let scorers = profile.scorers(&SchedulerConfig::default());
+        assert_eq!(scorers.len(), 1);
+        assert_eq!(scorers[0].scorer.name(), "hybrid_utilization");
+    }
+
+    #[test]
+    fn exact_names_win_then_the_longest_wildcard() {
+        let rules = ResourceRules::new([
+            ("nvidia.com/*".to_string(), "family"),
+            ("nvidia.com/gpu".to_string(), "exact"),
+            ("nvidia.com/mig/*".to_string(), "mig family"),
+            ("CPU".to_string(), "cpu"),
+        ]);
+        // (resource name, expected rule)
+        let cases = [
+            ("nvidia.com/gpu", Some("exact")),
+            ("nvidia.com/t4", Some("family")),
+            ("nvidia.com/mig/1g.5gb", Some("mig family")),
+            ("nvidia.com/mig", Some("family")),
+            ("nvidia.com/", None),
+            ("nvidia.com", None),
+            ("amd.com/gpu", None),
+            ("CPU", Some("cpu")),
+            ("cpu", None),
+        ];
+        for (name, expected) in cases {
+            assert_eq!(rules.get(name).copied(), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn precedence_does_not_depend_on_the_order_rules_are_given() {
+        let entries = [
+            ("a.com/*".to_string(), 1),
+            ("a.com/b/*".to_string(), 2),
+            ("a.com/b/c".to_string(), 3),
+        ];
+        let forward = ResourceRules::new(entries.clone());
+        let backward = ResourceRules::new(entries.into_iter().rev());
+        assert_eq!(forward, backward);
+        assert_eq!(forward.get("a.com/b/c"), Some(&3));
+        assert_eq!(forward.get("a.com/b/d"), Some(&2));
+        assert_eq!(forward.get("a.com/x"), Some(&1));
+        let written: Vec<String> = forward.iter().map(|(name, _)| name).collect();
+        assert_eq!(written, ["a.com/b/c", "a.com/b/*", "a.com/*"]);
+    }
+
+    #[test]
+    fn a_later_rule_for_the_same_name_replaces_the_earlier() {
+        let rules = ResourceRules::new([("x".to_string(), 1), ("x".to_string(), 2)]);
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules.get("x"), Some(&2));
     }
 }

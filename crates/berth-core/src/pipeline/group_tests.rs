@@ -1,0 +1,335 @@
+//! Placement groups: each strategy, atomicity, bundle selectors, tolerations, the seed's
+//! three-level fallback, tasks into bundles with GPU instance IDs, removal and node death.
+
+use std::collections::BTreeSet;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::group::GroupDecision;
+use super::*;
+use crate::diagnosis::ReasonKind;
+use crate::labels::Labels;
+use crate::node::NodeState;
+use crate::placement_group::{BundleSet, GroupId, GroupSpec, GroupStrategy};
+use crate::request::GroupPlacement;
+use crate::resource::{ResourceId, ResourceSet};
+use crate::selector::{LabelSelector, Tolerations};
+use crate::testutil::{index, labelled_cluster, request, resources, selector, tolerations};
+
+fn group(c: &mut Cluster, id: &str, strategy: GroupStrategy, bundles: &[&str]) -> GroupSpec {
+    let bundles = bundles.iter().map(|b| resources(c.registry_mut(), b)).collect();
+    GroupSpec {
+        id: GroupId::new(id).unwrap(),
+        name: String::new(),
+        namespace: "default".into(),
+        strategy,
+        alternatives: vec![BundleSet { bundles, selectors: Vec::new() }],
+        tolerations: Tolerations::default(),
+    }
+}
+
+fn place(c: &mut Cluster, spec: &GroupSpec) -> GroupDecision {
+    spec.validate(c.registry()).unwrap();
+    Scheduler::new(SchedulerConfig::default()).place_group(c, spec)
+}
+
+fn names(c: &Cluster, decision: &GroupDecision) -> Vec<String> {
+    match decision {
+        GroupDecision::Created { nodes, .. } => {
+            nodes.iter().map(|&n| c.node(n).unwrap().id().to_string()).collect()
+        }
+        GroupDecision::Pending(_) => vec!["pending".into()],
+        GroupDecision::Infeasible(_) => vec!["infeasible".into()],
+    }
+}
+
+fn distinct(nodes: &[String]) -> usize {
+    nodes.iter().collect::<BTreeSet<_>>().len()
+}
+
+fn four_nodes() -> Cluster {
+    labelled_cluster(&[
+        ("n1", "CPU=4", "zone=a", ""),
+        ("n2", "CPU=4", "zone=a", ""),
+        ("n3", "CPU=4", "zone=b", ""),
+        ("n4", "CPU=8", "zone=b", ""),
+    ])
+}
+
+#[test]
+fn pack_uses_as_few_nodes_as_it_can() {
+    let mut c = four_nodes();
+    let spec = group(&mut c, "g", GroupStrategy::Pack, &["CPU=2", "CPU=2", "CPU=2", "CPU=2"]);
+    let placed = names(&c.clone(), &place(&mut c, &spec));
+    assert_eq!(distinct(&placed), 1, "{placed:?}: all fit on n4");
+    // Best effort: more than any node holds still goes through, on few nodes.
+    let spec = group(&mut c, "h", GroupStrategy::Pack, &["CPU=3", "CPU=3", "CPU=3"]);
+    let placed = names(&c.clone(), &place(&mut c, &spec));
+    assert_eq!(placed.len(), 3, "{placed:?}");
+}
+
+#[test]
+fn spread_uses_distinct_nodes_where_possible() {
+    let mut c = four_nodes();
+    let spec =
+        group(&mut c, "g", GroupStrategy::Spread, &["CPU=1", "CPU=1", "CPU=1", "CPU=1", "CPU=1"]);
+    let placed = names(&c.clone(), &place(&mut c, &spec));
+    assert_eq!(distinct(&placed), 4, "{placed:?}: five bundles, four nodes");
+}
+
+#[test]
+fn strict_pack_needs_one_node_for_everything() {
+    let mut c = four_nodes();
+    let spec = group(&mut c, "g", GroupStrategy::StrictPack, &["CPU=3", "CPU=3"]);
+    assert_eq!(names(&c.clone(), &place(&mut c, &spec)), ["n4", "n4"]);
+    let spec = group(&mut c, "h", GroupStrategy::StrictPack, &["CPU=4", "CPU=4", "CPU=4"]);
+    let decision = place(&mut c, &spec);
+    let GroupDecision::Infeasible(d) = &decision else { panic!("{decision:?}") };
+    assert!(d.describe(&c).contains("STRICT_PACK"), "{}", d.describe(&c));
+    // Selectors that only one node meets.
+    let mut c = four_nodes();
+    let mut spec = group(&mut c, "s", GroupStrategy::StrictPack, &["CPU=1", "CPU=1"]);
+    spec.alternatives[0].selectors =
+        vec![selector(&[("zone", "b")]), selector(&[("berth.io/node-id", "n3")])];
+    assert_eq!(names(&c.clone(), &place(&mut c, &spec)), ["n3", "n3"]);
+}
+
+#[test]
+fn strict_spread_needs_enough_nodes() {
+    let mut c = four_nodes();
+    let spec = group(&mut c, "g", GroupStrategy::StrictSpread, &["CPU=1"; 4]);
+    let placed = names(&c.clone(), &place(&mut c, &spec));
+    assert_eq!(distinct(&placed), 4);
+    let spec = group(&mut c, "h", GroupStrategy::StrictSpread, &["CPU=1"; 5]);
+    let GroupDecision::Infeasible(d) = place(&mut c, &spec) else { panic!("too few nodes") };
+    assert!(
+        d.describe(&c).contains("STRICT_SPREAD needs 5 distinct nodes; only 4"),
+        "{}",
+        d.describe(&c)
+    );
+    // Enough nodes, but busy: pending.
+    let mut c = four_nodes();
+    let full = resources(c.registry_mut(), "CPU=4");
+    c.reserve(index(&c, "n1"), &full).unwrap();
+    let spec = group(&mut c, "p", GroupStrategy::StrictSpread, &["CPU=1"; 4]);
+    assert!(matches!(place(&mut c, &spec), GroupDecision::Pending(_)));
+}
+
+#[test]
+fn strict_spread_finds_a_matching_greedy_would_miss() {
+    // Bundle 0 (hardest) fits n1 or n2; bundle 1 fits only n1. Least waste would give n1 to
+    // bundle 0; the matching moves it to n2.
+    let mut c = labelled_cluster(&[("n1", "CPU=8,GPU=1", "", ""), ("n2", "CPU=2,GPU=1", "", "")]);
+    let spec = group(&mut c, "g", GroupStrategy::StrictSpread, &["CPU=1,GPU=1", "CPU=6"]);
+    assert_eq!(names(&c.clone(), &place(&mut c, &spec)), ["n2", "n1"]);
+}
+
+#[test]
+fn a_group_that_fits_partially_reserves_nothing() {
+    let mut c = four_nodes();
+    let before: Vec<ResourceSet> = c.nodes().map(|(_, n)| n.available().clone()).collect();
+    let spec = group(&mut c, "g", GroupStrategy::Spread, &["CPU=4", "CPU=4", "CPU=8", "CPU=8"]);
+    let decision = place(&mut c, &spec);
+    let (GroupDecision::Pending(d) | GroupDecision::Infeasible(d)) = &decision else {
+        panic!("{decision:?}")
+    };
+    assert!(
+        !d.alternatives[0].planned.is_empty(),
+        "some bundles found a node before the plan failed"
+    );
+    let after: Vec<ResourceSet> = c.nodes().map(|(_, n)| n.available().clone()).collect();
+    assert_eq!(before, after, "a failed plan leaves no trace");
+    assert!(c.group("g").is_none());
+}
+
+#[test]
+fn bundle_selectors_and_tolerations_apply_per_bundle() {
+    let mut c = labelled_cluster(&[
+        ("a", "CPU=4", "zone=a", ""),
+        ("b", "CPU=4", "zone=b", "team=ml"),
+        ("c", "CPU=4", "zone=b", ""),
+    ]);
+    let mut spec = group(&mut c, "g", GroupStrategy::Pack, &["CPU=1", "CPU=1"]);
+    spec.alternatives[0].selectors = vec![selector(&[("zone", "a")]), selector(&[("zone", "b")])];
+    assert_eq!(names(&c.clone(), &place(&mut c, &spec)), ["a", "c"], "b is tainted");
+    let mut spec = group(&mut c, "t", GroupStrategy::StrictPack, &["CPU=2", "CPU=2"]);
+    spec.alternatives[0].selectors = vec![selector(&[("berth.io/node-id", "b")]); 2];
+    let GroupDecision::Infeasible(d) = place(&mut c, &spec) else {
+        panic!("the taint keeps it off")
+    };
+    let taint = c.taint_table().lookup("team", "ml").unwrap();
+    assert!(d.alternatives[0].failed[0]
+        .1
+        .rejected
+        .iter()
+        .any(|(k, _)| *k == ReasonKind::UntoleratedTaint(taint)));
+    spec.tolerations = tolerations(&[("team", "ml")]);
+    spec.id = GroupId::new("t2").unwrap();
+    assert_eq!(names(&c.clone(), &place(&mut c, &spec)), ["b", "b"]);
+}
+
+#[test]
+fn rare_resource_isolation_applies_to_bundles() {
+    let mut c = labelled_cluster(&[("gpu", "CPU=8,GPU=2", "", ""), ("cpu", "CPU=2", "", "")]);
+    c.set_rare_resources(&[ResourceId::GPU]);
+    let spec = group(&mut c, "g", GroupStrategy::Pack, &["CPU=1,GPU=1", "CPU=1"]);
+    assert_eq!(
+        names(&c.clone(), &place(&mut c, &spec)),
+        ["gpu", "cpu"],
+        "the CPU bundle stays off the GPU node"
+    );
+}
+
+#[test]
+fn seed_fallback_prefers_h100_then_a100_then_v100() {
+    let mut c = labelled_cluster(&[
+        ("a100-1", "CPU=16,GPU=2", "berth.io/accelerator-type=nvidia-a100", ""),
+        ("a100-2", "CPU=16,GPU=2", "berth.io/accelerator-type=nvidia-a100", ""),
+        ("v100-1", "CPU=16,GPU=8", "berth.io/accelerator-type=nvidia-v100", ""),
+    ]);
+    let accel = |model: &str| selector(&[("berth.io/accelerator-type", model)]);
+    let bundles = |c: &mut Cluster, n: usize| {
+        (0..n).map(|_| resources(c.registry_mut(), "GPU=1")).collect::<Vec<_>>()
+    };
+    let alternatives = vec![
+        BundleSet { bundles: bundles(&mut c, 2), selectors: vec![accel("nvidia-h100"); 2] },
+        BundleSet { bundles: bundles(&mut c, 4), selectors: vec![accel("nvidia-a100"); 4] },
+        BundleSet { bundles: bundles(&mut c, 8), selectors: vec![accel("nvidia-v100"); 8] },
+    ];
+    let spec = GroupSpec {
+        id: GroupId::new("train").unwrap(),
+        name: "train".into(),
+        namespace: "default".into(),
+        strategy: GroupStrategy::Pack,
+        alternatives,
+        tolerations: Tolerations::default(),
+    };
+    let decision = place(&mut c, &spec);
+    let GroupDecision::Created { alternative, .. } = decision else { panic!("{decision:?}") };
+    assert_eq!(alternative, 1, "no H100s: four A100s");
+    assert_eq!(c.group("train").unwrap().alternative, 1, "the chosen alternative is recorded");
+    // The A100s are now taken: the same group again falls back to the V100s.
+    let mut again = spec.clone();
+    again.id = GroupId::new("train-2").unwrap();
+    let GroupDecision::Created { alternative, .. } = place(&mut c, &again) else { panic!() };
+    assert_eq!(alternative, 2);
+    // Nothing left: pending (every alternative but the H100s could fit later).
+    again.id = GroupId::new("train-3").unwrap();
+    let GroupDecision::Pending(d) = place(&mut c, &again) else { panic!("pending") };
+    assert_eq!(d.alternatives.len(), 3, "each alternative tried");
+    assert!(!d.alternatives[0].could_fit_later, "no H100 ever");
+}
+
+#[test]
+fn tasks_go_into_bundles_and_see_the_bundles_gpus() {
+    let mut c = labelled_cluster(&[("g", "CPU=8,GPU=4", "", "")]);
+    let node = index(&c, "g");
+    let held = resources(c.registry_mut(), "GPU=1");
+    c.reserve(node, &held).unwrap(); // GPU 0 is someone else's
+    let spec = group(&mut c, "pg", GroupStrategy::Pack, &["CPU=3,GPU=2"]);
+    assert!(matches!(place(&mut c, &spec), GroupDecision::Created { .. }));
+    assert_eq!(c.group("pg").unwrap().bundle(0).unwrap().instance_ids(ResourceId::GPU), [1, 2]);
+    let into = |bundle| {
+        Strategy::PlacementGroup(GroupPlacement { group: GroupId::new("pg").unwrap(), bundle })
+    };
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let task = request(&mut c, "CPU=1,GPU=1", into(Some(0)));
+    let Decision::Placed(first) = s.place(&mut c, &task, &mut rng) else { panic!() };
+    assert_eq!(first.instance_ids(ResourceId::GPU), [1]);
+    let Decision::Placed(second) = s.place(&mut c, &task, &mut rng) else { panic!() };
+    assert_eq!(second.instance_ids(ResourceId::GPU), [2]);
+    let Decision::Pending(d) = s.place(&mut c, &task, &mut rng) else {
+        panic!("the bundle is full")
+    };
+    assert_eq!(
+        d.describe(&c),
+        "placement group pg: 0/1 bundles can take it now: 1 too little GPU free"
+    );
+    // The node's own pool was not touched by the tasks: GPU 3 is still free for others.
+    assert_eq!(c.node(node).unwrap().available().get(ResourceId::GPU), Quantity::ONE);
+    // Too big for the bundle ever: infeasible; a bundle that does not exist: infeasible.
+    let big = request(&mut c, "GPU=3", into(None));
+    assert!(matches!(s.place(&mut c, &big, &mut rng), Decision::Infeasible(_)));
+    let nowhere = request(&mut c, "GPU=1", into(Some(5)));
+    assert!(matches!(s.place(&mut c, &nowhere, &mut rng), Decision::Infeasible(_)));
+    // Releasing returns to the bundle, which takes work again.
+    c.release(&first);
+    let half = request(&mut c, "GPU=0.5", into(None));
+    let Decision::Placed(third) = s.place(&mut c, &half, &mut rng) else { panic!() };
+    assert_eq!(third.instance_ids(ResourceId::GPU), [1]);
+    assert_eq!(c.node(node).unwrap().available().get(ResourceId::GPU), Quantity::ONE);
+}
+
+#[test]
+fn removal_gives_everything_back_and_reports_actors() {
+    let mut c = four_nodes();
+    let before: Vec<ResourceSet> = c.nodes().map(|(_, n)| n.available().clone()).collect();
+    let spec = group(&mut c, "g", GroupStrategy::Spread, &["CPU=2", "CPU=2"]);
+    assert!(matches!(place(&mut c, &spec), GroupDecision::Created { .. }));
+    let into = Strategy::PlacementGroup(GroupPlacement {
+        group: GroupId::new("g").unwrap(),
+        bundle: Some(1),
+    });
+    let actor =
+        crate::actors::ActorSpec::new(crate::actors::ActorId::new("w").unwrap(), "", Labels::new())
+            .unwrap();
+    let req = request(&mut c, "CPU=1", into).with_actor(actor);
+    let Decision::Placed(held) = Scheduler::new(SchedulerConfig::default()).place(
+        &mut c,
+        &req,
+        &mut ChaCha8Rng::seed_from_u64(0),
+    ) else {
+        panic!()
+    };
+    let removed = c.remove_group("g").unwrap();
+    assert_eq!(removed.actors, [crate::actors::ActorId::new("w").unwrap()]);
+    c.release(&held); // after removal: nothing to give back, nothing breaks
+    let after: Vec<ResourceSet> = c.nodes().map(|(_, n)| n.available().clone()).collect();
+    assert_eq!(before, after);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn bundles_on_a_dead_node_are_planned_again() {
+    let mut c = four_nodes();
+    let spec = group(&mut c, "g", GroupStrategy::StrictSpread, &["CPU=1", "CPU=1"]);
+    let GroupDecision::Created { nodes, .. } = place(&mut c, &spec) else { panic!() };
+    let dead = nodes[0];
+    c.set_state(dead, NodeState::Dead).unwrap();
+    let g = c.group("g").unwrap();
+    assert_eq!(g.lost(), [0]);
+    assert!(!g.is_whole());
+    let decision = Scheduler::new(SchedulerConfig::default()).replan_group(&mut c, "g");
+    let GroupDecision::Created { nodes: again, .. } = decision else { panic!("{decision:?}") };
+    assert_ne!(again[0], dead);
+    assert_ne!(again[0], again[1], "still strictly spread");
+    assert_eq!(again[1], nodes[1], "the surviving bundle stays");
+    assert!(c.group("g").unwrap().is_whole());
+}
+
+#[test]
+fn invalid_groups_are_rejected_with_the_field() {
+    let mut c = four_nodes();
+    let mut spec = group(&mut c, "g", GroupStrategy::Pack, &["CPU=1", "CPU=1"]);
+    spec.alternatives[0].selectors = vec![LabelSelector::default()];
+    let err = spec.validate(c.registry()).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "bundle_label_selector: 1 selectors for 2 bundles; give one per bundle or none"
+    );
+    let spec = group(&mut c, "g", GroupStrategy::Pack, &["GPU=1.5"]);
+    let err = spec.validate(c.registry()).unwrap_err().to_string();
+    assert!(err.starts_with("bundles[0].GPU: 1.5 is not allowed"), "{err}");
+    let spec = group(&mut c, "g", GroupStrategy::Pack, &[""]);
+    assert_eq!(
+        spec.validate(c.registry()).unwrap_err().to_string(),
+        "bundles[0]: a bundle must ask for at least one resource"
+    );
+    let spec = group(&mut c, "g", GroupStrategy::Pack, &[]);
+    assert_eq!(
+        spec.validate(c.registry()).unwrap_err().to_string(),
+        "bundles: a placement group needs at least one bundle"
+    );
+}

@@ -1,0 +1,741 @@
+//! The profile file: [`Profile::from_yaml`]. The format is in `docs/file-formats.md`.
+//!
+//! A profile file is the `arguments:` map of Volcano's `resource-strategy-fit` plugin (seed
+//! 001), so the seed's examples can be pasted in, plus `hybridWeight` for Berth's own hybrid
+//! scorer. The seed writes the `sra` settings in two forms, and both are read:
+//!
+//! - nested: `sra: {policy: retention, resources: …, retention: {weight: 2, nvidia.com/t4: 1}}`;
+//! - flat keys: `sra.policy: retention`, `sra.retention.weight: 2`, `sra.retention.nvidia.com/t4: 1`.
+//!
+//! Both are read the same way: the document is parsed into a tree, the maps `sra`,
+//! `sra.retention` and `sra.proportional` are flattened into dotted keys (the two forms may
+//! even be mixed, but a setting given twice is an error), and each dotted key is checked.
+//! Errors name the key in that dotted spelling (`sra.retention.nvidia.com/t4`,
+//! `resources.cpu.type`) and the rule; no invalid value is replaced by a default, and nothing
+//! panics. Absent keys have documented defaults: `resourceStrategyFitWeight` 10 (Volcano's),
+//! a resource's `weight` 1, `sra.retention.weight` 1, a scarce resource's weight 1.
+//!
+//! Resource names follow Berth's rules; `cpu`, the Kubernetes spelling the seed uses, means
+//! Berth's `CPU`.
+
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::{Location, MessageFormatter, NonFiniteFloatPolicy, Spanned};
+use thiserror::Error;
+
+use super::{
+    wildcard_prefix, FilterSpec, Profile, Proportion, ResourceRules, ResourceStrategy, ScorerSpec,
+    StrategyKind,
+};
+use crate::quantity::Quantity;
+use crate::resource::ResourceRegistry;
+
+/// A profile file that breaks a rule. Displays as `key: rule`.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub struct ProfileError {
+    /// The key in the seed's dotted spelling (`sra.retention.weight`,
+    /// `resources.nvidia.com/gpu.type`); empty for the document as a whole.
+    pub key: String,
+    /// The rule broken, as a sentence.
+    pub rule: String,
+    /// Line and column (1-based) of the offending key or value, when known.
+    pub location: Option<(u64, u64)>,
+}
+
+impl fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            f.write_str(&self.rule)
+        } else {
+            write!(f, "{}: {}", self.key, self.rule)
+        }
+    }
+}
+
+/// `resourceStrategyFitWeight` when the file lists `resources` without it (Volcano's default).
+pub const DEFAULT_STRATEGY_FIT_WEIGHT: u32 = 10;
+
+impl Profile {
+    /// Reads a profile file. See the module documentation and `docs/file-formats.md`.
+    pub fn from_yaml(text: &str) -> Result<Profile, ProfileError> {
+        let blank = text.lines().all(|line| {
+            let line = line.trim();
+            line.is_empty() || line.starts_with('#')
+        });
+        if blank {
+            return Err(error(
+                "",
+                "the profile is empty; expected a map such as `sra.policy: retention` \
+                 (see docs/file-formats.md)",
+                None,
+            ));
+        }
+        let options = serde_saphyr::options! {
+            strict_booleans: true,
+            // `.nan` and `.inf` become text, which the number rules reject by name.
+            non_finite_float_policy: NonFiniteFloatPolicy::AsString,
+        };
+        let root: Spanned<Value> =
+            serde_saphyr::from_str_with_options(text, options).map_err(|err| {
+                let rule = serde_saphyr::UserMessageFormatter.format_message(&err).into_owned();
+                error("", rule, err.location())
+            })?;
+        let Value::Map(entries) = &root.value else {
+            let rule = format!("expected a map of settings, found {}", root.value.describe());
+            return Err(error("", rule, Some(root.referenced)));
+        };
+        let mut leaves = Vec::new();
+        flatten("", entries, &mut leaves)?;
+        Settings::read(&leaves)?.into_profile()
+    }
+}
+
+fn error(key: impl Into<String>, rule: impl Into<String>, at: Option<Location>) -> ProfileError {
+    let location = at.filter(|l| l.line() > 0).map(|l| (l.line(), l.column().max(1)));
+    ProfileError { key: key.into(), rule: rule.into(), location }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The document as a tree.
+
+/// A YAML value, with the location of every key and value.
+#[derive(Debug)]
+enum Value {
+    Map(Vec<(Spanned<KeyText>, Spanned<Value>)>),
+    Seq(Vec<Spanned<Value>>),
+    Str(String),
+    Int(i128),
+    Float(f64),
+    Bool(bool),
+    Null,
+}
+
+impl Value {
+    /// What was found, for "expected …, found …".
+    fn describe(&self) -> String {
+        match self {
+            Value::Map(_) => "a map".to_string(),
+            Value::Seq(_) => "a list".to_string(),
+            Value::Str(text) => format!("the text {text:?}"),
+            Value::Int(n) => n.to_string(),
+            // `{:?}` keeps the point: `2.0`, which says why a weight of 2.0 is refused.
+            Value::Float(x) => format!("{x:?}"),
+            Value::Bool(b) => b.to_string(),
+            Value::Null => "nothing (null)".to_string(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(ValueVisitor)
+    }
+}
+
+struct ValueVisitor;
+
+impl<'de> Visitor<'de> for ValueVisitor {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a YAML value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Int(v.into()))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Int(v.into()))
+    }
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
+        Ok(Value::Int(v))
+    }
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
+        Ok(Value::Int(i128::try_from(v).unwrap_or(i128::MAX)))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::Float(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::Str(v.to_string()))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        Value::deserialize(deserializer)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Spanned<Value>>()? {
+            items.push(item);
+        }
+        Ok(Value::Seq(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(entry) = map.next_entry::<Spanned<KeyText>, Spanned<Value>>()? {
+            entries.push(entry);
+        }
+        Ok(Value::Map(entries))
+    }
+}
+
+/// A map key as text (`1: x` has the key `1`).
+#[derive(Debug)]
+struct KeyText(String);
+
+impl<'de> Deserialize<'de> for KeyText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<KeyText, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = KeyText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key such as sra.policy or nvidia.com/gpu")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(KeyVisitor)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flattening: both forms become dotted keys.
+
+/// The maps whose keys are joined to theirs with a dot: `sra: {policy: x}` is `sra.policy: x`.
+const SECTIONS: [&str; 3] = ["sra", "sra.retention", "sra.proportional"];
+
+/// One setting: its dotted key, where the key was written, and its value.
+struct Leaf<'a> {
+    key: String,
+    at: Location,
+    value: &'a Spanned<Value>,
+}
+
+fn flatten<'a>(
+    prefix: &str,
+    entries: &'a [(Spanned<KeyText>, Spanned<Value>)],
+    out: &mut Vec<Leaf<'a>>,
+) -> Result<(), ProfileError> {
+    for (key, value) in entries {
+        let key_text = key.value.0.trim();
+        let path =
+            if prefix.is_empty() { key_text.to_string() } else { format!("{prefix}.{key_text}") };
+        if SECTIONS.contains(&path.as_str()) {
+            let Value::Map(inner) = &value.value else {
+                let rule = format!("expected a map, found {}", value.value.describe());
+                return Err(error(path, rule, Some(value.referenced)));
+            };
+            flatten(&path, inner, out)?;
+            continue;
+        }
+        if let Some(first) = out.iter().find(|leaf| leaf.key == path) {
+            let rule = format!(
+                "is given twice (first on line {}); the nested and the flat form name the same \
+                 setting, so give it once",
+                first.at.line()
+            );
+            return Err(error(path, rule, Some(key.referenced)));
+        }
+        out.push(Leaf { key: path, at: key.referenced, value });
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the settings.
+
+/// Every setting of the file, checked one by one; [`Settings::into_profile`] checks how they
+/// go together.
+#[derive(Default)]
+struct Settings<'a> {
+    hybrid_weight: Option<u32>,
+    strategy_fit_weight: Option<(u32, &'a Leaf<'a>)>,
+    resources: Option<(Vec<(String, ResourceStrategy)>, &'a Leaf<'a>)>,
+    policy: Option<(Policies, &'a Leaf<'a>)>,
+    sra_resources: Option<(Vec<String>, &'a Leaf<'a>)>,
+    retention_weight: Option<(u32, &'a Leaf<'a>)>,
+    /// `sra.retention.<name>`: (name, weight, the setting).
+    retention: Vec<(String, u32, &'a Leaf<'a>)>,
+    /// `sra.proportional.<name>.<cpu|memory>`: (name, secondary, amount, the setting).
+    proportional: Vec<(String, Secondary, Quantity, &'a Leaf<'a>)>,
+}
+
+/// Which SRA policies are on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Policies {
+    retention: bool,
+    proportional: bool,
+}
+
+/// The secondary resources of the proportional policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Secondary {
+    Cpu,
+    Memory,
+}
+
+const TOP_LEVEL_KEYS: &str = "hybridWeight, resourceStrategyFitWeight, resources and sra \
+                              (nested, or as flat keys such as sra.policy)";
+
+impl<'a> Settings<'a> {
+    fn read(leaves: &'a [Leaf<'a>]) -> Result<Settings<'a>, ProfileError> {
+        let mut settings = Settings::default();
+        for leaf in leaves {
+            let key = leaf.key.as_str();
+            match key {
+                "hybridWeight" => settings.hybrid_weight = Some(weight(leaf)?),
+                "resourceStrategyFitWeight" => {
+                    settings.strategy_fit_weight = Some((weight(leaf)?, leaf));
+                }
+                "resources" => settings.resources = Some((strategies(leaf)?, leaf)),
+                "sra.policy" => settings.policy = Some((policies(leaf)?, leaf)),
+                "sra.resources" => settings.sra_resources = Some((scarce_names(leaf)?, leaf)),
+                "sra.retention.weight" => settings.retention_weight = Some((weight(leaf)?, leaf)),
+                _ => {
+                    if let Some(name) = key.strip_prefix("sra.retention.") {
+                        let name = key_resource_name(name, leaf, false)?;
+                        settings.retention.push((name, weight(leaf)?, leaf));
+                    } else if let Some(rest) = key.strip_prefix("sra.proportional.") {
+                        let (name, secondary) = proportional_key(rest, leaf)?;
+                        let name = key_resource_name(name, leaf, false)?;
+                        settings.proportional.push((name, secondary, ratio(leaf)?, leaf));
+                    } else if key.starts_with("sra.") {
+                        return Err(leaf_error(
+                            leaf,
+                            "unknown key; sra takes policy, resources, retention and proportional",
+                        ));
+                    } else {
+                        return Err(leaf_error(
+                            leaf,
+                            format!("unknown key; a profile takes {TOP_LEVEL_KEYS}"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(settings)
+    }
+
+    /// Checks how the settings go together and builds the profile.
+    fn into_profile(self) -> Result<Profile, ProfileError> {
+        let mut profile = Profile { scorers: Vec::new(), filters: Vec::new() };
+        if let Some(weight) = self.hybrid_weight {
+            profile.scorers.push(ScorerSpec::Hybrid { weight });
+        }
+        match (self.strategy_fit_weight, self.resources.clone()) {
+            (None, None) => {}
+            (Some((_, leaf)), None) => {
+                return Err(error(
+                    "resources",
+                    "is required with resourceStrategyFitWeight: list the resources to pack or \
+                     spread, such as {nvidia.com/gpu: {type: MostAllocated, weight: 2}}",
+                    Some(leaf.at),
+                ));
+            }
+            (weight, Some((resources, _))) => {
+                profile.scorers.push(ScorerSpec::ResourceStrategyFit {
+                    weight: weight.map_or(DEFAULT_STRATEGY_FIT_WEIGHT, |(w, _)| w),
+                    resources: ResourceRules::new(resources),
+                })
+            }
+        }
+        self.sra(&mut profile)?;
+        if profile.scorers.is_empty() && profile.filters.is_empty() {
+            return Err(error(
+                "",
+                "the profile configures nothing; set hybridWeight, resources or sra \
+                 (see docs/file-formats.md)",
+                None,
+            ));
+        }
+        Ok(profile)
+    }
+
+    /// The SRA policies: checks `sra.*` together and adds their stages.
+    fn sra(&self, profile: &mut Profile) -> Result<(), ProfileError> {
+        let first_sra_leaf = [
+            self.sra_resources.as_ref().map(|(_, leaf)| *leaf),
+            self.retention_weight.as_ref().map(|(_, leaf)| *leaf),
+            self.retention.first().map(|(_, _, leaf)| *leaf),
+            self.proportional.first().map(|(_, _, _, leaf)| *leaf),
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|leaf| (leaf.at.line(), leaf.at.column()));
+        let Some((policies, policy_leaf)) = self.policy else {
+            return match first_sra_leaf {
+                None => Ok(()),
+                Some(leaf) => Err(error(
+                    "sra.policy",
+                    format!(
+                        "is required when {} is set: name the policy, retention or \
+                         proportional, or both",
+                        leaf.key
+                    ),
+                    Some(leaf.at),
+                )),
+            };
+        };
+        let Some((names, names_leaf)) = &self.sra_resources else {
+            return Err(error(
+                "sra.resources",
+                "is required with sra.policy: list the scarce resources, such as nvidia.com/gpu",
+                Some(policy_leaf.at),
+            ));
+        };
+        let listed = |name: &str, leaf: &Leaf<'_>| {
+            if names.iter().any(|n| n == name) {
+                Ok(())
+            } else {
+                Err(leaf_error(leaf, format!("{name} is not listed in sra.resources")))
+            }
+        };
+        let off = |leaf: &Leaf<'_>, policy: &str| {
+            leaf_error(leaf, format!("is set but sra.policy does not include {policy}"))
+        };
+
+        // Retention: a weight per scarce resource (1 unless given) and the policy weight.
+        if let Some((_, leaf)) = &self.retention_weight {
+            if !policies.retention {
+                return Err(off(leaf, "retention"));
+            }
+        }
+        for (name, _, leaf) in &self.retention {
+            if !policies.retention {
+                return Err(off(leaf, "retention"));
+            }
+            listed(name, leaf)?;
+        }
+        if policies.retention {
+            let scarce: Vec<(String, u32)> = names
+                .iter()
+                .map(|name| {
+                    let given = self.retention.iter().find(|(n, _, _)| n == name);
+                    (name.clone(), given.map_or(1, |(_, weight, _)| *weight))
+                })
+                .collect();
+            if scarce.iter().all(|(_, weight)| *weight == 0) {
+                return Err(error(
+                    "sra.retention",
+                    "the weights of the scarce resources add up to 0, so no node would be \
+                     avoided; give at least one a weight above 0",
+                    Some(names_leaf.at),
+                ));
+            }
+            let weight = self.retention_weight.map_or(1, |(weight, _)| weight);
+            profile
+                .scorers
+                .push(ScorerSpec::Retention { weight, scarce: ResourceRules::new(scarce) });
+        }
+
+        // Proportional: CPU and memory per idle unit, both required for every primary.
+        for (name, _, _, leaf) in &self.proportional {
+            if !policies.proportional {
+                return Err(off(leaf, "proportional"));
+            }
+            listed(name, leaf)?;
+        }
+        if policies.proportional {
+            let mut primaries = Vec::new();
+            for name in names {
+                let amount = |secondary: Secondary| {
+                    self.proportional
+                        .iter()
+                        .find(|(n, s, _, _)| n == name && *s == secondary)
+                        .map(|(_, _, amount, _)| *amount)
+                };
+                let (Some(cpu), Some(memory_gb)) =
+                    (amount(Secondary::Cpu), amount(Secondary::Memory))
+                else {
+                    let (suffix, what) = match amount(Secondary::Cpu) {
+                        None => ("cpu", "CPUs"),
+                        Some(_) => ("memory", "GB of memory (10^9 bytes)"),
+                    };
+                    return Err(error(
+                        format!("sra.proportional.{name}.{suffix}"),
+                        format!(
+                            "is required with sra.policy proportional: the {what} to keep free \
+                             per idle {name}"
+                        ),
+                        Some(policy_leaf.at),
+                    ));
+                };
+                primaries.push((name.clone(), Proportion { cpu, memory_gb }));
+            }
+            profile
+                .filters
+                .push(FilterSpec::Proportional { primaries: ResourceRules::new(primaries) });
+        }
+        Ok(())
+    }
+}
+
+fn leaf_error(leaf: &Leaf<'_>, rule: impl Into<String>) -> ProfileError {
+    error(leaf.key.clone(), rule, Some(leaf.at))
+}
+
+fn value_error(leaf: &Leaf<'_>, rule: impl Into<String>) -> ProfileError {
+    error(leaf.key.clone(), rule, Some(leaf.value.referenced))
+}
+
+/// A weight: a whole number from 0 to 4294967295.
+fn weight(leaf: &Leaf<'_>) -> Result<u32, ProfileError> {
+    weight_value(&leaf.value.value).map_err(|rule| value_error(leaf, rule))
+}
+
+fn weight_value(value: &Value) -> Result<u32, String> {
+    match value {
+        Value::Int(n) if *n < 0 => {
+            Err(format!("{n} is negative; weights are whole numbers from 0"))
+        }
+        Value::Int(n) => u32::try_from(*n)
+            .map_err(|_| format!("{n} is too large; weights are at most {}", u32::MAX)),
+        Value::Float(x) if *x < 0.0 => {
+            Err(format!("{x} is negative; weights are whole numbers from 0"))
+        }
+        other => {
+            Err(format!("expected a weight (a whole number from 0), found {}", other.describe()))
+        }
+    }
+}
+
+/// A proportion: a non-negative number with at most 4 decimal places.
+fn ratio(leaf: &Leaf<'_>) -> Result<Quantity, ProfileError> {
+    let amount = match &leaf.value.value {
+        Value::Int(n) if *n < 0 => Err(format!("{n} is negative; proportions are 0 or more")),
+        Value::Int(n) => {
+            Quantity::from_u64(u64::try_from(*n).unwrap_or(u64::MAX)).map_err(|err| err.to_string())
+        }
+        Value::Float(x) => Quantity::from_f64(*x).map_err(|err| err.to_string()),
+        other => Err(format!("expected a number such as 8 or 0.5, found {}", other.describe())),
+    };
+    amount.map_err(|rule| value_error(leaf, rule))
+}
+
+/// `resources:`: a map of resource name (or `prefix/*`) to `{type, weight}`.
+fn strategies(leaf: &Leaf<'_>) -> Result<Vec<(String, ResourceStrategy)>, ProfileError> {
+    let Value::Map(entries) = &leaf.value.value else {
+        return Err(value_error(
+            leaf,
+            format!(
+                "expected a map of resource name to {{type, weight}}, such as \
+                 {{nvidia.com/gpu: {{type: MostAllocated, weight: 2}}}}, found {}",
+                leaf.value.value.describe()
+            ),
+        ));
+    };
+    if entries.is_empty() {
+        return Err(value_error(
+            leaf,
+            "lists no resource; list at least one, or leave resources out",
+        ));
+    }
+    let mut out: Vec<(String, ResourceStrategy, u64)> = Vec::new();
+    for (key, value) in entries {
+        let written = key.value.0.trim();
+        let entry = Leaf { key: format!("resources.{written}"), at: key.referenced, value };
+        let name = key_resource_name(written, &entry, true)?;
+        if let Some((_, _, line)) = out.iter().find(|(n, _, _)| *n == name) {
+            return Err(leaf_error(
+                &entry,
+                format!("names the same resource, {name}, as the entry on line {line}"),
+            ));
+        }
+        out.push((name, strategy(&entry)?, key.referenced.line()));
+    }
+    Ok(out.into_iter().map(|(name, strategy, _)| (name, strategy)).collect())
+}
+
+/// One entry of `resources:`: `{type: MostAllocated, weight: 2}` (`weight` defaults to 1).
+fn strategy(entry: &Leaf<'_>) -> Result<ResourceStrategy, ProfileError> {
+    let Value::Map(fields) = &entry.value.value else {
+        return Err(value_error(
+            entry,
+            format!(
+                "expected {{type: MostAllocated or LeastAllocated, weight: N}}, found {}",
+                entry.value.value.describe()
+            ),
+        ));
+    };
+    let mut kind = None;
+    let mut weight_given = None;
+    for (key, value) in fields {
+        let field = Leaf {
+            key: format!("{}.{}", entry.key, key.value.0.trim()),
+            at: key.referenced,
+            value,
+        };
+        match key.value.0.trim() {
+            "type" => kind = Some(strategy_kind(&field)?),
+            "weight" => weight_given = Some(weight(&field)?),
+            _ => return Err(leaf_error(&field, "unknown key; a resource takes type and weight")),
+        }
+    }
+    let Some(kind) = kind else {
+        return Err(error(
+            format!("{}.type", entry.key),
+            "is required: MostAllocated (pack) or LeastAllocated (spread)",
+            Some(entry.at),
+        ));
+    };
+    Ok(ResourceStrategy { kind, weight: weight_given.unwrap_or(1) })
+}
+
+fn strategy_kind(leaf: &Leaf<'_>) -> Result<StrategyKind, ProfileError> {
+    const HELP: &str = "use MostAllocated (pack) or LeastAllocated (spread)";
+    match &leaf.value.value {
+        Value::Str(text) => match text.trim().to_ascii_lowercase().as_str() {
+            "mostallocated" => Ok(StrategyKind::MostAllocated),
+            "leastallocated" => Ok(StrategyKind::LeastAllocated),
+            _ => Err(value_error(leaf, format!("unknown strategy type {text:?}; {HELP}"))),
+        },
+        other => Err(value_error(
+            leaf,
+            format!("expected a strategy type, found {}; {HELP}", other.describe()),
+        )),
+    }
+}
+
+/// `sra.policy`: `retention`, `proportional`, or both (`retention, proportional` or a list).
+fn policies(leaf: &Leaf<'_>) -> Result<Policies, ProfileError> {
+    const HELP: &str = "use retention, proportional, or both (\"retention, proportional\")";
+    let mut policies = Policies::default();
+    for (name, _) in names_of(leaf, "policy")? {
+        let flag = match name.to_ascii_lowercase().as_str() {
+            "retention" => &mut policies.retention,
+            "proportional" => &mut policies.proportional,
+            _ => return Err(value_error(leaf, format!("unknown policy {name:?}; {HELP}"))),
+        };
+        if *flag {
+            return Err(value_error(leaf, format!("names {name} twice")));
+        }
+        *flag = true;
+    }
+    Ok(policies)
+}
+
+/// `sra.resources`: exact resource names, `a, b` or a list.
+fn scarce_names(leaf: &Leaf<'_>) -> Result<Vec<String>, ProfileError> {
+    let mut names: Vec<String> = Vec::new();
+    for (written, at) in names_of(leaf, "resource")? {
+        let name = resource_name(&written, false)
+            .map_err(|rule| error(leaf.key.clone(), rule, Some(at)))?;
+        if names.contains(&name) {
+            return Err(value_error(leaf, format!("lists {name} twice")));
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// The names in a comma-separated text or a list of texts, trimmed, each with its location;
+/// at least one, none empty. `what` is the singular noun for messages.
+fn names_of(leaf: &Leaf<'_>, what: &str) -> Result<Vec<(String, Location)>, ProfileError> {
+    let at = leaf.value.referenced;
+    let items: Vec<(String, Location)> = match &leaf.value.value {
+        Value::Str(text) => text.split(',').map(|part| (part.trim().to_string(), at)).collect(),
+        Value::Seq(items) => items
+            .iter()
+            .map(|item| match &item.value {
+                Value::Str(text) => Ok((text.trim().to_string(), item.referenced)),
+                other => Err(error(
+                    leaf.key.clone(),
+                    format!("expected a {what} name, found {}", other.describe()),
+                    Some(item.referenced),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        other => {
+            return Err(value_error(
+                leaf,
+                format!(
+                    "expected {what} names, as a text with commas or a list, found {}",
+                    other.describe()
+                ),
+            ))
+        }
+    };
+    if items.iter().any(|(name, _)| name.is_empty()) {
+        return Err(value_error(leaf, format!("has an empty {what} name (a stray comma?)")));
+    }
+    Ok(items)
+}
+
+/// `nvidia.com/gpu.cpu` → (`nvidia.com/gpu`, CPU).
+fn proportional_key<'k>(
+    rest: &'k str,
+    leaf: &Leaf<'_>,
+) -> Result<(&'k str, Secondary), ProfileError> {
+    let parsed = rest.rsplit_once('.').and_then(|(name, secondary)| match secondary {
+        "cpu" => Some((name, Secondary::Cpu)),
+        "memory" => Some((name, Secondary::Memory)),
+        _ => None,
+    });
+    parsed.ok_or_else(|| {
+        leaf_error(
+            leaf,
+            "unknown key; sra.proportional takes <resource>.cpu and <resource>.memory, such as \
+             nvidia.com/gpu.cpu",
+        )
+    })
+}
+
+/// A resource name as Berth spells it (`cpu` is `CPU`), or the rule it breaks; with
+/// `wildcard`, `prefix/*` is accepted as written.
+fn resource_name(written: &str, wildcard: bool) -> Result<String, String> {
+    let written = written.trim();
+    if written == "cpu" {
+        return Ok("CPU".to_string());
+    }
+    let checked = match wildcard_prefix(written) {
+        Some(prefix) if wildcard => prefix,
+        Some(_) => {
+            return Err(format!(
+                "{written} is a wildcard, and wildcards are allowed only under resources; name \
+                 each resource"
+            ))
+        }
+        None if written.contains('*') => {
+            return Err(format!(
+                "{written:?} is not a valid wildcard: write a prefix ending in /*, such as \
+                 nvidia.com/*"
+            ))
+        }
+        None => written,
+    };
+    // The registry owns the naming rule; a scratch registry applies it.
+    ResourceRegistry::default().intern(checked).map_err(|err| err.to_string())?;
+    Ok(written.to_string())
+}
+
+/// [`resource_name`] for the resource named in a key, such as `sra.retention.<name>`.
+fn key_resource_name(
+    written: &str,
+    leaf: &Leaf<'_>,
+    wildcard: bool,
+) -> Result<String, ProfileError> {
+    resource_name(written, wildcard).map_err(|rule| leaf_error(leaf, rule))
+}
+
+#[cfg(test)]
+mod tests;
