@@ -76,8 +76,6 @@ pub enum ReasonKind {
     ActorAffinity(u16),
     /// See [`Reason::AntiAffinityGuard`].
     AntiAffinityGuard,
-    /// See [`Reason::SameGroup`].
-    SameGroup,
     /// See [`Reason::KeptForPrimary`]: too little `resource` would be left for idle `primary`.
     KeptForPrimary {
         /// The primary resource.
@@ -85,6 +83,8 @@ pub enum ReasonKind {
         /// CPU or memory.
         resource: ResourceId,
     },
+    /// See [`Reason::SameGroup`].
+    SameGroup,
     /// See [`Reason::InsufficientTotal`].
     InsufficientTotal(ResourceId),
     /// See [`Reason::UntoleratedTaint`].
