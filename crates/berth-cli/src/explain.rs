@@ -1,16 +1,18 @@
 //! `berth explain`: one decision on a cluster snapshot, with every stage's answer per node.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use berth_core::Scheduler;
+use berth_core::pipeline::group::{GroupDecision, GroupDiagnosis};
+use berth_core::placement_group::GroupSpec;
+use berth_core::{Cluster, Profile, Scheduler, SchedulerConfig, Strategy};
 use clap::{Args, ValueEnum};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::render;
-use crate::snapshot::{self, ClusterSnapshot};
+use crate::snapshot::{self, ClusterSnapshot, FileKind, InputError, Invalid, LoadedRequest};
 
 /// The flags of `berth explain`.
 #[derive(Debug, Args)]
@@ -24,10 +26,22 @@ pub struct ExplainArgs {
 
     /// The request to place (YAML or JSON).
     ///
-    /// Its resources, scheduling strategy (DEFAULT, SPREAD, RANDOM or node affinity) and
-    /// optional preferred node. The format is in docs/file-formats.md.
+    /// An actor or task: its resources, scheduling strategy (DEFAULT, SPREAD, RANDOM, node
+    /// affinity, node labels, actor affinity, or into a placement group), label selectors and
+    /// the actor's labels. Or a placement group: its bundles, strategy and fallbacks. The
+    /// format is in docs/file-formats.md.
     #[arg(long, value_name = "FILE")]
     pub request: PathBuf,
+
+    /// A scheduler profile (YAML): which scorers rank nodes, with which weights, and which
+    /// extra filters run.
+    ///
+    /// Without it, nodes are ranked by the hybrid pack-then-spread score alone. A profile
+    /// replaces that with what it lists: hybridWeight, ResourceStrategyFit (resources packed
+    /// or spread, resourceStrategyFitWeight) and scarce-resource avoidance (sra: retention,
+    /// proportional). The format is in docs/file-formats.md.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 
     /// Seed of the random choices; the same files and seed give the same output.
     ///
@@ -55,15 +69,95 @@ pub enum Output {
 /// Bad input comes back as a [`snapshot::InputError`] inside the `anyhow::Error`, so that the
 /// caller can tell it (exit status 2) from a failure to write the output.
 pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let ClusterSnapshot { mut cluster, config } = snapshot::load_cluster(&args.cluster)?;
-    let request = snapshot::load_request(&args.request, &mut cluster)?;
+    let ClusterSnapshot { mut cluster, mut config } = snapshot::load_cluster(&args.cluster)?;
+    if let Some(path) = &args.profile {
+        config.profile = load_profile(path)?;
+    }
+    let request = match snapshot::load_request(&args.request, &mut cluster)? {
+        LoadedRequest::Request(request) => request,
+        LoadedRequest::Group(spec) => return place_group(args, cluster, config, &spec, out),
+    };
+    // A request into a placement group is shown against the group's bundles as they were.
+    let group = match request.strategy() {
+        Strategy::PlacementGroup(target) => cluster.group(target.group.as_str()).cloned(),
+        _ => None,
+    };
     let mut scheduler = Scheduler::new(config);
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let (decision, explanation) = scheduler.place_explained(&mut cluster, &request, &mut rng);
     let text = match args.output {
-        Output::Table => render::table(&cluster, &decision, &explanation),
-        Output::Json => render::json(&cluster, &decision, &explanation)?,
+        Output::Table => render::table(&cluster, &request, &decision, &explanation, group.as_ref()),
+        Output::Json => render::json(&cluster, &request, &decision, &explanation, group.as_ref())?,
     };
     out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("cannot write the output")?;
     Ok(())
+}
+
+/// Places a placement group and writes the explanation: the decision, then every alternative
+/// tried.
+fn place_group(
+    args: &ExplainArgs,
+    mut cluster: Cluster,
+    config: SchedulerConfig,
+    spec: &GroupSpec,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let before = cluster.clone();
+    let decision = Scheduler::new(config.clone()).place_group(&mut cluster, spec);
+    let tried = match &decision {
+        GroupDecision::Pending(diagnosis) | GroupDecision::Infeasible(diagnosis) => {
+            diagnosis.clone()
+        }
+        GroupDecision::Created { alternative, .. } => earlier(before, config, spec, *alternative),
+    };
+    let text = match args.output {
+        Output::Table => render::group::table(&cluster, spec, &decision, &tried),
+        Output::Json => render::group::json(&cluster, spec, &decision, &tried)?,
+    };
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("cannot write the output")?;
+    Ok(())
+}
+
+/// Why the alternatives before `created` failed. A created group's decision does not carry
+/// them, so they are planned again on the cluster as it was, with only those alternatives:
+/// planning takes no random choice, so it fails exactly as it did.
+fn earlier(
+    mut before: Cluster,
+    config: SchedulerConfig,
+    spec: &GroupSpec,
+    created: usize,
+) -> GroupDiagnosis {
+    if created == 0 {
+        return GroupDiagnosis::default();
+    }
+    let mut first = spec.clone();
+    first.alternatives.truncate(created);
+    match Scheduler::new(config).place_group(&mut before, &first) {
+        GroupDecision::Pending(diagnosis) | GroupDecision::Infeasible(diagnosis) => diagnosis,
+        GroupDecision::Created { .. } => GroupDiagnosis::default(),
+    }
+}
+
+/// Reads the profile file at `path`; the core checks it ([`Profile::from_yaml`]) and names the
+/// key and the rule, which become an [`InputError`] like those of the other files.
+fn load_profile(path: &Path) -> Result<Profile, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputError::Read {
+        kind: FileKind::Profile,
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Profile::from_yaml(&text).map_err(|err| {
+        let line_text = err.location.and_then(|(line, _)| {
+            let index = usize::try_from(line).ok()?.checked_sub(1)?;
+            text.lines().nth(index).map(str::to_string)
+        });
+        InputError::Invalid(Box::new(Invalid {
+            kind: FileKind::Profile,
+            path: path.to_path_buf(),
+            field: err.key,
+            message: err.rule,
+            location: err.location,
+            line_text,
+        }))
+    })
 }

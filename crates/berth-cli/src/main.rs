@@ -1,16 +1,19 @@
 //! `berth`, the command line of the Berth scheduler.
 //!
 //! Layout: this file parses the command line and maps errors to exit statuses; each command
-//! lives in its own module (`explain`); `snapshot` turns the input files into core types and
-//! `render` prints results.
+//! lives in its own module (`explain`, `validate`); `snapshot` turns the input files into core
+//! types and `render` prints results.
 //!
 //! Exit statuses: 0 when the command did its job (for `explain`, any decision: placed, pending
 //! and infeasible are all answers), 2 for bad input (command line or files; the message names
-//! the file, the field and the rule), 1 when the output cannot be written.
+//! the file, the field and the rule), 1 when the output cannot be written. `validate` follows
+//! grep instead: 1 is "valid, but the node does not satisfy it", and every error is 2.
 
 mod explain;
 mod render;
+mod sim;
 mod snapshot;
+mod validate;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -41,6 +44,24 @@ enum Command {
     /// YAML, an invalid field), with a message on stderr naming the file, the field and the
     /// rule.
     Explain(explain::ExplainArgs),
+
+    /// Check node labels, label selectors and tolerations as Berth reads them.
+    ///
+    /// `labels` prints labels normalised; `selector` and `tolerations` print the normalised
+    /// expressions and, given a node's labels or taints, whether the node satisfies them.
+    ///
+    /// Exit status, as grep's: 0 valid (and satisfied by the node, if one is given); 1 valid
+    /// but not satisfied by the node; 2 invalid, with a message on stderr naming the key or
+    /// value and the rule (or the output could not be written).
+    Validate(validate::ValidateArgs),
+
+    /// Replay a trace through the scheduler and measure placement quality.
+    ///
+    /// `berth sim openb` replays the Alibaba GPU trace v2023 as the FGD paper evaluates
+    /// schedulers: several policies and seeds, in parallel; writes a summary table (or JSON
+    /// lines), a CSV and a plot. Exit status: 0 done, 2 bad input, 1 when the results cannot
+    /// be written.
+    Sim(sim::SimArgs),
 }
 
 /// Bad input: same status as clap's usage errors.
@@ -52,6 +73,17 @@ fn main() -> ExitCode {
     let stdout = io::stdout();
     let result = match &cli.command {
         Command::Explain(args) => explain::run(args, &mut stdout.lock()),
+        Command::Sim(args) => return sim::main(args),
+        // 1 means "not satisfied" here, so every error is 2, as grep's are.
+        Command::Validate(args) => {
+            return match validate::run(args, &mut stdout.lock()) {
+                Ok(verdict) => ExitCode::from(verdict.status()),
+                Err(err) => {
+                    report(&err);
+                    ExitCode::from(EXIT_BAD_INPUT)
+                }
+            };
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,6 +16,12 @@
 //!    thing in the file in front.
 //!
 //! Every error is an [`InputError`] naming the file, the field path and the rule.
+//!
+//! Actors (`actors:`, `actor:`, ACTOR_AFFINITY) are in [`actors`], placement groups
+//! (`placement_groups:`, `placement_group:`, PLACEMENT_GROUP) in [`groups`].
+
+mod actors;
+mod groups;
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
@@ -24,15 +30,27 @@ use std::io;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
+use berth_core::actors::{MatchMode, OnPeerMoved};
+use berth_core::cluster::NodeSpec;
+use berth_core::labels::{self, LabelError, Labels, NodeFacts};
+use berth_core::placement_group::GroupSpec;
+use berth_core::request::{GroupPlacement, NodeLabel};
+use berth_core::selector::{LabelSelector, SelectorError, Tolerations};
+use berth_core::taints::rare_taint_key;
 use berth_core::{
-    Cluster, ClusterError, ConfigError, InstanceId, NodeAffinity, NodeError, NodeId, NodeIndex,
-    NodeState, Quantity, Reason, Request, RequestError, ResourceId, ResourceRegistry, ResourceSet,
-    SchedulerConfig, Strategy,
+    Allocation, Cluster, ClusterError, ConfigError, InstanceId, NodeAffinity, NodeError, NodeId,
+    NodeIndex, NodeState, Quantity, Reason, Request, RequestError, ResourceId, ResourceRegistry,
+    ResourceSet, SchedulerConfig, Strategy,
 };
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_saphyr::{Location, MessageFormatter, NonFiniteFloatPolicy, Spanned};
 use thiserror::Error;
+
+use actors::{
+    ActorEntry, ActorSection, AffinityDraft, ExpressionEntry, MatchName, OnPeerMovedName,
+};
+use groups::{BundleIndex, GroupIdText, GroupSection, ReservedGroupEntry};
 
 /// Which of the two input files an error is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +59,10 @@ pub enum FileKind {
     Cluster,
     /// The `--request` file.
     Request,
+    /// The `--profile` file (read by `explain`; the core checks it).
+    Profile,
+    /// The `--labels-file` of `berth validate labels`.
+    Labels,
 }
 
 impl fmt::Display for FileKind {
@@ -48,6 +70,8 @@ impl fmt::Display for FileKind {
         f.write_str(match self {
             FileKind::Cluster => "cluster file",
             FileKind::Request => "request file",
+            FileKind::Profile => "profile file",
+            FileKind::Labels => "labels file",
         })
     }
 }
@@ -170,6 +194,16 @@ struct ClusterFile {
     unit_instance_resources: Option<Vec<ResourceName>>,
     /// The nodes, in the order they get their indices (ties in scoring follow this order).
     nodes: Vec<NodeEntry>,
+    /// Resources whose nodes are tainted `berth.io/rare-<resource>=true` automatically
+    /// (rare-resource isolation). Spanned for "given twice" and taint-key clashes.
+    #[serde(default)]
+    rare_resources: Vec<Spanned<ResourceName>>,
+    /// Actors already placed, with their labels (actor affinity reads them).
+    #[serde(default)]
+    actors: Vec<ActorEntry>,
+    /// Placement groups already reserved, each bundle on its node.
+    #[serde(default)]
+    placement_groups: Vec<ReservedGroupEntry>,
 }
 
 /// `scheduler:` in the cluster file.
@@ -196,20 +230,63 @@ struct NodeEntry {
     /// Work already running, reserved in order. Spanned for "does not fit".
     #[serde(default)]
     allocations: Vec<Spanned<AllocationEntry>>,
+    /// User labels, on top of the default labels. Spanned for [`field_path`] and for a clash
+    /// with a node fact.
+    #[serde(default)]
+    labels: Option<Spanned<LabelMap>>,
+    /// Taints, `key: value`. Spanned for [`field_path`].
+    #[serde(default)]
+    taints: Option<Spanned<TaintMap>>,
+    /// The facts behind the default labels (`berth.io/accelerator-type` and so on).
+    #[serde(default)]
+    accelerator_type: Option<Spanned<FactValue>>,
+    #[serde(default)]
+    market_type: Option<Spanned<FactValue>>,
+    #[serde(default)]
+    node_group: Option<Spanned<FactValue>>,
+    #[serde(default)]
+    availability_zone: Option<Spanned<FactValue>>,
+    #[serde(default)]
+    availability_region: Option<Spanned<FactValue>>,
 }
 
-/// The request file.
+/// The request file: an actor or task (`resources`, with `actor` for an actor), or a
+/// placement group (`placement_group`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RequestFile {
     /// Spanned for the core's per-resource rules (GPU amounts above 1 must be whole).
-    resources: Spanned<ResourceMap>,
+    #[serde(default)]
+    resources: Option<Spanned<ResourceMap>>,
+    /// The group to place, instead of `resources`.
+    #[serde(default)]
+    placement_group: Option<Spanned<GroupSection>>,
+    /// Set when the request places an actor: its ID, namespace and labels.
+    #[serde(default)]
+    actor: Option<Spanned<ActorSection>>,
     /// Spanned for the core's affinity-flag rules.
     #[serde(default)]
     scheduling_strategy: Option<Spanned<StrategySpec>>,
     /// Spanned for "no such node".
     #[serde(default)]
     preferred_node: Option<Spanned<NodeId>>,
+    /// Must hold on the node, whatever the strategy. Spanned for [`field_path`].
+    #[serde(default)]
+    label_selector: Option<Spanned<ExpressionMap>>,
+    /// Selectors tried in order when `label_selector` finds no node that can take the
+    /// request now.
+    #[serde(default)]
+    fallback_strategy: Vec<FallbackEntry>,
+    /// Taints the request accepts. Spanned for [`field_path`].
+    #[serde(default)]
+    tolerations: Option<Spanned<ExpressionMap>>,
+}
+
+/// One entry of `fallback_strategy`: `{label_selector: {…}}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FallbackEntry {
+    label_selector: Spanned<ExpressionMap>,
 }
 
 /// A resource name whose syntax was checked while parsing, so the error points at the key.
@@ -549,6 +626,235 @@ impl<'de> DeserializeSeed<'de> for Reject {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Labels, taints, selectors and tolerations: maps of label key to text.
+
+/// A map of label key to text, in file order: node labels, taints, a label selector or
+/// tolerations. Each entry is checked while parsing by `T`'s rule, key and value together at
+/// the value, so that the error's path names the key (`nodes[0].labels."example.com/x"`) and
+/// its line is the value's.
+///
+/// Values are strings, as in Kubernetes: `team: 42` and `gpu_node: true` are errors that ask
+/// for quotes (`"42"`, `"true"`), so the text is always exactly what was written (YAML would
+/// read `1.10` as the number 1.1).
+///
+/// Like [`ByResource`], such a map is always parsed directly inside a [`Spanned`] (see
+/// [`field_path`]).
+#[derive(Debug)]
+struct ByLabelKey<T>(Vec<(String, String)>, PhantomData<T>);
+
+impl<T> ByLabelKey<T> {
+    fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+/// What a [`ByLabelKey`] map holds, and the rule each entry follows.
+trait LabelText {
+    /// The map as the parser's "expected …" message describes it.
+    const EXPECTING: &'static str;
+    /// What one value is, for the "expected a string" message.
+    const VALUE: &'static str;
+    /// Checks one entry; the message names what is wrong (the path names the key).
+    fn check(key: &str, value: &str) -> Result<(), String>;
+}
+
+/// `labels:` of a node: user labels; `berth.io/node-id` is Berth's.
+#[derive(Debug)]
+struct UserLabel;
+
+impl LabelText for UserLabel {
+    const EXPECTING: &'static str = "a map of label key to value, such as {team: ml}";
+    const VALUE: &'static str = "a label value";
+    fn check(key: &str, value: &str) -> Result<(), String> {
+        if key == labels::NODE_ID {
+            return Err(LabelError::ReservedNodeId.to_string());
+        }
+        Labels::new().insert(key, value).map_err(|err| label_error_text("label", &err))
+    }
+}
+
+/// `taints:` of a node. The `berth.io/` prefix is Berth's: rare-resource isolation sets
+/// `berth.io/rare-<resource>` itself.
+#[derive(Debug)]
+struct TaintText;
+
+/// The taint keys Berth sets itself start with this.
+const RESERVED_TAINT_PREFIX: &str = labels::BERTH_PREFIX;
+
+impl LabelText for TaintText {
+    const EXPECTING: &'static str = "a map of taint key to value, such as {gpu_node: \"true\"}";
+    const VALUE: &'static str = "a taint value";
+    fn check(key: &str, value: &str) -> Result<(), String> {
+        check_taint(key, value)?;
+        if key.starts_with(RESERVED_TAINT_PREFIX) {
+            return Err(format!(
+                "taint keys beginning with {RESERVED_TAINT_PREFIX} are set by Berth (list a \
+                 resource in rare_resources to taint the nodes that have it)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `label_selector`, `hard`, `soft` and `tolerations`: key → expression.
+#[derive(Debug)]
+struct Expression;
+
+impl LabelText for Expression {
+    const EXPECTING: &'static str =
+        "a map of label key to expression, such as {region: \"in(us-west,us-east)\"}";
+    const VALUE: &'static str = "an expression";
+    fn check(key: &str, value: &str) -> Result<(), String> {
+        LabelSelector::parse([(key, value)]).map(drop).map_err(|err| match err {
+            // The path names the key already.
+            SelectorError::Expression { expression, rule, .. } => {
+                format!("expression {expression:?} is invalid: {rule}")
+            }
+            err => selector_error_text(&err),
+        })
+    }
+}
+
+/// A node's user labels.
+type LabelMap = ByLabelKey<UserLabel>;
+/// A node's taints.
+type TaintMap = ByLabelKey<TaintText>;
+/// A label selector or tolerations.
+type ExpressionMap = ByLabelKey<Expression>;
+
+impl<'de, T: LabelText> Deserialize<'de> for ByLabelKey<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ByLabelKey<T>, D::Error> {
+        deserializer.deserialize_any(ByLabelKeyVisitor(PhantomData))
+    }
+}
+
+struct ByLabelKeyVisitor<T>(PhantomData<T>);
+
+impl<'de, T: LabelText> Visitor<'de> for ByLabelKeyVisitor<T> {
+    type Value = ByLabelKey<T>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(T::EXPECTING)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<ByLabelKey<T>, E> {
+        // `labels:` with nothing after it: none.
+        Ok(ByLabelKey(Vec::new(), PhantomData))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ByLabelKey<T>, A::Error> {
+        let mut entries: Vec<(String, String)> = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            // The YAML parser rejects duplicate keys already; this keeps the rule if its
+            // policy ever changes.
+            if entries.iter().any(|(k, _)| *k == key) {
+                return Err(de::Error::custom(format!("{key:?} is given twice")));
+            }
+            let value = map.next_value_seed(LabelTextSeed::<T>(&key, PhantomData))?;
+            entries.push((key, value));
+        }
+        Ok(ByLabelKey(entries, PhantomData))
+    }
+}
+
+/// Reads the value of `key` in a [`ByLabelKey`] map: a string that, with its key, follows
+/// `T`'s rule.
+struct LabelTextSeed<'k, T>(&'k str, PhantomData<T>);
+
+impl<'de, T: LabelText> DeserializeSeed<'de> for LabelTextSeed<'_, T> {
+    type Value = String;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
+        let value = deserializer.deserialize_any(StringOnly(T::VALUE))?;
+        T::check(self.0, &value).map_err(de::Error::custom)?;
+        Ok(value)
+    }
+}
+
+/// A string and nothing else; other scalars are asked to be quoted.
+struct StringOnly(&'static str);
+
+impl StringOnly {
+    fn quote<E: de::Error>(&self, found: &str, text: impl fmt::Display) -> E {
+        E::custom(format!(
+            "expected {} (a string), found the {found} {text}; write it in quotes: \"{text}\"",
+            self.0
+        ))
+    }
+}
+
+impl<'de> Visitor<'de> for StringOnly {
+    type Value = String;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (a string)", self.0)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<String, E> {
+        Err(self.quote("boolean", v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
+        Err(self.quote("number", v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
+        Err(self.quote("number", v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<String, E> {
+        Err(self.quote("number", v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<String, E> {
+        Err(E::custom(format!(
+            "expected {} (a string), found nothing (null); write \"\" for the empty string",
+            self.0
+        )))
+    }
+}
+
+/// A node fact that becomes a default label (`availability_zone: us-west1-a`): a label value.
+#[derive(Debug)]
+struct FactValue(String);
+
+impl<'de> Deserialize<'de> for FactValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<FactValue, D::Error> {
+        let value = deserializer.deserialize_any(StringOnly("a label value"))?;
+        labels::validate_value("", &value).map_err(|err| match err {
+            LabelError::Value { value, rule, .. } => {
+                de::Error::custom(format!("label value {value:?} is invalid: {rule}"))
+            }
+            err => de::Error::custom(err),
+        })?;
+        Ok(FactValue(value))
+    }
+}
+
+/// A [`LabelError`] about a label, taint or other `what`, without the word "label" where it
+/// is not one: `taint key "bad key" is invalid: …`.
+pub fn label_error_text(what: &str, err: &LabelError) -> String {
+    match err {
+        LabelError::Key { key, rule } => format!("{what} key {key:?} is invalid: {rule}"),
+        LabelError::Value { key, value, rule } => {
+            format!("{what} {key:?}: value {value:?} is invalid: {rule}")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A [`SelectorError`] with the key named once: `key "region": expression "in()" is invalid:
+/// in() needs at least one value`.
+pub fn selector_error_text(err: &SelectorError) -> String {
+    match err {
+        SelectorError::Key(err) => label_error_text("label", err),
+        SelectorError::Expression { key, expression, rule } => {
+            format!("key {key:?}: expression {expression:?} is invalid: {rule}")
+        }
+    }
+}
+
+/// Checks a taint `key=value` (the label syntax).
+pub fn check_taint(key: &str, value: &str) -> Result<(), String> {
+    labels::validate_key(key)
+        .and_then(|()| labels::validate_value(key, value))
+        .map_err(|err| label_error_text("taint", &err))
+}
+
 /// A strategy name, case-insensitive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum StrategyName {
@@ -556,11 +862,17 @@ enum StrategyName {
     Spread,
     Random,
     NodeAffinity,
+    NodeLabel,
+    ActorAffinity,
+    PlacementGroup,
 }
 
 /// Shown when a strategy name is not one of ours.
 const STRATEGY_HELP: &str = "use DEFAULT, SPREAD, RANDOM, or a map such as \
-                             {type: NODE_AFFINITY, node_id: node-1}";
+                             {type: NODE_AFFINITY, node_id: node-1}, \
+                             {type: NODE_LABEL, hard: {zone: a}}, \
+                             {type: ACTOR_AFFINITY, expressions: [{key: app, operator: IN, \
+                             values: [web]}]} or {type: PLACEMENT_GROUP, group: pg-1}";
 
 impl StrategyName {
     fn parse(text: &str) -> Option<StrategyName> {
@@ -569,7 +881,23 @@ impl StrategyName {
             "SPREAD" => Some(StrategyName::Spread),
             "RANDOM" => Some(StrategyName::Random),
             "NODE_AFFINITY" => Some(StrategyName::NodeAffinity),
+            "NODE_LABEL" => Some(StrategyName::NodeLabel),
+            "ACTOR_AFFINITY" => Some(StrategyName::ActorAffinity),
+            "PLACEMENT_GROUP" => Some(StrategyName::PlacementGroup),
             _ => None,
+        }
+    }
+
+    /// The name as files write it.
+    fn name(self) -> &'static str {
+        match self {
+            StrategyName::Default => "DEFAULT",
+            StrategyName::Spread => "SPREAD",
+            StrategyName::Random => "RANDOM",
+            StrategyName::NodeAffinity => "NODE_AFFINITY",
+            StrategyName::NodeLabel => "NODE_LABEL",
+            StrategyName::ActorAffinity => "ACTOR_AFFINITY",
+            StrategyName::PlacementGroup => "PLACEMENT_GROUP",
         }
     }
 
@@ -594,15 +922,79 @@ struct StrategyMap {
     #[serde(rename = "type")]
     kind: StrategyName,
     node_id: Option<String>,
-    soft: Option<bool>,
+    /// `true`/`false` with NODE_AFFINITY, a selector with NODE_LABEL.
+    soft: Option<Spanned<Soft>>,
     spill_on_unavailable: Option<bool>,
     fail_on_unavailable: Option<bool>,
+    /// NODE_LABEL: the selector that must hold.
+    hard: Option<Spanned<ExpressionMap>>,
+    /// ACTOR_AFFINITY: the expressions, checked together with their operators when the request
+    /// is built (so that an error names `expressions[i].values`). Spanned for "none given".
+    expressions: Option<Spanned<Vec<Spanned<ExpressionEntry>>>>,
+    /// ACTOR_AFFINITY: how hard expressions combine.
+    #[serde(rename = "match")]
+    match_mode: Option<MatchName>,
+    /// ACTOR_AFFINITY: what the actor does when a peer moves.
+    on_peer_moved: Option<OnPeerMovedName>,
+    /// PLACEMENT_GROUP: the group.
+    group: Option<GroupIdText>,
+    /// PLACEMENT_GROUP: the bundle; absent for the first bundle that can take the request.
+    bundle: Option<BundleIndex>,
+}
+
+/// `soft:` in the map form of `scheduling_strategy`: a flag for NODE_AFFINITY, the preferred
+/// selector for NODE_LABEL. Told apart by the value; which one fits the `type` is checked by
+/// [`StrategyMap::into_strategy`].
+#[derive(Debug)]
+enum Soft {
+    Flag(bool),
+    Selector(ExpressionMap),
+}
+
+impl<'de> Deserialize<'de> for Soft {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Soft, D::Error> {
+        struct SoftVisitor;
+        impl<'de> Visitor<'de> for SoftVisitor {
+            type Value = Soft;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "true or false (NODE_AFFINITY), or a map of label key to expression \
+                     (NODE_LABEL)",
+                )
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Soft, E> {
+                Ok(Soft::Flag(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Soft, A::Error> {
+                ExpressionMap::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(Soft::Selector)
+            }
+        }
+        deserializer.deserialize_any(SoftVisitor)
+    }
 }
 
 /// `scheduling_strategy`: a name (`SPREAD`) or a map (`{type: NODE_AFFINITY, node_id: …}`).
 /// The core's [`Request::new`] checks the affinity flags against `soft`.
 #[derive(Debug)]
-struct StrategySpec(Strategy);
+enum StrategySpec {
+    /// Every rule that a single value can break was checked while parsing.
+    Ready(Strategy),
+    /// ACTOR_AFFINITY, whose expressions are checked when the request is built
+    /// ([`actors::affinity`]), so that the error can name the expression's field.
+    ActorAffinity(AffinityDraft),
+}
+
+impl StrategySpec {
+    /// The strategy, when it needed no building.
+    #[cfg(test)]
+    fn ready(&self) -> Option<&Strategy> {
+        match self {
+            StrategySpec::Ready(strategy) => Some(strategy),
+            StrategySpec::ActorAffinity(_) => None,
+        }
+    }
+}
 
 impl<'de> Deserialize<'de> for StrategySpec {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<StrategySpec, D::Error> {
@@ -623,12 +1015,21 @@ impl<'de> Deserialize<'de> for StrategySpec {
                              {type: NODE_AFFINITY, node_id: node-1}",
                         ))
                     }
+                    StrategyName::NodeLabel => {
+                        return Err(E::custom(NODE_LABEL_NEEDS_SELECTORS));
+                    }
+                    StrategyName::ActorAffinity => {
+                        return Err(E::custom(ACTOR_AFFINITY_NEEDS_EXPRESSIONS));
+                    }
+                    StrategyName::PlacementGroup => {
+                        return Err(E::custom(PLACEMENT_GROUP_NEEDS_GROUP));
+                    }
                 };
-                Ok(StrategySpec(strategy))
+                Ok(StrategySpec::Ready(strategy))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<StrategySpec, A::Error> {
                 let spec = StrategyMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                spec.into_strategy().map(StrategySpec).map_err(de::Error::custom)
+                spec.into_strategy().map_err(de::Error::custom)
             }
         }
         deserializer.deserialize_any(SpecVisitor)
@@ -636,34 +1037,123 @@ impl<'de> Deserialize<'de> for StrategySpec {
 }
 
 impl StrategyMap {
-    /// Checks which keys go with which `type`; the flag combinations are the core's to check.
-    fn into_strategy(self) -> Result<Strategy, String> {
-        let simple = match self.kind {
+    /// Checks which keys go with which `type`; the flag combinations are the core's to check,
+    /// and ACTOR_AFFINITY's expressions are checked when the request is built.
+    fn into_strategy(self) -> Result<StrategySpec, String> {
+        let (affinity, label, actor, group) = (
+            StrategyName::NodeAffinity,
+            StrategyName::NodeLabel,
+            StrategyName::ActorAffinity,
+            StrategyName::PlacementGroup,
+        );
+        // Keys that belong to some types only (`soft` is checked per type below: its meaning
+        // differs between the two types that take it).
+        let owned: [(&str, bool, StrategyName); 9] = [
+            ("node_id", self.node_id.is_some(), affinity),
+            ("spill_on_unavailable", self.spill_on_unavailable.is_some(), affinity),
+            ("fail_on_unavailable", self.fail_on_unavailable.is_some(), affinity),
+            ("hard", self.hard.is_some(), label),
+            ("expressions", self.expressions.is_some(), actor),
+            ("match", self.match_mode.is_some(), actor),
+            ("on_peer_moved", self.on_peer_moved.is_some(), actor),
+            ("group", self.group.is_some(), group),
+            ("bundle", self.bundle.is_some(), group),
+        ];
+        if let Some((key, _, owner)) =
+            owned.iter().find(|(_, given, owner)| *given && *owner != self.kind)
+        {
+            return Err(format!("{key} is only allowed with type {}", owner.name()));
+        }
+        let (soft_flag, soft_selector) = match self.soft.map(|soft| soft.value) {
+            None => (None, None),
+            Some(Soft::Flag(flag)) => (Some(flag), None),
+            Some(Soft::Selector(map)) => (None, Some(map)),
+        };
+        let soft_given = soft_flag.is_some() || soft_selector.is_some();
+        let strategy = match self.kind {
             StrategyName::Default => Strategy::Default,
             StrategyName::Spread => Strategy::Spread,
             StrategyName::Random => Strategy::Random,
             StrategyName::NodeAffinity => {
+                if soft_selector.is_some() {
+                    return Err("soft is true or false with type NODE_AFFINITY; a selector in \
+                                soft needs type NODE_LABEL"
+                        .to_string());
+                }
                 let node = self.node_id.ok_or("node_id is required with type NODE_AFFINITY")?;
-                return Ok(Strategy::NodeAffinity(NodeAffinity {
+                Strategy::NodeAffinity(NodeAffinity {
                     node,
-                    soft: self.soft.unwrap_or(false),
+                    soft: soft_flag.unwrap_or(false),
                     spill_on_unavailable: self.spill_on_unavailable.unwrap_or(false),
                     fail_on_unavailable: self.fail_on_unavailable.unwrap_or(false),
+                })
+            }
+            StrategyName::NodeLabel => {
+                if soft_flag.is_some() {
+                    return Err("soft is a map of label key to expression with type \
+                                NODE_LABEL, such as {type: NODE_LABEL, soft: {zone: a}}"
+                        .to_string());
+                }
+                if self.hard.is_none() && soft_selector.is_none() {
+                    return Err(NODE_LABEL_NEEDS_SELECTORS.to_string());
+                }
+                let selector = |map: Option<&ExpressionMap>| {
+                    LabelSelector::parse(map.into_iter().flat_map(ByLabelKey::pairs))
+                        .map_err(|err| selector_error_text(&err))
+                };
+                Strategy::NodeLabel(NodeLabel {
+                    hard: selector(self.hard.as_ref().map(|hard| &hard.value))?,
+                    soft: selector(soft_selector.as_ref())?,
+                })
+            }
+            StrategyName::ActorAffinity => {
+                if soft_given {
+                    return Err("soft is given per expression with type ACTOR_AFFINITY: \
+                                {key: app, operator: IN, values: [web], soft: true}"
+                        .to_string());
+                }
+                let expressions =
+                    self.expressions.ok_or_else(|| ACTOR_AFFINITY_NEEDS_EXPRESSIONS.to_string())?;
+                return Ok(StrategySpec::ActorAffinity(AffinityDraft {
+                    match_mode: self.match_mode.map_or(MatchMode::All, |m| m.0),
+                    on_peer_moved: self.on_peer_moved.map_or(OnPeerMoved::Stay, |o| o.0),
+                    expressions,
                 }));
             }
+            StrategyName::PlacementGroup => {
+                if soft_given {
+                    return Err(
+                        "soft is only allowed with type NODE_AFFINITY or NODE_LABEL".to_string()
+                    );
+                }
+                let group = self.group.ok_or_else(|| PLACEMENT_GROUP_NEEDS_GROUP.to_string())?;
+                Strategy::PlacementGroup(GroupPlacement {
+                    group: group.0,
+                    bundle: self.bundle.map(|b| b.0),
+                })
+            }
         };
-        let extra = [
-            ("node_id", self.node_id.is_some()),
-            ("soft", self.soft.is_some()),
-            ("spill_on_unavailable", self.spill_on_unavailable.is_some()),
-            ("fail_on_unavailable", self.fail_on_unavailable.is_some()),
-        ];
-        match extra.iter().find(|(_, given)| *given) {
-            Some((key, _)) => Err(format!("{key} is only allowed with type NODE_AFFINITY")),
-            None => Ok(simple),
+        if soft_given && self.kind != affinity && self.kind != label {
+            return Err("soft is only allowed with type NODE_AFFINITY or NODE_LABEL".to_string());
         }
+        Ok(StrategySpec::Ready(strategy))
     }
 }
+
+/// Shown when NODE_LABEL has neither selector.
+const NODE_LABEL_NEEDS_SELECTORS: &str = "NODE_LABEL needs hard, soft or both: maps of label \
+                                          key to expression, such as \
+                                          {type: NODE_LABEL, hard: {zone: a}}";
+
+/// Shown when ACTOR_AFFINITY has no expressions.
+const ACTOR_AFFINITY_NEEDS_EXPRESSIONS: &str =
+    "ACTOR_AFFINITY needs expressions: write it as a map, such as {type: ACTOR_AFFINITY, \
+     expressions: [{key: app, operator: IN, values: [web]}]}";
+
+/// Shown when PLACEMENT_GROUP names no group.
+const PLACEMENT_GROUP_NEEDS_GROUP: &str =
+    "PLACEMENT_GROUP needs a group: write it as a map, such as {type: PLACEMENT_GROUP, group: \
+     pg-1, bundle: 0}";
 
 // ---------------------------------------------------------------------------------------------
 // Reading and parsing.
@@ -685,13 +1175,17 @@ impl Source {
         Ok(Source { kind, path: path.to_path_buf(), text })
     }
 
-    /// Parses the whole file as one YAML document (JSON is YAML too).
-    fn parse<T: DeserializeOwned>(&self) -> Result<T, InputError> {
-        let blank = self.text.lines().all(|line| {
+    /// True when the file has nothing but blank lines and comments.
+    fn is_blank(&self) -> bool {
+        self.text.lines().all(|line| {
             let line = line.trim();
             line.is_empty() || line.starts_with('#')
-        });
-        if blank {
+        })
+    }
+
+    /// Parses the whole file as one YAML document (JSON is YAML too).
+    fn parse<T: DeserializeOwned>(&self) -> Result<T, InputError> {
+        if self.is_blank() {
             // The parser would say "unexpected end of file", which does not say what to write.
             return Err(self.invalid(
                 "",
@@ -857,7 +1351,63 @@ pub fn load_cluster(path: &Path) -> Result<ClusterSnapshot, InputError> {
         first.insert(id, (i, node.id.referenced.line()));
         add_node(&source, &mut cluster, i, node)?;
     }
+    rare_resources(&source, &mut cluster, &file.rare_resources)?;
+    // Actors and bundles are placed before the nodes' states are applied, as allocations
+    // are, so that draining nodes can hold them (dead ones cannot: they are errors).
+    let states: HashMap<&str, NodeState> = file
+        .nodes
+        .iter()
+        .map(|node| (node.id.value.as_str(), node.state.unwrap_or(NodeState::Alive)))
+        .collect();
+    actors::place_actors(&source, &mut cluster, &file.actors, &states)?;
+    groups::reserve_groups(&source, &mut cluster, &file.placement_groups, &states)?;
+    for (i, node) in file.nodes.iter().enumerate() {
+        set_state(&source, &mut cluster, i, node)?;
+    }
     Ok(ClusterSnapshot { cluster, config })
+}
+
+/// `rare_resources:`: interns the names and taints every node that has one (the core re-taints
+/// the nodes added so far). Two names whose taint keys would be the same are an error: a
+/// request asking for one would tolerate the other's taint.
+fn rare_resources(
+    source: &Source,
+    cluster: &mut Cluster,
+    names: &[Spanned<ResourceName>],
+) -> Result<(), InputError> {
+    let mut ids: Vec<ResourceId> = Vec::new();
+    let mut keys: Vec<String> = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let field = format!("rare_resources[{i}]");
+        let id = cluster
+            .registry_mut()
+            .intern(&name.value.0)
+            .map_err(|err| source.invalid(&field, err.to_string(), Some(name.referenced)))?;
+        let key = rare_taint_key(&name.value.0);
+        if let Some(j) = ids.iter().position(|&other| other == id) {
+            return Err(source.invalid(
+                field,
+                format!("{} is already listed at rare_resources[{j}]", name.value.0),
+                Some(name.referenced),
+            ));
+        }
+        if let Some(j) = keys.iter().position(|other| *other == key) {
+            return Err(source.invalid(
+                field,
+                format!(
+                    "{} would get the taint key {key}, as rare_resources[{j}] ({}) does \
+                     (names that differ only in '/' and ':', or after their 58th character, \
+                     get the same key)",
+                    name.value.0, names[j].value.0
+                ),
+                Some(name.referenced),
+            ));
+        }
+        ids.push(id);
+        keys.push(key);
+    }
+    cluster.set_rare_resources(&ids);
+    Ok(())
 }
 
 /// `scheduler:` over the core's defaults, validated by the core.
@@ -893,8 +1443,8 @@ fn scheduler_config(
     Ok(config)
 }
 
-/// Adds node `i`, reserves its allocations in order, then sets its state (reservations need a
-/// live node).
+/// Adds node `i` and reserves its allocations in order; its state is set later, by
+/// [`set_state`] (reservations need a live node).
 fn add_node(
     source: &Source,
     cluster: &mut Cluster,
@@ -909,7 +1459,8 @@ fn add_node(
         &under(&field, "resources"),
         node.resources.referenced,
     )?;
-    let index = cluster.add_node(node.id.value.clone(), total).map_err(|err| match &err {
+    let spec = node_spec(source, node, &field, total)?;
+    let index = cluster.add_node_with(spec).map_err(|err| match &err {
         ClusterError::Node(err) => {
             let location = match err {
                 NodeError::InvalidId(_) => node.id.referenced,
@@ -921,18 +1472,121 @@ fn add_node(
                 Some(location),
             )
         }
+        // Checked while parsing already; kept for rules the core may add.
+        ClusterError::Label(err) => {
+            let (path, location) = label_error_field(node, &field, err);
+            source.invalid(path, label_error_text("label", err), location)
+        }
         _ => source.invalid(field.clone(), err.to_string(), Some(node.id.referenced)),
     })?;
     for (j, allocation) in node.allocations.iter().enumerate() {
         reserve(source, cluster, index, allocation, &format!("{field}.allocations[{j}]"))?;
     }
+    Ok(())
+}
+
+/// Sets the state of node `i` as the file gives it.
+fn set_state(
+    source: &Source,
+    cluster: &mut Cluster,
+    i: usize,
+    node: &NodeEntry,
+) -> Result<(), InputError> {
     let state = node.state.unwrap_or(NodeState::Alive);
-    if state != NodeState::Alive {
+    let index = cluster.index_of(node.id.value.as_str());
+    if let (Some(index), true) = (index, state != NodeState::Alive) {
         cluster
             .set_state(index, state)
-            .map_err(|err| source.invalid(format!("{field}.state"), err.to_string(), None))?;
+            .map_err(|err| source.invalid(format!("nodes[{i}].state"), err.to_string(), None))?;
     }
     Ok(())
+}
+
+/// The node facts of the cluster file: field name, default label, value.
+fn node_facts(node: &NodeEntry) -> [(&'static str, &'static str, Option<&Spanned<FactValue>>); 5] {
+    [
+        ("accelerator_type", labels::ACCELERATOR_TYPE, node.accelerator_type.as_ref()),
+        ("market_type", labels::MARKET_TYPE, node.market_type.as_ref()),
+        ("node_group", labels::NODE_GROUP, node.node_group.as_ref()),
+        ("availability_zone", labels::AVAILABILITY_ZONE, node.availability_zone.as_ref()),
+        ("availability_region", labels::AVAILABILITY_REGION, node.availability_region.as_ref()),
+    ]
+}
+
+/// The node's registration: its resources, user labels, facts and taints. Keys and values were
+/// checked while parsing; what is left is a fact and a user label that say different things
+/// about the same default label.
+fn node_spec(
+    source: &Source,
+    node: &NodeEntry,
+    field: &str,
+    total: ResourceSet,
+) -> Result<NodeSpec, InputError> {
+    let labels_field = under(field, "labels");
+    let user = match &node.labels {
+        None => Labels::new(),
+        Some(map) => Labels::from_pairs(map.value.pairs()).map_err(|err| {
+            let (path, location) = label_error_field(node, field, &err);
+            source.invalid(path, label_error_text("label", &err), location)
+        })?,
+    };
+    for (name, key, fact) in node_facts(node) {
+        let (Some(fact), Some(label)) = (fact, user.get(key)) else { continue };
+        if fact.value.0 != label {
+            return Err(source.invalid(
+                under(&labels_field, key),
+                format!(
+                    "{label:?} contradicts {name}: {:?}, which sets this label too; give it once",
+                    fact.value.0
+                ),
+                node.labels.as_ref().map(|map| map.referenced),
+            ));
+        }
+    }
+    let fact = |value: Option<&Spanned<FactValue>>| value.map(|v| v.value.0.clone());
+    let facts = NodeFacts {
+        accelerator_type: fact(node.accelerator_type.as_ref()),
+        market_type: fact(node.market_type.as_ref()),
+        node_group: fact(node.node_group.as_ref()),
+        availability_zone: fact(node.availability_zone.as_ref()),
+        availability_region: fact(node.availability_region.as_ref()),
+    };
+    let taints = node.taints.as_ref().map_or_else(Vec::new, |map| {
+        map.value.pairs().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    });
+    Ok(NodeSpec { id: node.id.value.clone(), total, labels: user, facts, taints })
+}
+
+/// Where in node entry `node` (at `field`) the label or taint of a [`LabelError`] is: a user
+/// label, a taint, or the fact behind a default label.
+fn label_error_field(
+    node: &NodeEntry,
+    field: &str,
+    err: &LabelError,
+) -> (String, Option<Location>) {
+    let key = match err {
+        LabelError::Key { key, .. } | LabelError::Value { key, .. } => key.as_str(),
+        LabelError::ReservedNodeId => labels::NODE_ID,
+        LabelError::NotKeyValue(_) | LabelError::Duplicate(_) => "",
+    };
+    fn in_map<T>(
+        map: Option<&Spanned<ByLabelKey<T>>>,
+        key: &str,
+        section: String,
+    ) -> Option<(String, Option<Location>)> {
+        let map = map?;
+        let found = map.value.pairs().any(|(k, _)| k == key);
+        found.then(|| (under(&section, key), Some(map.referenced)))
+    }
+    in_map(node.labels.as_ref(), key, under(field, "labels"))
+        .or_else(|| in_map(node.taints.as_ref(), key, under(field, "taints")))
+        .or_else(|| {
+            node_facts(node)
+                .into_iter()
+                .find(|(_, label, _)| *label == key)
+                .and_then(|(name, _, fact)| fact.map(|f| (under(field, name), Some(f.referenced))))
+        })
+        .unwrap_or_else(|| (field.to_string(), None))
 }
 
 /// Reserves one allocation of the cluster file on node `index`, or says why it cannot be.
@@ -946,15 +1600,55 @@ fn reserve(
     let location = allocation.referenced;
     // Where the amounts are: the entry itself, or its `resources`. `exact` is `Some` for the
     // long form, with the named instances when given.
-    let (amounts, amounts_field, amounts_location, exact) = match &allocation.value {
-        AllocationEntry::Amounts(map) => (map, field.to_string(), location, None),
-        AllocationEntry::Placed { resources, instances } => (
-            &resources.value,
-            under(field, RESOURCES_KEY),
-            resources.referenced,
-            Some(instances.as_ref()),
-        ),
+    let reservation = match &allocation.value {
+        AllocationEntry::Amounts(map) => Reservation {
+            field,
+            location,
+            amounts: map,
+            amounts_field: field.to_string(),
+            amounts_location: location,
+            exact: None,
+            before: "the allocations listed before it",
+        },
+        AllocationEntry::Placed { resources, instances } => Reservation {
+            field,
+            location,
+            amounts: &resources.value,
+            amounts_field: under(field, RESOURCES_KEY),
+            amounts_location: resources.referenced,
+            exact: Some(instances.as_ref()),
+            before: "the allocations listed before it",
+        },
     };
+    reserve_on(source, cluster, index, reservation).map(drop)
+}
+
+/// Something the cluster file says a node holds: an allocation, an actor's resources, a
+/// placement group's bundle.
+struct Reservation<'a> {
+    /// Its path, for "does not fit".
+    field: &'a str,
+    location: Location,
+    amounts: &'a ResourceMap,
+    /// The path of the amounts (`field`, or `field.resources`).
+    amounts_field: String,
+    amounts_location: Location,
+    /// `None`: the scheduler's rules choose the instances; `Some`: exactly those named (none
+    /// named, `Some(None)`, is only right without unit-instance resources).
+    exact: Option<Option<&'a Spanned<InstanceMap>>>,
+    /// What was reserved on the node before it, for the "does not fit" message.
+    before: &'static str,
+}
+
+/// Reserves `r` on node `index`, or says why it cannot be.
+fn reserve_on(
+    source: &Source,
+    cluster: &mut Cluster,
+    index: NodeIndex,
+    r: Reservation<'_>,
+) -> Result<Allocation, InputError> {
+    let Reservation { field, location, amounts, amounts_field, amounts_location, exact, before } =
+        r;
     let set = resource_set(source, cluster, amounts, &amounts_field, amounts_location)?;
     // Running work obeys the request rules: the instance pool only accounts a unit-instance
     // amount that is below 1 or whole, and the cluster's reservations do not check it. The
@@ -982,9 +1676,9 @@ fn reserve(
     reserved.map_err(|err| match err {
         ClusterError::Insufficient { node, reason, detail } => {
             let after = if matches!(reason, Reason::InsufficientTotal(_)) {
-                ""
+                String::new()
             } else {
-                " after the allocations listed before it"
+                format!(" after {before}")
             };
             source.invalid(
                 field,
@@ -1002,8 +1696,7 @@ fn reserve(
             )
         }
         err => source.invalid(field, err.to_string(), Some(location)),
-    })?;
-    Ok(())
+    })
 }
 
 /// Interns `name` in the cluster's registry; `field` is the name's path in the file.
@@ -1052,26 +1745,110 @@ fn instance_list(
         .collect()
 }
 
+/// What a request file asks for: an actor or task to place, or a placement group.
+#[derive(Debug)]
+pub enum LoadedRequest {
+    /// An actor or task (`resources`, and `actor` for an actor).
+    Request(Request),
+    /// A placement group (`placement_group`).
+    Group(GroupSpec),
+}
+
 /// Reads, parses and builds the request file at `path`. Its resource names are interned in
 /// `cluster`'s registry: a resource no node has is a reason, not an input error.
-pub fn load_request(path: &Path, cluster: &mut Cluster) -> Result<Request, InputError> {
+pub fn load_request(path: &Path, cluster: &mut Cluster) -> Result<LoadedRequest, InputError> {
     let source = Source::read(FileKind::Request, path)?;
     let file: RequestFile = source.parse()?;
-    let resources = resource_set(
-        &source,
-        cluster,
-        &file.resources.value,
-        "resources",
-        file.resources.referenced,
-    )?;
-    let (strategy, strategy_location) = match file.scheduling_strategy {
-        Some(spec) => (spec.value.0, Some(spec.referenced)),
+    match (&file.resources, &file.placement_group) {
+        (Some(resources), None) => request(&source, cluster, &file, resources),
+        (None, Some(group)) => {
+            // The group's keys are inside `placement_group`; the request's own do not apply.
+            let request_keys = [
+                ("actor", file.actor.as_ref().map(|a| a.referenced)),
+                ("scheduling_strategy", file.scheduling_strategy.as_ref().map(|s| s.referenced)),
+                ("preferred_node", file.preferred_node.as_ref().map(|n| n.referenced)),
+                ("label_selector", file.label_selector.as_ref().map(|l| l.referenced)),
+                (
+                    "fallback_strategy",
+                    file.fallback_strategy.first().map(|f| f.label_selector.referenced),
+                ),
+                ("tolerations", file.tolerations.as_ref().map(|t| t.referenced)),
+            ];
+            if let Some((key, location)) = request_keys.iter().find(|(_, given)| given.is_some()) {
+                return Err(source.invalid(
+                    *key,
+                    format!(
+                        "{key} is a key of an actor or task request, not of a placement group \
+                         request; a group takes bundle_label_selector, tolerations and \
+                         fallback_strategy inside placement_group"
+                    ),
+                    *location,
+                ));
+            }
+            groups::request_group(&source, cluster, group).map(LoadedRequest::Group)
+        }
+        (Some(_), Some(group)) => Err(source.invalid(
+            "placement_group",
+            "a request file places either an actor or task (resources) or a placement group \
+             (placement_group), not both; a task goes into a group with scheduling_strategy: \
+             {type: PLACEMENT_GROUP, group: …}",
+            Some(group.referenced),
+        )),
+        (None, None) => Err(source.invalid(
+            "",
+            "a request file needs resources (an actor or task, such as resources: {CPU: 1}) or \
+             placement_group (a placement group); see docs/file-formats.md",
+            None,
+        )),
+    }
+}
+
+/// Builds the actor or task request of `file`, whose `resources` are `resources`.
+fn request(
+    source: &Source,
+    cluster: &mut Cluster,
+    file: &RequestFile,
+    resources: &Spanned<ResourceMap>,
+) -> Result<LoadedRequest, InputError> {
+    let resource_location = resources.referenced;
+    let resources =
+        resource_set(source, cluster, &resources.value, "resources", resource_location)?;
+    let (strategy, strategy_location) = match &file.scheduling_strategy {
+        Some(spec) => {
+            let strategy = match &spec.value {
+                StrategySpec::Ready(strategy) => strategy.clone(),
+                StrategySpec::ActorAffinity(draft) => actors::affinity(source, draft)?,
+            };
+            (strategy, Some(spec.referenced))
+        }
         None => (Strategy::Default, None),
     };
+    if let Strategy::PlacementGroup(_) = strategy {
+        // The bundle's node was chosen when the group was reserved.
+        let selectors = [
+            ("label_selector", file.label_selector.as_ref().map(|l| l.referenced)),
+            (
+                "fallback_strategy",
+                file.fallback_strategy.first().map(|f| f.label_selector.referenced),
+            ),
+            ("tolerations", file.tolerations.as_ref().map(|t| t.referenced)),
+        ];
+        if let Some((key, location)) = selectors.iter().find(|(_, given)| given.is_some()) {
+            return Err(source.invalid(
+                *key,
+                format!(
+                    "{key} does not apply with scheduling_strategy PLACEMENT_GROUP: the \
+                     request runs on its bundle's node, chosen when the group was reserved \
+                     (give selectors and tolerations to the group)"
+                ),
+                *location,
+            ));
+        }
+    }
     let request = Request::new(resources, strategy, cluster.registry()).map_err(|err| {
         let location = match err {
             RequestError::FractionalInstances { .. } | RequestError::ForeignResource(_) => {
-                Some(file.resources.referenced)
+                Some(resource_location)
             }
             RequestError::AffinityFlag { .. } | RequestError::AffinityNode(_) => strategy_location,
         };
@@ -1091,7 +1868,60 @@ pub fn load_request(path: &Path, cluster: &mut Cluster) -> Result<Request, Input
             )
         })?),
     };
-    Ok(request.with_preferred_node(preferred))
+    let label_selector = match &file.label_selector {
+        None => LabelSelector::default(),
+        Some(map) => selector(source, map, "label_selector")?,
+    };
+    let fallback = file
+        .fallback_strategy
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let field = format!("fallback_strategy[{i}].label_selector");
+            selector(source, &entry.label_selector, &field)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let tolerations = match &file.tolerations {
+        None => Tolerations::default(),
+        Some(map) => Tolerations(selector(source, map, "tolerations")?),
+    };
+    let request = request
+        .with_preferred_node(preferred)
+        .with_label_selector(label_selector)
+        .with_fallback(fallback)
+        .with_tolerations(tolerations);
+    actors::with_actor(source, cluster, request, file.actor.as_ref()).map(LoadedRequest::Request)
+}
+
+/// The selector (or tolerations) of `map`, found at `field`. Every entry was checked while
+/// parsing; an error here would be a rule the parse did not know.
+fn selector(
+    source: &Source,
+    map: &Spanned<ExpressionMap>,
+    field: &str,
+) -> Result<LabelSelector, InputError> {
+    LabelSelector::parse(map.value.pairs()).map_err(|err| {
+        let path = match &err {
+            SelectorError::Key(LabelError::Key { key, .. })
+            | SelectorError::Expression { key, .. } => under(field, key),
+            SelectorError::Key(_) => field.to_string(),
+        };
+        source.invalid(path, selector_error_text(&err), Some(map.referenced))
+    })
+}
+
+/// Reads a labels file (`berth validate labels --labels-file`): a YAML map of label key to
+/// value, user labels only (`berth.io/node-id` is Berth's). A file with nothing in it (or only
+/// comments) has no labels.
+pub fn load_labels_file(path: &Path) -> Result<Labels, InputError> {
+    let source = Source::read(FileKind::Labels, path)?;
+    if source.is_blank() {
+        return Ok(Labels::new());
+    }
+    let map: Spanned<LabelMap> = source.parse()?;
+    // Checked while parsing; kept for rules the core may add.
+    Labels::from_pairs(map.value.pairs())
+        .map_err(|err| source.invalid("", label_error_text("label", &err), Some(map.referenced)))
 }
 
 #[cfg(test)]
@@ -1186,8 +2016,50 @@ mod tests {
         ] {
             let yaml = format!("resources: {{}}\nscheduling_strategy: {text}\n");
             let file: RequestFile = source(FileKind::Request, &yaml).parse().unwrap();
-            assert_eq!(file.scheduling_strategy.unwrap().value.0, expected, "{text}");
+            assert_eq!(file.scheduling_strategy.unwrap().value.ready(), Some(&expected), "{text}");
         }
+    }
+
+    #[test]
+    fn node_label_strategy_and_selectors_parse() {
+        let yaml = "resources: {}\nscheduling_strategy:\n  type: node_label\n  \
+                    hard: {zone: \"IN(a, b)\"}\n  soft: {value: \"!exists()\"}\n\
+                    label_selector: {team: ml}\nfallback_strategy:\n  - label_selector: {}\n\
+                    tolerations: {gpu_node: \"exists()\"}\n";
+        let file: RequestFile = source(FileKind::Request, yaml).parse().unwrap();
+        let expected = Strategy::NodeLabel(NodeLabel {
+            hard: LabelSelector::parse([("zone", "in(a,b)")]).unwrap(),
+            soft: LabelSelector::parse([("value", "!exists()")]).unwrap(),
+        });
+        assert_eq!(file.scheduling_strategy.unwrap().value.ready(), Some(&expected));
+        let pairs = |map: &ExpressionMap| -> Vec<(String, String)> {
+            map.pairs().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert_eq!(pairs(&file.label_selector.unwrap().value), [("team".into(), "ml".into())]);
+        assert!(pairs(&file.fallback_strategy[0].label_selector.value).is_empty());
+        assert_eq!(
+            pairs(&file.tolerations.unwrap().value),
+            [("gpu_node".into(), "exists()".into())]
+        );
+    }
+
+    #[test]
+    fn label_values_are_strings_only() {
+        for (value, found) in [("42", "number 42"), ("true", "boolean true"), ("~", "null")] {
+            let err = parse_error::<ClusterFile>(&format!(
+                "nodes:\n  - id: a\n    resources: {{}}\n    labels: {{team: {value}}}\n"
+            ));
+            assert_eq!(err.field, "nodes[0].labels.team", "{value}");
+            assert!(err.message.contains(found), "{value}: {}", err.message);
+        }
+        let file: ClusterFile = source(
+            FileKind::Cluster,
+            "nodes:\n  - id: a\n    resources: {}\n    labels: {v: \"1.10\", e: \"\"}\n",
+        )
+        .parse()
+        .unwrap();
+        let labels = file.nodes[0].labels.as_ref().unwrap();
+        assert_eq!(labels.value.pairs().collect::<Vec<_>>(), [("v", "1.10"), ("e", "")]);
     }
 
     #[test]

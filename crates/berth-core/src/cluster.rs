@@ -183,6 +183,9 @@ pub struct Cluster {
     actors: ActorIndex,
     /// Placement groups with reserved bundles, by ID (ordered: node death walks them).
     groups: BTreeMap<GroupId, PlacedGroup>,
+    /// Per resource (by [`ResourceId::index`]), the nodes that have some of it in total: a
+    /// request for GPUs starts from the GPU nodes instead of visiting every node.
+    having: Vec<NodeSet>,
 }
 
 /// Everything a node is registered with.
@@ -262,7 +265,7 @@ impl Cluster {
         self.nodes.push(Some(node));
         self.by_id.insert(spec.id, index);
         self.alive.insert(index);
-        self.refresh_taints(index);
+        self.refresh_derived(index);
         Ok(index)
     }
 
@@ -291,7 +294,7 @@ impl Cluster {
         slot_mut(&mut self.nodes, index)?;
         let taint = self.taint_table.intern(key, value)?;
         let added = slot_mut(&mut self.nodes, index)?.add_taint(taint);
-        self.refresh_taints(index);
+        self.refresh_derived(index);
         Ok(added)
     }
 
@@ -312,7 +315,7 @@ impl Cluster {
             });
         }
         let removed = node.remove_taint(taint);
-        self.refresh_taints(index);
+        self.refresh_derived(index);
         Ok(removed)
     }
 
@@ -320,7 +323,7 @@ impl Cluster {
     pub fn set_rare_resources(&mut self, resources: &[ResourceId]) {
         self.rare_resources = resources.to_vec();
         for index in 0..self.nodes.len() {
-            self.refresh_taints(NodeIndex(index as u32));
+            self.refresh_derived(NodeIndex(index as u32));
         }
     }
 
@@ -329,10 +332,22 @@ impl Cluster {
         &self.rare_resources
     }
 
-    /// Brings a node's automatic taints in line with its resources, and the tainted set with
-    /// its taints.
-    fn refresh_taints(&mut self, index: NodeIndex) {
+    /// Brings what is derived from a node's resources in line with them: its automatic taints,
+    /// the tainted set, and the per-resource node sets.
+    fn refresh_derived(&mut self, index: NodeIndex) {
         let Ok(node) = slot_mut(&mut self.nodes, index) else { return };
+        // The per-resource sets follow the same changes as the automatic taints.
+        for (i, set) in self.having.iter_mut().enumerate() {
+            if !node.total().iter().any(|(r, _)| r.index() == i) {
+                set.remove(index);
+            }
+        }
+        for (resource, _) in node.total().iter() {
+            if self.having.len() <= resource.index() {
+                self.having.resize(resource.index() + 1, NodeSet::new());
+            }
+            self.having[resource.index()].insert(index);
+        }
         let stale: Vec<TaintId> = node
             .taints()
             .iter()
@@ -377,6 +392,11 @@ impl Cluster {
     /// Nodes with at least one taint.
     pub fn tainted(&self) -> &NodeSet {
         &self.tainted
+    }
+
+    /// The nodes that have some of `resource` in total (whatever their state).
+    pub fn nodes_having(&self, resource: ResourceId) -> Option<&NodeSet> {
+        self.having.get(resource.index())
     }
 
     /// The placed actors, by label.
@@ -513,6 +533,9 @@ impl Cluster {
         self.label_index.remove(index, node.labels());
         self.actors.remove_node(index);
         for set in [&mut self.alive, &mut self.draining, &mut self.dead, &mut self.tainted] {
+            set.remove(index);
+        }
+        for set in &mut self.having {
             set.remove(index);
         }
         Ok(node)
@@ -738,7 +761,7 @@ impl Cluster {
         total: Quantity,
     ) -> Result<(), ClusterError> {
         slot_mut(&mut self.nodes, index)?.set_capacity(resource, total, &self.registry)?;
-        self.refresh_taints(index);
+        self.refresh_derived(index);
         Ok(())
     }
 
@@ -749,7 +772,7 @@ impl Cluster {
         resource: ResourceId,
     ) -> Result<(), ClusterError> {
         slot_mut(&mut self.nodes, index)?.delete_resource(resource);
-        self.refresh_taints(index);
+        self.refresh_derived(index);
         Ok(())
     }
 
@@ -757,6 +780,12 @@ impl Cluster {
     pub fn check_invariants(&self) -> Result<(), String> {
         for (index, node) in self.nodes() {
             node.check_invariants()?;
+            for (i, set) in self.having.iter().enumerate() {
+                let has = node.total().iter().any(|(r, _)| r.index() == i);
+                if set.contains(index) != has {
+                    return Err(format!("{}: resource #{i} index says {}", node.id(), !has));
+                }
+            }
             let in_sets = [&self.alive, &self.draining, &self.dead]
                 .iter()
                 .filter(|set| set.contains(index))

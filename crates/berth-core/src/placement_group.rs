@@ -128,23 +128,21 @@ pub struct GroupSpec {
     pub tolerations: Tolerations,
 }
 
-/// A group that cannot be accepted. Displays as `field: rule`.
+/// A group that cannot be accepted. Displays as `field: rule`; callers that nest the group in
+/// a larger document use [`GroupError::field`] and [`GroupError::rule`].
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum GroupError {
     /// An alternative without bundles.
-    #[error("{field}: a placement group needs at least one bundle")]
     NoBundles {
         /// `bundles` or `fallback_strategy[i].bundles`.
         field: String,
     },
     /// A bundle that asks for nothing.
-    #[error("{field}: a bundle must ask for at least one resource")]
     EmptyBundle {
         /// The bundle's path.
         field: String,
     },
     /// Selectors whose count differs from the bundles'.
-    #[error("{field}: {selectors} selectors for {bundles} bundles; give one per bundle or none")]
     SelectorCount {
         /// The selectors' path.
         field: String,
@@ -154,7 +152,6 @@ pub enum GroupError {
         bundles: usize,
     },
     /// A unit-instance amount of 1 or more that is not whole.
-    #[error("{field}: {amount} is not allowed: {resource} is shared per instance, so a bundle asks for a share below 1 or whole instances")]
     FractionalInstances {
         /// The amount's path.
         field: String,
@@ -164,17 +161,63 @@ pub enum GroupError {
         amount: Quantity,
     },
     /// A resource from another registry.
-    #[error("{field}: a resource that is not one of this cluster's resources")]
     ForeignResource {
         /// The bundle's path.
         field: String,
     },
+    /// A malformed namespace.
+    Namespace(String),
+}
+
+impl GroupError {
+    /// The field's path within the group (`bundles[1].GPU`, `fallback_strategy[0].bundles`).
+    pub fn field(&self) -> &str {
+        match self {
+            GroupError::NoBundles { field }
+            | GroupError::EmptyBundle { field }
+            | GroupError::SelectorCount { field, .. }
+            | GroupError::FractionalInstances { field, .. }
+            | GroupError::ForeignResource { field } => field,
+            GroupError::Namespace(_) => "namespace",
+        }
+    }
+
+    /// The rule broken, without the field.
+    pub fn rule(&self) -> String {
+        match self {
+            GroupError::NoBundles { .. } => "a placement group needs at least one bundle".into(),
+            GroupError::EmptyBundle { .. } => "a bundle must ask for at least one resource".into(),
+            GroupError::SelectorCount { selectors, bundles, .. } => {
+                format!("{selectors} selectors for {bundles} bundles; give one per bundle or none")
+            }
+            GroupError::FractionalInstances { resource, amount, .. } => format!(
+                "{amount} is not allowed: {resource} is shared per instance, so a bundle asks for \
+                 a share below 1 or whole instances"
+            ),
+            GroupError::ForeignResource { .. } => {
+                "a resource that is not one of this cluster's resources".into()
+            }
+            GroupError::Namespace(namespace) => format!(
+                "{namespace:?} is invalid: use 1 to 63 characters of letters, digits, '-', '_' \
+                 and '.', beginning and ending with a letter or digit"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for GroupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field(), self.rule())
+    }
 }
 
 impl GroupSpec {
     /// Checks every alternative: bundles present and non-empty, selectors one per bundle (or
     /// none), unit-instance amounts below 1 or whole.
     pub fn validate(&self, registry: &ResourceRegistry) -> Result<(), GroupError> {
+        if self.namespace.is_empty() || validate_value("namespace", &self.namespace).is_err() {
+            return Err(GroupError::Namespace(self.namespace.clone()));
+        }
         for (i, alternative) in self.alternatives.iter().enumerate() {
             let prefix =
                 if i == 0 { String::new() } else { format!("fallback_strategy[{}].", i - 1) };

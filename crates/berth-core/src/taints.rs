@@ -12,7 +12,7 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::labels::{validate_key, validate_value, LabelError};
+use crate::labels::{validate_key, validate_value, LabelError, BERTH_PREFIX};
 use crate::resource::{ResourceId, ResourceRegistry};
 
 /// An interned taint.
@@ -38,8 +38,16 @@ pub struct TaintTable {
 }
 
 impl TaintTable {
-    /// The ID of `key=value`, interning it after validating both.
+    /// The ID of the user taint `key=value`, interning it after validating both. Keys under
+    /// `berth.io/` are Berth's own (rare-resource isolation) and refused here, so that a user
+    /// taint can never stand in for an automatic one.
     pub fn intern(&mut self, key: &str, value: &str) -> Result<TaintId, LabelError> {
+        if key.starts_with(BERTH_PREFIX) {
+            return Err(LabelError::Key {
+                key: key.to_string(),
+                rule: "taint keys under berth.io/ are set by Berth (rare-resource isolation) and cannot be given",
+            });
+        }
         if let Some(&id) = self.ids.get(&(key.to_string(), value.to_string())) {
             return Ok(id);
         }
@@ -48,11 +56,21 @@ impl TaintTable {
         Ok(self.push(Taint { key: key.to_string(), value: value.to_string(), rare_resource: None }))
     }
 
-    /// The ID of the rare-resource taint of `resource`.
+    /// The ID of the rare-resource taint of `resource`. Two resource names that map to the
+    /// same key (`nvidia.com/t4`, `nvidia.com:t4`) get distinct keys: the later one is suffixed
+    /// with its resource number.
     pub fn intern_rare(&mut self, resource: ResourceId, registry: &ResourceRegistry) -> TaintId {
-        let key = rare_taint_key(registry.name(resource));
+        let mut key = rare_taint_key(registry.name(resource));
         if let Some(&id) = self.ids.get(&(key.clone(), "true".to_string())) {
-            return id;
+            if self.get(id).rare_resource == Some(resource) {
+                return id;
+            }
+            let suffix = format!("-r{}", resource.index());
+            key.truncate(BERTH_PREFIX.len() + 63 - suffix.len());
+            key = format!("{}{suffix}", key.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()));
+            if let Some(&id) = self.ids.get(&(key.clone(), "true".to_string())) {
+                return id;
+            }
         }
         self.push(Taint { key, value: "true".to_string(), rare_resource: Some(resource) })
     }
@@ -115,5 +133,22 @@ mod tests {
         let id = table.intern_rare(ResourceId::GPU, &registry);
         assert_eq!(table.get(id).rare_resource, Some(ResourceId::GPU));
         assert_eq!(table.intern_rare(ResourceId::GPU, &registry), id);
+    }
+
+    #[test]
+    fn user_taints_cannot_take_berth_keys_and_rare_keys_never_collide() {
+        let mut table = TaintTable::default();
+        let err = table.intern("berth.io/rare-GPU", "true").unwrap_err().to_string();
+        assert!(err.contains("set by Berth"), "{err}");
+        let mut registry = ResourceRegistry::default();
+        let slash = registry.intern("nvidia.com/t4").unwrap();
+        let colon = registry.intern("nvidia.com:t4").unwrap();
+        let a = table.intern_rare(slash, &registry);
+        let b = table.intern_rare(colon, &registry);
+        assert_ne!(a, b);
+        assert_eq!(table.get(a).key, "berth.io/rare-nvidia.com-t4");
+        assert_eq!(table.get(b).key, format!("berth.io/rare-nvidia.com-t4-r{}", colon.index()));
+        assert_eq!(table.intern_rare(colon, &registry), b);
+        validate_key(&table.get(b).key).unwrap();
     }
 }

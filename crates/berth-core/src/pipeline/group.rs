@@ -93,8 +93,8 @@ impl GroupDiagnosis {
             if let Some(note) = &alternative.note {
                 line.push_str(&format!(" {note};"));
             }
-            for (bundle, diagnosis) in &alternative.failed {
-                line.push_str(&format!(" bundle {bundle}: {};", diagnosis.describe(cluster)));
+            for (_, diagnosis) in &alternative.failed {
+                line.push_str(&format!(" {};", diagnosis.describe(cluster)));
             }
             lines.push(line.trim_end_matches(';').to_string());
         }
@@ -170,6 +170,16 @@ impl Scheduler {
     /// Plans and reserves a group, all or nothing, trying its alternatives in order.
     pub fn place_group(&mut self, cluster: &mut Cluster, spec: &GroupSpec) -> GroupDecision {
         let mut diagnosis = GroupDiagnosis::default();
+        if cluster.group(spec.id.as_str()).is_some() {
+            diagnosis.alternatives.push(AlternativeDiagnosis {
+                alternative: 0,
+                planned: Vec::new(),
+                failed: Vec::new(),
+                could_fit_later: false,
+                note: Some(format!("placement group {} exists already", spec.id)),
+            });
+            return GroupDecision::Infeasible(diagnosis);
+        }
         for (alternative, set) in spec.alternatives.iter().enumerate() {
             let todo: Vec<usize> = (0..set.bundles.len()).collect();
             match self.plan(cluster, spec, set, &[], &todo) {
@@ -436,9 +446,13 @@ impl Scheduler {
         let Some(matching) = match_bundles(&options) else {
             let distinct: std::collections::BTreeSet<NodeIndex> =
                 options.iter().flatten().copied().collect();
-            let mut found = AttemptDiagnosis::new(AttemptKind::Bundle { index: order[0] }, None);
-            found.nodes = overlay.cluster.len() as u64;
-            let mut diagnosis = failed(GroupPlan::new(), order[0], found);
+            // Each bundle alone has nodes; together they do not: no per-bundle counts to show.
+            let mut diagnosis = failed(
+                GroupPlan::new(),
+                order[0],
+                AttemptDiagnosis::new(AttemptKind::Default, None),
+            );
+            diagnosis.failed.clear();
             diagnosis.note = Some(format!(
                 "STRICT_SPREAD needs {} distinct nodes; only {} can take these bundles now",
                 order.len(),

@@ -37,7 +37,7 @@ use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::request::{GroupPlacement, Request, Strategy};
 use explain::{AttemptExplanation, Explanation, NodeExplanation, ScoreLine};
 use filters::{InstancesFit, ResourcesFree, ResourcesTotal, TaintsTolerated};
-use profile::Profile;
+use profile::{Pick, Profile};
 use scorers::{AvoidGpuNodes, SoftActorAffinity, SoftLabels, SOFT_AFFINITY_WEIGHT};
 use stage::{DecisionContext, Filter, FilterKind, Preference, Prepared, Verdict, Weighted};
 
@@ -347,7 +347,7 @@ impl Scheduler {
                 record.nodes.extend(set.iter().map(|node| node_line(node, Some(*reason))));
             }
         }
-        let prepared = prepare(cluster, request, attempt);
+        let prepared = prepare(cluster, request, attempt, &self.config.profile);
         let cx = DecisionContext { cluster, request, prepared: &prepared };
 
         // 2. Filters, then 3. preferences and scores, node by node.
@@ -460,7 +460,15 @@ impl Scheduler {
             Select::TopK => {
                 let best_tier = ranked.iter().map(|r| r.tier).max().unwrap_or(0);
                 ranked.retain(|r| r.tier == best_tier);
-                let k = top_k(alive, self.config.top_k_fraction).min(ranked.len());
+                let k = match self.config.profile.pick {
+                    Pick::TopK => top_k(alive, self.config.top_k_fraction).min(ranked.len()),
+                    Pick::TopKFraction(fraction) => top_k(alive, fraction).min(ranked.len()),
+                    // Every node tied for the best total.
+                    Pick::Best => {
+                        let best = ranked.iter().map(|r| r.score).max().unwrap_or(0);
+                        ranked.iter().filter(|r| r.score == best).count()
+                    }
+                };
                 // Best score first; on ties the caller's node, then node order: the same inputs
                 // give the same list, and a preferred node that ties for best is always in it.
                 let preferred = request.preferred_node();
@@ -787,11 +795,15 @@ fn run_filters(
 }
 
 /// What the stages of one attempt read that depends on the request but not on the node,
-/// computed once: the nodes satisfying each soft actor affinity expression.
-fn prepare(cluster: &Cluster, request: &Request, attempt: &Attempt) -> Prepared {
+/// computed once: the nodes satisfying each soft actor affinity expression, and the largest
+/// totals when the profile's scorers read them.
+fn prepare(cluster: &Cluster, request: &Request, attempt: &Attempt, profile: &Profile) -> Prepared {
     let mut prepared = Prepared::default();
     if attempt.select != Select::TopK {
         return prepared;
+    }
+    if profile.needs_largest_total() {
+        prepared.largest_total = Some(profile::best_fit::largest_totals(cluster));
     }
     if let Strategy::ActorAffinity(affinity) = request.strategy() {
         for expression in affinity.expressions.iter().filter(|e| e.soft) {

@@ -10,7 +10,17 @@
 //! - [`sra::Retention`], a scorer: requests keep off nodes with scarce resources they do not
 //!   ask for;
 //! - [`sra::Proportional`], a filter: requests that do not ask for a primary resource (GPUs)
-//!   must leave enough CPU and memory free for the node's idle primary resource.
+//!   must leave enough CPU and memory free for the node's idle primary resource;
+//! - [`best_fit::BestFit`], a scorer: the node left with the least free after placing, over
+//!   the listed resources (the bin-packing baseline of the FGD paper);
+//! - [`fragmentation::Fragmentation`], a scorer: the node where placing the request grows the
+//!   expected GPU fragmentation least, under the workload's typical shapes (FGD, Weng et al.,
+//!   USENIX ATC '23), or, measured the other way ([`Measure::LostCapacity`]), loses the least
+//!   capacity for those shapes, CPU included.
+//!
+//! A profile also says how the best-ranked nodes are picked among ([`Pick`]): at random among
+//! the top k (the default, Ray's hybrid policy), or the best one with ties broken at random
+//! (Kubernetes' choice, and what bin packing needs).
 //!
 //! Scorers rank nodes only in attempts that pick by score (DEFAULT and the strategies that
 //! rank like it; not SPREAD, RANDOM or the one node of node affinity); filters run in every
@@ -29,14 +39,21 @@
 //! per-attempt values are not computed for `Scheduler::fits_now`, which runs filters alone.
 //! For profiles of a handful of names that costs about what the lookup it saves does.
 
+pub mod best_fit;
+pub mod fragmentation;
 pub mod sra;
 pub mod strategy_fit;
 mod yaml;
+
+use std::sync::Arc;
 
 use super::scorers::HybridUtilization;
 use super::stage::{Filter, Weighted};
 use super::SchedulerConfig;
 use crate::quantity::Quantity;
+use best_fit::BestFit;
+pub use fragmentation::Measure;
+use fragmentation::{Fragmentation, Shape, ShapeTable};
 use sra::{Proportional, Retention};
 use strategy_fit::ResourceStrategyFit;
 pub use yaml::ProfileError;
@@ -48,6 +65,28 @@ pub struct Profile {
     pub scorers: Vec<ScorerSpec>,
     /// Filters added to the standard ones.
     pub filters: Vec<FilterSpec>,
+    /// How the best-ranked nodes are picked among.
+    pub pick: Pick,
+}
+
+/// How an attempt that ranks nodes (DEFAULT and the strategies that rank like it) picks among
+/// the nodes of the best tier.
+///
+/// Assumptions: picking at random among several good nodes spreads concurrent decisions and
+/// hides small differences in score; packing, by contrast, needs the best node every time.
+/// Rules: `TopK` and `TopKFraction` rank by total (ties: the caller's node, then node order)
+/// and pick uniformly among the first `k = max(1, ⌊alive × fraction⌋)`; `Best` picks uniformly among the nodes
+/// whose total equals the best total. Both draw from the seeded RNG, so the same inputs give
+/// the same pick, and the caller's node wins when it ties for best.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pick {
+    /// Random among the best `k`, with the scheduler's `top_k_fraction`.
+    #[default]
+    TopK,
+    /// Random among the best `k`, with the profile's own fraction of alive nodes, (0, 1].
+    TopKFraction(Quantity),
+    /// A node with the best total; ties at random.
+    Best,
 }
 
 /// One scorer of a profile and its weight.
@@ -72,6 +111,34 @@ pub enum ScorerSpec {
         /// Each scarce resource (exact names) and its weight, `sra.retention.<name>`.
         scarce: ResourceRules<u32>,
     },
+    /// [`BestFit`]: the least free left after placing, over the listed resources.
+    BestFit {
+        /// The scorer's weight, `bestFit.weight`.
+        weight: u32,
+        /// Each resource counted (exact names) and its weight, `bestFit.resources`.
+        resources: ResourceRules<u32>,
+    },
+    /// [`Fragmentation`]: the least growth of expected GPU fragmentation (`fragmentation`) or
+    /// of lost capacity (`capacity`).
+    Fragmentation {
+        /// The scorer's weight, `fragmentation.weight` or `capacity.weight`.
+        weight: u32,
+        /// The workload's typical shapes, `….shapes`.
+        shapes: Shapes,
+        /// What grows.
+        measure: Measure,
+    },
+}
+
+/// Where the fragmentation scorer's typical shapes come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Shapes {
+    /// Supplied by whoever runs the scheduler, from the demand it observes
+    /// ([`Profile::set_observed_shapes`]); until then the scorer has none and ranks every node
+    /// alike.
+    Observed,
+    /// Given in the profile.
+    Given(Vec<Shape>),
 }
 
 /// One extra filter of a profile.
@@ -117,11 +184,35 @@ pub const BYTES_PER_GB: i64 = 1_000_000_000;
 
 impl Default for Profile {
     fn default() -> Self {
-        Profile { scorers: vec![ScorerSpec::Hybrid { weight: 1 }], filters: Vec::new() }
+        Profile {
+            scorers: vec![ScorerSpec::Hybrid { weight: 1 }],
+            filters: Vec::new(),
+            pick: Pick::TopK,
+        }
     }
 }
 
 impl Profile {
+    /// A profile of `scorers` alone: no extra filter, the default pick.
+    pub fn of_scorers(scorers: Vec<ScorerSpec>) -> Profile {
+        Profile { scorers, filters: Vec::new(), pick: Pick::TopK }
+    }
+
+    /// Gives every fragmentation scorer whose shapes are [`Shapes::Observed`] these shapes
+    /// (the simulator's from the trace, the head's from the demand it sees).
+    pub fn set_observed_shapes(&mut self, observed: &[Shape]) {
+        for spec in &mut self.scorers {
+            if let ScorerSpec::Fragmentation { shapes: shapes @ Shapes::Observed, .. } = spec {
+                *shapes = Shapes::Given(observed.to_vec());
+            }
+        }
+    }
+
+    /// True when some scorer reads [`Prepared::largest_total`](super::stage::Prepared).
+    pub fn needs_largest_total(&self) -> bool {
+        self.scorers.iter().any(|spec| matches!(spec, ScorerSpec::BestFit { .. }))
+    }
+
     /// Filters the profile adds to the standard ones (the runner orders static before dynamic).
     pub fn filters(&self) -> Vec<Box<dyn Filter>> {
         self.filters
@@ -153,6 +244,22 @@ impl Profile {
                 },
                 ScorerSpec::Retention { weight, scarce } => {
                     Weighted { scorer: Box::new(Retention::new(scarce.clone())), weight: *weight }
+                }
+                ScorerSpec::BestFit { weight, resources } => {
+                    Weighted { scorer: Box::new(BestFit::new(resources.clone())), weight: *weight }
+                }
+                ScorerSpec::Fragmentation { weight, shapes, measure } => {
+                    let table = match shapes {
+                        Shapes::Observed => ShapeTable::default(),
+                        Shapes::Given(shapes) => ShapeTable::new(shapes),
+                    };
+                    Weighted {
+                        scorer: Box::new(Fragmentation {
+                            shapes: Arc::new(table),
+                            measure: *measure,
+                        }),
+                        weight: *weight,
+                    }
                 }
             })
             .collect()
@@ -248,6 +355,7 @@ mod tests {
         let profile = Profile::default();
         assert_eq!(profile.scorers, [ScorerSpec::Hybrid { weight: 1 }]);
         assert!(profile.filters().is_empty());
+        assert_eq!(profile.pick, Pick::TopK);
         let scorers = profile.scorers(&SchedulerConfig::default());
         assert_eq!(scorers.len(), 1);
         assert_eq!(scorers[0].scorer.name(), "hybrid_utilization");

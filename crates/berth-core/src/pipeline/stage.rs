@@ -11,6 +11,7 @@ use crate::diagnosis::Reason;
 use crate::node::Node;
 use crate::nodeset::NodeSet;
 use crate::request::Request;
+use crate::resource::ResourceSet;
 
 /// What every stage may read during one decision.
 #[derive(Clone, Copy)]
@@ -28,6 +29,10 @@ pub struct DecisionContext<'a> {
 pub struct Prepared {
     /// For each soft actor affinity expression, in order, the nodes that satisfy it.
     pub soft_affinity: Vec<NodeSet>,
+    /// The largest total of each resource among the alive nodes, when a scorer of the profile
+    /// reads it ([`best_fit`](super::profile::best_fit) scales leftovers by it); `None` when
+    /// none does, or outside a ranking attempt.
+    pub largest_total: Option<ResourceSet>,
 }
 
 /// A filter's answer for one node.

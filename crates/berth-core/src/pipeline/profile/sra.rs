@@ -176,7 +176,7 @@ pub fn kept_short(
 mod tests {
     use super::*;
     use crate::diagnosis::ReasonKind;
-    use crate::pipeline::profile::{FilterSpec, Profile, ScorerSpec};
+    use crate::pipeline::profile::{FilterSpec, Pick, Profile, ScorerSpec};
     use crate::pipeline::stage::{DecisionContext, Prepared};
     use crate::pipeline::{Decision, Scheduler, SchedulerConfig};
     use crate::request::Strategy;
@@ -215,6 +215,7 @@ mod tests {
                 scarce: rules(&[("nvidia.com/t4", 1), ("nvidia.com/a10", 1)]),
             }],
             filters: Vec::new(),
+            pick: Pick::TopK,
         }
     }
 
@@ -327,6 +328,7 @@ mod tests {
             filters: vec![FilterSpec::Proportional {
                 primaries: rules(&[("nvidia.com/gpu", gpu), ("nvidia.com/v100-sxm2-16gb", v100)]),
             }],
+            pick: Pick::TopK,
         }
     }
 

@@ -95,7 +95,7 @@ pub fn resource_score(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::profile::{Profile, ScorerSpec};
+    use crate::pipeline::profile::{Pick, Profile, ScorerSpec};
     use crate::pipeline::stage::Prepared;
     use crate::pipeline::{Decision, Scheduler, SchedulerConfig};
     use crate::request::Strategy;
@@ -219,6 +219,7 @@ mod tests {
                 resources: gpu_pack_cpu_spread(2, 1),
             }],
             filters: Vec::new(),
+            pick: Pick::TopK,
         };
         let config = SchedulerConfig { profile, ..SchedulerConfig::default() };
         let req = request(c, ask, Strategy::Default);
@@ -264,6 +265,7 @@ mod tests {
                 resources: gpu_pack_cpu_spread(2, 1),
             }],
             filters: Vec::new(),
+            pick: Pick::TopK,
         };
         let config = SchedulerConfig { profile, ..SchedulerConfig::default() };
         let req = request(&mut c, "nvidia.com/gpu=1,CPU=2", Strategy::Default);

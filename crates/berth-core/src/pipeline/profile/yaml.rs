@@ -222,7 +222,14 @@ impl<'de> Deserialize<'de> for KeyText {
 // Flattening: both forms become dotted keys.
 
 /// The maps whose keys are joined to theirs with a dot: `sra: {policy: x}` is `sra.policy: x`.
-const SECTIONS: [&str; 3] = ["sra", "sra.retention", "sra.proportional"];
+const SECTIONS: [&str; 6] = [
+    "sra",
+    "sra.retention",
+    "sra.proportional",
+    scorers::BEST_FIT,
+    scorers::FRAGMENTATION,
+    scorers::CAPACITY,
+];
 
 /// One setting: its dotted key, where the key was written, and its value.
 struct Leaf<'a> {
@@ -245,6 +252,10 @@ fn flatten<'a>(
                 let rule = format!("expected a map, found {}", value.value.describe());
                 return Err(error(path, rule, Some(value.referenced)));
             };
+            // A scorer's section turns the scorer on even when empty (`bestFit: {}`).
+            if scorers::SCORER_SECTIONS.contains(&path.as_str()) {
+                out.push(Leaf { key: path.clone(), at: key.referenced, value });
+            }
             flatten(&path, inner, out)?;
             continue;
         }
@@ -278,6 +289,8 @@ struct Settings<'a> {
     retention: Vec<(String, u32, &'a Leaf<'a>)>,
     /// `sra.proportional.<name>.<cpu|memory>`: (name, secondary, amount, the setting).
     proportional: Vec<(String, Secondary, Quantity, &'a Leaf<'a>)>,
+    /// `bestFit`, `fragmentation`, `pick` and `topKFraction`.
+    more: scorers::MoreSettings<'a>,
 }
 
 /// Which SRA policies are on.
@@ -294,8 +307,9 @@ enum Secondary {
     Memory,
 }
 
-const TOP_LEVEL_KEYS: &str = "hybridWeight, resourceStrategyFitWeight, resources and sra \
-                              (nested, or as flat keys such as sra.policy)";
+const TOP_LEVEL_KEYS: &str = "hybridWeight, resourceStrategyFitWeight, resources, sra \
+                              (nested, or as flat keys such as sra.policy), bestFit, \
+                              fragmentation, capacity, pick and topKFraction";
 
 impl<'a> Settings<'a> {
     fn read(leaves: &'a [Leaf<'a>]) -> Result<Settings<'a>, ProfileError> {
@@ -311,6 +325,7 @@ impl<'a> Settings<'a> {
                 "sra.policy" => settings.policy = Some((policies(leaf)?, leaf)),
                 "sra.resources" => settings.sra_resources = Some((scarce_names(leaf)?, leaf)),
                 "sra.retention.weight" => settings.retention_weight = Some((weight(leaf)?, leaf)),
+                _ if settings.more.read(leaf)? => {}
                 _ => {
                     if let Some(name) = key.strip_prefix("sra.retention.") {
                         let name = key_resource_name(name, leaf, false)?;
@@ -338,7 +353,7 @@ impl<'a> Settings<'a> {
 
     /// Checks how the settings go together and builds the profile.
     fn into_profile(self) -> Result<Profile, ProfileError> {
-        let mut profile = Profile { scorers: Vec::new(), filters: Vec::new() };
+        let mut profile = Profile::of_scorers(Vec::new());
         if let Some(weight) = self.hybrid_weight {
             profile.scorers.push(ScorerSpec::Hybrid { weight });
         }
@@ -360,6 +375,7 @@ impl<'a> Settings<'a> {
             }
         }
         self.sra(&mut profile)?;
+        self.more.apply(&mut profile)?;
         if profile.scorers.is_empty() && profile.filters.is_empty() {
             return Err(error(
                 "",
@@ -737,5 +753,6 @@ fn key_resource_name(
     resource_name(written, wildcard).map_err(|rule| leaf_error(leaf, rule))
 }
 
+mod scorers;
 #[cfg(test)]
 mod tests;

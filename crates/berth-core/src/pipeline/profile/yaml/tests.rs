@@ -3,6 +3,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::pipeline::profile::Pick;
 use crate::pipeline::profile::StrategyKind::{LeastAllocated, MostAllocated};
 
 fn q(text: &str) -> Quantity {
@@ -107,10 +108,11 @@ fn seed_profiles_load() {
             ScorerSpec::Retention { weight: 10, scarce: rules(&[("nvidia.com/gpu", 1)]) },
         ],
         filters: Vec::new(),
+        pick: Pick::TopK,
     };
     // (profile file, expected profile)
     let cases = [
-        (SEED_STRATEGY_FIT, Profile { scorers: vec![seed_strategy_fit()], filters: Vec::new() }),
+        (SEED_STRATEGY_FIT, Profile::of_scorers(vec![seed_strategy_fit()])),
         (
             SEED_RETENTION,
             Profile {
@@ -119,6 +121,7 @@ fn seed_profiles_load() {
                     scarce: rules(&[("nvidia.com/t4", 1), ("nvidia.com/a10", 1)]),
                 }],
                 filters: Vec::new(),
+                pick: Pick::TopK,
             },
         ),
         (
@@ -131,6 +134,7 @@ fn seed_profiles_load() {
                         ("nvidia.com/v100-sxm2-16gb", v100),
                     ]),
                 }],
+                pick: Pick::TopK,
             },
         ),
         (SEED_AI_SCENARIO, ai.clone()),
@@ -452,7 +456,7 @@ impl Generated {
             });
             filters.push(FilterSpec::Proportional { primaries: ResourceRules::new(primaries) });
         }
-        Profile { scorers, filters }
+        Profile { scorers, filters, pick: Pick::TopK }
     }
 }
 
@@ -623,4 +627,179 @@ fn duplicate_keys_are_rejected_by_the_parser() {
     let err = Profile::from_yaml("hybridWeight: 1\nhybridWeight: 2\n").unwrap_err();
     assert!(err.rule.to_lowercase().contains("duplicate"), "{err}");
     assert_eq!(err.location.map(|l| l.0), Some(2));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The placement-quality keys: bestFit, fragmentation, capacity, pick, topKFraction.
+
+#[test]
+fn placement_quality_keys_load() {
+    use crate::pipeline::profile::fragmentation::Shape;
+    use crate::pipeline::profile::{Measure, Shapes};
+    let profile = load(
+        "\
+bestFit:
+  weight: 2
+  resources: {cpu: 1, GPU: 3}
+fragmentation:
+  weight: 30
+  shapes:
+    - {cpu: 8, gpu: 0.5, weight: 30}
+    - {cpu: 4, gpu: 2, accelerators: V100M32|V100M16|V100M32}
+    - {cpu: 2}
+capacity: {}
+pick: best
+",
+    );
+    let shapes = vec![
+        Shape { cpu: q("8"), gpu: q("0.5"), accelerators: Vec::new(), weight: 30 },
+        Shape {
+            cpu: q("4"),
+            gpu: q("2"),
+            accelerators: vec!["V100M16".to_string(), "V100M32".to_string()],
+            weight: 1,
+        },
+        Shape { cpu: q("2"), gpu: Quantity::ZERO, accelerators: Vec::new(), weight: 1 },
+    ];
+    assert_eq!(
+        profile,
+        Profile {
+            scorers: vec![
+                ScorerSpec::BestFit { weight: 2, resources: rules(&[("CPU", 1), ("GPU", 3)]) },
+                ScorerSpec::Fragmentation {
+                    weight: 30,
+                    shapes: Shapes::Given(shapes),
+                    measure: Measure::Fragment,
+                },
+                ScorerSpec::Fragmentation {
+                    weight: 1,
+                    shapes: Shapes::Observed,
+                    measure: Measure::LostCapacity,
+                },
+            ],
+            filters: Vec::new(),
+            pick: Pick::Best,
+        }
+    );
+    // Flat keys, defaults: bestFit counts CPU and GPU alike; shapes are observed.
+    let flat = load("bestFit.weight: 1\nfragmentation.shapes: observed\ntopKFraction: 0.05\n");
+    assert_eq!(
+        flat.scorers,
+        [
+            ScorerSpec::BestFit { weight: 1, resources: rules(&[("CPU", 1), ("GPU", 1)]) },
+            ScorerSpec::Fragmentation {
+                weight: 1,
+                shapes: Shapes::Observed,
+                measure: Measure::Fragment,
+            },
+        ]
+    );
+    assert_eq!(flat.pick, Pick::TopKFraction(q("0.05")));
+    assert_eq!(load("hybridWeight: 1\npick: top-k\n").pick, Pick::TopK);
+    // The example profiles load.
+    for text in [
+        include_str!("../../../../../../examples/profile-best-fit.yaml"),
+        include_str!("../../../../../../examples/profile-most-allocated-gpu.yaml"),
+        include_str!("../../../../../../examples/profile-fragmentation.yaml"),
+    ] {
+        assert_eq!(load(text).pick, Pick::Best, "{text}");
+    }
+}
+
+#[test]
+fn invalid_placement_quality_keys_name_the_key_and_the_rule() {
+    // (file, key, words of the rule, line)
+    let cases: &[(&str, &str, &str, Option<u64>)] = &[
+        ("bestFit: 1\n", "bestFit", "expected a map", Some(1)),
+        ("bestFit: {wieght: 1}\n", "bestFit.wieght", "bestFit takes weight and resources", Some(1)),
+        ("bestFit: {resources: {CPU: 0}}\n", "bestFit.resources", "add up to 0", Some(1)),
+        ("bestFit: {resources: {}}\n", "bestFit.resources", "lists no resource", Some(1)),
+        (
+            "bestFit: {resources: [CPU]}\n",
+            "bestFit.resources",
+            "expected a map of resource name",
+            Some(1),
+        ),
+        (
+            "bestFit: {resources: {cpu: 1, CPU: 2}}\n",
+            "bestFit.resources.CPU",
+            "names CPU a second time",
+            Some(1),
+        ),
+        (
+            "bestFit: {resources: {\"g/*\": 1}}\n",
+            "bestFit.resources.g/*",
+            "wildcards are allowed only under resources",
+            Some(1),
+        ),
+        (
+            "fragmentation: {shapes: all}\n",
+            "fragmentation.shapes",
+            "expected `observed` or a list of shapes",
+            Some(1),
+        ),
+        ("fragmentation: {shapes: []}\n", "fragmentation.shapes", "lists no shape", Some(1)),
+        (
+            "fragmentation:\n  shapes:\n    - {gpu: 1.5}\n",
+            "fragmentation.shapes[0].gpu",
+            "a share of one GPU (below 1) or a whole number",
+            Some(3),
+        ),
+        (
+            "fragmentation:\n  shapes:\n    - {cpu: -1}\n",
+            "fragmentation.shapes[0].cpu",
+            "",
+            Some(3),
+        ),
+        (
+            "fragmentation:\n  shapes:\n    - {gpus: 1}\n",
+            "fragmentation.shapes[0].gpus",
+            "a shape takes cpu, gpu, accelerators and weight",
+            Some(3),
+        ),
+        (
+            "fragmentation:\n  shapes:\n    - {gpu: 1, accelerators: \"A||B\"}\n",
+            "fragmentation.shapes[0].accelerators",
+            "empty accelerator type",
+            Some(3),
+        ),
+        (
+            "fragmentation:\n  shapes:\n    - {gpu: 1, accelerators: [\"a b\"]}\n",
+            "fragmentation.shapes[0].accelerators",
+            "\"a b\" is invalid",
+            Some(3),
+        ),
+        (
+            "fragmentation:\n  shapes:\n    - 3\n",
+            "fragmentation.shapes[0]",
+            "expected a shape such as",
+            Some(3),
+        ),
+        (
+            "capacity: {measure: fgd}\n",
+            "capacity.measure",
+            "capacity takes weight and shapes",
+            Some(1),
+        ),
+        ("capacity.weight: -1\n", "capacity.weight", "is negative", Some(1)),
+        ("hybridWeight: 1\npick: first\n", "pick", "unknown pick \"first\"", Some(2)),
+        ("hybridWeight: 1\ntopKFraction: 0\n", "topKFraction", "out of range", Some(2)),
+        ("hybridWeight: 1\ntopKFraction: 1.5\n", "topKFraction", "out of range", Some(2)),
+        (
+            "hybridWeight: 1\npick: best\ntopKFraction: 0.5\n",
+            "topKFraction",
+            "pick is best",
+            Some(3),
+        ),
+        ("pick: best\n", "", "configures nothing", None),
+    ];
+    for (text, key, rule, line) in cases {
+        let err = match Profile::from_yaml(text) {
+            Err(err) => err,
+            Ok(profile) => panic!("{text:?} loaded: {profile:?}"),
+        };
+        assert_eq!(err.key, *key, "{text:?}: {err}");
+        assert!(err.rule.contains(rule), "{text:?}: {err}");
+        assert_eq!(err.location.map(|l| l.0), *line, "{text:?}: {err}");
+    }
 }

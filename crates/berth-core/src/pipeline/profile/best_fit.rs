@@ -1,0 +1,193 @@
+//! BestFit: the node that is left with the least free after placing, the bin-packing baseline
+//! of the FGD paper (Weng et al., USENIX ATC '23) and its simulator.
+//!
+//! Assumptions: filling nodes as tightly as possible keeps large holes free elsewhere for
+//! large requests. Leftovers are compared in absolute amounts, so that one free GPU counts the
+//! same on a 2-GPU node and on an 8-GPU node.
+//!
+//! Rules: the profile lists resources (exact names) with weights (`bestFit.resources`). For
+//! each listed resource `r` with weight `wᵣ`, the leftover is `free − asked` on the node (0 on a
+//! node without `r`), divided by `scaleᵣ`, the largest total of `r` among the alive nodes (the
+//! runner computes it once per attempt; a scorer run on its own uses the node's total). The raw
+//! score is `⌊100 × (1 − Σ wᵣ × leftoverᵣ / scaleᵣ / Σ wᵣ)⌋`, with `Σ wᵣ` over every listed
+//! resource: a resource the node lacks counts as nothing left over. Each quotient is truncated
+//! to a millionth before it is weighted, so the score is an exact function of the ledger.
+//! Resources the request asks for but the profile does not list do not count, and neither do
+//! listed resources the request does not ask for (those still count their leftover: a CPU-only
+//! request prefers the node with fewer free GPUs, as the simulator's does).
+//!
+//! Behaviour: the fullest node that can take the request wins; an empty cluster ties everywhere
+//! and the pick decides.
+
+use super::super::stage::{DecisionContext, Score, Scorer};
+use super::ResourceRules;
+use crate::cluster::Cluster;
+use crate::node::Node;
+use crate::resource::ResourceSet;
+
+/// Resolution of each scaled leftover: a millionth.
+const PARTS: i128 = 1_000_000;
+
+/// The BestFit scorer. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct BestFit {
+    resources: ResourceRules<u32>,
+    /// `Σ wᵣ` over every listed resource.
+    weight_sum: u64,
+}
+
+impl BestFit {
+    /// A scorer of the listed resources and their weights (exact names).
+    pub fn new(resources: ResourceRules<u32>) -> BestFit {
+        let weight_sum = resources.iter().map(|(_, w)| u64::from(*w)).sum();
+        BestFit { resources, weight_sum }
+    }
+}
+
+impl Scorer for BestFit {
+    fn name(&self) -> &'static str {
+        "best_fit"
+    }
+
+    fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
+        if self.weight_sum == 0 {
+            return Score::MAX;
+        }
+        let registry = cx.cluster.registry();
+        let largest = cx.prepared.largest_total.as_ref();
+        let mut weighted: i128 = 0;
+        for (resource, total) in node.total().iter() {
+            let Some(&weight) = self.resources.get(registry.name(resource)) else {
+                continue;
+            };
+            let free = i128::from(node.available().get(resource).units());
+            let asked = i128::from(cx.request.resources().get(resource).units());
+            let scale = largest.map_or(total, |l| l.get(resource).max(total));
+            let leftover = (free - asked).max(0);
+            weighted += i128::from(weight) * (leftover * PARTS / i128::from(scale.units()));
+        }
+        let whole = i128::from(self.weight_sum) * PARTS;
+        let kept = (whole - weighted).max(0);
+        Score::new((kept * 100 / whole) as u32)
+    }
+}
+
+/// The largest total of each resource among the alive nodes.
+pub fn largest_totals(cluster: &Cluster) -> ResourceSet {
+    let mut largest = ResourceSet::new();
+    for index in cluster.alive().iter() {
+        let Some(node) = cluster.node(index) else { continue };
+        for (resource, total) in node.total().iter() {
+            if total > largest.get(resource) {
+                largest.set(resource, total);
+            }
+        }
+    }
+    largest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::profile::{Pick, Profile, ScorerSpec};
+    use crate::pipeline::stage::Prepared;
+    use crate::pipeline::{Decision, Scheduler, SchedulerConfig};
+    use crate::request::Strategy;
+    use crate::testutil::{cluster, index, request, resources};
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    fn cpu_gpu() -> ResourceRules<u32> {
+        ResourceRules::new([("CPU".to_string(), 1), ("GPU".to_string(), 1)])
+    }
+
+    /// Three nodes: big (64 CPU, 8 GPU) with 48 CPU and 6 GPU used, small (16 CPU, 2 GPU)
+    /// empty, cpu (32 CPU) with 8 used.
+    fn three_nodes() -> Cluster {
+        let mut c =
+            cluster(&[("big", "CPU=64,GPU=8"), ("small", "CPU=16,GPU=2"), ("cpu", "CPU=32")]);
+        for (node, used) in [("big", "CPU=48,GPU=6"), ("cpu", "CPU=8")] {
+            let set = resources(c.registry_mut(), used);
+            c.reserve(index(&c, node), &set).unwrap();
+        }
+        c
+    }
+
+    fn scores(c: &mut Cluster, ask: &str, prepared: &Prepared) -> Vec<u32> {
+        let req = request(c, ask, Strategy::Default);
+        let scorer = BestFit::new(cpu_gpu());
+        let cx = DecisionContext { cluster: c, request: &req, prepared };
+        c.nodes().map(|(_, node)| scorer.score(&cx, node).get()).collect()
+    }
+
+    #[test]
+    fn leftovers_are_scaled_by_the_largest_totals() {
+        let mut c = three_nodes();
+        let largest = largest_totals(&c);
+        assert_eq!(largest.display(c.registry()).to_string(), "{CPU: 64, GPU: 8}");
+        let prepared = Prepared { largest_total: Some(largest), ..Prepared::default() };
+        // 4 CPU + 1 GPU. big: CPU (16−4)/64 = 0.1875, GPU (2−1)/8 = 0.125; mean 0.15625 → 84.
+        // small: CPU (16−4)/64 = 0.1875, GPU (2−1)/8 = 0.125 → 84: the same leftovers.
+        // cpu: CPU (24−4)/64 = 0.3125, no GPU (leftover 0): mean 0.15625 → 84.
+        assert_eq!(scores(&mut c, "CPU=4,GPU=1", &prepared), [84, 84, 84]);
+        // 8 CPU + 2 GPU. big: CPU 8/64 = 0.125, GPU 0 → 0.0625 → 93; small: CPU 8/64, GPU 0
+        // → 93; cpu: CPU 16/64 = 0.25 → 0.125 → 87.
+        assert_eq!(scores(&mut c, "CPU=8,GPU=2", &prepared), [93, 93, 87]);
+        // CPU only: free GPUs still count. big: CPU 14/64 = 0.21875, GPU 2/8 = 0.25 → 0.234375
+        // → 76; small: CPU 14/64, GPU 2/8 → 76; cpu: CPU 22/64 = 0.34375 → 0.171875 → 82.
+        assert_eq!(scores(&mut c, "CPU=2", &prepared), [76, 76, 82]);
+    }
+
+    #[test]
+    fn alone_it_scales_by_the_nodes_own_totals() {
+        let mut c = three_nodes();
+        // big: CPU 12/64 = 0.1875, GPU 1/8 = 0.125 → 84. small: CPU 12/16 = 0.75, GPU 1/2 =
+        // 0.5 → 0.625 → 37. cpu: CPU 20/32 = 0.625 → 0.3125 → 68.
+        assert_eq!(scores(&mut c, "CPU=4,GPU=1", &Prepared::default()), [84, 37, 68]);
+    }
+
+    #[test]
+    fn no_weight_scores_every_node_alike() {
+        let mut c = three_nodes();
+        let req = request(&mut c, "CPU=1", Strategy::Default);
+        let scorer = BestFit::new(ResourceRules::new([("CPU".to_string(), 0)]));
+        let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
+        let got: Vec<u32> = c.nodes().map(|(_, n)| scorer.score(&cx, n).get()).collect();
+        assert_eq!(got, [100, 100, 100]);
+    }
+
+    #[test]
+    fn the_pipeline_packs_onto_the_fullest_node_with_pick_best() {
+        // Four equal GPU nodes; one is half full. BestFit with `pick: best` puts every GPU
+        // request on the fullest node that can take it, whatever the seed.
+        let profile = Profile {
+            pick: Pick::Best,
+            ..Profile::of_scorers(vec![ScorerSpec::BestFit { weight: 1, resources: cpu_gpu() }])
+        };
+        assert!(profile.needs_largest_total());
+        for seed in 0..8 {
+            let mut c = cluster(&[
+                ("a", "CPU=16,GPU=4"),
+                ("b", "CPU=16,GPU=4"),
+                ("c", "CPU=16,GPU=4"),
+                ("d", "CPU=16,GPU=4"),
+            ]);
+            let set = resources(c.registry_mut(), "CPU=8,GPU=2");
+            c.reserve(index(&c, "c"), &set).unwrap();
+            let config = SchedulerConfig { profile: profile.clone(), ..Default::default() };
+            let mut scheduler = Scheduler::new(config);
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut placed = Vec::new();
+            for _ in 0..3 {
+                let req = request(&mut c, "CPU=2,GPU=1", Strategy::Default);
+                match scheduler.place(&mut c, &req, &mut rng) {
+                    Decision::Placed(a) => placed.push(c.node(a.node()).unwrap().id().to_string()),
+                    other => panic!("{other:?}"),
+                }
+            }
+            // c fills up (2 GPUs left), then the third goes to one of the empty nodes.
+            assert_eq!(placed[..2], ["c", "c"], "seed {seed}");
+            assert_ne!(placed[2], "c", "seed {seed}");
+        }
+    }
+}

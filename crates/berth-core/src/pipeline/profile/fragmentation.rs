@@ -1,0 +1,382 @@
+//! Fragmentation: place where the expected GPU fragmentation grows least, after
+//! Fragmentation Gradient Descent (FGD, Weng et al., "Beware of Fragmentation", USENIX ATC '23).
+//!
+//! ## The measure
+//!
+//! Assumptions: a GPU that is free is wasted if the work that comes cannot use it. What comes is
+//! described by the workload's *typical shapes*: CPUs, GPUs (a share of one GPU, or whole GPUs)
+//! and the accelerator types it accepts, each with how often it comes (its weight).
+//!
+//! Rules: the *fragment* of a node for a shape `m` is
+//! - all of the node's idle GPU capacity when `m` cannot be placed there: it asks for no GPU,
+//!   it does not accept the node's accelerator type (`berth.io/accelerator-type`), the node
+//!   has less free CPU than it asks, or fewer GPUs with enough free than it needs (one GPU with
+//!   the share free, or that many wholly free GPUs);
+//! - otherwise, the idle capacity of the GPUs that have less free than `m` needs per GPU (its
+//!   share, or a whole GPU).
+//!
+//! A node's fragment is `Σₘ weightₘ × fragmentₘ / Σₘ weightₘ`, in GPUs; the cluster's is the sum
+//! over nodes ([`ShapeTable::node_fragment`] gives it exactly, as an integer scaled by the weight
+//! sum and the 0.0001 resolution). Memory does not count, as in the paper.
+//!
+//! ## The scorer
+//!
+//! Rules: for a node that passed the filters, `before` is its fragment now and `after` its
+//! fragment once the request is placed as the ledger would place it (a share on the GPU with the
+//! least free that fits it, lowest ID on ties; whole GPUs on wholly free ones). Placing `g`
+//! GPUs can lower the fragment by at most `g`, so the *excess* `e = after − before + g` is never
+//! negative, and it is 0 exactly when every GPU the request takes was fragment for every shape.
+//! The raw score is `⌊100 / (1 + e)⌋` (exact: `⌊100 × D / (D + e × D)⌋` with `D` the weight sum
+//! times 10000): 100 for no excess, 50 for one GPU's worth, 1 point per 0.01 GPU near the top,
+//! where the choice is made. Ranking by `e` is ranking by `after − before` (FGD's gradient),
+//! since `g` is the same for every node of a decision. Without shapes the scorer does not apply
+//! (it is skipped and not listed).
+//!
+//! Behaviour: shares go to GPUs already split, where the rest is fragment anyway; whole-GPU
+//! work goes where it does not break a node that larger shapes could still use; CPU-only work
+//! goes to nodes whose GPUs are used up, or whose free CPU is not what GPU shapes need; and
+//! work that accepts any accelerator type keeps off the types that constrained shapes need,
+//! because their idle capacity is fragment for every other shape's count but not for theirs.
+//!
+//! Cost: per node, two evaluations of the measure, each one sort of the node's GPUs (a handful)
+//! and, per group of shapes with the same GPU need and accelerator types, a search in the
+//! sorted free amounts and one in the group's CPU steps. No allocation for nodes of up to 16
+//! GPUs, no hashing.
+
+use smallvec::SmallVec;
+
+use super::super::stage::{DecisionContext, Score, Scorer};
+use crate::labels::ACCELERATOR_TYPE;
+use crate::node::Node;
+use crate::quantity::{Quantity, UNITS_PER_WHOLE};
+use crate::resource::ResourceId;
+
+/// A typical request shape of the workload, and how often it comes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Shape {
+    /// CPUs asked.
+    pub cpu: Quantity,
+    /// GPUs asked: 0, a share of one GPU (below 1), or a whole number of GPUs.
+    pub gpu: Quantity,
+    /// The accelerator types it accepts, sorted and unique; empty: any.
+    pub accelerators: Vec<String>,
+    /// How often it comes, relative to the other shapes (a count, or a share in any unit).
+    pub weight: u32,
+}
+
+/// The shapes, grouped for evaluation. Built once per scheduler (or per replay), read-only.
+#[derive(Clone, Debug, Default)]
+pub struct ShapeTable {
+    /// Every accelerator type some shape names, in order of first appearance.
+    models: Vec<Box<str>>,
+    groups: Vec<Group>,
+    /// Weight of the shapes without GPUs: every idle GPU is fragment for them.
+    no_gpu_weight: u64,
+    /// Weight of every shape.
+    total_weight: u64,
+}
+
+/// Shapes with the same GPU need and accelerator types.
+#[derive(Clone, Debug)]
+struct Group {
+    /// Free units a GPU needs to serve the shape: its share, or a whole GPU.
+    need: i64,
+    /// GPUs needed with that much free.
+    count: usize,
+    /// Indices into `ShapeTable::models`; empty: any type.
+    models: SmallVec<[u16; 4]>,
+    /// `(cpu units, weight of the group's shapes asking at most that)`, ascending.
+    cpu_steps: Vec<(i64, u64)>,
+    /// `(cpu units, weight of the group's shapes asking exactly that)`, ascending.
+    cpu_weights: Vec<(i64, u64)>,
+    /// Weight of the group.
+    weight: u64,
+}
+
+/// A node's GPUs by free units, ascending, with running sums: `sums[i]` is the free of the
+/// first `i` GPUs.
+struct SortedFree {
+    free: SmallVec<[i64; 16]>,
+    sums: SmallVec<[i64; 17]>,
+}
+
+impl SortedFree {
+    fn new(mut free: SmallVec<[i64; 16]>) -> SortedFree {
+        free.sort_unstable();
+        let mut sums = SmallVec::with_capacity(free.len() + 1);
+        let mut sum = 0;
+        sums.push(0);
+        for &f in &free {
+            sum += f;
+            sums.push(sum);
+        }
+        SortedFree { free, sums }
+    }
+
+    fn idle(&self) -> i64 {
+        self.sums[self.free.len()]
+    }
+}
+
+impl ShapeTable {
+    /// The table of `shapes`; shapes of weight 0 are left out.
+    pub fn new(shapes: &[Shape]) -> ShapeTable {
+        let mut table = ShapeTable::default();
+        for shape in shapes.iter().filter(|s| s.weight > 0) {
+            let weight = u64::from(shape.weight);
+            table.total_weight += weight;
+            if shape.gpu.is_zero() {
+                table.no_gpu_weight += weight;
+                continue;
+            }
+            let (need, count) = if shape.gpu < Quantity::ONE {
+                (shape.gpu.units(), 1)
+            } else {
+                (UNITS_PER_WHOLE, shape.gpu.whole().max(1) as usize)
+            };
+            let mut models: SmallVec<[u16; 4]> =
+                shape.accelerators.iter().map(|m| table.model_index_or_insert(m)).collect();
+            models.sort_unstable();
+            models.dedup();
+            let group = match table
+                .groups
+                .iter_mut()
+                .find(|g| g.need == need && g.count == count && g.models == models)
+            {
+                Some(group) => group,
+                None => {
+                    table.groups.push(Group {
+                        need,
+                        count,
+                        models,
+                        cpu_steps: Vec::new(),
+                        cpu_weights: Vec::new(),
+                        weight: 0,
+                    });
+                    table.groups.last_mut().expect("just pushed")
+                }
+            };
+            group.weight += weight;
+            // Weights per CPU amount for now; made cumulative below.
+            group.cpu_steps.push((shape.cpu.units(), weight));
+        }
+        for group in &mut table.groups {
+            group.cpu_steps.sort_unstable();
+            let mut merged: Vec<(i64, u64)> = Vec::with_capacity(group.cpu_steps.len());
+            for &(cpu, weight) in &group.cpu_steps {
+                match merged.last_mut() {
+                    Some(last) if last.0 == cpu => last.1 += weight,
+                    _ => merged.push((cpu, merged.last().map_or(0, |l| l.1) + weight)),
+                }
+            }
+            group.cpu_weights = merged
+                .iter()
+                .scan(0, |below, &(cpu, cumulative)| {
+                    let weight = cumulative - *below;
+                    *below = cumulative;
+                    Some((cpu, weight))
+                })
+                .collect();
+            group.cpu_steps = merged;
+        }
+        table
+    }
+
+    fn model_index_or_insert(&mut self, model: &str) -> u16 {
+        match self.models.iter().position(|m| &**m == model) {
+            Some(i) => i as u16,
+            None => {
+                self.models.push(model.into());
+                (self.models.len() - 1) as u16
+            }
+        }
+    }
+
+    /// True when there is no shape of positive weight.
+    pub fn is_empty(&self) -> bool {
+        self.total_weight == 0
+    }
+
+    /// The sum of the shapes' weights: [`ShapeTable::node_fragment`] is in GPUs × 10000 × this.
+    pub fn total_weight(&self) -> u64 {
+        self.total_weight
+    }
+
+    /// The node's fragment (see the module documentation) in units of 0.0001 GPU, times
+    /// [`ShapeTable::total_weight`]: exact, so that sums over nodes are exact too.
+    pub fn node_fragment(&self, node: &Node) -> u128 {
+        let free = SortedFree::new(gpu_free(node));
+        let cpu_free = node.available().get(ResourceId::CPU).units();
+        self.fragment(cpu_free, self.model_of(node), &free)
+    }
+
+    /// [`ShapeTable::node_fragment`] in GPUs (0 without shapes).
+    pub fn node_fragment_gpus(&self, node: &Node) -> f64 {
+        if self.is_empty() {
+            return 0.0;
+        }
+        self.node_fragment(node) as f64 / (self.total_weight as f64 * UNITS_PER_WHOLE as f64)
+    }
+
+    /// The index of the node's accelerator type among the shapes' types, if any names it.
+    fn model_of(&self, node: &Node) -> Option<u16> {
+        let model = node.labels().get(ACCELERATOR_TYPE)?;
+        self.models.iter().position(|m| &**m == model).map(|i| i as u16)
+    }
+
+    /// The measure of `measure` on a node's state.
+    fn measure(
+        &self,
+        measure: Measure,
+        cpu_free: i64,
+        model: Option<u16>,
+        free: &SortedFree,
+    ) -> u128 {
+        match measure {
+            Measure::Fragment => self.fragment(cpu_free, model, free),
+            Measure::LostCapacity => self.lost_capacity(cpu_free, model, free),
+        }
+    }
+
+    /// The lost-capacity measure: for each shape, the idle GPU that shape could not use if
+    /// only it came, placed again and again until the GPUs or the CPU run out.
+    fn lost_capacity(&self, cpu_free: i64, model: Option<u16>, free: &SortedFree) -> u128 {
+        let idle = free.idle().max(0);
+        let mut sum = idle as u128 * u128::from(self.no_gpu_weight);
+        for group in &self.groups {
+            let accessible =
+                group.models.is_empty() || model.is_some_and(|m| group.models.contains(&m));
+            if !accessible {
+                sum += idle as u128 * u128::from(group.weight);
+                continue;
+            }
+            // Placements the GPUs allow, and the GPU units each takes.
+            let (by_gpu, size) = if group.count == 1 && group.need < UNITS_PER_WHOLE {
+                (free.free.iter().map(|&f| f.max(0) / group.need).sum::<i64>(), group.need)
+            } else {
+                let whole = free.free.iter().filter(|&&f| f >= UNITS_PER_WHOLE).count();
+                ((whole / group.count) as i64, UNITS_PER_WHOLE * group.count as i64)
+            };
+            for &(cpu, weight) in &group.cpu_weights {
+                let by_cpu = if cpu <= 0 { i64::MAX } else { cpu_free.max(0) / cpu };
+                let lost = idle - by_gpu.min(by_cpu) * size;
+                sum += lost.max(0) as u128 * u128::from(weight);
+            }
+        }
+        sum
+    }
+
+    fn fragment(&self, cpu_free: i64, model: Option<u16>, free: &SortedFree) -> u128 {
+        let idle = free.idle().max(0) as u128;
+        let mut sum = idle * u128::from(self.no_gpu_weight);
+        for group in &self.groups {
+            let weight = u128::from(group.weight);
+            let accessible =
+                group.models.is_empty() || model.is_some_and(|m| group.models.contains(&m));
+            // GPUs with less free than the shape needs come first in the sorted list.
+            let short = free.free.partition_point(|&f| f < group.need);
+            if !accessible || free.free.len() - short < group.count {
+                sum += idle * weight;
+                continue;
+            }
+            let steps = &group.cpu_steps;
+            let fitting = steps.partition_point(|&(cpu, _)| cpu <= cpu_free);
+            let served = if fitting == 0 { 0 } else { u128::from(steps[fitting - 1].1) };
+            let partial = free.sums[short].max(0) as u128;
+            sum += partial * served + idle * (weight - served);
+        }
+        sum
+    }
+}
+
+/// Free units of each of the node's GPUs.
+fn gpu_free(node: &Node) -> SmallVec<[i64; 16]> {
+    node.pool(ResourceId::GPU)
+        .map(|pool| pool.free_per_instance().map(Quantity::units).collect())
+        .unwrap_or_default()
+}
+
+/// Takes `asked` units of GPU from `free` as the ledger would (see [`crate::instances`]);
+/// false when it does not fit.
+fn take(free: &mut [i64], asked: i64) -> bool {
+    if asked <= 0 {
+        return true;
+    }
+    if asked < UNITS_PER_WHOLE {
+        let tightest =
+            free.iter().enumerate().filter(|(_, &f)| f >= asked).min_by_key(|(i, &f)| (f, *i));
+        return match tightest {
+            Some((i, _)) => {
+                free[i] -= asked;
+                true
+            }
+            None => false,
+        };
+    }
+    let mut wanted = asked / UNITS_PER_WHOLE;
+    if free.iter().filter(|&&f| f == UNITS_PER_WHOLE).count() < wanted as usize {
+        return false;
+    }
+    for f in free.iter_mut().filter(|f| **f == UNITS_PER_WHOLE) {
+        if wanted == 0 {
+            break;
+        }
+        *f = 0;
+        wanted -= 1;
+    }
+    true
+}
+
+/// What the scorer measures the growth of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Measure {
+    /// The FGD paper's fragment (see the module documentation): scorer `fragmentation`.
+    Fragment,
+    /// Lost capacity: per shape, the idle GPU the shape could not use if only it came, placed
+    /// again and again until the node's GPUs or CPU run out: scorer `capacity`.
+    LostCapacity,
+}
+
+/// The fragmentation and capacity scorers. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct Fragmentation {
+    /// The typical shapes.
+    pub shapes: std::sync::Arc<ShapeTable>,
+    /// What it measures.
+    pub measure: Measure,
+}
+
+impl Scorer for Fragmentation {
+    fn name(&self) -> &'static str {
+        match self.measure {
+            Measure::Fragment => "fragmentation",
+            Measure::LostCapacity => "capacity",
+        }
+    }
+
+    fn applies(&self, _cx: &DecisionContext<'_>) -> bool {
+        !self.shapes.is_empty()
+    }
+
+    fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
+        let table = &*self.shapes;
+        let asked = cx.request.resources();
+        let asked_gpu = asked.get(ResourceId::GPU).units();
+        let cpu_free = node.available().get(ResourceId::CPU).units();
+        let model = table.model_of(node);
+        let mut free = gpu_free(node);
+        let before = table.measure(self.measure, cpu_free, model, &SortedFree::new(free.clone()));
+        if !take(&mut free, asked_gpu) {
+            return Score::MIN;
+        }
+        let cpu_after = cpu_free - asked.get(ResourceId::CPU).units();
+        let after = table.measure(self.measure, cpu_after, model, &SortedFree::new(free));
+        let whole = u128::from(table.total_weight) * UNITS_PER_WHOLE as u128;
+        let taken = asked_gpu.max(0) as u128 * u128::from(table.total_weight);
+        let excess = (after + taken).saturating_sub(before);
+        Score::new((100 * whole / (whole + excess)) as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests;

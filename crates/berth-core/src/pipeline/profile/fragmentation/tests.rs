@@ -1,0 +1,258 @@
+//! The measure and the scorer on hand-computed cases.
+
+use proptest::prelude::*;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::*;
+use crate::cluster::{Cluster, NodeSpec};
+use crate::labels::NodeFacts;
+use crate::node::NodeId;
+use crate::pipeline::profile::{Pick, Profile, ScorerSpec, Shapes};
+use crate::pipeline::stage::Prepared;
+use crate::pipeline::{Decision, Scheduler, SchedulerConfig};
+use crate::request::Strategy;
+use crate::resource::ResourceRegistry;
+use crate::testutil::{index, request, resources};
+
+fn q(text: &str) -> Quantity {
+    Quantity::parse(text).unwrap()
+}
+
+fn shape(cpu: &str, gpu: &str, accelerators: &[&str], weight: u32) -> Shape {
+    Shape {
+        cpu: q(cpu),
+        gpu: q(gpu),
+        accelerators: accelerators.iter().map(|a| a.to_string()).collect(),
+        weight,
+    }
+}
+
+/// A cluster of `(id, resources, accelerator type)`.
+fn typed_cluster(nodes: &[(&str, &str, &str)]) -> Cluster {
+    let mut c = Cluster::new(ResourceRegistry::default());
+    for (id, spec, model) in nodes {
+        let total = resources(c.registry_mut(), spec);
+        let mut node = NodeSpec::new(NodeId::new(id).unwrap(), total);
+        node.facts =
+            NodeFacts { accelerator_type: Some(model.to_string()), ..NodeFacts::default() };
+        c.add_node_with(node).unwrap();
+    }
+    c
+}
+
+fn reserve(c: &mut Cluster, node: &str, used: &str) {
+    let set = resources(c.registry_mut(), used);
+    c.reserve(index(c, node), &set).unwrap();
+}
+
+/// The five shapes of the hand-computed cases, 9 in weight.
+fn five_shapes() -> Vec<Shape> {
+    vec![
+        shape("4", "0.5", &[], 2),     // A: fits on a split GPU
+        shape("12", "0.5", &[], 1),    // B: asks more CPU than the node has free
+        shape("2", "1", &["V100"], 1), // C: another accelerator type
+        shape("2", "2", &[], 3),       // D: two whole GPUs
+        shape("1", "0", &[], 2),       // E: no GPU
+    ]
+}
+
+/// A T4 node with 16 CPU and 4 GPUs: GPU 0 half used, GPU 1 used, 6 CPU used.
+/// Free GPUs: [0.5, 0, 1, 1] (2.5 idle); free CPU 10.
+fn t4_node() -> Cluster {
+    let mut c = typed_cluster(&[("t4", "CPU=16,GPU=4", "T4")]);
+    reserve(&mut c, "t4", "GPU=0.5");
+    reserve(&mut c, "t4", "GPU=1");
+    reserve(&mut c, "t4", "CPU=6");
+    c
+}
+
+#[test]
+fn the_measure_by_hand() {
+    let c = t4_node();
+    let table = ShapeTable::new(&five_shapes());
+    assert_eq!(table.total_weight(), 9);
+    let node = c.node(index(&c, "t4")).unwrap();
+    // A: GPUs with less than 0.5 free: GPU 1 (0) → 0.        × 2 = 0
+    // B: 12 CPU > 10 free: all idle, 2.5.                   × 1 = 2.5
+    // C: V100 only: all idle, 2.5.                          × 1 = 2.5
+    // D: two whole GPUs free (2, 3); partial GPUs 0.5 + 0.  × 3 = 1.5
+    // E: no GPU: all idle, 2.5.                             × 2 = 5
+    // Σ = 11.5 GPU × weight, in units of 0.0001.
+    assert_eq!(table.node_fragment(node), 115_000);
+    assert!((table.node_fragment_gpus(node) - 11.5 / 9.0).abs() < 1e-12);
+}
+
+#[test]
+fn shapes_of_weight_zero_and_duplicates_group() {
+    let table = ShapeTable::new(&[
+        shape("4", "0.5", &["T4", "P100"], 1),
+        shape("2", "0.5", &["P100", "T4"], 2),
+        shape("8", "0.5", &["P100", "T4"], 0),
+        shape("4", "0.5", &["T4", "P100"], 3),
+    ]);
+    assert_eq!(table.total_weight(), 6);
+    assert_eq!(table.groups.len(), 1);
+    // CPU 2 → 2, CPU 4 → 2 + 1 + 3.
+    assert_eq!(table.groups[0].cpu_steps, [(q("2").units(), 2), (q("4").units(), 6)]);
+    assert!(ShapeTable::new(&[shape("1", "0", &[], 0)]).is_empty());
+}
+
+/// The scorer's raw score for `ask` on the only node of `c`.
+fn score(c: &mut Cluster, shapes: &[Shape], ask: &str) -> u32 {
+    let req = request(c, ask, Strategy::Default);
+    let scorer = Fragmentation {
+        shapes: std::sync::Arc::new(ShapeTable::new(shapes)),
+        measure: Measure::Fragment,
+    };
+    let cx = DecisionContext { cluster: c, request: &req, prepared: &Prepared::default() };
+    let (_, node) = c.nodes().next().unwrap();
+    scorer.score(&cx, node).get()
+}
+
+#[test]
+fn the_score_by_hand() {
+    let shapes = five_shapes();
+    // Before: 11.5 (above). Weight sum 9, so one GPU of excess is 9 in these units.
+    // (request, after, excess = after + g × 9 − 11.5, score = ⌊100 × 9 / (9 + excess)⌋)
+    let cases = [
+        // The share goes on GPU 0 (0.5 free, tightest): free [0, 0, 1, 1], CPU 9, idle 2.
+        // A 0, B 2, C 2, D 0 (partial GPUs hold nothing), E 2 × 2: after 8; excess 8 + 4.5
+        // − 11.5 = 1: 100 × 9 / 10 = 90.
+        ("CPU=1,GPU=0.5", 90),
+        // One whole GPU (GPU 2): free [0.5, 0, 0, 1], idle 1.5. A 0, B 1.5, C 1.5, D cannot
+        // (one whole GPU left) 3 × 1.5, E 2 × 1.5: after 10.5; excess 10.5 + 9 − 11.5 = 8:
+        // 100 × 9 / 17 = 52.9.
+        ("CPU=1,GPU=1", 52),
+        // CPU only, 8 of the 10 free: A now lacks CPU (2 × 2.5), B 2.5, C 2.5, D 1.5, E 5:
+        // after 16.5; excess 5: 100 × 9 / 14 = 64.3.
+        ("CPU=8", 64),
+        // CPU only, 1: nothing changes: excess 0.
+        ("CPU=1", 100),
+    ];
+    for (ask, expected) in cases {
+        let mut c = t4_node();
+        assert_eq!(score(&mut c, &shapes, ask), expected, "{ask}");
+    }
+}
+
+#[test]
+fn shares_go_to_split_gpus_and_unconstrained_work_keeps_off_rare_types() {
+    let profile = |shapes: Vec<Shape>| Profile {
+        pick: Pick::Best,
+        ..Profile::of_scorers(vec![ScorerSpec::Fragmentation {
+            weight: 1,
+            shapes: Shapes::Given(shapes),
+            measure: Measure::Fragment,
+        }])
+    };
+    let place = |c: &mut Cluster, profile: &Profile, ask: &str| -> String {
+        let config = SchedulerConfig { profile: profile.clone(), ..Default::default() };
+        let req = request(c, ask, Strategy::Default);
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        match Scheduler::new(config).place(c, &req, &mut rng) {
+            Decision::Placed(a) => c.node(a.node()).unwrap().id().to_string(),
+            other => panic!("{ask}: {other:?}"),
+        }
+    };
+
+    // "split" has GPU 0 half used; "fresh" is empty and listed first.
+    // split: [0.5, 1] → [0, 1]. Before: the 1-GPU shape sees 0.5 of fragment; after: none.
+    //        Excess 0 + 0.5 × 2 − 0.5 = 0.5 of weight 2 → 100 / 1.25 = 80.
+    // fresh: [1, 1] → [0.5, 1]. Before 0; after 0.5. Excess 0.5 + 1 = 1.5 → 100 / 1.75 = 57.
+    let shares = profile(vec![shape("1", "0.5", &[], 1), shape("1", "1", &[], 1)]);
+    let mut c = typed_cluster(&[("fresh", "CPU=8,GPU=2", "T4"), ("split", "CPU=8,GPU=2", "T4")]);
+    reserve(&mut c, "split", "GPU=0.5");
+    assert_eq!(place(&mut c, &shares, "CPU=1,GPU=0.5"), "split");
+
+    // Half the work needs V100; unconstrained work should leave the V100 node alone.
+    // t4: the V100 shape cannot use it, so all its idle is fragment: 2 before, 1 after; the
+    //     any-type shape sees no partial GPU either way. Excess 1 + 1 × 2 − 2 = 1 of weight 2
+    //     → 100 / 1.5 = 66.
+    // v100: both shapes can use it, nothing partial before or after: excess 0 + 2 − 0 = 2 →
+    //       100 / 2 = 50.
+    let rare = profile(vec![shape("1", "1", &["V100"], 1), shape("1", "1", &[], 1)]);
+    let mut c = typed_cluster(&[("v100", "CPU=8,GPU=2", "V100"), ("t4", "CPU=8,GPU=2", "T4")]);
+    assert_eq!(place(&mut c, &rare, "CPU=1,GPU=1"), "t4");
+}
+
+#[test]
+fn take_follows_the_ledger() {
+    /// Free units per GPU.
+    type Free<'a> = &'a [i64];
+    // (free, asked, after; None: does not fit)
+    let cases: [(Free, i64, Option<Free>); 6] = [
+        (&[10_000, 5_000, 7_000], 5_000, Some(&[10_000, 0, 7_000])),
+        (&[10_000, 7_000, 7_000], 5_000, Some(&[10_000, 2_000, 7_000])),
+        (&[4_000, 3_000], 5_000, None),
+        (&[10_000, 5_000, 10_000], 20_000, Some(&[0, 5_000, 0])),
+        (&[10_000, 5_000], 20_000, None),
+        (&[3_000], 0, Some(&[3_000])),
+    ];
+    for (free, asked, after) in cases {
+        let mut got = free.to_vec();
+        let fits = take(&mut got, asked);
+        match after {
+            Some(after) => assert_eq!((fits, got.as_slice()), (true, after), "{free:?} {asked}"),
+            None => assert_eq!((fits, got.as_slice()), (false, free), "{free:?} {asked}"),
+        }
+    }
+}
+
+#[test]
+fn without_shapes_the_scorer_does_not_apply() {
+    let mut c = t4_node();
+    let req = request(&mut c, "CPU=1", Strategy::Default);
+    let scorer = Fragmentation {
+        shapes: std::sync::Arc::new(ShapeTable::default()),
+        measure: Measure::Fragment,
+    };
+    let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
+    assert!(!scorer.applies(&cx));
+}
+
+proptest! {
+    /// Placing g GPUs lowers the fragment by at most g: the excess is never negative, so the
+    /// score's mapping loses nothing.
+    #[test]
+    fn excess_is_never_negative(
+        used in proptest::collection::vec(0u32..=4, 4),
+        cpu_used in 0u32..16,
+        ask_gpu in prop_oneof![Just(0u32), 1u32..10, Just(10), Just(20)],
+        ask_cpu in 0u32..8,
+        shapes in proptest::collection::vec((0u32..16, prop_oneof![Just(0u32), 1u32..10, Just(10), Just(20), Just(40)], any::<bool>(), 0u32..5), 1..8),
+    ) {
+        let mut c = typed_cluster(&[("n", "CPU=16,GPU=4", "T4")]);
+        for quarters in used.iter().filter(|&&u| u > 0) {
+            let share = format!("GPU={}", f64::from(*quarters) / 4.0);
+            let set = resources(c.registry_mut(), &share);
+            let _ = c.reserve(index(&c, "n"), &set);
+        }
+        if cpu_used > 0 {
+            reserve(&mut c, "n", &format!("CPU={cpu_used}"));
+        }
+        let shapes: Vec<Shape> = shapes
+            .iter()
+            .map(|&(cpu, tenths, v100, weight)| Shape {
+                cpu: Quantity::from_whole(i64::from(cpu)),
+                gpu: Quantity::from_units(i64::from(tenths) * 1_000),
+                accelerators: if v100 { vec!["V100".to_string()] } else { Vec::new() },
+                weight,
+            })
+            .collect();
+        let table = ShapeTable::new(&shapes);
+        prop_assume!(!table.is_empty());
+        let node = c.node(index(&c, "n")).unwrap();
+        let asked = i64::from(ask_gpu) * 1_000;
+        let mut free = gpu_free(node);
+        let cpu_free = node.available().get(ResourceId::CPU).units();
+        let model = table.model_of(node);
+        let before = table.fragment(cpu_free, model, &SortedFree::new(free.clone()));
+        prop_assume!(take(&mut free, asked));
+        let cpu_after = cpu_free - Quantity::from_whole(i64::from(ask_cpu)).units();
+        prop_assume!(cpu_after >= 0);
+        let after = table.fragment(cpu_after, model, &SortedFree::new(free));
+        let taken = asked as u128 * u128::from(table.total_weight());
+        prop_assert!(after + taken >= before, "before {before}, after {after}, taken {taken}");
+    }
+}

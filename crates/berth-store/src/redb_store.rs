@@ -1,0 +1,624 @@
+//! The embedded backend: one redb file in the data directory.
+//!
+//! Layout: `DATA_DIR/berth.redb`, one redb table per [`Table`] (named [`Table::name`]), keys
+//! `&str`, values `&[u8]`. The lease is the row [`LEASE_KEY`] of the `meta` table: the current
+//! epoch, the expiry (wall-clock milliseconds since the Unix epoch, so it means the same after a
+//! restart) and the holder. Commits check that row and write the batch in one write
+//! transaction, committed with redb's default durability (fsync before `commit` returns).
+//!
+//! redb is synchronous; every call runs on tokio's blocking pool so the runtime's workers never
+//! wait for a disk. redb locks the file: a second process (or a second `open` in this process)
+//! gets a clear "already open" error, which is why this backend is single-process by nature.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+
+use crate::batch::{Batch, Op, RESERVED_META_PREFIX};
+use crate::error::{Operation, StoreError, StoreLocation};
+use crate::lease::{check_lease_request, ttl_millis, Epoch, Lease};
+use crate::snapshot::Snapshot;
+use crate::store::Store;
+use crate::table::Table;
+
+/// The database file's name inside the data directory.
+pub const DATABASE_FILE: &str = "berth.redb";
+
+/// The `meta` row that holds the lease.
+pub const LEASE_KEY: &str = "berth.store.lease";
+
+/// The redb table definition of a [`Table`].
+fn definition(table: Table) -> TableDefinition<'static, &'static str, &'static [u8]> {
+    TableDefinition::new(table.name())
+}
+
+/// Where lease expiry times come from: the wall clock, or a hand-set one in unit tests.
+#[derive(Debug, Clone)]
+pub(crate) enum Clock {
+    /// `SystemTime::now()`.
+    System,
+    /// Milliseconds since the Unix epoch, set by the test.
+    #[cfg(test)]
+    Manual(Arc<std::sync::atomic::AtomicU64>),
+}
+
+impl Clock {
+    fn now_unix_ms(&self) -> u64 {
+        match self {
+            Clock::System => {
+                let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            }
+            #[cfg(test)]
+            Clock::Manual(now) => now.load(std::sync::atomic::Ordering::SeqCst),
+        }
+    }
+}
+
+/// The embedded store: a redb file, zero setup. Cheap to clone (clones share the database).
+#[derive(Clone)]
+pub struct RedbStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Database,
+    /// The database file, also named in `location`.
+    path: PathBuf,
+    /// Named in every error.
+    location: StoreLocation,
+    /// Where lease expiry times come from.
+    clock: Clock,
+}
+
+impl fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedbStore").field("location", &self.inner.location).finish_non_exhaustive()
+    }
+}
+
+impl RedbStore {
+    /// Opens (creating if needed) the store in `data_dir`: creates the directory, then
+    /// `data_dir/berth.redb` and its tables. Fails with a message naming the path if the
+    /// directory cannot be created or written, or the file is open elsewhere.
+    pub async fn open(data_dir: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        Self::open_with_clock(data_dir.into(), Clock::System).await
+    }
+
+    pub(crate) async fn open_with_clock(
+        data_dir: PathBuf,
+        clock: Clock,
+    ) -> Result<Self, StoreError> {
+        let path = data_dir.join(DATABASE_FILE);
+        let location = StoreLocation::Redb { path: path.clone() };
+        let (for_task, path_for_task) = (location.clone(), path.clone());
+        let db = blocking(&location, Operation::Open, move || {
+            open_database(&data_dir, &path_for_task, &for_task)
+        })
+        .await?;
+        Ok(RedbStore { inner: Arc::new(Inner { db, path, location, clock }) })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+}
+
+/// Creates the data directory and the database, and makes sure every table exists (so `load`
+/// on a new store finds empty tables, not missing ones).
+fn open_database(
+    data_dir: &Path,
+    path: &Path,
+    location: &StoreLocation,
+) -> Result<Database, StoreError> {
+    let open_failed = |cause: Box<dyn std::error::Error + Send + Sync>| {
+        StoreError::backend(location, Operation::Open, cause)
+    };
+    std::fs::create_dir_all(data_dir).map_err(|e| {
+        open_failed(format!("cannot create the data directory {}: {e}", data_dir.display()).into())
+    })?;
+    let db = Database::create(path).map_err(|e| open_failed(redb::Error::from(e).into()))?;
+    if has_every_table(&db) {
+        return Ok(db);
+    }
+    let txn = db.begin_write().map_err(|e| open_failed(redb::Error::from(e).into()))?;
+    for table in Table::ALL {
+        txn.open_table(definition(table)).map_err(|e| open_failed(redb::Error::from(e).into()))?;
+    }
+    txn.commit().map_err(|e| open_failed(redb::Error::from(e).into()))?;
+    Ok(db)
+}
+
+/// Whether every table exists already, so opening an existing store costs no write.
+fn has_every_table(db: &Database) -> bool {
+    let Ok(txn) = db.begin_read() else { return false };
+    Table::ALL.iter().all(|&table| txn.open_table(definition(table)).is_ok())
+}
+
+/// Runs blocking redb work on tokio's blocking pool. A panic in it becomes an error, not a
+/// panic of the caller.
+async fn blocking<T, F>(
+    location: &StoreLocation,
+    operation: Operation,
+    work: F,
+) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(join) => Err(StoreError::backend(
+            location,
+            operation,
+            format!("the blocking task failed: {join}"),
+        )),
+    }
+}
+
+/// The lease row of the `meta` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LeaseRow {
+    /// The last epoch granted.
+    epoch: u64,
+    /// When the lease expires, in milliseconds since the Unix epoch; 0 once released.
+    expires_at_ms: u64,
+    /// Who was granted the epoch.
+    holder: String,
+}
+
+impl LeaseRow {
+    /// Format version 1: `[1][epoch: u64 BE][expires_at_ms: u64 BE][holder: UTF-8]`.
+    const VERSION: u8 = 1;
+    const HEADER: usize = 1 + 8 + 8;
+
+    fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(Self::HEADER + self.holder.len());
+        bytes.push(Self::VERSION);
+        bytes.extend_from_slice(&self.epoch.to_be_bytes());
+        bytes.extend_from_slice(&self.expires_at_ms.to_be_bytes());
+        bytes.extend_from_slice(self.holder.as_bytes());
+        bytes
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        if bytes.len() < Self::HEADER {
+            return Err(format!(
+                "{} bytes, fewer than the {}-byte header",
+                bytes.len(),
+                Self::HEADER
+            ));
+        }
+        if bytes[0] != Self::VERSION {
+            return Err(format!("format version {}, this build reads {}", bytes[0], Self::VERSION));
+        }
+        let number = |at: usize| {
+            let mut word = [0; 8];
+            word.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_be_bytes(word)
+        };
+        let holder = std::str::from_utf8(&bytes[Self::HEADER..])
+            .map_err(|e| format!("the holder is not UTF-8: {e}"))?;
+        Ok(LeaseRow { epoch: number(1), expires_at_ms: number(9), holder: holder.to_owned() })
+    }
+}
+
+impl Inner {
+    fn error(&self, operation: Operation) -> impl Fn(redb::Error) -> StoreError + '_ {
+        move |e| StoreError::backend(&self.location, operation, e)
+    }
+
+    /// Runs `work` in one write transaction and commits it (durably) if `work` succeeds; aborts
+    /// it otherwise, so a failed operation writes nothing.
+    fn write<T>(
+        &self,
+        operation: Operation,
+        work: impl FnOnce(&WriteTransaction) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let error = self.error(operation);
+        let txn = self.db.begin_write().map_err(|e| error(e.into()))?;
+        match work(&txn) {
+            Ok(value) => {
+                txn.commit().map_err(|e| error(e.into()))?;
+                Ok(value)
+            }
+            Err(e) => {
+                // Aborting only releases the transaction: nothing was committed either way.
+                let _ = txn.abort();
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads the lease row.
+    fn lease_row(
+        &self,
+        operation: Operation,
+        meta: &impl ReadableTable<&'static str, &'static [u8]>,
+    ) -> Result<Option<LeaseRow>, StoreError> {
+        let Some(guard) = meta.get(LEASE_KEY).map_err(|e| self.error(operation)(e.into()))? else {
+            return Ok(None);
+        };
+        LeaseRow::decode(guard.value()).map(Some).map_err(|reason| StoreError::Corrupt {
+            location: self.location.clone(),
+            operation,
+            what: format!("the lease row {:?} of the meta table", LEASE_KEY),
+            reason,
+        })
+    }
+
+    /// Writes the lease row.
+    fn put_lease_row(
+        &self,
+        operation: Operation,
+        meta: &mut redb::Table<'_, &'static str, &'static [u8]>,
+        row: &LeaseRow,
+    ) -> Result<(), StoreError> {
+        meta.insert(LEASE_KEY, row.encode().as_slice())
+            .map_err(|e| self.error(operation)(e.into()))?;
+        Ok(())
+    }
+
+    /// Refuses `ours` unless it is the current epoch.
+    fn check_epoch(
+        &self,
+        operation: Operation,
+        row: Option<&LeaseRow>,
+        ours: Epoch,
+    ) -> Result<(), StoreError> {
+        let current = row.map_or(0, |row| row.epoch);
+        if current == ours.get() {
+            return Ok(());
+        }
+        Err(StoreError::Fenced {
+            location: self.location.clone(),
+            operation,
+            ours,
+            current: Epoch::new(current),
+        })
+    }
+
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        let error = self.error(Operation::Load);
+        let txn = self.db.begin_read().map_err(|e| error(e.into()))?;
+        let mut snapshot = Snapshot::new();
+        for table in Table::ALL {
+            let handle = txn.open_table(definition(table)).map_err(|e| error(e.into()))?;
+            for entry in handle.iter().map_err(|e| error(e.into()))? {
+                let (key, value) = entry.map_err(|e| error(e.into()))?;
+                let key = key.value();
+                if table == Table::Meta && key.starts_with(RESERVED_META_PREFIX) {
+                    continue;
+                }
+                snapshot.insert(table, key.to_owned(), value.value().to_vec());
+            }
+        }
+        Ok(snapshot)
+    }
+
+    fn commit(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
+        let operation = Operation::Commit;
+        self.write(operation, |txn| {
+            let error = self.error(operation);
+            let mut tables = Vec::with_capacity(Table::ALL.len());
+            for table in Table::ALL {
+                tables.push(txn.open_table(definition(table)).map_err(|e| error(e.into()))?);
+            }
+            let row = self.lease_row(operation, &tables[Table::Meta.index()])?;
+            self.check_epoch(operation, row.as_ref(), epoch)?;
+            for op in batch.ops() {
+                let handle = &mut tables[op.table().index()];
+                match op {
+                    Op::Put { key, value, .. } => {
+                        handle
+                            .insert(key.as_str(), value.as_slice())
+                            .map_err(|e| error(e.into()))?;
+                    }
+                    Op::Delete { key, .. } => {
+                        handle.remove(key.as_str()).map_err(|e| error(e.into()))?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn acquire_lease(&self, holder: &str, ttl: Duration) -> Result<Lease, StoreError> {
+        let operation = Operation::AcquireLease;
+        self.write(operation, |txn| {
+            let mut meta = txn
+                .open_table(definition(Table::Meta))
+                .map_err(|e| self.error(operation)(e.into()))?;
+            let row = self.lease_row(operation, &meta)?;
+            let now = self.clock.now_unix_ms();
+            if let Some(row) = &row {
+                if row.holder != holder && row.expires_at_ms > now {
+                    return Err(StoreError::LeaseHeld {
+                        location: self.location.clone(),
+                        holder: row.holder.clone(),
+                        remaining: Duration::from_millis(row.expires_at_ms - now),
+                    });
+                }
+            }
+            let previous = row.map_or(0, |row| row.epoch);
+            let epoch = previous.checked_add(1).ok_or_else(|| StoreError::Corrupt {
+                location: self.location.clone(),
+                operation,
+                what: "the lease epoch".to_owned(),
+                reason: "it has reached u64::MAX".to_owned(),
+            })?;
+            let expires_at_ms = now.saturating_add(ttl_millis(ttl));
+            self.put_lease_row(
+                operation,
+                &mut meta,
+                &LeaseRow { epoch, expires_at_ms, holder: holder.to_owned() },
+            )?;
+            Ok(Lease::new(holder, Epoch::new(epoch), ttl))
+        })
+    }
+
+    fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+        let operation = Operation::RenewLease;
+        self.write(operation, |txn| {
+            let mut meta = txn
+                .open_table(definition(Table::Meta))
+                .map_err(|e| self.error(operation)(e.into()))?;
+            let row = self.lease_row(operation, &meta)?;
+            self.check_epoch(operation, row.as_ref(), lease.epoch())?;
+            let expires_at_ms = self.clock.now_unix_ms().saturating_add(ttl_millis(ttl));
+            let row = LeaseRow {
+                epoch: lease.epoch().get(),
+                expires_at_ms,
+                holder: lease.holder().to_owned(),
+            };
+            self.put_lease_row(operation, &mut meta, &row)?;
+            Ok(Lease::new(lease.holder(), lease.epoch(), ttl))
+        })
+    }
+
+    fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        let operation = Operation::ReleaseLease;
+        self.write(operation, |txn| {
+            let mut meta = txn
+                .open_table(definition(Table::Meta))
+                .map_err(|e| self.error(operation)(e.into()))?;
+            let row = self.lease_row(operation, &meta)?;
+            self.check_epoch(operation, row.as_ref(), lease.epoch())?;
+            let row = LeaseRow {
+                epoch: lease.epoch().get(),
+                expires_at_ms: 0,
+                holder: lease.holder().to_owned(),
+            };
+            self.put_lease_row(operation, &mut meta, &row)
+        })
+    }
+}
+
+impl Store for RedbStore {
+    fn location(&self) -> &StoreLocation {
+        &self.inner.location
+    }
+
+    async fn load(&self) -> Result<Snapshot, StoreError> {
+        let inner = Arc::clone(&self.inner);
+        blocking(&self.inner.location, Operation::Load, move || inner.load()).await
+    }
+
+    async fn commit(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
+        batch.validate()?;
+        let inner = Arc::clone(&self.inner);
+        blocking(&self.inner.location, Operation::Commit, move || inner.commit(epoch, batch)).await
+    }
+
+    async fn acquire_lease(&self, holder: &str, ttl: Duration) -> Result<Lease, StoreError> {
+        let operation = Operation::AcquireLease;
+        check_lease_request(holder, ttl).map_err(|reason| StoreError::InvalidLeaseRequest {
+            location: self.inner.location.clone(),
+            operation,
+            reason,
+        })?;
+        let inner = Arc::clone(&self.inner);
+        let holder = holder.to_owned();
+        blocking(&self.inner.location, operation, move || inner.acquire_lease(&holder, ttl)).await
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+        let operation = Operation::RenewLease;
+        check_lease_request(lease.holder(), ttl).map_err(|reason| {
+            StoreError::InvalidLeaseRequest {
+                location: self.inner.location.clone(),
+                operation,
+                reason,
+            }
+        })?;
+        let inner = Arc::clone(&self.inner);
+        let lease = lease.clone();
+        blocking(&self.inner.location, operation, move || inner.renew_lease(&lease, ttl)).await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        let inner = Arc::clone(&self.inner);
+        let lease = lease.clone();
+        blocking(&self.inner.location, Operation::ReleaseLease, move || inner.release_lease(&lease))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+
+    /// A store in a temporary directory whose lease clock the test sets.
+    struct Fixture {
+        store: RedbStore,
+        now_ms: Arc<AtomicU64>,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        async fn new() -> Self {
+            let dir = tempfile::tempdir().expect("temporary directory");
+            let now_ms = Arc::new(AtomicU64::new(1_000_000));
+            let store = RedbStore::open_with_clock(
+                dir.path().to_path_buf(),
+                Clock::Manual(Arc::clone(&now_ms)),
+            )
+            .await
+            .expect("open");
+            Fixture { store, now_ms, _dir: dir }
+        }
+
+        fn advance(&self, millis: u64) {
+            self.now_ms.fetch_add(millis, Ordering::SeqCst);
+        }
+    }
+
+    fn one_put(key: &str) -> Batch {
+        let mut batch = Batch::new();
+        batch.put(Table::Nodes, key, b"v".to_vec());
+        batch
+    }
+
+    #[test]
+    fn the_lease_row_is_reserved() {
+        // Otherwise a batch could overwrite the lease.
+        assert!(LEASE_KEY.starts_with(RESERVED_META_PREFIX));
+    }
+
+    #[test]
+    fn lease_row_round_trips_and_rejects_garbage() {
+        let row = LeaseRow { epoch: 7, expires_at_ms: 123_456, holder: "head-é".into() };
+        assert_eq!(LeaseRow::decode(&row.encode()), Ok(row));
+        let cases: [(&[u8], &str); 3] = [
+            (b"short", "fewer than the 17-byte header"),
+            (&[9; 17], "format version 9"),
+            (&[1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0xff], "not UTF-8"),
+        ];
+        for (bytes, expected) in cases {
+            let message = LeaseRow::decode(bytes).expect_err("garbage accepted");
+            assert!(message.contains(expected), "{message}");
+        }
+    }
+
+    #[tokio::test]
+    async fn lease_expires_exactly_at_its_ttl() {
+        let f = Fixture::new().await;
+        let ttl = Duration::from_secs(10);
+        let a = f.store.acquire_lease("a", ttl).await.expect("a acquires");
+        assert_eq!(a.epoch(), Epoch::new(1));
+
+        f.advance(9_999);
+        match f.store.acquire_lease("b", ttl).await {
+            Err(StoreError::LeaseHeld { holder, remaining, .. }) => {
+                assert_eq!((holder.as_str(), remaining), ("a", Duration::from_millis(1)));
+            }
+            other => panic!("b took a live lease: {other:?}"),
+        }
+
+        f.advance(1);
+        let b = f.store.acquire_lease("b", ttl).await.expect("b takes the expired lease over");
+        assert_eq!(b.epoch(), Epoch::new(2));
+        let fenced = f.store.commit(a.epoch(), one_put("n")).await.expect_err("a is fenced");
+        assert!(fenced.is_fenced(), "{fenced}");
+        assert!(f.store.renew_lease(&a, ttl).await.expect_err("a cannot renew").is_fenced());
+        assert!(f.store.release_lease(&a).await.expect_err("a cannot release").is_fenced());
+        f.store.commit(b.epoch(), one_put("n")).await.expect("b commits");
+    }
+
+    #[tokio::test]
+    async fn renewal_extends_the_lease_from_now() {
+        let f = Fixture::new().await;
+        let ttl = Duration::from_secs(10);
+        let a = f.store.acquire_lease("a", ttl).await.expect("acquire");
+        f.advance(9_000);
+        f.store.renew_lease(&a, ttl).await.expect("renew");
+        f.advance(9_000);
+        assert!(matches!(f.store.acquire_lease("b", ttl).await, Err(StoreError::LeaseHeld { .. })));
+    }
+
+    #[tokio::test]
+    async fn an_expired_lease_nobody_took_can_still_be_renewed_and_used() {
+        let f = Fixture::new().await;
+        let ttl = Duration::from_secs(1);
+        let a = f.store.acquire_lease("a", ttl).await.expect("acquire");
+        f.advance(5_000);
+        f.store.commit(a.epoch(), one_put("n")).await.expect("expiry alone fences nothing");
+        let renewed = f.store.renew_lease(&a, ttl).await.expect("renew after expiry");
+        assert_eq!(renewed.epoch(), a.epoch());
+        assert!(matches!(f.store.acquire_lease("b", ttl).await, Err(StoreError::LeaseHeld { .. })));
+    }
+
+    #[tokio::test]
+    async fn release_lets_a_successor_in_at_once() {
+        let f = Fixture::new().await;
+        let ttl = Duration::from_secs(60);
+        let a = f.store.acquire_lease("a", ttl).await.expect("acquire");
+        f.store.release_lease(&a).await.expect("release");
+        let b = f.store.acquire_lease("b", ttl).await.expect("b acquires at once");
+        assert_eq!(b.epoch(), Epoch::new(2));
+    }
+
+    #[tokio::test]
+    async fn the_lease_row_is_hidden_from_load() {
+        let f = Fixture::new().await;
+        let lease = f.store.acquire_lease("a", Duration::from_secs(1)).await.expect("acquire");
+        let mut batch = Batch::new();
+        batch.put(Table::Meta, "format", b"1".to_vec());
+        f.store.commit(lease.epoch(), batch).await.expect("commit");
+        let snapshot = f.store.load().await.expect("load");
+        let keys: Vec<&String> = snapshot.table(Table::Meta).keys().collect();
+        assert_eq!(keys, ["format"]);
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_lease_row_is_reported_not_trusted() {
+        let f = Fixture::new().await;
+        let txn = f.store.inner.db.begin_write().expect("write");
+        txn.open_table(definition(Table::Meta))
+            .expect("meta")
+            .insert(LEASE_KEY, &b"junk"[..])
+            .expect("insert");
+        txn.commit().expect("commit");
+        let error =
+            f.store.commit(Epoch::new(1), one_put("n")).await.expect_err("corrupt row trusted");
+        let message = error.to_string();
+        assert!(matches!(error, StoreError::Corrupt { .. }), "{message}");
+        assert!(
+            message.contains(
+                "commit failed: the lease row \"berth.store.lease\" of the meta table is corrupt"
+            ),
+            "{message}"
+        );
+        assert!(f.store.load().await.expect("load").is_empty(), "nothing was written");
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_data_dir_is_named() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"not a directory").expect("write");
+        let data_dir = file.join("data");
+        let message =
+            RedbStore::open(&data_dir).await.expect_err("opened under a file").to_string();
+        let expected = format!(
+            "redb at {}: open failed: cannot create the data directory {}:",
+            data_dir.join(DATABASE_FILE).display(),
+            data_dir.display()
+        );
+        assert!(message.starts_with(&expected), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_second_open_of_the_same_file_is_refused() {
+        let f = Fixture::new().await;
+        let data_dir = f.store.path().parent().expect("data dir").to_path_buf();
+        let message = RedbStore::open(data_dir).await.expect_err("opened twice").to_string();
+        assert!(message.contains("open failed: Database already open"), "{message}");
+    }
+}
