@@ -17,8 +17,9 @@
 //! - [`request`]: a [`Request`] (resources + [`Strategy`]).
 //! - [`pipeline`]: the [`Scheduler`]: candidates → filters → preferences/scorers → select →
 //!   reserve, written once; a [`Decision`] is placed, pending or infeasible. A [`Profile`]
-//!   (default: hybrid ×1; [`Profile::from_yaml`] reads seed 001's files) chooses the scorers
-//!   and extra filters.
+//!   (default: hybrid ×1; [`Profile::from_yaml`] reads seed 001's files and the placement
+//!   quality scorers, best fit and fragmentation) chooses the scorers, the extra filters and
+//!   how the best nodes are picked.
 //! - [`diagnosis`]: the reasons filters give and the per-reason counts users read.
 //! - [`pending`]: the [`PendingQueue`] the head drives when the cluster changes.
 //!

@@ -47,6 +47,11 @@ impl NodeSet {
         self.0.iter().map(NodeIndex)
     }
 
+    /// Nodes in index order starting at `start`, wrapping around to the lower ones.
+    pub fn iter_from(&self, start: u32) -> impl Iterator<Item = NodeIndex> + '_ {
+        self.0.range(start..).chain(self.0.range(..start)).map(NodeIndex)
+    }
+
     /// `self ∩ other`.
     pub fn intersection(&self, other: &NodeSet) -> NodeSet {
         NodeSet(&self.0 & &other.0)

@@ -23,6 +23,8 @@
 //! - [`run`]: every (trace, policy, seed) on a pool of threads.
 //! - [`report`], [`plot`]: CSV, JSON lines, the summary table; SVG and PNG.
 //! - [`locate`]: the trace folder and file names.
+//! - [`bench`]: `berth bench`, decision speed on synthetic clusters of 1k–100k nodes beside a
+//!   naive baseline.
 //!
 //! ## Key decisions
 //!
@@ -35,6 +37,7 @@
 //!   ([`berth_core::pipeline::profile::fragmentation::ShapeTable`]), kept up to date node by
 //!   node (only the node a pod lands on changes), exactly, in integers.
 
+pub mod bench;
 pub mod convert;
 pub mod locate;
 pub mod metrics;

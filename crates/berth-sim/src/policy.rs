@@ -6,6 +6,7 @@
 //! among the best 20%). Any profile file is a policy too, named after the file.
 
 use berth_core::pipeline::profile::fragmentation::Shape;
+use berth_core::pipeline::NodesToScore;
 use berth_core::{Profile, SchedulerConfig, Strategy};
 
 /// A policy: how the scheduler is set up, and the strategy of every pod's request.
@@ -42,7 +43,10 @@ impl Policy {
         Some(match name {
             "random" => Policy {
                 name: name.to_string(),
-                config: SchedulerConfig::default(),
+                config: SchedulerConfig {
+                    nodes_to_score: NodesToScore::All,
+                    ..SchedulerConfig::default()
+                },
                 strategy: Strategy::Random,
             },
             "default" => Policy::from_profile(name, Profile::default()),
@@ -57,7 +61,12 @@ impl Policy {
     pub fn from_profile(name: &str, profile: Profile) -> Policy {
         Policy {
             name: name.to_string(),
-            config: SchedulerConfig { profile, ..SchedulerConfig::default() },
+            // Placement quality is studied over every node: no early stop (see `NodesToScore`).
+            config: SchedulerConfig {
+                profile,
+                nodes_to_score: NodesToScore::All,
+                ..SchedulerConfig::default()
+            },
             strategy: Strategy::Default,
         }
     }

@@ -106,11 +106,16 @@ impl GroupDiagnosis {
 struct Overlay<'c> {
     cluster: &'c Cluster,
     nodes: FxHashMap<NodeIndex, Node>,
+    /// At most this many nodes are collected per bundle (a large cluster need not be visited
+    /// whole when a few dozen nodes fit); `None`: every node.
+    limit: Option<usize>,
+    /// Where visits start, so that groups spread over the cluster.
+    start: u32,
 }
 
 impl<'c> Overlay<'c> {
     fn new(cluster: &'c Cluster) -> Overlay<'c> {
-        Overlay { cluster, nodes: FxHashMap::default() }
+        Overlay { cluster, nodes: FxHashMap::default(), limit: None, start: 0 }
     }
 
     fn node(&self, index: NodeIndex) -> Option<&Node> {
@@ -269,27 +274,49 @@ impl Scheduler {
         order.sort_by_key(|&i| std::cmp::Reverse(hardness(&set.bundles[i])));
         let requests: Vec<Request> =
             (0..set.bundles.len()).map(|i| bundle_request(cluster, spec, set, i)).collect();
+        // First visit a bounded number of nodes per bundle (from a position that depends on
+        // the group, so groups spread); only if that plan fails, visit every node, so that a
+        // group is never pending while a full plan exists and the diagnosis counts every node.
+        let bounded = cluster.alive().len() > 512 && spec.strategy != GroupStrategy::StrictPack;
+        if bounded {
+            let mut overlay = Overlay::new(cluster);
+            overlay.limit = Some(order.len() + 32);
+            overlay.start = spec
+                .id
+                .as_str()
+                .bytes()
+                .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
+                % (cluster.index_bound().max(1) as u32);
+            if let Ok(plan) = self.plan_with(&mut overlay, spec, &requests, fixed, &order) {
+                return Ok(plan);
+            }
+        }
         let mut overlay = Overlay::new(cluster);
-        let result = match spec.strategy {
-            GroupStrategy::StrictPack => {
-                self.plan_strict_pack(&mut overlay, &requests, fixed, &order)
-            }
-            GroupStrategy::StrictSpread => {
-                self.plan_strict_spread(&mut overlay, &requests, fixed, &order)
-            }
-            GroupStrategy::Pack | GroupStrategy::Spread => self.plan_greedy(
-                &mut overlay,
-                &requests,
-                fixed,
-                &order,
-                spec.strategy == GroupStrategy::Pack,
-            ),
-        };
+        let result = self.plan_with(&mut overlay, spec, &requests, fixed, &order);
         result.map_err(|mut found| {
             found.could_fit_later =
                 self.could_ever_fit(cluster, spec.strategy, &requests, fixed, &order);
             found
         })
+    }
+
+    /// Plans `order` on `overlay` by the group's strategy.
+    fn plan_with(
+        &self,
+        overlay: &mut Overlay<'_>,
+        spec: &GroupSpec,
+        requests: &[Request],
+        fixed: &[(usize, NodeIndex)],
+        order: &[usize],
+    ) -> Result<GroupPlan, AlternativeDiagnosis> {
+        match spec.strategy {
+            GroupStrategy::StrictPack => self.plan_strict_pack(overlay, requests, fixed, order),
+            GroupStrategy::StrictSpread => self.plan_strict_spread(overlay, requests, fixed, order),
+            GroupStrategy::Pack | GroupStrategy::Spread => {
+                let pack = spec.strategy == GroupStrategy::Pack;
+                self.plan_greedy(overlay, requests, fixed, order, pack)
+            }
+        }
     }
 
     /// The nodes that can take bundle request `request` now on the overlay, with the reasons
@@ -313,7 +340,10 @@ impl Scheduler {
         }
         found.nodes = cluster.len() as u64;
         let mut fits = Vec::new();
-        for index in include.iter() {
+        for index in include.iter_from(overlay.start) {
+            if overlay.limit.is_some_and(|limit| fits.len() >= limit) {
+                break;
+            }
             let Some(node) = overlay.node(index) else { continue };
             match run_filters(&self.filters, &cx, node, None, false) {
                 Some(reason) => found.count(reason.kind(), 1),
@@ -534,12 +564,18 @@ fn total_of(requests: &[Request], order: &[usize]) -> ResourceSet {
 }
 
 /// The waste left on `node` of the overlay if `bundle` were placed there.
+/// Computed from the free amounts, without a copy: the filters already said it fits.
 fn after_reserving(overlay: &Overlay<'_>, node: NodeIndex, bundle: &ResourceSet) -> u64 {
-    let mut copy = overlay.node(node).expect("a candidate node exists").clone();
-    match copy.reserve(bundle, overlay.cluster.registry()) {
-        Ok(_) => waste(&copy, bundle),
-        Err(_) => u64::MAX,
-    }
+    let node = overlay.node(node).expect("a candidate node exists");
+    bundle
+        .iter()
+        .map(|(r, amount)| {
+            let total = node.total().get(r).units().max(1) as u128;
+            let left =
+                node.available().get(r).units().saturating_sub(amount.units()).max(0) as u128;
+            (left * 1_000_000 / total) as u64
+        })
+        .sum()
 }
 
 /// How many of the bundles `rest` (in order) fit on `node` one after the other.

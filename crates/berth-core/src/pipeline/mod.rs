@@ -35,6 +35,7 @@ use crate::node::{Node, NodeIndex};
 use crate::nodeset::NodeSet;
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::request::{GroupPlacement, Request, Strategy};
+use crate::resource::Shortfall;
 use explain::{AttemptExplanation, Explanation, NodeExplanation, ScoreLine};
 use filters::{InstancesFit, ResourcesFree, ResourcesTotal, TaintsTolerated};
 use profile::{Pick, Profile};
@@ -63,6 +64,38 @@ pub struct SchedulerConfig {
     pub avoid_gpu_nodes: bool,
     /// Scorers and extra filters.
     pub profile: Profile,
+    /// How many nodes a decision looks at on a large cluster.
+    pub nodes_to_score: NodesToScore,
+}
+
+/// How many nodes a decision looks at, after the candidate stage.
+///
+/// Assumptions: on a large cluster many nodes can take a typical request, and the best of a
+/// few dozen of them is as good a choice as the best of all, while looking at all costs time
+/// in proportion to the cluster. Rules (Kubernetes' `percentageOfNodesToScore`, simplified):
+/// with more than `from_nodes` candidates, nodes are visited from a position that moves on
+/// with every decision, and the visit stops once `feasible` of them have passed every filter;
+/// SPREAD stops at the first, which is exactly its round-robin rule. Behaviour: the cost of a
+/// decision stops growing with the cluster; DEFAULT's top k is taken among the nodes visited;
+/// a request that no visited node can take visits every node, so pending and infeasible and
+/// their diagnoses are exact, and `berth explain` always visits every node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodesToScore {
+    /// Every candidate, always (placement-quality studies).
+    All,
+    /// Stop early on large clusters.
+    Adaptive {
+        /// Candidates above which the visit may stop early.
+        from_nodes: u32,
+        /// Feasible nodes to find before stopping.
+        feasible: u32,
+    },
+}
+
+impl Default for NodesToScore {
+    fn default() -> Self {
+        NodesToScore::Adaptive { from_nodes: 512, feasible: 64 }
+    }
 }
 
 impl Default for SchedulerConfig {
@@ -72,6 +105,7 @@ impl Default for SchedulerConfig {
             top_k_fraction: Quantity::from_units(UNITS_PER_WHOLE / 5),
             avoid_gpu_nodes: true,
             profile: Profile::default(),
+            nodes_to_score: NodesToScore::default(),
         }
     }
 }
@@ -186,6 +220,8 @@ pub struct Scheduler {
     preferences: Vec<Box<dyn Preference>>,
     scorers: Vec<Weighted>,
     spread_cursor: u32,
+    /// Where the next early-stopping visit starts (see [`NodesToScore`]).
+    scan_cursor: u32,
     /// Reused between decisions so the hot path does not allocate.
     ranked: Vec<Ranked>,
 }
@@ -210,7 +246,15 @@ impl Scheduler {
         let mut scorers = config.profile.scorers(&config);
         scorers
             .push(Weighted { scorer: Box::new(SoftActorAffinity), weight: SOFT_AFFINITY_WEIGHT });
-        Scheduler { config, filters, preferences, scorers, spread_cursor: 0, ranked: Vec::new() }
+        Scheduler {
+            config,
+            filters,
+            preferences,
+            scorers,
+            spread_cursor: 0,
+            scan_cursor: 0,
+            ranked: Vec::new(),
+        }
     }
 
     /// The settings.
@@ -360,7 +404,30 @@ impl Scheduler {
         let scorers: SmallVec<[&Weighted; 4]> =
             self.scorers.iter().filter(|w| ranks && w.scorer.applies(&cx)).collect();
         self.ranked.clear();
-        for index in include.iter() {
+        // How many feasible nodes to find before stopping, and where to start (see
+        // `NodesToScore`); when explaining, every node.
+        let limit = match (self.config.nodes_to_score, attempt.select) {
+            _ if record.is_some() => None,
+            (_, Select::RoundRobin) => Some(1),
+            (NodesToScore::Adaptive { from_nodes, feasible }, Select::TopK | Select::Random)
+                if include.len() > u64::from(from_nodes) =>
+            {
+                Some(feasible.max(1) as usize)
+            }
+            _ => None,
+        };
+        let start = match (limit, attempt.select) {
+            (Some(_), Select::RoundRobin) => self.spread_cursor,
+            (Some(_), _) => self.scan_cursor,
+            (None, _) => 0,
+        };
+        let mut visited = 0u64;
+        for index in include.iter_from(start) {
+            if limit.is_some_and(|limit| self.ranked.len() >= limit) {
+                self.scan_cursor = index.0;
+                break;
+            }
+            visited += 1;
             let Some(node) = cluster.node(index) else {
                 continue;
             };
@@ -397,8 +464,13 @@ impl Scheduler {
         }
         drop((preferences, scorers));
 
-        // 4. Select.
-        let shortlist = self.select(attempt.select, request, cluster.alive().len(), rng);
+        // 4. Select. After an early stop, top k is a share of the nodes visited.
+        let population = if limit.is_some() && visited < include.len() {
+            visited
+        } else {
+            cluster.alive().len()
+        };
+        let shortlist = self.select(attempt.select, request, population, rng);
         let chosen = shortlist.chosen;
 
         // Nodes ruled out for now (actor affinity) count by their first static failure, if any,
@@ -626,6 +698,22 @@ fn candidates<'c>(cluster: &'c Cluster, request: &Request, attempt: &Attempt) ->
     }
     if !mismatched.is_empty() {
         candidates.excluded.push((Cow::Owned(mismatched), Reason::LabelMismatch));
+    }
+    // A requested resource that some nodes do not have at all rules them out by the resource
+    // index (GPU requests start from the GPU nodes). Resources every node has cost nothing.
+    for (resource, requested) in request.resources().iter() {
+        let having = cluster.nodes_having(resource);
+        if having.is_some_and(|h| h.len() == cluster.len() as u64) {
+            continue;
+        }
+        let kept = having.map_or_else(NodeSet::new, |h| candidates.include.intersection(h));
+        if kept.len() == candidates.include.len() {
+            continue;
+        }
+        let lacking = candidates.include.difference(&kept);
+        candidates.include = Cow::Owned(kept);
+        let shortfall = Shortfall { resource, requested, have: Quantity::ZERO };
+        candidates.excluded.push((Cow::Owned(lacking), Reason::InsufficientTotal(shortfall)));
     }
     narrow_by_actors(cluster, request, &mut candidates);
     candidates

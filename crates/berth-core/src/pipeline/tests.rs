@@ -542,3 +542,54 @@ const GOLDEN_42: [&str; 18] = [
     "placed:n2",
     "placed:n3",
 ];
+
+#[test]
+fn large_clusters_stop_early_but_stay_exact() {
+    // 600 nodes: above the 512 at which DEFAULT may stop after 64 feasible nodes.
+    let nodes: Vec<(String, &str)> = (0..600).map(|i| (format!("n{i}"), "CPU=4")).collect();
+    let nodes: Vec<(&str, &str)> = nodes.iter().map(|(id, spec)| (id.as_str(), *spec)).collect();
+    let mut c = cluster(&nodes);
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let mut r = rng(5);
+    let req = request(&mut c, "CPU=1", Strategy::Default);
+    // Visits move on: 200 decisions land on many different nodes, all of which fit.
+    let mut used = std::collections::BTreeSet::new();
+    for _ in 0..200 {
+        let Decision::Placed(a) = s.place(&mut c, &req, &mut r) else { panic!("placed") };
+        used.insert(a.node());
+    }
+    assert!(used.len() > 64, "the visit window rotates: {} nodes used", used.len());
+    c.check_invariants().unwrap();
+
+    // Only the last node can take a big request: every node is visited and it is found.
+    let mut c = cluster(&nodes);
+    let last = index(&c, "n599");
+    let total = resources(c.registry_mut(), "CPU=8");
+    c.set_capacity(last, ResourceId::CPU, total.get(ResourceId::CPU)).unwrap();
+    let big = request(&mut c, "CPU=6", Strategy::Default);
+    let Decision::Placed(a) = s.place(&mut c, &big, &mut r) else { panic!("placed") };
+    assert_eq!(a.node(), last);
+    // Now nothing can take it: pending, and the diagnosis counts every node.
+    let Decision::Pending(d) = s.place(&mut c, &big, &mut r) else { panic!("pending") };
+    let counted: u64 = d.totals().iter().map(|(_, n)| n).sum();
+    assert_eq!(counted, 600);
+
+    // SPREAD visits from its cursor and stops at the first node that fits: the same
+    // round-robin as a full scan.
+    let mut c = cluster(&nodes);
+    let spread = request(&mut c, "CPU=1", Strategy::Spread);
+    let order: Vec<u32> = (0..5)
+        .map(|_| match s.place(&mut c, &spread, &mut r) {
+            Decision::Placed(a) => a.node().0,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(order.windows(2).filter(|w| w[1] == w[0] + 1).count(), 4, "{order:?}");
+
+    // Without early stopping the same requests visit every node.
+    let all = SchedulerConfig { nodes_to_score: NodesToScore::All, ..SchedulerConfig::default() };
+    let mut c = cluster(&nodes);
+    let mut s = Scheduler::new(all);
+    let (_, explanation) = s.place_explained(&mut c, &req, &mut r);
+    assert_eq!(explanation.attempts[0].nodes.len(), 600);
+}

@@ -19,10 +19,20 @@
 //! over nodes ([`ShapeTable::node_fragment`] gives it exactly, as an integer scaled by the weight
 //! sum and the 0.0001 resolution). Memory does not count, as in the paper.
 //!
+//! ## The lost-capacity measure
+//!
+//! The FGD measure asks whether one more of a shape fits. The *lost capacity* of a node for a
+//! shape is its idle GPU capacity minus what that shape would take if only it came, placed
+//! again and again until the GPUs (shares: as many as fit in each GPU; whole GPUs: as many sets
+//! as there are wholly free GPUs) or the free CPU run out; weighted over shapes as above. It
+//! sees GPUs stranded behind CPU that other work took, which the FGD measure counts only once
+//! the last placement is gone. Placing a request lowers it by at most the GPUs asked too.
+//!
 //! ## The scorer
 //!
-//! Rules: for a node that passed the filters, `before` is its fragment now and `after` its
-//! fragment once the request is placed as the ledger would place it (a share on the GPU with the
+//! Rules: for a node that passed the filters, `before` is its measure (fragment for
+//! `fragmentation`, lost capacity for `capacity`) now and `after` its
+//! measure once the request is placed as the ledger would place it (a share on the GPU with the
 //! least free that fits it, lowest ID on ties; whole GPUs on wholly free ones). Placing `g`
 //! GPUs can lower the fragment by at most `g`, so the *excess* `e = after − before + g` is never
 //! negative, and it is 0 exactly when every GPU the request takes was fragment for every shape.
@@ -36,7 +46,8 @@
 //! work goes where it does not break a node that larger shapes could still use; CPU-only work
 //! goes to nodes whose GPUs are used up, or whose free CPU is not what GPU shapes need; and
 //! work that accepts any accelerator type keeps off the types that constrained shapes need,
-//! because their idle capacity is fragment for every other shape's count but not for theirs.
+//! because on a type a constrained shape cannot use, every idle GPU is fragment for it already,
+//! and taking one lowers its fragment by exactly what is taken.
 //!
 //! Cost: per node, two evaluations of the measure, each one sort of the node's GPUs (a handful)
 //! and, per group of shapes with the same GPU need and accelerator types, a search in the
