@@ -221,12 +221,61 @@ impl ActorIndex {
         labels: &LabelIndex,
         universe: &NodeSet,
     ) -> NodeSet {
-        let named = self.named_nodes(namespace, expression, labels);
-        if expression.operator.is_positive() {
-            universe.intersection(&named)
-        } else {
-            universe.difference(&named)
+        let hosting = self.hosting(namespace, expression);
+        let positive = expression.operator.is_positive();
+        match expression.topology_key.as_deref() {
+            None if positive => universe.intersection(&hosting),
+            None => universe.difference(&hosting),
+            // Domain by domain against `universe`: the widened union is never built, which is
+            // what makes zone-level rules cheap (a handful of set operations per decision).
+            Some(topology) => {
+                let mut result = if positive { NodeSet::new() } else { universe.clone() };
+                if hosting.is_empty() {
+                    return result;
+                }
+                for (_, domain) in labels.values_of(topology) {
+                    if domain.is_disjoint(&hosting) {
+                        continue;
+                    }
+                    if positive {
+                        result.union_with(&universe.intersection(domain));
+                    } else {
+                        result.difference_with(domain);
+                    }
+                }
+                result
+            }
         }
+    }
+
+    /// `from` without the domains guarded against an actor of `namespace` with `actor_labels`
+    /// (see [`ActorIndex::guarded`]), computed domain by domain.
+    pub fn unguarded(
+        &self,
+        namespace: &str,
+        actor_labels: &Labels,
+        labels: &LabelIndex,
+        from: &NodeSet,
+    ) -> NodeSet {
+        let mut result = from.clone();
+        let Some(ns) = self.namespaces.get(namespace) else { return result };
+        for (key, value) in actor_labels.iter() {
+            let Some(entry) = ns.guards.get(key) else { continue };
+            let by_topology = entry.any.iter().chain(entry.values.get(value).into_iter().flatten());
+            for (topology, set) in by_topology {
+                match topology.as_deref() {
+                    None => result.difference_with(&set.nodes),
+                    Some(topology) => {
+                        for (_, domain) in labels.values_of(topology) {
+                            if !domain.is_disjoint(&set.nodes) {
+                                result.difference_with(domain);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        result
     }
 
     /// Where an actor of `namespace` with `labels` must not go: the domains guarded by placed

@@ -155,6 +155,26 @@ proptest! {
         }
         let got: BTreeSet<NodeIndex> =
             cluster.actors().guarded(ns, &newcomer_labels, cluster.label_index()).iter().collect();
-        prop_assert_eq!(got, expected, "guarded domains");
+        prop_assert_eq!(&got, &expected, "guarded domains");
+
+        // The pipeline's domain-by-domain forms agree with the widened sets.
+        let all: berth_core::NodeSet = cluster.nodes().map(|(i, _)| i).collect();
+        let unguarded: BTreeSet<NodeIndex> = cluster
+            .actors()
+            .unguarded(ns, &newcomer_labels, cluster.label_index(), &all)
+            .iter()
+            .collect();
+        let all_set: BTreeSet<NodeIndex> = all.iter().collect();
+        prop_assert_eq!(unguarded, all_set.difference(&expected).copied().collect::<BTreeSet<_>>());
+        let named: BTreeSet<NodeIndex> =
+            cluster.actors().named_nodes(ns, &query, cluster.label_index()).iter().collect();
+        let satisfying: BTreeSet<NodeIndex> =
+            cluster.actors().satisfying(ns, &query, cluster.label_index(), &all).iter().collect();
+        let expected: BTreeSet<NodeIndex> = if query.operator.is_positive() {
+            named
+        } else {
+            all_set.difference(&named).copied().collect()
+        };
+        prop_assert_eq!(satisfying, expected, "satisfying {}", query);
     }
 }

@@ -760,8 +760,8 @@ fn narrow_by_actors(cluster: &Cluster, request: &Request, candidates: &mut Candi
         }
     }
     if let Some(actor) = request.actor() {
-        let guarded = actors.guarded(&actor.namespace, &actor.placed_labels(), labels);
-        let kept = candidates.include.difference(&guarded);
+        let kept =
+            actors.unguarded(&actor.namespace, &actor.placed_labels(), labels, &candidates.include);
         let failed = candidates.include.difference(&kept);
         if !failed.is_empty() {
             candidates.include = Cow::Owned(kept);

@@ -50,7 +50,13 @@ impl Scorer for HybridUtilization {
         if used * i128::from(UNITS_PER_WHOLE) < threshold * total {
             return Score::MAX;
         }
-        let percent = (used * 100 / total) as u32;
+        // 64-bit division where the product fits (every realistic node): it is far cheaper
+        // than 128-bit division on the hot path.
+        let percent = if used <= i128::from(u64::MAX / 100) && total <= i128::from(u64::MAX) {
+            (used as u64 * 100 / total as u64) as u32
+        } else {
+            (used * 100 / total) as u32
+        };
         Score::new(100 - percent.min(100))
     }
 }
