@@ -3,40 +3,13 @@
 //! determinism.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 use tempfile::TempDir;
 
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name)
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("UTF-8 path")
-}
-
-fn explain(cluster: &Path, request: &Path, extra: &[&str]) -> Output {
-    let mut args = vec!["explain", "--cluster", path(cluster), "--request", path(request)];
-    args.extend_from_slice(extra);
-    Command::new(env!("CARGO_BIN_EXE_berth")).args(&args).output().expect("the berth binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).expect("UTF-8 output")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).expect("UTF-8 output")
-}
-
-/// `--output json` of `request` on `cluster`; asserts exit 0 and nothing on stderr.
-fn report(cluster: &Path, request: &Path) -> Value {
-    let output = explain(cluster, request, &["--output", "json"]);
-    assert_eq!(output.status.code(), Some(0), "{}: {}", request.display(), stderr(&output));
-    assert!(output.stderr.is_empty(), "{}", stderr(&output));
-    serde_json::from_slice(&output.stdout).expect("one JSON object")
-}
+mod common;
+use common::{example, explain, path, report, stderr, stdout};
 
 /// The JSON report of an example request on the actors example cluster.
 fn actors(request: &str) -> Value {
