@@ -1,0 +1,128 @@
+//! Micro-benchmarks of the decision pipeline's stages on a synthetic cluster: the candidate
+//! stage's index work (label selector, actor domains), one node through the filters and the
+//! hybrid score, and whole decisions. `berth bench` measures workloads end to end; these
+//! isolate the stages when one of them regresses.
+
+use berth_core::actors::{AffinityExpression, AffinityOperator};
+use berth_core::cluster::NodeSpec;
+use berth_core::labels::{Labels, NodeFacts};
+use berth_core::pipeline::filters::{InstancesFit, ResourcesFree, ResourcesTotal, TaintsTolerated};
+use berth_core::pipeline::scorers::HybridUtilization;
+use berth_core::pipeline::stage::{DecisionContext, Filter, Prepared, Scorer};
+use berth_core::selector::LabelSelector;
+use berth_core::{
+    Cluster, Decision, NodeId, NodeIndex, Quantity, Request, ResourceId, ResourceRegistry,
+    ResourceSet, Scheduler, SchedulerConfig, Strategy,
+};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+fn cluster(n: usize) -> Cluster {
+    let mut cluster = Cluster::new(ResourceRegistry::default());
+    for i in 0..n {
+        let mut total = ResourceSet::new();
+        total.set(ResourceId::CPU, Quantity::from_whole(32));
+        total.set(ResourceId::MEMORY, Quantity::from_whole(128 << 30));
+        if i % 5 == 0 {
+            total.set(ResourceId::GPU, Quantity::from_whole(8));
+        }
+        let facts =
+            NodeFacts { availability_zone: Some(format!("z{}", i % 10)), ..NodeFacts::default() };
+        let spec = NodeSpec {
+            id: NodeId::new(&format!("n{i}")).unwrap(),
+            total,
+            labels: Labels::new(),
+            facts,
+            taints: Vec::new(),
+        };
+        cluster.add_node_with(spec).unwrap();
+    }
+    cluster
+}
+
+fn cpu_request(cluster: &Cluster) -> Request {
+    let set: ResourceSet = [(ResourceId::CPU, Quantity::ONE)].into_iter().collect();
+    Request::new(set, Strategy::Default, cluster.registry()).unwrap()
+}
+
+fn stages(c: &mut Criterion) {
+    let cluster = cluster(10_000);
+    let request = cpu_request(&cluster);
+    let prepared = Prepared::default();
+    let cx = DecisionContext { cluster: &cluster, request: &request, prepared: &prepared };
+    let node = cluster.node(NodeIndex(1)).unwrap();
+    let filters: [&dyn Filter; 4] =
+        [&TaintsTolerated, &ResourcesTotal, &ResourcesFree, &InstancesFit];
+    c.bench_function("filters/one node, all four", |b| {
+        b.iter(|| {
+            filters.iter().all(|f| {
+                f.check(&cx, std::hint::black_box(node))
+                    == berth_core::pipeline::stage::Verdict::Fit
+            })
+        })
+    });
+    let hybrid = HybridUtilization { spread_threshold: Quantity::from_units(5_000) };
+    c.bench_function("scorers/hybrid, one node", |b| {
+        b.iter(|| hybrid.score(&cx, std::hint::black_box(node)))
+    });
+
+    let selector = LabelSelector::parse([("berth.io/availability-zone", "in(z1,z2,z3)")]).unwrap();
+    c.bench_function("candidates/label selector on 10k nodes", |b| {
+        b.iter(|| cluster.label_index().select(&selector, cluster.alive()))
+    });
+    let expression = AffinityExpression::new(
+        "app",
+        AffinityOperator::NotIn,
+        vec!["web".into()],
+        false,
+        Some("berth.io/availability-zone".into()),
+    )
+    .unwrap();
+    c.bench_function("candidates/actor anti-affinity per zone on 10k nodes", |b| {
+        b.iter(|| {
+            cluster.actors().satisfying(
+                "default",
+                &expression,
+                cluster.label_index(),
+                cluster.alive(),
+            )
+        })
+    });
+}
+
+fn decisions(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decision/default, place and release");
+    for n in [1_000usize, 10_000] {
+        let mut cluster = cluster(n);
+        let request = cpu_request(&cluster);
+        let mut scheduler = Scheduler::new(SchedulerConfig::default());
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter(|| {
+                if let Decision::Placed(allocation) =
+                    scheduler.place(&mut cluster, &request, &mut rng)
+                {
+                    cluster.release(&allocation);
+                }
+            })
+        });
+    }
+    group.finish();
+    let mut cluster = cluster(1_000);
+    let request = cpu_request(&cluster)
+        .with_label_selector(LabelSelector::parse([("berth.io/availability-zone", "z3")]).unwrap());
+    let mut scheduler = Scheduler::new(SchedulerConfig::default());
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    c.bench_function("decision/label selector, 1k nodes", |b| {
+        b.iter(|| {
+            if let Decision::Placed(allocation) = scheduler.place(&mut cluster, &request, &mut rng)
+            {
+                cluster.release(&allocation);
+            }
+        })
+    });
+}
+
+criterion_group!(benches, stages, decisions);
+criterion_main!(benches);
