@@ -15,7 +15,7 @@ use crate::labels::{LabelError, Labels, NodeFacts};
 use crate::node::{ExactReserveError, Node, NodeError, NodeId, NodeIndex, NodeShares, NodeState};
 use crate::nodeset::NodeSet;
 use crate::placement_group::{
-    BundleLedger, BundleState, GroupId, GroupSpec, PlacedGroup, RemovedGroup,
+    BundleLedger, BundleState, GroupError, GroupId, GroupSpec, PlacedGroup, RemovedGroup,
 };
 use crate::quantity::Quantity;
 use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
@@ -72,6 +72,9 @@ pub enum ClusterError {
         /// The rare resource.
         resource: String,
     },
+    /// A placement group that breaks [`GroupSpec::validate`].
+    #[error(transparent)]
+    Group(#[from] GroupError),
     /// A placement group with this ID exists already.
     #[error("placement group {0} exists already")]
     DuplicateGroup(GroupId),
@@ -629,6 +632,8 @@ impl Cluster {
         if self.groups.contains_key(&spec.id) {
             return Err(ClusterError::DuplicateGroup(spec.id));
         }
+        // Every placed group is valid, so re-planning its bundles can rely on it.
+        spec.validate(&self.registry)?;
         let bundles =
             spec.alternatives.get(alternative).map(|a| a.bundles.clone()).unwrap_or_default();
         if bundles.len() != plan.len() {

@@ -135,8 +135,9 @@ impl<'c> Overlay<'c> {
 
 /// The request a bundle is checked as: its resources, its selector, the group's tolerations.
 fn bundle_request(cluster: &Cluster, spec: &GroupSpec, set: &BundleSet, i: usize) -> Request {
+    // The spec was validated by `place_group`, so the bundle is a valid request.
     let mut request = Request::new(set.bundles[i].clone(), Strategy::Default, cluster.registry())
-        .unwrap_or_default()
+        .expect("place_group validates every bundle first")
         .with_tolerations(spec.tolerations.clone());
     if let Some(selector) = set.selector(i) {
         request = request.with_label_selector(selector.clone());
@@ -173,15 +174,24 @@ fn waste(node: &Node, bundle: &ResourceSet) -> u64 {
 
 impl Scheduler {
     /// Plans and reserves a group, all or nothing, trying its alternatives in order.
+    /// A group that breaks [`GroupSpec::validate`] is infeasible with the rule as its note; the
+    /// edges validate first, so this only guards callers that did not.
     pub fn place_group(&mut self, cluster: &mut Cluster, spec: &GroupSpec) -> GroupDecision {
         let mut diagnosis = GroupDiagnosis::default();
-        if cluster.group(spec.id.as_str()).is_some() {
+        let refused = match spec.validate(cluster.registry()) {
+            Err(err) => Some(err.to_string()),
+            Ok(()) if cluster.group(spec.id.as_str()).is_some() => {
+                Some(format!("placement group {} exists already", spec.id))
+            }
+            Ok(()) => None,
+        };
+        if let Some(note) = refused {
             diagnosis.alternatives.push(AlternativeDiagnosis {
                 alternative: 0,
                 planned: Vec::new(),
                 failed: Vec::new(),
                 could_fit_later: false,
-                note: Some(format!("placement group {} exists already", spec.id)),
+                note: Some(note),
             });
             return GroupDecision::Infeasible(diagnosis);
         }

@@ -333,3 +333,19 @@ fn invalid_groups_are_rejected_with_the_field() {
         "bundles: a placement group needs at least one bundle"
     );
 }
+
+#[test]
+fn an_unvalidated_group_is_refused_not_planned() {
+    let mut c = four_nodes();
+    let spec = group(&mut c, "bad", GroupStrategy::Pack, &["GPU=1.5"]);
+    let decision = Scheduler::new(SchedulerConfig::default()).place_group(&mut c, &spec);
+    let GroupDecision::Infeasible(d) = decision else { panic!("{decision:?}") };
+    assert!(d.describe(&c).contains("bundles[0].GPU: 1.5 is not allowed"), "{}", d.describe(&c));
+    assert!(c.group("bad").is_none());
+    let spec = group(&mut c, "twice", GroupStrategy::Pack, &["CPU=1"]);
+    assert!(matches!(place(&mut c, &spec), GroupDecision::Created { .. }));
+    let GroupDecision::Infeasible(d) = place(&mut c, &spec) else {
+        panic!("a second group with the same ID")
+    };
+    assert!(d.describe(&c).contains("exists already"), "{}", d.describe(&c));
+}
