@@ -1,8 +1,11 @@
-//! `berth bench`: decision speed on synthetic clusters (see `berth_sim::bench` for the method).
+//! `berth bench`: decision speed on synthetic clusters (see `berth_sim::bench` for the method);
+//! `berth bench api`: the head's speed through its REST API (see `bench/api.rs`).
 //!
 //! Each case (a workload at a cluster size) runs in its own child process — this binary again,
 //! with the hidden `--case` flag — so that its peak memory is its own and one case cannot warm
 //! or pollute another's caches.
+
+mod api;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -12,9 +15,36 @@ use berth_sim::bench::{run_case, BenchOptions, BenchResult, Workload};
 use clap::{Args, ValueEnum};
 use comfy_table::{presets, Cell, CellAlignment, Table};
 
+/// What to measure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Suite {
+    /// Scheduling decisions in the core, on synthetic clusters of 1k to 100k nodes.
+    #[default]
+    Decisions,
+    /// The head through its REST API: durable actor creations/s, 10,000 actors ALIVE,
+    /// placement groups/s (a real head, simulated agents, an HTTP client, one process).
+    Api,
+}
+
 /// The flags of `berth bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// What to measure: `decisions` (default) or `api`.
+    #[arg(value_enum, default_value_t = Suite::Decisions)]
+    pub suite: Suite,
+
+    /// api: actors created in the throughput phase (default 20000; 2000 with --quick).
+    #[arg(long, value_name = "N")]
+    pub actors: Option<usize>,
+
+    /// api: placement groups created (default 5000; 500 with --quick).
+    #[arg(long, value_name = "N")]
+    pub groups: Option<usize>,
+
+    /// api: concurrent HTTP connections (default 64).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub concurrency: usize,
+
     /// A smoke run for CI: 1k nodes and few decisions (under a minute; it must only run).
     #[arg(long)]
     pub quick: bool,
@@ -83,6 +113,9 @@ fn options(args: &BenchArgs) -> anyhow::Result<BenchOptions> {
 
 /// Runs the benchmark and writes the results to `out`; progress goes to stderr.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if args.suite == Suite::Api {
+        return run_api(args, out);
+    }
     let options = options(args)?;
     if let Some(case) = &args.case {
         let (name, nodes) = case.split_once(':').context("--case: expected WORKLOAD:NODES")?;
@@ -175,4 +208,57 @@ fn table(results: &[BenchResult]) -> String {
         }));
     }
     format!("{table}\n")
+}
+
+/// `berth bench api`.
+fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let quick = args.quick;
+    let settings = api::ApiBench {
+        actors: args.actors.unwrap_or(if quick { 2_000 } else { 20_000 }),
+        burst: if quick { 1_000 } else { 10_000 },
+        groups: args.groups.unwrap_or(if quick { 500 } else { 5_000 }),
+        nodes: args.nodes.as_ref().and_then(|n| n.first().copied()).unwrap_or(100),
+        concurrency: args.concurrency,
+    };
+    let result = api::run(&settings, &mut |step| eprintln!("{step}…"))?;
+    if args.output == BenchOutput::Json {
+        writeln!(out, "{}", serde_json::to_string(&result)?)?;
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_style(presets::ASCII_MARKDOWN).set_header(vec!["measure", "result", "goal"]);
+    let rows = [
+        (
+            format!("durable actor creations/s ({} actors)", result.actors),
+            format!(
+                "{:.0} (p50 {:.1} ms, p99 {:.1} ms)",
+                result.actors_per_s, result.actor_p50_ms, result.actor_p99_ms
+            ),
+            "≥ 20000",
+        ),
+        (
+            format!("{} actors ALIVE", result.burst),
+            format!("{:.2} s", result.burst_alive_s),
+            "≤ 2 s (10,000)",
+        ),
+        (
+            format!("placement groups/s ({} groups)", result.groups),
+            format!("{:.0}", result.groups_per_s),
+            "≥ 5000",
+        ),
+    ];
+    for (measure, value, goal) in rows {
+        table.add_row(vec![
+            Cell::new(measure),
+            Cell::new(value).set_alignment(CellAlignment::Right),
+            Cell::new(goal),
+        ]);
+    }
+    writeln!(
+        out,
+        "{} simulated nodes, {} connections, one process on this machine",
+        result.nodes, result.concurrency
+    )?;
+    writeln!(out, "{table}")?;
+    Ok(())
 }

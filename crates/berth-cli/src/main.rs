@@ -2,18 +2,22 @@
 //!
 //! Layout: this file parses the command line and maps errors to exit statuses; each command
 //! lives in its own module (`explain`, `validate`); `snapshot` turns the input files into core
-//! types and `render` prints results.
+//! types and `render` prints results. The commands that talk to a running head (`status`,
+//! `list`, `get`, `taint`, `actor`, `task`, `pg`, `kill`, and `explain` with an ID or without
+//! `--cluster`) are under `client`, with the REST client they share.
 //!
 //! Exit statuses: 0 when the command did its job (for `explain`, any decision: placed, pending
 //! and infeasible are all answers), 2 for bad input (command line or files; the message names
-//! the file, the field and the rule), 1 when the output cannot be written. `validate` follows
-//! grep instead: 1 is "valid, but the node does not satisfy it", and every error is 2.
+//! the file, the field and the rule), 1 when the output cannot be written, the head cannot be
+//! reached, or the head answers an error (4xx, 5xx). `validate` follows grep instead: 1 is
+//! "valid, but the node does not satisfy it", and every error is 2.
 
 mod bench;
+mod client;
+mod daemon;
 mod explain;
 mod render;
 mod sim;
-mod snapshot;
 mod validate;
 
 use std::io::{self, Write};
@@ -21,7 +25,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use snapshot::InputError;
+use berth_api::spec::InputError;
 
 /// Berth: a label-aware cluster scheduler.
 #[derive(Debug, Parser)]
@@ -34,17 +38,122 @@ struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Explain where a request goes on a cluster snapshot, node by node.
+    /// Explain where a request goes on a cluster snapshot, node by node; or ask a running head
+    /// why something is where it is.
     ///
-    /// Loads a cluster snapshot and one request, runs the scheduler's decision once and prints
-    /// the decision (placed, pending or infeasible, with the diagnosis) and, for every node,
-    /// each filter's verdict and reason, its preferences, each scorer's raw score and weight,
-    /// its total, and which nodes were shortlisted and chosen.
+    /// Offline (--cluster FILE --request FILE): loads a cluster snapshot and one request, runs
+    /// the scheduler's decision once and prints the decision (placed, pending or infeasible,
+    /// with the diagnosis) and, for every node, each filter's verdict and reason, its
+    /// preferences, each scorer's raw score and weight, its total, and which nodes were
+    /// shortlisted and chosen.
+    ///
+    /// Live: with an ID (`berth explain actor-12`), the head says where it is or why it
+    /// waits, with the reasons; with --request FILE alone, the head dry-runs the request on
+    /// its cluster as it is now (nothing is reserved).
     ///
     /// Exit status: 0 for any decision; 2 for bad input (a file that cannot be read, malformed
     /// YAML, an invalid field), with a message on stderr naming the file, the field and the
-    /// rule.
+    /// rule; 1 when the head cannot be reached or answers an error.
+    #[command(after_help = "Examples:\n  \
+        berth explain --cluster examples/cluster.yaml --request examples/actor.yaml\n  \
+        berth explain actor-12\n  \
+        berth explain --request examples/actor.yaml --output json")]
     Explain(explain::ExplainArgs),
+
+    /// Show the cluster at a glance: nodes, resources used, work by state, what waits and why.
+    ///
+    /// As `ray status`: nodes by state, each resource's use over its total (alive and
+    /// draining nodes), actors, tasks and placement groups by state, the pending ones with
+    /// their diagnosis, and the demand by shape (what an autoscaler would add nodes for).
+    /// Exit status: 0; 1 when the head cannot be reached or answers an error.
+    #[command(
+        after_help = "Examples:\n  berth status\n  berth status --address 10.0.0.1:8780\n  \
+                            berth status --output json"
+    )]
+    Status(client::status::StatusArgs),
+
+    /// List nodes, actors, tasks or placement groups, one per line.
+    ///
+    /// Filters combine (AND) and are applied by the head. Exit status: 0 (even when nothing
+    /// matches); 2 for a filter that does not apply; 1 when the head cannot be reached or
+    /// answers an error.
+    #[command(
+        after_help = "Examples:\n  berth list nodes\n  berth list nodes --state draining\n  \
+                            berth list actors --label app=web --namespace ml\n  \
+                            berth list tasks --node gpu-1 --state RUNNING --limit 20\n  \
+                            berth list pgs --output json"
+    )]
+    List(client::list::ListArgs),
+
+    /// Show one actor, task, placement group or node with every field, its history and, when
+    /// it waits, why.
+    ///
+    /// The kind follows from the ID's prefix (`actor-`, `task-`, `pg-`); a node is `node`
+    /// and its ID or IP. Exit status: 0; 2 for an ID of no known kind; 1 when the head cannot
+    /// be reached or answers an error (404 for an unknown ID).
+    #[command(after_help = "Examples:\n  berth get actor-12\n  berth get pg-7 --output json\n  \
+                            berth get node gpu-1\n  berth get node 10.0.0.3")]
+    Get(client::get::GetArgs),
+
+    /// Add or remove taints of a running node (keep work off it, or let it back).
+    ///
+    /// A node's taints keep away every request that does not tolerate them
+    /// (`--tolerations`). Prints the node's taints after the change. Exit status: 0; 2 for
+    /// bad flags; 1 when the head cannot be reached or answers an error.
+    #[command(after_help = "Examples:\n  \
+        berth taint --node-id gpu-1 --append gpu_node=true\n  \
+        berth taint --node-ip 10.0.0.3 --append '{\"memory-pressure\": \"high\"}'\n  \
+        berth taint --node-id gpu-1 --remove memory-pressure=high\n  \
+        berth taint --node-ip 10.0.0.3 --delete '{\"gpu_node\": \"true\"}'")]
+    Taint(client::taint::TaintArgs),
+
+    /// Create actors on the running head.
+    Actor(client::actor::ActorArgs),
+
+    /// Submit tasks to the running head.
+    Task(client::task::TaskArgs),
+
+    /// Create placement groups on the running head.
+    #[command(alias = "placement-group")]
+    Pg(client::pg::PgArgs),
+
+    /// Drain a node: no new work goes there and its actors move elsewhere (tasks finish).
+    ///
+    /// Exit status: 0; 1 when the head cannot be reached or answers an error (404 for an
+    /// unknown node, 409 for a dead one).
+    #[command(after_help = "Examples:\n  berth drain gpu-1\n  berth drain 10.0.0.3")]
+    Drain(client::drain::DrainArgs),
+
+    /// Start a head (`--head`) or an agent that joins one (`--address HOST:PORT`).
+    ///
+    /// Runs in the foreground until Ctrl-C, SIGTERM or `berth stop`. The head creates the
+    /// cluster token on its first start (DATA_DIR/token, mode 0600) and prints how to pass it;
+    /// it listens on 127.0.0.1 unless --bind says otherwise. An agent registers the machine's
+    /// CPUs and memory (flags override), its GPUs, labels and taints, heartbeats, and
+    /// acknowledges the work the head assigns (process execution comes in a later release).
+    #[command(after_help = "Examples:\n  \
+        berth start --head\n  \
+        berth start --head --bind 0.0.0.0 --port 8780 --store redis://10.0.0.9:6379\n  \
+        berth start --address 10.0.0.1:8780 --num-gpus 2 --labels zone=a --taints gpu_node=true")]
+    Start(daemon::StartArgs),
+
+    /// Start a local cluster: a head and N local nodes (a mix of CPU and GPU nodes, zones,
+    /// and a taint), in the foreground. Prints the dashboard URL and the token.
+    #[command(after_help = "Examples:\n  berth up\n  berth up --nodes 20 --port 9000\n  \
+                            berth up --config examples/up.yaml")]
+    Up(daemon::UpArgs),
+
+    /// Stop the `berth start` or `berth up` running with this data directory.
+    Stop(daemon::StopArgs),
+
+    /// Kill an actor, cancel a task or remove a placement group, by ID.
+    ///
+    /// Prints its state after. Exit status: 0; 2 for an ID of no known kind; 1 when the head
+    /// cannot be reached or answers an error.
+    #[command(
+        after_help = "Examples:\n  berth kill actor-12\n  berth kill task-3\n  berth kill pg-7"
+    )]
+    Kill(client::kill::KillArgs),
 
     /// Check node labels, label selectors and tolerations as Berth reads them.
     ///
@@ -85,6 +194,18 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run(args, &mut stdout.lock()),
         Command::Bench(args) => bench::run(args, &mut stdout.lock()),
         Command::Sim(args) => return sim::main(args),
+        Command::Status(args) => client::status::run(args, &mut stdout.lock()),
+        Command::List(args) => client::list::run(args, &mut stdout.lock()),
+        Command::Get(args) => client::get::run(args, &mut stdout.lock()),
+        Command::Taint(args) => client::taint::run(args, &mut stdout.lock()),
+        Command::Actor(args) => client::actor::run(args, &mut stdout.lock()),
+        Command::Task(args) => client::task::run(args, &mut stdout.lock()),
+        Command::Pg(args) => client::pg::run(args, &mut stdout.lock()),
+        Command::Kill(args) => client::kill::run(args, &mut stdout.lock()),
+        Command::Drain(args) => client::drain::run(args, &mut stdout.lock()),
+        Command::Start(args) => daemon::start(args),
+        Command::Up(args) => daemon::up(args),
+        Command::Stop(args) => daemon::stop(args),
         // 1 means "not satisfied" here, so every error is 2, as grep's are.
         Command::Validate(args) => {
             return match validate::run(args, &mut stdout.lock()) {
@@ -110,6 +231,10 @@ fn report(err: &anyhow::Error) -> ExitCode {
         if let Some(snippet) = input.snippet() {
             let _ = write!(stderr, "{snippet}");
         }
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    if let Some(bad) = err.downcast_ref::<client::BadInput>() {
+        let _ = writeln!(stderr, "error: {bad}");
         return ExitCode::from(EXIT_BAD_INPUT);
     }
     // A reader that went away (`berth explain … | head`) is not an error worth a message.

@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::snapshot::{self, label_error_text, selector_error_text};
+use berth_api::spec::{self as snapshot, label_error_text, selector_error_text};
 
 /// The flags of `berth validate`.
 #[derive(Debug, Args)]

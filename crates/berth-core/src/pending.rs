@@ -105,6 +105,11 @@ impl<K: PartialEq> PendingQueue<K> {
         self.entries.iter()
     }
 
+    /// The most recently queued request (the one [`PendingQueue::submit`] just queued).
+    pub fn last(&self) -> Option<&QueuedRequest<K>> {
+        self.entries.last()
+    }
+
     /// Number of queued requests.
     pub fn len(&self) -> usize {
         self.entries.len()

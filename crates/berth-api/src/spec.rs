@@ -63,6 +63,8 @@ pub enum FileKind {
     Profile,
     /// The `--labels-file` of `berth validate labels`.
     Labels,
+    /// The JSON body of a REST call (its "path" is the method and route).
+    Body,
 }
 
 impl fmt::Display for FileKind {
@@ -72,6 +74,7 @@ impl fmt::Display for FileKind {
             FileKind::Request => "request file",
             FileKind::Profile => "profile file",
             FileKind::Labels => "labels file",
+            FileKind::Body => "request body of",
         })
     }
 }
@@ -1159,6 +1162,7 @@ const PLACEMENT_GROUP_NEEDS_GROUP: &str =
 // Reading and parsing.
 
 /// One input file's text, kept for error snippets.
+#[derive(Debug)]
 struct Source {
     kind: FileKind,
     path: PathBuf,
@@ -1166,6 +1170,10 @@ struct Source {
 }
 
 impl Source {
+    fn from_text(kind: FileKind, name: &str, text: String) -> Source {
+        Source { kind, path: PathBuf::from(name), text }
+    }
+
     fn read(kind: FileKind, path: &Path) -> Result<Source, InputError> {
         let text = std::fs::read_to_string(path).map_err(|source| InputError::Read {
             kind,
@@ -1759,8 +1767,33 @@ pub enum LoadedRequest {
 pub fn load_request(path: &Path, cluster: &mut Cluster) -> Result<LoadedRequest, InputError> {
     let source = Source::read(FileKind::Request, path)?;
     let file: RequestFile = source.parse()?;
-    match (&file.resources, &file.placement_group) {
-        (Some(resources), None) => request(&source, cluster, &file, resources),
+    ParsedRequest { source, file }.build(cluster)
+}
+
+/// A request document that passed every check a value can pass alone (the parse), waiting for
+/// the checks that need the cluster ([`ParsedRequest::build`]). The head parses REST bodies
+/// at the edge, on the handler's task, and builds them on the task that owns the cluster.
+#[derive(Debug)]
+pub struct ParsedRequest {
+    source: Source,
+    file: RequestFile,
+}
+
+impl ParsedRequest {
+    /// Parses `text`, a request document in the request file's format (JSON or YAML), whose
+    /// errors name `kind` and `name` (`request body of POST /api/v1/actors`).
+    pub fn parse(kind: FileKind, name: &str, text: String) -> Result<ParsedRequest, InputError> {
+        let source = Source::from_text(kind, name, text);
+        let file: RequestFile = source.parse()?;
+        Ok(ParsedRequest { source, file })
+    }
+
+    /// Builds the core request (or group spec), interning resource names in `cluster`'s
+    /// registry: a resource no node has is a reason, not an input error.
+    pub fn build(&self, cluster: &mut Cluster) -> Result<LoadedRequest, InputError> {
+        let (source, file) = (&self.source, &self.file);
+        match (&file.resources, &file.placement_group) {
+        (Some(resources), None) => request(source, cluster, file, resources),
         (None, Some(group)) => {
             // The group's keys are inside `placement_group`; the request's own do not apply.
             let request_keys = [
@@ -1785,7 +1818,7 @@ pub fn load_request(path: &Path, cluster: &mut Cluster) -> Result<LoadedRequest,
                     *location,
                 ));
             }
-            groups::request_group(&source, cluster, group).map(LoadedRequest::Group)
+            groups::request_group(source, cluster, group).map(LoadedRequest::Group)
         }
         (Some(_), Some(group)) => Err(source.invalid(
             "placement_group",
@@ -1800,6 +1833,7 @@ pub fn load_request(path: &Path, cluster: &mut Cluster) -> Result<LoadedRequest,
              placement_group (a placement group); see docs/file-formats.md",
             None,
         )),
+    }
     }
 }
 
@@ -1914,7 +1948,16 @@ fn selector(
 /// value, user labels only (`berth.io/node-id` is Berth's). A file with nothing in it (or only
 /// comments) has no labels.
 pub fn load_labels_file(path: &Path) -> Result<Labels, InputError> {
-    let source = Source::read(FileKind::Labels, path)?;
+    labels_of(Source::read(FileKind::Labels, path)?)
+}
+
+/// Parses the text of a labels file that arrived over the network (an agent's
+/// `--labels-file`), with errors naming `name`.
+pub fn parse_labels_text(name: &str, text: String) -> Result<Labels, InputError> {
+    labels_of(Source::from_text(FileKind::Labels, name, text))
+}
+
+fn labels_of(source: Source) -> Result<Labels, InputError> {
     if source.is_blank() {
         return Ok(Labels::new());
     }

@@ -1,0 +1,696 @@
+//! The protocol side of the node daemon: register, heartbeat, follow assignments, report.
+//!
+//! One agent is one loop of *sessions*. A session starts with `Register` (announcing what the
+//! runner has running, and stopping what the head says to stop) and then runs three parts
+//! concurrently, in one task:
+//!
+//! - the `Heartbeat` stream, one message every interval the head asked for;
+//! - the `Assignments` stream, each `Start`/`Stop` handed to the [`Runner`];
+//! - the reporter, which turns the runner's [`Events`] into `ReportStatus` calls, in order.
+//!
+//! The session ends when any part fails or a stream ends: the head restarted, declared the node
+//! dead (`FAILED_PRECONDITION` on an old session), or cannot be reached. The agent then waits
+//! [`AgentConfig::reconnect_backoff`] and registers again under the node ID the head gave,
+//! forever, until shut down. Only a refused token (`UNAUTHENTICATED`, `PERMISSION_DENIED`) or a
+//! refused registration (`INVALID_ARGUMENT` on `Register`: the node's description is wrong)
+//! end the agent with an error, since retrying cannot fix either.
+//!
+//! Reports are never lost to a reconnection: a report is removed from the queue only once the
+//! head answered it, so one interrupted mid-call is sent again under the new session (the
+//! head's attempt numbers make a repeat harmless). A report the head rejects as malformed
+//! (`INVALID_ARGUMENT`, `NOT_FOUND`) is dropped with a warning rather than retried forever.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_api::agent::agent_service_client::AgentServiceClient;
+use berth_api::agent::{
+    assignment, Assignment, AssignmentsRequest, HeartbeatRequest, StatusReport, Stop,
+};
+use thiserror::Error;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+use tracing::{debug, info, warn};
+
+use crate::config::{AgentConfig, ConfigError};
+use crate::runner::{Events, Runner, WorkEvent};
+
+/// The longest wait for a unary call (`Register`, `ReportStatus`) or for a stream to open.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest wait for a TCP connection to the head.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP/2 pings on an idle connection, so a vanished head (a partition, a dead machine) is
+/// noticed even when no call is failing.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// The heartbeat interval used when the head's reply says 0.
+const FALLBACK_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Why an agent stopped with an error. Everything else (an unreachable head, a lost session) is
+/// retried, not returned.
+#[derive(Debug, Error)]
+pub enum AgentError {
+    /// The configuration is invalid.
+    #[error("invalid agent configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The head answered `UNAUTHENTICATED` or `PERMISSION_DENIED`.
+    #[error(
+        "the head at {head} refused the token ({call}: {message}); give the agent the cluster's \
+         token"
+    )]
+    Unauthenticated {
+        /// The head's address.
+        head: String,
+        /// The call that was refused.
+        call: &'static str,
+        /// The head's message.
+        message: String,
+    },
+    /// The head answered `INVALID_ARGUMENT` to `Register`: it will not accept this node as
+    /// described (a bad label file, a node ID in use, ...).
+    #[error("the head at {head} refused to register this node: {message}")]
+    RegistrationRefused {
+        /// The head's address.
+        head: String,
+        /// The head's message.
+        message: String,
+    },
+}
+
+/// What an agent is doing, published through a `watch` channel ([`Agent::status`],
+/// [`AgentHandle::subscribe`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentStatus {
+    /// The node ID the head gave, once registered; kept across re-registrations.
+    pub node_id: Option<String>,
+    /// The current session; `None` while connecting or re-registering.
+    pub session: Option<u64>,
+    /// How many times the agent registered successfully.
+    pub registrations: u64,
+    /// Why the last session ended or the last registration failed, or the fatal error.
+    pub last_error: Option<String>,
+    /// The agent has stopped (shut down, killed, or a fatal error).
+    pub stopped: bool,
+}
+
+impl AgentStatus {
+    /// True while the agent holds a session.
+    pub fn is_registered(&self) -> bool {
+        self.session.is_some()
+    }
+}
+
+/// A bounded wait on an agent's status did not succeed.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum WaitError {
+    /// The condition did not hold within the timeout.
+    #[error("the agent did not reach the awaited state within {timeout:?} (last: {last:?})")]
+    Timeout {
+        /// The timeout.
+        timeout: Duration,
+        /// The status when the wait gave up.
+        last: AgentStatus,
+    },
+    /// The agent stopped first.
+    #[error("the agent stopped: {}", .0.last_error.as_deref().unwrap_or("shut down"))]
+    Stopped(AgentStatus),
+}
+
+/// Adds `authorization: Bearer <token>` to every call.
+#[derive(Clone, Debug)]
+struct Auth(MetadataValue<Ascii>);
+
+impl Interceptor for Auth {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        request.metadata_mut().insert("authorization", self.0.clone());
+        Ok(request)
+    }
+}
+
+type Client = AgentServiceClient<InterceptedService<Channel, Auth>>;
+
+/// How a session ended.
+#[derive(Debug)]
+enum Ended {
+    /// Register again after the backoff.
+    Lost(String),
+    /// Stop the agent.
+    Fatal(AgentError),
+}
+
+/// What to do with a failed call.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The session is gone or the head unreachable: register again.
+    Reconnect,
+    /// The token was refused: stop.
+    Refused,
+    /// The head will never accept this message: drop it (reports) or stop (registration).
+    Rejected,
+}
+
+fn verdict(code: Code) -> Verdict {
+    match code {
+        Code::Unauthenticated | Code::PermissionDenied => Verdict::Refused,
+        Code::InvalidArgument | Code::NotFound => Verdict::Rejected,
+        _ => Verdict::Reconnect,
+    }
+}
+
+fn describe(call: &str, status: &Status) -> String {
+    if status.message().is_empty() {
+        format!("{call} failed with {:?}", status.code())
+    } else {
+        format!("{call} failed with {:?}: {}", status.code(), status.message())
+    }
+}
+
+/// One agent: a configuration, a runner, and the status it publishes.
+pub struct Agent {
+    config: AgentConfig,
+    url: String,
+    auth: MetadataValue<Ascii>,
+    runner: Arc<dyn Runner>,
+    status: Arc<watch::Sender<AgentStatus>>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("config", &self.config)
+            .field("status", &*self.status.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// An agent for `config` (validated here) executing assignments with `runner`.
+    pub fn new(config: AgentConfig, runner: Arc<dyn Runner>) -> Result<Agent, AgentError> {
+        config.validate()?;
+        let url = config.head_url()?;
+        let auth = config.authorization()?;
+        let (status, _) = watch::channel(AgentStatus::default());
+        Ok(Agent { config, url, auth, runner, status: Arc::new(status) })
+    }
+
+    /// Validates `config` and runs an agent until `shutdown` turns true (or its sender is
+    /// dropped): `Ok(())` then, an error only for a fatal refusal (see [`AgentError`]).
+    pub async fn run(
+        config: AgentConfig,
+        runner: Arc<dyn Runner>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<(), AgentError> {
+        Agent::new(config, runner)?.run_until(shutdown).await
+    }
+
+    /// The agent's status, updated as it registers and loses sessions.
+    pub fn status(&self) -> watch::Receiver<AgentStatus> {
+        self.status.subscribe()
+    }
+
+    /// Runs until `shutdown` turns true or its sender is dropped. Work the runner holds is
+    /// left as it is: what to do with it on shutdown is the caller's decision.
+    pub async fn run_until(self, mut shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
+        let result = self.sessions(&mut shutdown).await;
+        self.status.send_modify(|s| {
+            s.session = None;
+            s.stopped = true;
+            if let Err(e) = &result {
+                s.last_error = Some(e.to_string());
+            }
+        });
+        match &result {
+            Ok(()) => info!(node_id = ?self.status.borrow().node_id, "agent shut down"),
+            Err(e) => warn!(node_id = ?self.status.borrow().node_id, "agent stopped: {e}"),
+        }
+        result
+    }
+
+    /// Runs the agent as a task on the current tokio runtime (panics outside one).
+    pub fn spawn(self) -> AgentHandle {
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let status = self.status.clone();
+        let task = tokio::spawn(self.run_until(shutdown_rx));
+        AgentHandle { status, shutdown, task }
+    }
+
+    async fn sessions(&self, shutdown: &mut watch::Receiver<bool>) -> Result<(), AgentError> {
+        // One sink for the agent's whole life: reports outlive sessions.
+        let (events, mut events_rx) = Events::channel();
+        let mut pending = VecDeque::new();
+        let mut node_id = self.config.node_id.clone().unwrap_or_default();
+        let mut failures = 0u32;
+        loop {
+            let ended = tokio::select! {
+                biased;
+                () = shutdown_requested(shutdown) => return Ok(()),
+                ended = self.session(&mut node_id, &events, &mut events_rx, &mut pending) => ended,
+            };
+            let reason = match ended {
+                Ended::Fatal(e) => return Err(e),
+                Ended::Lost(reason) => reason,
+            };
+            // Warn once per outage; the retries of a long outage go to debug.
+            if self.status.borrow().session.is_some() {
+                failures = 0;
+            }
+            failures += 1;
+            let backoff = self.config.reconnect_backoff;
+            if failures == 1 {
+                warn!(node_id, %reason, ?backoff, "lost the head; registering again");
+            } else {
+                debug!(node_id, %reason, failures, ?backoff, "still no session; registering again");
+            }
+            self.status.send_modify(|s| {
+                s.session = None;
+                s.last_error = Some(reason);
+            });
+            tokio::select! {
+                biased;
+                () = shutdown_requested(shutdown) => return Ok(()),
+                () = tokio::time::sleep(backoff) => {}
+            }
+        }
+    }
+
+    fn client(&self) -> Result<Client, Ended> {
+        let endpoint = Endpoint::from_shared(self.url.clone())
+            .map_err(|e| Ended::Lost(format!("cannot use the head address {}: {e}", self.url)))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
+        // A fresh lazy channel per session: nothing of a broken connection is reused, and a
+        // head that is down fails the first call (retried after the backoff).
+        Ok(AgentServiceClient::with_interceptor(endpoint.connect_lazy(), Auth(self.auth.clone())))
+    }
+
+    /// What a failed call means for the session.
+    fn failed(&self, call: &'static str, status: Status) -> Ended {
+        match verdict(status.code()) {
+            Verdict::Refused => Ended::Fatal(AgentError::Unauthenticated {
+                head: self.config.head.clone(),
+                call,
+                message: status.message().to_string(),
+            }),
+            Verdict::Rejected if call == "Register" => {
+                Ended::Fatal(AgentError::RegistrationRefused {
+                    head: self.config.head.clone(),
+                    message: status.message().to_string(),
+                })
+            }
+            _ => Ended::Lost(describe(call, &status)),
+        }
+    }
+
+    /// One session: register, then heartbeats, assignments and reports until one of them ends.
+    async fn session(
+        &self,
+        node_id: &mut String,
+        events: &Events,
+        events_rx: &mut mpsc::UnboundedReceiver<WorkEvent>,
+        pending: &mut VecDeque<WorkEvent>,
+    ) -> Ended {
+        let mut client = match self.client() {
+            Ok(client) => client,
+            Err(ended) => return ended,
+        };
+        let running = self.runner.running();
+        let request = self.config.register_request(node_id, running);
+        let reply = match tokio::time::timeout(CALL_TIMEOUT, client.register(request)).await {
+            Ok(Ok(reply)) => reply.into_inner(),
+            Ok(Err(status)) => return self.failed("Register", status),
+            Err(_) => return Ended::Lost(format!("Register timed out after {CALL_TIMEOUT:?}")),
+        };
+        if reply.node_id.is_empty() {
+            return Ended::Lost("the head's registration reply has no node ID".into());
+        }
+        if !node_id.is_empty() && *node_id != reply.node_id {
+            warn!(asked = %node_id, given = %reply.node_id, "the head gave another node ID");
+        }
+        node_id.clone_from(&reply.node_id);
+        let interval = match reply.heartbeat_interval_ms {
+            0 => {
+                warn!("the head asked for heartbeats every 0 ms; sending one per second");
+                FALLBACK_HEARTBEAT_INTERVAL
+            }
+            ms => Duration::from_millis(u64::from(ms)),
+        };
+        let session = Session { node_id: node_id.clone(), session: reply.session };
+        info!(node_id = %session.node_id, session = session.session, ?interval, "registered");
+        self.status.send_modify(|s| {
+            s.node_id = Some(session.node_id.clone());
+            s.session = Some(session.session);
+            s.registrations += 1;
+            s.last_error = None;
+        });
+        if !reply.stop.is_empty() {
+            for work in self.runner.running() {
+                if reply.stop.contains(&work.work_id) {
+                    info!(work_id = %work.work_id, attempt = work.attempt, "stopping work the head no longer places here");
+                    let stop = Stop {
+                        work_id: work.work_id,
+                        attempt: work.attempt,
+                        reason: "the head no longer places this work on this node".into(),
+                    };
+                    self.runner.stop(stop, events.clone());
+                }
+            }
+        }
+        tokio::select! {
+            ended = self.heartbeats(client.clone(), &session, interval) => ended,
+            ended = self.assignments(client.clone(), &session, events) => ended,
+            ended = self.reports(client, &session, events, events_rx, pending) => ended,
+        }
+    }
+
+    async fn heartbeats(&self, mut client: Client, session: &Session, interval: Duration) -> Ended {
+        let beat = HeartbeatRequest {
+            node_id: session.node_id.clone(),
+            session: session.session,
+            usage: Default::default(),
+        };
+        let (tx, rx) = mpsc::channel(4);
+        // The first beat goes out with the stream, so a head may wait for it before answering.
+        let _ = tx.try_send(beat.clone());
+        let mut inbound =
+            match tokio::time::timeout(CALL_TIMEOUT, client.heartbeat(ReceiverStream::new(rx)))
+                .await
+            {
+                Ok(Ok(response)) => response.into_inner(),
+                Ok(Err(status)) => return self.failed("Heartbeat", status),
+                Err(_) => return Ended::Lost("opening the heartbeat stream timed out".into()),
+            };
+        let start = tokio::time::Instant::now() + interval;
+        let mut ticker = tokio::time::interval_at(start, interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => match tx.try_send(beat.clone()) {
+                    Ok(()) => {}
+                    // The transport is not taking beats as fast as they come; skipping one
+                    // is harmless.
+                    Err(mpsc::error::TrySendError::Full(_)) => debug!("heartbeat skipped: stream busy"),
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        return Ended::Lost("the heartbeat stream closed".into())
+                    }
+                },
+                message = inbound.message() => match message {
+                    Ok(Some(_reply)) => {}
+                    Ok(None) => return Ended::Lost("the head ended the heartbeat stream".into()),
+                    Err(status) => return self.failed("Heartbeat", status),
+                },
+            }
+        }
+    }
+
+    async fn assignments(&self, mut client: Client, session: &Session, events: &Events) -> Ended {
+        let request =
+            AssignmentsRequest { node_id: session.node_id.clone(), session: session.session };
+        let mut stream = match tokio::time::timeout(CALL_TIMEOUT, client.assignments(request)).await
+        {
+            Ok(Ok(response)) => response.into_inner(),
+            Ok(Err(status)) => return self.failed("Assignments", status),
+            Err(_) => return Ended::Lost("opening the assignments stream timed out".into()),
+        };
+        loop {
+            match stream.message().await {
+                Ok(Some(assignment)) => self.apply(assignment, events),
+                Ok(None) => return Ended::Lost("the head ended the assignments stream".into()),
+                Err(status) => return self.failed("Assignments", status),
+            }
+        }
+    }
+
+    fn apply(&self, assignment: Assignment, events: &Events) {
+        match assignment.kind {
+            Some(assignment::Kind::Start(start)) if !start.work_id.is_empty() => {
+                debug!(work_id = %start.work_id, attempt = start.attempt, "start");
+                self.runner.start(start, events.clone());
+            }
+            Some(assignment::Kind::Stop(stop)) if !stop.work_id.is_empty() => {
+                debug!(work_id = %stop.work_id, attempt = stop.attempt, reason = %stop.reason, "stop");
+                self.runner.stop(stop, events.clone());
+            }
+            Some(_) => warn!("ignored an assignment without a work ID"),
+            None => warn!("ignored an empty assignment"),
+        }
+    }
+
+    async fn reports(
+        &self,
+        mut client: Client,
+        session: &Session,
+        events: &Events,
+        events_rx: &mut mpsc::UnboundedReceiver<WorkEvent>,
+        pending: &mut VecDeque<WorkEvent>,
+    ) -> Ended {
+        loop {
+            if pending.is_empty() {
+                match events_rx.recv().await {
+                    Some(event) => pending.push_back(event),
+                    // The agent holds a sender for its whole life.
+                    None => std::future::pending().await,
+                }
+            }
+            while let Ok(event) = events_rx.try_recv() {
+                pending.push_back(event);
+            }
+            let Some(event) = pending.front() else { continue };
+            let report = StatusReport {
+                node_id: session.node_id.clone(),
+                session: session.session,
+                work_id: event.work_id.clone(),
+                attempt: event.attempt,
+                status: Some(event.status.to_proto()),
+            };
+            match tokio::time::timeout(CALL_TIMEOUT, client.report_status(report)).await {
+                Ok(Ok(reply)) => {
+                    let event = pending.pop_front().expect("the report sent is at the front");
+                    debug!(work_id = %event.work_id, attempt = event.attempt, status = ?event.status, "reported");
+                    if !reply.into_inner().current {
+                        self.stop_stale(event, events);
+                    }
+                }
+                Ok(Err(status)) => match verdict(status.code()) {
+                    Verdict::Rejected => {
+                        let event = pending.pop_front().expect("the report sent is at the front");
+                        warn!(work_id = %event.work_id, attempt = event.attempt, status = ?event.status,
+                            "the head rejected a report; dropped: {}", describe("ReportStatus", &status));
+                    }
+                    _ => return self.failed("ReportStatus", status),
+                },
+                Err(_) => {
+                    return Ended::Lost(format!("ReportStatus timed out after {CALL_TIMEOUT:?}"))
+                }
+            }
+        }
+    }
+
+    /// The head says `event`'s attempt is stale: stop it if it still runs here.
+    fn stop_stale(&self, event: WorkEvent, events: &Events) {
+        let still_running = self
+            .runner
+            .running()
+            .iter()
+            .any(|w| w.work_id == event.work_id && w.attempt == event.attempt);
+        if still_running {
+            info!(work_id = %event.work_id, attempt = event.attempt, "the head says this attempt is stale; stopping it");
+            let stop = Stop {
+                work_id: event.work_id,
+                attempt: event.attempt,
+                reason: "the head replaced this attempt".into(),
+            };
+            self.runner.stop(stop, events.clone());
+        }
+    }
+}
+
+/// The identity of one registration.
+#[derive(Clone, Debug)]
+struct Session {
+    node_id: String,
+    session: u64,
+}
+
+/// Completes when `shutdown` is true or its sender is gone.
+async fn shutdown_requested(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|&stop| stop).await;
+}
+
+/// A running agent task ([`Agent::spawn`]). Dropping the handle shuts the agent down.
+#[derive(Debug)]
+pub struct AgentHandle {
+    status: Arc<watch::Sender<AgentStatus>>,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<Result<(), AgentError>>,
+}
+
+impl AgentHandle {
+    /// The agent's status now.
+    pub fn status(&self) -> AgentStatus {
+        self.status.borrow().clone()
+    }
+
+    /// A receiver of the agent's status.
+    pub fn subscribe(&self) -> watch::Receiver<AgentStatus> {
+        self.status.subscribe()
+    }
+
+    /// Waits at most `timeout` for `condition` to hold on the agent's status; fails early if
+    /// the agent stops first.
+    pub async fn wait_for(
+        &self,
+        timeout: Duration,
+        mut condition: impl FnMut(&AgentStatus) -> bool,
+    ) -> Result<AgentStatus, WaitError> {
+        let mut rx = self.status.subscribe();
+        let waited =
+            tokio::time::timeout(timeout, rx.wait_for(|s| condition(s) || s.stopped)).await;
+        let status = match waited {
+            Ok(Ok(status)) => status.clone(),
+            // The sender lives in `self`; neither happens but the timeout.
+            _ => return Err(WaitError::Timeout { timeout, last: self.status() }),
+        };
+        if condition(&status) {
+            Ok(status)
+        } else {
+            Err(WaitError::Stopped(status))
+        }
+    }
+
+    /// Waits at most `timeout` for the agent to hold a session.
+    pub async fn wait_registered(&self, timeout: Duration) -> Result<AgentStatus, WaitError> {
+        self.wait_for(timeout, AgentStatus::is_registered).await
+    }
+
+    /// True once the agent's task has ended.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Asks the agent to shut down without waiting (see [`AgentHandle::stop`]).
+    pub fn request_stop(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// Asks the agent to shut down and waits for it: its result.
+    pub async fn stop(self) -> Result<(), AgentError> {
+        self.request_stop();
+        match self.task.await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Ends the agent abruptly, as if its machine died: its streams drop mid-flight and no
+    /// more heartbeats are sent. Waits until the task is gone.
+    pub async fn kill(self) {
+        self.task.abort();
+        if let Err(e) = self.task.await {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
+        self.status.send_modify(|s| {
+            s.session = None;
+            s.stopped = true;
+            s.last_error = Some("killed".into());
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::AckRunner;
+
+    #[test]
+    fn verdicts() {
+        assert_eq!(verdict(Code::Unauthenticated), Verdict::Refused);
+        assert_eq!(verdict(Code::PermissionDenied), Verdict::Refused);
+        assert_eq!(verdict(Code::InvalidArgument), Verdict::Rejected);
+        assert_eq!(verdict(Code::NotFound), Verdict::Rejected);
+        for code in [
+            Code::FailedPrecondition,
+            Code::Unavailable,
+            Code::Unknown,
+            Code::Internal,
+            Code::Cancelled,
+            Code::DeadlineExceeded,
+            Code::ResourceExhausted,
+        ] {
+            assert_eq!(verdict(code), Verdict::Reconnect, "{code:?}");
+        }
+    }
+
+    fn agent() -> Agent {
+        Agent::new(AgentConfig::new("127.0.0.1:1", "t"), Arc::new(AckRunner::new())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn failures_map_to_fatal_errors_or_reconnection() {
+        let agent = agent();
+        let refused = agent.failed("Heartbeat", Status::unauthenticated("bad token"));
+        let Ended::Fatal(e) = refused else { panic!("{refused:?}") };
+        let text = e.to_string();
+        assert!(text.contains("refused the token") && text.contains("bad token"), "{text}");
+        assert!(text.contains("127.0.0.1:1") && text.contains("Heartbeat"), "{text}");
+
+        let Ended::Fatal(e) = agent.failed("Register", Status::invalid_argument("labels_file: x"))
+        else {
+            panic!()
+        };
+        assert!(e.to_string().contains("refused to register this node: labels_file: x"), "{e}");
+
+        let lost = agent.failed("Heartbeat", Status::failed_precondition("old session"));
+        let Ended::Lost(reason) = lost else { panic!("{lost:?}") };
+        assert_eq!(reason, "Heartbeat failed with FailedPrecondition: old session");
+        let Ended::Lost(reason) = agent.failed("Assignments", Status::invalid_argument("x")) else {
+            panic!()
+        };
+        assert!(reason.contains("InvalidArgument"));
+    }
+
+    #[test]
+    fn invalid_configs_are_refused_before_running() {
+        let err =
+            Agent::new(AgentConfig::new("nowhere", "t"), Arc::new(AckRunner::new())).unwrap_err();
+        assert!(matches!(err, AgentError::Config(ref c) if c.field == "head"), "{err}");
+        assert!(err.to_string().starts_with("invalid agent configuration: head: "), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_head_is_retried_until_shutdown() {
+        // Port 1 on loopback refuses connections: the agent keeps trying and never fails.
+        let mut config = AgentConfig::new("127.0.0.1:1", "t");
+        config.reconnect_backoff = Duration::from_millis(5);
+        let handle = Agent::new(config, Arc::new(AckRunner::new())).unwrap().spawn();
+        let status =
+            handle.wait_for(Duration::from_secs(10), |s| s.last_error.is_some()).await.unwrap();
+        assert!(!status.is_registered() && !status.stopped);
+        handle.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn dropping_the_shutdown_sender_stops_the_agent() {
+        let (tx, rx) = watch::channel(false);
+        drop(tx);
+        let result = tokio::time::timeout(
+            Duration::from_secs(10),
+            Agent::run(AgentConfig::new("127.0.0.1:1", "t"), Arc::new(AckRunner::new()), rx),
+        )
+        .await
+        .expect("the agent stops");
+        result.unwrap();
+    }
+}

@@ -1,0 +1,21 @@
+//! Berth's wire formats, shared by the head, the agent and the `berth` command line.
+//!
+//! - [`spec`]: the request and cluster file formats (`docs/file-formats.md`) and their
+//!   conversion into core types. A REST body that creates an actor, a task or a placement group
+//!   is a request document in this format, so `berth explain`, the CLI and the REST API accept
+//!   exactly the same thing and reject it with the same field paths.
+//! - [`local`]: the data directory, token and address files a local head shares with the CLI.
+//! - [`rest`]: the REST API's bodies and answers (serde + OpenAPI schemas).
+//! - [`agent`]: the agent protocol, generated from `proto/agent.proto`.
+
+#![warn(missing_docs)]
+
+pub mod local;
+pub mod rest;
+pub mod spec;
+
+/// The agent protocol (gRPC), generated from `proto/agent.proto`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod agent {
+    tonic::include_proto!("berth.agent.v1");
+}

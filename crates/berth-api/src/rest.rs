@@ -1,0 +1,611 @@
+//! The REST API's bodies and answers, under [`API_PREFIX`].
+//!
+//! Conventions, so a client can rely on them everywhere:
+//! - Quantities are decimal text (`"0.5"`, `"16Gi"` in bodies; answers give plain decimals of
+//!   the unit, `"17179869184"`), never floats, so nothing is lost to binary rounding.
+//! - Times are milliseconds since the Unix epoch (`*_ms`).
+//! - Every error is an [`ApiError`]: 400 names the field and the rule, 401 a missing or wrong
+//!   token, 404 an unknown ID, 409 a conflict (a name in use), 503 a head that cannot write.
+//! - The placement part of a create body (`resources`, `scheduling_strategy`, `label_selector`,
+//!   `fallback_strategy`, `tolerations`, and a group's `bundles` …) is the request file's
+//!   format, checked by the same code as `berth explain` (`docs/file-formats.md`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+/// Where the API lives.
+pub const API_PREFIX: &str = "/api/v1";
+
+/// The header that carries the cluster token: `Authorization: Bearer <token>`.
+pub const AUTHORIZATION: &str = "authorization";
+
+/// A label or taint map: key to value.
+pub type StringMap = BTreeMap<String, String>;
+
+// ---------------------------------------------------------------------------------------------
+// Errors.
+
+/// What went wrong, as a machine-readable word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// 400: the body, a path segment or a query parameter breaks a rule.
+    Invalid,
+    /// 401: no token, or the wrong one.
+    Unauthorized,
+    /// 404: no such node, actor, task or placement group.
+    NotFound,
+    /// 409: the request conflicts with the state (a name already in use).
+    Conflict,
+    /// 408: waited as long as asked, and the object is not there yet.
+    Timeout,
+    /// 503: the head cannot make the change durable (its store failed); nothing changed.
+    Unavailable,
+}
+
+/// The body of every error answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ApiError {
+    /// What kind of error.
+    pub error: ErrorKind,
+    /// The field at fault, as a path into the body (`resources.GPU`,
+    /// `scheduling_strategy.expressions[0].operator`), or the path or query parameter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The rule broken, as a sentence.
+    pub message: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces.
+
+/// One resource's amounts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ResourceUse {
+    /// The total.
+    pub total: String,
+    /// Reserved now.
+    pub used: String,
+    /// Free now.
+    pub available: String,
+}
+
+/// One reason nodes were rejected, with how many.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ReasonCount {
+    /// Stable code: `insufficient_total:GPU`, `untolerated_taint:gpu_node=true`.
+    pub code: String,
+    /// The same in words: `too little GPU in total`.
+    pub text: String,
+    /// Nodes (or bundles) rejected for it, summed over the attempts.
+    pub count: u64,
+}
+
+/// Why something is not placed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Diagnosis {
+    /// True when no node could ever hold it (autoscaler demand); false when it waits for
+    /// work to end or for a peer.
+    pub infeasible: bool,
+    /// The whole diagnosis in words, one part per attempt:
+    /// `0/5 nodes can take it now: 3 too little GPU in total, 2 untolerated taint gpu_node=true`.
+    pub summary: String,
+    /// Rejections per reason, most frequent first.
+    pub reasons: Vec<ReasonCount>,
+}
+
+/// One entry of an object's history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Event {
+    /// When (ms since the Unix epoch).
+    pub at_ms: u64,
+    /// What: `created`, `pending`, `placed`, `started`, `exited`, `failed_to_start`,
+    /// `node_died`, `restarting`, `retrying`, `dead`, `finished`, `failed`, `cancelled`,
+    /// `killed`, `removed`, `rescheduling`.
+    pub kind: String,
+    /// The node concerned, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// Details in words.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// A list answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct List<T> {
+    /// The matching objects (at most `limit`), in creation order.
+    pub items: Vec<T>,
+    /// How many matched before `limit` cut the list.
+    pub total: usize,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nodes.
+
+/// A node's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum NodeState {
+    /// Heartbeating; takes new work.
+    Alive,
+    /// Takes no new work; its actors are moved off it.
+    Draining,
+    /// Heartbeats stopped (or it was removed); its work was moved.
+    Dead,
+}
+
+/// A taint on a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Taint {
+    /// The key.
+    pub key: String,
+    /// The value.
+    pub value: String,
+}
+
+/// A node, as the head sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Node {
+    /// Its ID.
+    pub node_id: String,
+    /// The address its agent gave (an IP).
+    pub address: String,
+    /// Its state.
+    pub state: NodeState,
+    /// Every label: the user's and Berth's `berth.io/...` defaults.
+    pub labels: StringMap,
+    /// Its taints, user taints and Berth's rare-resource taints.
+    pub taints: Vec<Taint>,
+    /// Resource name to amounts.
+    pub resources: BTreeMap<String, ResourceUse>,
+    /// Actors running (or starting) there.
+    pub actors: u64,
+    /// Tasks running (or starting) there.
+    pub tasks: u64,
+    /// When it (last) registered.
+    pub registered_at_ms: u64,
+    /// Why it is dead, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_reason: Option<String>,
+}
+
+/// Taints to add or remove, key to value (seed 004's dashboard API body):
+/// `{"gpu_node": "true"}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(transparent)]
+pub struct TaintsBody(pub StringMap);
+
+// ---------------------------------------------------------------------------------------------
+// Actors.
+
+/// An actor's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ActorState {
+    /// Waiting to be placed (or placed and not yet started by its agent).
+    Pending,
+    /// Started on its node.
+    Alive,
+    /// Its process or node died; waiting to be placed again.
+    Restarting,
+    /// Ended for good; `death_reason` says why.
+    Dead,
+}
+
+/// The body of `POST /api/v1/actors`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActorCreate {
+    /// A name, unique among the namespace's live actors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its namespace; default `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Actor labels (what other actors' affinity matches).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: StringMap,
+    /// The program to run.
+    pub command: String,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: StringMap,
+    /// How many times it is restarted after its process or node dies; -1 for always.
+    #[serde(default)]
+    pub max_restarts: i64,
+    /// What to reserve: resource name to amount, `{"CPU": 1, "GPU": 0.5}`.
+    #[schema(value_type = Object)]
+    pub resources: Value,
+    /// DEFAULT, SPREAD, RANDOM, or a map (NODE_AFFINITY, NODE_LABEL, ACTOR_AFFINITY,
+    /// PLACEMENT_GROUP with `group` and `bundle`), as in the request file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub scheduling_strategy: Option<Value>,
+    /// Label key to expression (`"in(a,b)"`, `"!gpu"`, `"exists()"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub label_selector: Option<Value>,
+    /// Alternatives to `label_selector`: `[{"label_selector": {...}}]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub fallback_strategy: Option<Value>,
+    /// Taint key to expression: the taints it accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub tolerations: Option<Value>,
+}
+
+/// An actor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Actor {
+    /// Its ID (`actor-17`).
+    pub actor_id: String,
+    /// Its name, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its state.
+    pub state: ActorState,
+    /// Where it runs (or was placed), when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// Instance IDs reserved per resource (`{"GPU": [0]}`), as given to its process.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub instances: BTreeMap<String, Vec<u32>>,
+    /// Restarts so far.
+    pub restarts: u64,
+    /// Why it is dead, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub death_reason: Option<String>,
+    /// Why it waits, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
+    /// What happened to it, oldest first (the last 50 entries).
+    pub history: Vec<Event>,
+    /// When it was created.
+    pub created_at_ms: u64,
+    /// What it was created with.
+    pub spec: ActorCreate,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tasks.
+
+/// A task's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TaskState {
+    /// Waiting to be placed (or to be started by its agent).
+    Pending,
+    /// Its process runs.
+    Running,
+    /// Exited with code 0.
+    Finished,
+    /// Failed after its last retry; `failure` says why.
+    Failed,
+    /// Cancelled by a user.
+    Cancelled,
+}
+
+/// The body of `POST /api/v1/tasks`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSubmit {
+    /// A name for people; need not be unique.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its namespace (for actor affinity); default `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The program to run.
+    pub command: String,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: StringMap,
+    /// How many times it is run again after a failure (non-zero exit, node death); default 3.
+    #[serde(default = "default_retries")]
+    pub max_retries: u32,
+    /// What to reserve, as for actors.
+    #[schema(value_type = Object)]
+    pub resources: Value,
+    /// As for actors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub scheduling_strategy: Option<Value>,
+    /// As for actors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub label_selector: Option<Value>,
+    /// As for actors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub fallback_strategy: Option<Value>,
+    /// As for actors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub tolerations: Option<Value>,
+}
+
+/// Ray's default for tasks.
+pub const DEFAULT_TASK_RETRIES: u32 = 3;
+
+fn default_retries() -> u32 {
+    DEFAULT_TASK_RETRIES
+}
+
+/// A task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Task {
+    /// Its ID (`task-9`).
+    pub task_id: String,
+    /// Its name, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its state.
+    pub state: TaskState,
+    /// Where it runs (or ran last), when placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// Instance IDs reserved per resource.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub instances: BTreeMap<String, Vec<u32>>,
+    /// Runs started so far (1 on the first run).
+    pub attempts: u64,
+    /// The exit code of the last run, when it exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// Why it waits, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
+    /// What happened to it, oldest first (the last 50 entries).
+    pub history: Vec<Event>,
+    /// When it was submitted.
+    pub created_at_ms: u64,
+    /// What it was submitted with.
+    pub spec: TaskSubmit,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Placement groups.
+
+/// A placement group's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum GroupState {
+    /// Not reserved yet.
+    Pending,
+    /// Every bundle is reserved.
+    Created,
+    /// A node holding bundles died; those bundles wait to be reserved again.
+    Rescheduling,
+    /// Removed; its reservations are free.
+    Removed,
+}
+
+/// The body of `POST /api/v1/placement_groups` (the request file's `placement_group`, without
+/// `id`: the head gives it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupCreate {
+    /// A name for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its namespace; default `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// PACK (default), SPREAD, STRICT_PACK or STRICT_SPREAD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
+    /// Resource maps, one per bundle: `[{"GPU": 1}, {"GPU": 1}]`.
+    #[schema(value_type = Vec<Object>)]
+    pub bundles: Value,
+    /// One selector per bundle, or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub bundle_label_selector: Option<Value>,
+    /// Taint key to expression, for every bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub tolerations: Option<Value>,
+    /// Alternatives: `[{"bundles": [...], "bundle_label_selector": [...]}]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub fallback_strategy: Option<Value>,
+}
+
+/// One bundle of a group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Bundle {
+    /// Its index.
+    pub index: usize,
+    /// What it reserves, resource name to amount.
+    pub resources: StringMap,
+    /// The node holding it, when reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+}
+
+/// A placement group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Group {
+    /// Its ID (`pg-3`).
+    pub group_id: String,
+    /// Its name, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its strategy.
+    pub strategy: String,
+    /// Its state.
+    pub state: GroupState,
+    /// The alternative reserved (0: `bundles`; `i`: `fallback_strategy[i − 1]`), once created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alternative: Option<usize>,
+    /// The bundles of the reserved alternative (of alternative 0 while pending).
+    pub bundles: Vec<Bundle>,
+    /// Why it waits, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
+    /// What happened to it, oldest first.
+    pub history: Vec<Event>,
+    /// When it was created.
+    pub created_at_ms: u64,
+    /// What it was created with.
+    pub spec: GroupCreate,
+}
+
+/// Query of `GET /api/v1/placement_groups/{id}/wait`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
+pub struct WaitQuery {
+    /// Seconds to wait at most (default 30, at most 600).
+    pub timeout_s: Option<f64>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lists.
+
+/// Filters of the list endpoints; each is optional and they combine with AND.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
+pub struct ListQuery {
+    /// Only this state (`ALIVE`, `PENDING`, ...; any case).
+    pub state: Option<String>,
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only objects on this node (ID).
+    pub node: Option<String>,
+    /// Only objects with this label, `key=value` (actors; nodes).
+    pub label: Option<String>,
+    /// At most this many items (default 1000, at most 100000).
+    pub limit: Option<usize>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster status and explain.
+
+/// Node counts by state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeCounts {
+    /// Alive.
+    pub alive: u64,
+    /// Draining.
+    pub draining: u64,
+    /// Dead.
+    pub dead: u64,
+}
+
+/// Something waiting to be placed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PendingItem {
+    /// `actor`, `task` or `placement_group`.
+    pub kind: String,
+    /// Its ID.
+    pub id: String,
+    /// Why.
+    pub diagnosis: Diagnosis,
+}
+
+/// Demand of one shape: what an autoscaler reads to decide which nodes to add.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Demand {
+    /// Resource name to amount of one request (or one bundle).
+    pub shape: StringMap,
+    /// The label selector the requests carry (label key to expression).
+    pub label_selector: StringMap,
+    /// The tolerations they carry.
+    pub tolerations: StringMap,
+    /// Requests of this shape waiting.
+    pub count: u64,
+    /// How many of them no node could ever hold.
+    pub infeasible: u64,
+}
+
+/// `GET /api/v1/cluster/status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterStatus {
+    /// Nodes by state.
+    pub nodes: NodeCounts,
+    /// Resource name to amounts over the alive and draining nodes.
+    pub resources: BTreeMap<String, ResourceUse>,
+    /// Actor counts by state (`ALIVE`: 3).
+    #[schema(value_type = std::collections::HashMap<String, u64>)]
+    pub actors: StringCounts,
+    /// Task counts by state.
+    #[schema(value_type = std::collections::HashMap<String, u64>)]
+    pub tasks: StringCounts,
+    /// Placement group counts by state.
+    #[schema(value_type = std::collections::HashMap<String, u64>)]
+    pub placement_groups: StringCounts,
+    /// Waiting actors, tasks and groups, oldest first (at most 100; see `pending_total`).
+    pub pending: Vec<PendingItem>,
+    /// How many wait in all.
+    pub pending_total: u64,
+    /// Waiting requests grouped by shape, selector and tolerations, largest first.
+    pub demand: Vec<Demand>,
+}
+
+/// Counts by name.
+pub type StringCounts = BTreeMap<String, u64>;
+
+/// The answer of `POST /api/v1/explain` (a dry run; nothing is reserved).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DryRun {
+    /// `placed`, `pending` or `infeasible`.
+    pub outcome: String,
+    /// The node it would go to (the first bundle's, for a group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// For a group: the node of each bundle.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bundle_nodes: Vec<String>,
+    /// The instance IDs it would take.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub instances: BTreeMap<String, Vec<u32>>,
+    /// Why not, when not placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
+}
+
+/// The answer of `GET /api/v1/explain/{id}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Explanation {
+    /// The ID asked about.
+    pub id: String,
+    /// `actor`, `task` or `placement_group`.
+    pub kind: String,
+    /// Its state (`PENDING`, `ALIVE`, ...).
+    pub state: String,
+    /// Where it is placed, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// Why it waits, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
+    /// The answer in one sentence.
+    pub summary: String,
+}
+
+/// `GET /healthz`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// `ok`.
+    pub status: String,
+    /// The head's version.
+    pub version: String,
+}

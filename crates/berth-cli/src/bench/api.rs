@@ -1,0 +1,235 @@
+//! `berth bench api`: the head's speed through its REST API, with simulated agents.
+//!
+//! One process runs a real head (embedded store in a temporary directory: every creation is
+//! durable before its 201), a simulated cluster whose agents speak the real gRPC protocol and
+//! acknowledge their assignments, and an HTTP client with many connections. All share this
+//! machine's cores, as a head and its busiest client would. Three measurements:
+//!
+//! 1. **Actor creations per second**: `--actors` POSTs of one-CPU actors, each answered 201
+//!    only once durable; rate = actors / wall time from the first request to the last answer.
+//! 2. **10,000 ALIVE**: a burst of 10,000 more actors; the time from the first request until
+//!    the head's view shows all of them ALIVE (placed, assigned, started by their agents, and
+//!    the starts durable).
+//! 3. **Placement groups per second**: `--groups` POSTs of two-bundle groups.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use berth_agent::{SimCluster, SimNode};
+use berth_api::rest::ActorState;
+use berth_head::HeadConfig;
+use serde::Serialize;
+
+/// Settings of `berth bench api`.
+#[derive(Clone, Debug)]
+pub struct ApiBench {
+    /// Actors created in the throughput phase.
+    pub actors: usize,
+    /// Actors of the ALIVE burst.
+    pub burst: usize,
+    /// Placement groups created.
+    pub groups: usize,
+    /// Simulated nodes.
+    pub nodes: usize,
+    /// Concurrent HTTP connections.
+    pub concurrency: usize,
+}
+
+/// The figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct ApiResult {
+    /// Simulated nodes.
+    pub nodes: usize,
+    /// Concurrent connections.
+    pub concurrency: usize,
+    /// Actors created in phase 1.
+    pub actors: usize,
+    /// Durable actor creations per second.
+    pub actors_per_s: f64,
+    /// Median answer time of a creation, ms.
+    pub actor_p50_ms: f64,
+    /// 99th percentile, ms.
+    pub actor_p99_ms: f64,
+    /// Actors of the burst.
+    pub burst: usize,
+    /// Seconds from the burst's first request to all of it ALIVE.
+    pub burst_alive_s: f64,
+    /// Groups created.
+    pub groups: usize,
+    /// Durable placement groups per second.
+    pub groups_per_s: f64,
+}
+
+struct Phase {
+    seconds: f64,
+    latencies_ms: Vec<f64>,
+}
+
+/// Runs `total` POSTs of `body` to `path` over `concurrency` connections; every answer must be
+/// 201.
+async fn post_many(
+    client: &reqwest::Client,
+    url: String,
+    token: &str,
+    body: serde_json::Value,
+    total: usize,
+    concurrency: usize,
+) -> anyhow::Result<Phase> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let body = Arc::new(serde_json::to_vec(&body)?);
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (client, url, token, next, body) =
+            (client.clone(), url.clone(), token.to_string(), next.clone(), body.clone());
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while next.fetch_add(1, Ordering::Relaxed) < total {
+                let sent = Instant::now();
+                let response = client
+                    .post(&url)
+                    .bearer_auth(&token)
+                    .header("content-type", "application/json")
+                    .body((*body).clone())
+                    .send()
+                    .await?;
+                let status = response.status();
+                let text = response.bytes().await?;
+                if status.as_u16() != 201 {
+                    bail!("{url} answered {status}: {}", String::from_utf8_lossy(&text));
+                }
+                latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
+            }
+            Ok::<_, anyhow::Error>(latencies)
+        }));
+    }
+    let mut latencies_ms = Vec::with_capacity(total);
+    for worker in workers {
+        latencies_ms.extend(worker.await.context("a client task panicked")??);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    latencies_ms.sort_by(f64::total_cmp);
+    Ok(Phase { seconds, latencies_ms })
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Runs the three phases.
+pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Result<ApiResult> {
+    if settings.nodes == 0 || settings.concurrency == 0 {
+        bail!("--nodes and --concurrency must be at least 1");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().context("cannot create a temporary data directory")?;
+        let mut config = HeadConfig::new(dir.path());
+        config.bind = "127.0.0.1:0".parse().expect("an address");
+        config.heartbeat_timeout = Duration::from_secs(30);
+        let head = berth_head::start(config)
+            .await
+            .map_err(|e| anyhow!("the head could not start: {e}"))?;
+        let token = head.token.as_str().to_string();
+        // Room for every actor and bundle: one CPU each, spread over the nodes.
+        let needed = settings.actors + settings.burst + 2 * settings.groups;
+        let per_node = needed.div_ceil(settings.nodes) + 1;
+        let nodes: Vec<SimNode> = (0..settings.nodes)
+            .map(|i| SimNode::new(format!("bench-{i:05}")).resource("CPU", &per_node.to_string()))
+            .collect();
+        let sim = SimCluster::start(&head.address.to_string(), &token, nodes)
+            .map_err(|e| anyhow!("{e}"))?;
+        sim.wait_registered(Duration::from_secs(60)).await.map_err(|e| anyhow!("{e}"))?;
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(settings.concurrency)
+            .tcp_nodelay(true)
+            .build()?;
+        let base = format!("http://{}", head.address);
+        let actor =
+            serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}});
+
+        progress(&format!(
+            "creating {} actors over {} connections",
+            settings.actors, settings.concurrency
+        ));
+        let phase = post_many(
+            &client,
+            format!("{base}/api/v1/actors"),
+            &token,
+            actor.clone(),
+            settings.actors,
+            settings.concurrency,
+        )
+        .await?;
+        let actors_per_s = settings.actors as f64 / phase.seconds;
+
+        progress(&format!("a burst of {} actors until all are ALIVE", settings.burst));
+        let before = head.handle.view().actors.len();
+        let mut view = head.handle.subscribe();
+        let started = Instant::now();
+        let burst = post_many(
+            &client,
+            format!("{base}/api/v1/actors"),
+            &token,
+            actor,
+            settings.burst,
+            settings.concurrency,
+        );
+        let target = before + settings.burst;
+        let all_alive = async {
+            loop {
+                let alive = view
+                    .borrow_and_update()
+                    .actors
+                    .values()
+                    .filter(|a| a.state == ActorState::Alive)
+                    .count();
+                if alive >= target {
+                    return;
+                }
+                if view.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let bounded = async {
+            // Bounded: a head that never gets there is reported by the time, not awaited.
+            let _ = tokio::time::timeout(Duration::from_secs(120), all_alive).await;
+        };
+        let (burst, ()) = tokio::join!(burst, bounded);
+        burst?;
+        let burst_alive_s = started.elapsed().as_secs_f64();
+
+        progress(&format!("creating {} placement groups", settings.groups));
+        let group = serde_json::json!({"strategy": "PACK", "bundles": [{"CPU": 1}, {"CPU": 1}]});
+        let groups = post_many(
+            &client,
+            format!("{base}/api/v1/placement_groups"),
+            &token,
+            group,
+            settings.groups,
+            settings.concurrency,
+        )
+        .await?;
+        let groups_per_s = settings.groups as f64 / groups.seconds;
+        let _ = sim.shutdown().await;
+        head.shutdown().await;
+        Ok(ApiResult {
+            nodes: settings.nodes,
+            concurrency: settings.concurrency,
+            actors: settings.actors,
+            actors_per_s,
+            actor_p50_ms: percentile(&phase.latencies_ms, 0.5),
+            actor_p99_ms: percentile(&phase.latencies_ms, 0.99),
+            burst: settings.burst,
+            burst_alive_s,
+            groups: settings.groups,
+            groups_per_s,
+        })
+    })
+}

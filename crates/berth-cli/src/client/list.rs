@@ -1,0 +1,237 @@
+//! `berth list nodes|actors|tasks|pgs`: one line per object, filtered by the head.
+
+use std::io::Write;
+
+use berth_api::rest::{Actor, Group, List, ListQuery, Node, Task};
+use clap::{Args, ValueEnum};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::view;
+use super::{
+    api_path, json_text, write_out, BadInput, Client, Endpoint, HeadArgs, Output, OutputArgs,
+};
+
+/// The flags of `berth list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// What to list.
+    #[arg(value_enum, value_name = "WHAT")]
+    pub what: What,
+
+    /// Only objects in this state (any case): ALIVE, DRAINING or DEAD for nodes; PENDING,
+    /// ALIVE, RESTARTING or DEAD for actors; PENDING, RUNNING, FINISHED, FAILED or CANCELLED
+    /// for tasks; PENDING, CREATED, RESCHEDULING or REMOVED for placement groups.
+    #[arg(long, value_name = "STATE")]
+    pub state: Option<String>,
+
+    /// Only actors, tasks or placement groups of this namespace.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Only actors or tasks on this node (its ID).
+    #[arg(long, value_name = "NODE_ID")]
+    pub node: Option<String>,
+
+    /// Only nodes or actors with this label, KEY=VALUE (a node's labels, an actor's labels).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub label: Option<String>,
+
+    /// At most this many, oldest first (the head's default: 1000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
+
+    #[command(flatten)]
+    pub head: HeadArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// What `berth list` lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum What {
+    /// The nodes: address, state, resources used/total, actor and task counts, taints,
+    /// labels.
+    #[value(alias = "node")]
+    Nodes,
+    /// The actors: name, namespace, state, node, resources, GPU instances, restarts, labels,
+    /// and why each pending one waits.
+    #[value(alias = "actor")]
+    Actors,
+    /// The tasks: state, node, resources, instances, attempts, exit code, and why each
+    /// pending one waits.
+    #[value(alias = "task")]
+    Tasks,
+    /// The placement groups: state, strategy, bundles and their nodes.
+    #[value(alias = "pg", alias = "placement-groups", alias = "groups")]
+    Pgs,
+}
+
+impl What {
+    fn collection(self) -> &'static str {
+        match self {
+            What::Nodes => "nodes",
+            What::Actors => "actors",
+            What::Tasks => "tasks",
+            What::Pgs => "placement_groups",
+        }
+    }
+
+    fn plural(self) -> &'static str {
+        match self {
+            What::Nodes => "nodes",
+            What::Actors => "actors",
+            What::Tasks => "tasks",
+            What::Pgs => "placement groups",
+        }
+    }
+}
+
+/// The query of `args`; filters that do not apply to what is listed are bad input.
+pub fn query(args: &ListArgs) -> Result<ListQuery, BadInput> {
+    let what = args.what;
+    let misfit = |flag: &str, applies: &str| {
+        BadInput::new(format!("{flag} does not apply to {}; it filters {applies}", what.plural()))
+    };
+    if args.namespace.is_some() && what == What::Nodes {
+        return Err(misfit("--namespace", "actors, tasks and placement groups"));
+    }
+    if args.node.is_some() && matches!(what, What::Nodes | What::Pgs) {
+        return Err(misfit("--node", "actors and tasks"));
+    }
+    if let Some(label) = &args.label {
+        if matches!(what, What::Tasks | What::Pgs) {
+            return Err(misfit("--label", "nodes and actors"));
+        }
+        match label.split_once('=') {
+            Some((key, _)) if !key.trim().is_empty() => {}
+            _ => return Err(BadInput::new(format!("--label: {label:?} is not KEY=VALUE"))),
+        }
+    }
+    Ok(ListQuery {
+        state: args.state.clone(),
+        namespace: args.namespace.clone(),
+        node: args.node.clone(),
+        label: args.label.clone(),
+        limit: args.limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+    })
+}
+
+/// Lists and prints.
+pub fn run(args: &ListArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let query = query(args)?;
+    let client = Endpoint::from_args(&args.head)?.client()?;
+    let output = args.output.output;
+    let text = match args.what {
+        What::Nodes => {
+            fetch_render::<Node>(&client, &query, output, view::nodes_table, What::Nodes)?
+        }
+        What::Actors => {
+            fetch_render::<Actor>(&client, &query, output, view::actors_table, What::Actors)?
+        }
+        What::Tasks => {
+            fetch_render::<Task>(&client, &query, output, view::tasks_table, What::Tasks)?
+        }
+        What::Pgs => fetch_render::<Group>(&client, &query, output, view::groups_table, What::Pgs)?,
+    };
+    write_out(out, &text)
+}
+
+fn fetch_render<T: DeserializeOwned + Serialize>(
+    client: &Client,
+    query: &ListQuery,
+    output: Output,
+    table: fn(&[T]) -> String,
+    what: What,
+) -> anyhow::Result<String> {
+    let list: List<T> = client.get_query(&api_path(&[what.collection()]), query)?;
+    match output {
+        Output::Json => json_text(&list),
+        Output::Table => Ok(render(&list, table, what)),
+    }
+}
+
+/// The table, or a line saying there is nothing; a last line when the limit cut the list.
+pub fn render<T>(list: &List<T>, table: fn(&[T]) -> String, what: What) -> String {
+    if list.items.is_empty() {
+        return if list.total == 0 {
+            format!("no {} match\n", what.plural())
+        } else {
+            format!("{} {} match; none shown\n", list.total, what.plural())
+        };
+    }
+    let mut text = table(&list.items);
+    if list.total > list.items.len() {
+        text.push_str(&format!(
+            "({} of {} {} shown; raise --limit to see more)\n",
+            list.items.len(),
+            list.total,
+            what.plural()
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::view::fixtures;
+    use super::*;
+
+    fn parse(argv: &[&str]) -> Result<ListArgs, clap::Error> {
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            args: ListArgs,
+        }
+        Wrapper::try_parse_from(std::iter::once("list").chain(argv.iter().copied())).map(|w| w.args)
+    }
+
+    #[test]
+    fn filters_become_the_query() {
+        let args =
+            parse(&["actors", "--state", "alive", "--label", "app=web", "--limit", "5"]).unwrap();
+        let q = query(&args).unwrap();
+        assert_eq!(q.state.as_deref(), Some("alive"));
+        assert_eq!(q.label.as_deref(), Some("app=web"));
+        assert_eq!(q.limit, Some(5));
+        assert_eq!(q.namespace, None);
+        let args = parse(&["pg", "--namespace", "ml"]).unwrap();
+        assert_eq!(args.what, What::Pgs);
+        assert_eq!(query(&args).unwrap().namespace.as_deref(), Some("ml"));
+    }
+
+    #[test]
+    fn misfit_filters_are_bad_input() {
+        for (argv, want) in [
+            (&["nodes", "--namespace", "x"][..], "--namespace does not apply to nodes"),
+            (&["nodes", "--node", "n"][..], "--node does not apply to nodes"),
+            (&["tasks", "--label", "a=b"][..], "--label does not apply to tasks"),
+            (&["actors", "--label", "ab"][..], "not KEY=VALUE"),
+        ] {
+            let err = query(&parse(argv).unwrap()).unwrap_err();
+            assert!(err.0.contains(want), "{argv:?}: {err}");
+        }
+        assert!(parse(&["things"]).is_err());
+        assert!(parse(&["nodes", "--limit", "0"]).is_err());
+    }
+
+    #[test]
+    fn cut_lists_say_so() {
+        let list = List { items: vec![fixtures::node()], total: 3 };
+        let text = render(&list, view::nodes_table, What::Nodes);
+        assert!(text.ends_with("(1 of 3 nodes shown; raise --limit to see more)\n"), "{text}");
+        let empty: List<Node> = List { items: vec![], total: 0 };
+        assert_eq!(render(&empty, view::nodes_table, What::Nodes), "no nodes match\n");
+    }
+
+    #[test]
+    fn query_string() {
+        // The query as the head's extractor reads it: unset filters left out.
+        let q = ListQuery { label: Some("app=web".into()), limit: Some(2), ..ListQuery::default() };
+        let client = reqwest::blocking::Client::new();
+        let request = client.get("http://h:1/api/v1/actors").query(&q).build().unwrap();
+        assert_eq!(request.url().query(), Some("label=app%3Dweb&limit=2"));
+    }
+}

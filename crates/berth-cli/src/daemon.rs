@@ -1,0 +1,471 @@
+//! The long-running commands: `berth start --head` (the control plane), `berth start
+//! --address` (an agent), `berth up` (a head and local agents in one process: the quick start)
+//! and `berth stop`.
+//!
+//! They run in the foreground until Ctrl-C or SIGTERM (as `ray start --block` does) and write
+//! their process ID to `DATA_DIR/berth.pid`, so `berth stop` can end them from another
+//! terminal.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use berth_agent::{AckRunner, Agent, AgentConfig, SimCluster, SimNode};
+use berth_api::local::{default_data_dir, ADDRESS_FILE, DEFAULT_PORT, TOKEN_ENV, TOKEN_FILE};
+use berth_core::Profile;
+use berth_head::{HeadConfig, RunningHead};
+use berth_store::StoreConfig;
+use clap::Args;
+
+/// The file holding the process ID of a foreground `berth start` or `berth up`.
+pub const PID_FILE: &str = "berth.pid";
+
+/// Options of `berth start`.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// Start the head (the control plane).
+    #[arg(long, conflicts_with = "address")]
+    pub head: bool,
+    /// Start an agent that joins the head at HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub address: Option<String>,
+    #[command(flatten)]
+    pub head_options: HeadOptions,
+    #[command(flatten)]
+    pub agent: AgentOptions,
+}
+
+/// Options of the head (`berth start --head`, `berth up`).
+#[derive(Debug, Args)]
+pub struct HeadOptions {
+    /// The port for REST, the dashboard, /metrics and the agent protocol.
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// The address to listen on; the default accepts local connections only. Use 0.0.0.0 for
+    /// a cluster of several machines (every call still needs the token).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: IpAddr,
+    /// Where the token, the embedded store and the head's address file live
+    /// [default: $BERTH_DATA_DIR, else ~/.berth].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Keep the state in Redis instead of DATA_DIR (redis://HOST:PORT[/DB][?prefix=NAME]), so
+    /// a head on another machine can take over.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// A scheduler profile (YAML, as `berth explain --profile`): scorers, weights, pick.
+    #[arg(long, value_name = "FILE")]
+    pub scheduler_config: Option<PathBuf>,
+    /// Seconds without a heartbeat after which a node is declared dead.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    pub heartbeat_timeout: f64,
+}
+
+/// Options of an agent (`berth start --address`).
+#[derive(Debug, Args)]
+pub struct AgentOptions {
+    /// The node's ID [default: the head gives one].
+    #[arg(long, value_name = "ID")]
+    pub node_id: Option<String>,
+    /// This machine's IP, as other machines reach it.
+    #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
+    pub node_ip: String,
+    /// CPUs to offer [default: this machine's].
+    #[arg(long, value_name = "N")]
+    pub num_cpus: Option<String>,
+    /// GPUs to offer (whole instances).
+    #[arg(long, value_name = "N")]
+    pub num_gpus: Option<u32>,
+    /// Memory to offer, bytes (suffixes allowed: 16Gi) [default: this machine's].
+    #[arg(long, value_name = "BYTES")]
+    pub memory: Option<String>,
+    /// Other resources as JSON: '{"TPU": 4}'.
+    #[arg(long, value_name = "JSON")]
+    pub resources: Option<String>,
+    /// Labels: k=v,k2=v2.
+    #[arg(long, value_name = "K=V,...")]
+    pub labels: Option<String>,
+    /// A YAML file of labels (--labels wins on conflicts).
+    #[arg(long, value_name = "FILE")]
+    pub labels_file: Option<PathBuf>,
+    /// Static taints: k=v,k2=v2 (seed 004: `--taints gpu_node=true`).
+    #[arg(long, value_name = "K=V,...")]
+    pub taints: Option<String>,
+    /// The accelerator model, shown as the label berth.io/accelerator-type.
+    #[arg(long, value_name = "TYPE")]
+    pub accelerator_type: Option<String>,
+    /// The cluster token [default: $BERTH_TOKEN, else DATA_DIR/token].
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
+}
+
+/// Options of `berth up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// How many local nodes to start (a mix of CPU and GPU nodes, zones and a taint).
+    #[arg(long, default_value_t = 6)]
+    pub nodes: usize,
+    /// Seed of the node mix.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// A YAML file describing the nodes instead of the mix: `nodes: [{node_id, resources,
+    /// labels, taints, facts}]`.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub head: HeadOptions,
+}
+
+/// Options of `berth stop`.
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// The data directory of the head or agent to stop [default: $BERTH_DATA_DIR, else ~/.berth].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// `berth start`.
+pub fn start(args: &StartArgs) -> anyhow::Result<()> {
+    match (args.head, &args.address) {
+        (true, _) => runtime()?.block_on(run_head(&args.head_options)),
+        (false, Some(address)) => {
+            runtime()?.block_on(run_agent(address, &args.agent, &args.head_options))
+        }
+        (false, None) => bail!("say what to start: --head, or --address HOST:PORT for an agent"),
+    }
+}
+
+fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
+    let data_dir = options.data_dir.clone().unwrap_or_else(default_data_dir);
+    let mut config = HeadConfig::new(&data_dir);
+    config.bind = SocketAddr::new(options.bind, options.port);
+    if let Some(url) = &options.store {
+        config.store = StoreConfig::parse(url).map_err(|e| anyhow!("--store: {e}"))?;
+    }
+    if let Some(path) = &options.scheduler_config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--scheduler-config: cannot read {}", path.display()))?;
+        config.scheduler.profile = Profile::from_yaml(&text)
+            .map_err(|e| anyhow!("--scheduler-config {}: {e}", path.display()))?;
+    }
+    if !(options.heartbeat_timeout.is_finite()
+        && (0.1..=3600.0).contains(&options.heartbeat_timeout))
+    {
+        bail!(
+            "--heartbeat-timeout: {} is not between 0.1 and 3600 seconds",
+            options.heartbeat_timeout
+        );
+    }
+    config.heartbeat_timeout = Duration::from_secs_f64(options.heartbeat_timeout);
+    config.heartbeat_interval = (config.heartbeat_timeout / 5).min(Duration::from_millis(500));
+    Ok(config)
+}
+
+async fn boot_head(config: HeadConfig) -> anyhow::Result<RunningHead> {
+    let data_dir = config.data_dir.clone();
+    let head =
+        berth_head::start(config).await.map_err(|e| anyhow!("the head could not start: {e}"))?;
+    write_pid(&data_dir)?;
+    Ok(head)
+}
+
+fn print_head(head: &RunningHead, data_dir: &Path) {
+    println!("Berth head listening on http://{}", head.address);
+    println!(
+        "  REST API: http://{}/api/v1  (OpenAPI: /api/v1/openapi.json, metrics: /metrics)",
+        head.address
+    );
+    println!("  reloaded: {}", head.restored);
+    let token_path = data_dir.join(TOKEN_FILE);
+    if head.token_created {
+        println!("  a new cluster token was written to {} (mode 0600)", token_path.display());
+    }
+    println!("  token: {}", head.token.as_str());
+    println!(
+        "  pass it as `Authorization: Bearer <token>`, or export {TOKEN_ENV}=<token>; the CLI on"
+    );
+    println!("  this machine reads {} by itself.", token_path.display());
+}
+
+async fn run_head(options: &HeadOptions) -> anyhow::Result<()> {
+    let config = head_config(options)?;
+    let data_dir = config.data_dir.clone();
+    let mut head = boot_head(config).await?;
+    print_head(&head, &data_dir);
+    println!("  agents join with: berth start --address {} --token <token>", head.address);
+    println!("Press Ctrl-C to stop (or run `berth stop`).");
+    let outcome = tokio::select! {
+        reason = head.stopped() => Err(anyhow!("the head stopped: {reason}")),
+        () = shutdown_signal() => Ok(()),
+    };
+    head.shutdown().await;
+    cleanup(&data_dir);
+    outcome
+}
+
+fn agent_config(
+    address: &str,
+    options: &AgentOptions,
+    data_dir: &Path,
+) -> anyhow::Result<AgentConfig> {
+    let token = match &options.token {
+        Some(token) => token.clone(),
+        None => match std::env::var(TOKEN_ENV) {
+            Ok(token) if !token.trim().is_empty() => token.trim().to_string(),
+            _ => std::fs::read_to_string(data_dir.join(TOKEN_FILE))
+                .map(|t| t.trim().to_string())
+                .map_err(|_| anyhow!("no token: pass --token, set {TOKEN_ENV}, or run on the head's machine (DATA_DIR/token)"))?,
+        },
+    };
+    let mut config = AgentConfig::new(address, token);
+    config.node_id = options.node_id.clone();
+    config.address = options.node_ip.clone();
+    let cpus = match &options.num_cpus {
+        Some(n) => n.clone(),
+        None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).to_string(),
+    };
+    config.resources.insert("CPU".into(), cpus);
+    if let Some(gpus) = options.num_gpus.filter(|g| *g > 0) {
+        config.resources.insert("GPU".into(), gpus.to_string());
+    }
+    let memory = options.memory.clone().or_else(machine_memory);
+    if let Some(memory) = memory {
+        config.resources.insert("memory".into(), memory);
+    }
+    if let Some(json) = &options.resources {
+        let map: BTreeMap<String, serde_json::Value> = serde_json::from_str(json)
+            .map_err(|e| anyhow!("--resources: not a JSON object of amounts: {e}"))?;
+        for (name, value) in map {
+            let amount = match value {
+                serde_json::Value::Number(n) => n.to_string(),
+                serde_json::Value::String(s) => s,
+                other => bail!("--resources.{name}: {other} is not an amount"),
+            };
+            config.resources.insert(name, amount);
+        }
+    }
+    config.labels = pairs("--labels", options.labels.as_deref())?;
+    config.taints = pairs("--taints", options.taints.as_deref())?;
+    if let Some(path) = &options.labels_file {
+        config.labels_file = Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--labels-file: cannot read {}", path.display()))?,
+        );
+    }
+    if let Some(kind) = &options.accelerator_type {
+        config.facts.insert("accelerator-type".into(), kind.clone());
+    }
+    config.validate().map_err(|e| anyhow!("{e}"))?;
+    Ok(config)
+}
+
+/// `k=v,k2=v2` as a map (the head checks the syntax of each key and value).
+fn pairs(flag: &str, text: Option<&str>) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for item in text.unwrap_or("").split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (k, v) =
+            item.split_once('=').ok_or_else(|| anyhow!("{flag}: {item:?} is not key=value"))?;
+        out.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(out)
+}
+
+/// Total memory from /proc/meminfo, in bytes.
+fn machine_memory() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some((kib * 1024).to_string())
+}
+
+async fn run_agent(
+    address: &str,
+    options: &AgentOptions,
+    head: &HeadOptions,
+) -> anyhow::Result<()> {
+    let data_dir = head.data_dir.clone().unwrap_or_else(default_data_dir);
+    let config = agent_config(address, options, &data_dir)?;
+    // Process execution comes with the next release of the agent; until then the agent
+    // acknowledges its assignments (the head sees them ALIVE / RUNNING).
+    let agent =
+        Agent::new(config, std::sync::Arc::new(AckRunner::new())).map_err(|e| anyhow!("{e}"))?;
+    let handle = agent.spawn();
+    let status = tokio::select! {
+        s = handle.wait_registered(Duration::from_secs(30)) => s.map_err(|e| anyhow!("{e}"))?,
+        () = shutdown_signal() => return Ok(()),
+    };
+    println!(
+        "Berth agent registered with the head at {address} as node {}",
+        status.node_id.clone().unwrap_or_default()
+    );
+    println!("Press Ctrl-C to stop.");
+    shutdown_signal().await;
+    handle.stop().await.map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// `berth up`.
+pub fn up(args: &UpArgs) -> anyhow::Result<()> {
+    if args.nodes == 0 && args.config.is_none() {
+        bail!("--nodes: give at least 1");
+    }
+    runtime()?.block_on(async move {
+        let config = head_config(&args.head)?;
+        let data_dir = config.data_dir.clone();
+        let nodes = match &args.config {
+            Some(path) => nodes_file(path)?,
+            None => SimNode::mix(args.nodes, args.seed),
+        };
+        let mut head = boot_head(config).await?;
+        let sim = SimCluster::start(&head.address.to_string(), head.token.as_str(), nodes)
+            .map_err(|e| anyhow!("the local agents could not start: {e}"))?;
+        sim.wait_registered(Duration::from_secs(30)).await.map_err(|e| anyhow!("{e}"))?;
+        println!("Berth is up: a head and {} local nodes.", sim.len());
+        print_head(&head, &data_dir);
+        println!("Try:");
+        println!("  berth status");
+        println!("  berth list nodes");
+        println!("  berth actor create --command sleep --arg 600 --resources CPU=1");
+        println!(
+            "  berth taint --node-id {} --append maintenance=true",
+            sim.node_ids().next().unwrap_or("node-1")
+        );
+        println!("Press Ctrl-C to stop (or run `berth stop`).");
+        let outcome = tokio::select! {
+            reason = head.stopped() => Err(anyhow!("the head stopped: {reason}")),
+            () = shutdown_signal() => Ok(()),
+        };
+        let _ = sim.shutdown().await;
+        head.shutdown().await;
+        cleanup(&data_dir);
+        outcome
+    })
+}
+
+/// The `--config` file of `berth up`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpFile {
+    nodes: Vec<UpNode>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpNode {
+    node_id: String,
+    #[serde(default)]
+    resources: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    taints: BTreeMap<String, String>,
+    #[serde(default)]
+    facts: BTreeMap<String, String>,
+}
+
+fn nodes_file(path: &Path) -> anyhow::Result<Vec<SimNode>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--config: cannot read {}", path.display()))?;
+    let file: UpFile =
+        serde_saphyr::from_str(&text).map_err(|e| anyhow!("--config {}: {e}", path.display()))?;
+    if file.nodes.is_empty() {
+        bail!("--config {}: nodes: give at least one node", path.display());
+    }
+    Ok(file
+        .nodes
+        .into_iter()
+        .map(|n| {
+            let mut node = SimNode::new(n.node_id);
+            node.resources = n
+                .resources
+                .into_iter()
+                .map(|(k, v)| (k, v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+                .collect();
+            node.labels = n.labels;
+            node.taints = n.taints;
+            node.facts = n.facts;
+            node
+        })
+        .collect())
+}
+
+/// `berth stop`: SIGTERM to the foreground `berth start` / `berth up` of the data directory.
+pub fn stop(args: &StopArgs) -> anyhow::Result<()> {
+    let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    let path = data_dir.join(PID_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(_) => {
+            println!(
+                "nothing to stop: no {} (is Berth running with this data directory?)",
+                path.display()
+            );
+            return Ok(());
+        }
+    };
+    let pid: i32 = text
+        .trim()
+        .parse()
+        .map_err(|_| anyhow!("{} does not hold a process ID", path.display()))?;
+    let pid = nix::unistd::Pid::from_raw(pid);
+    match nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::ESRCH) => {
+            println!("process {pid} is not running; removing the stale {}", path.display());
+            cleanup(&data_dir);
+            return Ok(());
+        }
+        Err(err) => bail!("cannot signal process {pid}: {err}"),
+    }
+    // Bounded wait for it to go.
+    for _ in 0..200 {
+        if nix::sys::signal::kill(pid, None).is_err() {
+            println!("stopped Berth (process {pid})");
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("process {pid} did not stop within 10 s; it may still be shutting down")
+}
+
+fn write_pid(data_dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create {}", data_dir.display()))?;
+    std::fs::write(data_dir.join(PID_FILE), std::process::id().to_string())
+        .with_context(|| format!("cannot write {}", data_dir.join(PID_FILE).display()))
+}
+
+fn cleanup(data_dir: &Path) {
+    let _ = std::fs::remove_file(data_dir.join(PID_FILE));
+    let _ = std::fs::remove_file(data_dir.join(ADDRESS_FILE));
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,191 @@
+//! The agent protocol's server side (`proto/agent.proto`): a thin layer that checks the token
+//! and the session, and turns each call into an [`AgentCommand`] for the owner task.
+//!
+//! Heartbeats are the exception: they never reach the owner (one message per node every
+//! interval would compete with decisions). Each live session has a [`Liveness`] cell; the
+//! heartbeat stream writes the time into it, and the owner's periodic tick reads it.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use berth_api::agent::agent_service_server::{AgentService, AgentServiceServer};
+use berth_api::agent::{
+    Assignment, AssignmentsRequest, HeartbeatReply, HeartbeatRequest, RegisterReply,
+    RegisterRequest, StatusReply, StatusReport,
+};
+use futures::Stream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::handle::Command;
+use crate::token::Token;
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// When a node's session last showed life.
+#[derive(Debug)]
+pub(crate) struct Liveness {
+    pub(crate) session: u64,
+    pub(crate) last_seen_ms: AtomicU64,
+    /// Set by the owner when the session ends (node dead, re-registered): the heartbeat
+    /// stream then tells the agent to register again.
+    pub(crate) ended: std::sync::atomic::AtomicBool,
+}
+
+/// The sending half of a node's assignment stream.
+pub(crate) type AssignmentSender = mpsc::UnboundedSender<Result<Assignment, Status>>;
+
+/// A call from an agent, for the owner.
+#[derive(Debug)]
+pub(crate) enum AgentCommand {
+    Register {
+        request: RegisterRequest,
+        reply: oneshot::Sender<Result<RegisterReply, Status>>,
+    },
+    OpenAssignments {
+        node_id: String,
+        session: u64,
+        reply: oneshot::Sender<Result<mpsc::UnboundedReceiver<Result<Assignment, Status>>, Status>>,
+    },
+    Heartbeat {
+        node_id: String,
+        session: u64,
+        reply: oneshot::Sender<Result<Arc<Liveness>, Status>>,
+    },
+    Report {
+        report: StatusReport,
+        reply: oneshot::Sender<Result<StatusReply, Status>>,
+    },
+}
+
+/// The gRPC service.
+#[derive(Clone)]
+pub(crate) struct AgentApi {
+    commands: mpsc::Sender<Command>,
+}
+
+impl AgentApi {
+    /// The service, wrapped in the token check.
+    pub(crate) fn server(
+        commands: mpsc::Sender<Command>,
+        token: Token,
+    ) -> tonic::service::interceptor::InterceptedService<
+        AgentServiceServer<AgentApi>,
+        impl tonic::service::Interceptor + Clone,
+    > {
+        let check = move |request: Request<()>| -> Result<Request<()>, Status> {
+            let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+            match header {
+                Some(value) if token.matches_header(value) => Ok(request),
+                _ => Err(Status::unauthenticated(
+                    "missing or wrong cluster token: send `authorization: Bearer <token>` (the \
+                     token is in the head's DATA_DIR/token)",
+                )),
+            }
+        };
+        AgentServiceServer::with_interceptor(AgentApi { commands }, check)
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, Status>>) -> AgentCommand,
+    ) -> Result<T, Status> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Agent(make(reply)))
+            .await
+            .map_err(|_| Status::unavailable("the head is shutting down"))?;
+        answer.await.map_err(|_| Status::unavailable("the head stopped"))?
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl AgentService for AgentApi {
+    async fn register(
+        &self,
+        request: Request<RegisterRequest>,
+    ) -> Result<Response<RegisterReply>, Status> {
+        let request = request.into_inner();
+        self.ask(|reply| AgentCommand::Register { request, reply }).await.map(Response::new)
+    }
+
+    type HeartbeatStream = BoxStream<HeartbeatReply>;
+
+    async fn heartbeat(
+        &self,
+        request: Request<Streaming<HeartbeatRequest>>,
+    ) -> Result<Response<Self::HeartbeatStream>, Status> {
+        let mut inbound = request.into_inner();
+        let api = self.clone();
+        let (tx, rx) = mpsc::channel::<Result<HeartbeatReply, Status>>(4);
+        tokio::spawn(async move {
+            let mut cell: Option<Arc<Liveness>> = None;
+            while let Some(message) = inbound.next().await {
+                let Ok(beat) = message else { break };
+                let live = match &cell {
+                    Some(live) if live.session == beat.session => live.clone(),
+                    _ => {
+                        let (node_id, session) = (beat.node_id.clone(), beat.session);
+                        match api
+                            .ask(|reply| AgentCommand::Heartbeat { node_id, session, reply })
+                            .await
+                        {
+                            Ok(live) => {
+                                cell = Some(live.clone());
+                                live
+                            }
+                            Err(status) => {
+                                let _ = tx.send(Err(status)).await;
+                                break;
+                            }
+                        }
+                    }
+                };
+                if live.ended.load(Ordering::Acquire) {
+                    let _ = tx
+                        .send(Err(Status::failed_precondition(
+                            "session ended (the head declared the node dead or it registered \
+                             again): register again",
+                        )))
+                        .await;
+                    break;
+                }
+                let now = now_ms();
+                live.last_seen_ms.store(now, Ordering::Release);
+                if tx.send(Ok(HeartbeatReply { head_time_ms: now })).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    type AssignmentsStream = BoxStream<Assignment>;
+
+    async fn assignments(
+        &self,
+        request: Request<AssignmentsRequest>,
+    ) -> Result<Response<Self::AssignmentsStream>, Status> {
+        let AssignmentsRequest { node_id, session } = request.into_inner();
+        let rx =
+            self.ask(|reply| AgentCommand::OpenAssignments { node_id, session, reply }).await?;
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+
+    async fn report_status(
+        &self,
+        request: Request<StatusReport>,
+    ) -> Result<Response<StatusReply>, Status> {
+        let report = request.into_inner();
+        self.ask(|reply| AgentCommand::Report { report, reply }).await.map(Response::new)
+    }
+}

@@ -1,0 +1,346 @@
+//! [`HeadHandle`]: how REST handlers (and tests) talk to the head. Reads come from the
+//! published [`View`]; changes are [`Command`]s to the owner task, answered once durable.
+//!
+//! Bodies are checked here, at the edge, on the caller's task: the JSON shape, then the
+//! request document's parse (every rule one value can check alone). Only the checks that need
+//! the cluster (resource names, group specs) run on the owner task.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_api::rest::{
+    Actor, ActorCreate, DryRun, Group, GroupCreate, Node, StringMap, Task, TaskSubmit,
+};
+use berth_api::spec::{FileKind, InputError, ParsedRequest};
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::error::HeadError;
+use crate::view::{Kind, View};
+
+/// The longest a `wait` may ask for.
+pub const MAX_WAIT: Duration = Duration::from_secs(600);
+
+/// A change for the owner task to apply. Each carries where to send its answer.
+#[derive(Debug)]
+pub(crate) enum Command {
+    CreateActor { seq: u64, body: Box<ActorCreate>, parsed: ParsedRequest, reply: Reply<Actor> },
+    SubmitTask { seq: u64, body: Box<TaskSubmit>, parsed: ParsedRequest, reply: Reply<Task> },
+    CreateGroup { seq: u64, body: Box<GroupCreate>, parsed: ParsedRequest, reply: Reply<Group> },
+    KillActor { id: String, reply: Reply<Actor> },
+    CancelTask { id: String, reply: Reply<Task> },
+    RemoveGroup { id: String, reply: Reply<Group> },
+    DrainNode { node: String, reply: Reply<Node> },
+    Taints { node: String, taints: StringMap, add: bool, reply: Reply<Node> },
+    DryRun { parsed: ParsedRequest, reply: Reply<DryRun> },
+    Agent(crate::agents::AgentCommand),
+    Tick,
+}
+
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, HeadError>>;
+
+/// Sequence numbers for IDs, shared by every handle so IDs are unique without asking the
+/// owner. A create refused later leaves a gap, which is harmless.
+#[derive(Debug, Default)]
+pub(crate) struct Sequences {
+    pub(crate) actors: AtomicU64,
+    pub(crate) tasks: AtomicU64,
+    pub(crate) groups: AtomicU64,
+}
+
+impl Sequences {
+    fn next(&self, kind: Kind) -> u64 {
+        let counter = match kind {
+            Kind::Actor => &self.actors,
+            Kind::Task => &self.tasks,
+            Kind::Group => &self.groups,
+        };
+        counter.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// A cheap, clonable handle on a running head.
+#[derive(Clone, Debug)]
+pub struct HeadHandle {
+    pub(crate) commands: mpsc::Sender<Command>,
+    pub(crate) view: watch::Receiver<Arc<View>>,
+    pub(crate) sequences: Arc<Sequences>,
+}
+
+impl HeadHandle {
+    /// The cluster as of the last durable change.
+    pub fn view(&self) -> Arc<View> {
+        self.view.borrow().clone()
+    }
+
+    /// A receiver that wakes on every published change (the dashboard's live updates, waits).
+    pub fn subscribe(&self) -> watch::Receiver<Arc<View>> {
+        self.view.clone()
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, HeadError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(make(reply))
+            .await
+            .map_err(|_| HeadError::Unavailable("the head is shutting down".into()))?;
+        answer.await.map_err(|_| {
+            HeadError::Unavailable("the head stopped before the change was durable".into())
+        })?
+    }
+
+    /// Creates an actor: checked, placed (or queued), durable, then answered.
+    pub async fn create_actor(&self, body: ActorCreate) -> Result<Actor, HeadError> {
+        check_process(&body.command, &body.args, &body.env)?;
+        if body.max_restarts < -1 {
+            return Err(HeadError::invalid(
+                "max_restarts",
+                format!("{} is below -1; use -1 to always restart", body.max_restarts),
+            ));
+        }
+        if let Some(name) = &body.name {
+            check_name("name", name)?;
+        }
+        let seq = self.sequences.next(Kind::Actor);
+        let parsed = actor_document(seq, &body)?;
+        let body = Box::new(body);
+        self.ask(|reply| Command::CreateActor { seq, body, parsed, reply }).await
+    }
+
+    /// Submits a task.
+    pub async fn submit_task(&self, body: TaskSubmit) -> Result<Task, HeadError> {
+        check_process(&body.command, &body.args, &body.env)?;
+        if let Some(name) = &body.name {
+            check_name("name", name)?;
+        }
+        if let Some(ns) = &body.namespace {
+            check_name("namespace", ns)?;
+        }
+        let seq = self.sequences.next(Kind::Task);
+        let parsed = task_document(&body)?;
+        let body = Box::new(body);
+        self.ask(|reply| Command::SubmitTask { seq, body, parsed, reply }).await
+    }
+
+    /// Creates a placement group (reserved now, or pending).
+    pub async fn create_group(&self, body: GroupCreate) -> Result<Group, HeadError> {
+        let seq = self.sequences.next(Kind::Group);
+        let parsed = group_document(seq, &body)?;
+        let body = Box::new(body);
+        self.ask(|reply| Command::CreateGroup { seq, body, parsed, reply }).await
+    }
+
+    /// Kills an actor for good (no restart); its process is stopped.
+    pub async fn kill_actor(&self, id: &str) -> Result<Actor, HeadError> {
+        let id = id.to_string();
+        self.ask(|reply| Command::KillActor { id, reply }).await
+    }
+
+    /// Cancels a task (stopping it if it runs).
+    pub async fn cancel_task(&self, id: &str) -> Result<Task, HeadError> {
+        let id = id.to_string();
+        self.ask(|reply| Command::CancelTask { id, reply }).await
+    }
+
+    /// Removes a placement group, stopping the actors and tasks inside it.
+    pub async fn remove_group(&self, id: &str) -> Result<Group, HeadError> {
+        let id = id.to_string();
+        self.ask(|reply| Command::RemoveGroup { id, reply }).await
+    }
+
+    /// Drains a node (by ID or address): no new work, its actors move.
+    pub async fn drain_node(&self, node: &str) -> Result<Node, HeadError> {
+        let node = node.to_string();
+        self.ask(|reply| Command::DrainNode { node, reply }).await
+    }
+
+    /// Adds taints to a node (by ID or address).
+    pub async fn add_taints(&self, node: &str, taints: StringMap) -> Result<Node, HeadError> {
+        check_taints(&taints)?;
+        let node = node.to_string();
+        self.ask(|reply| Command::Taints { node, taints, add: true, reply }).await
+    }
+
+    /// Removes taints from a node (by ID or address); waiting work is re-decided.
+    pub async fn remove_taints(&self, node: &str, taints: StringMap) -> Result<Node, HeadError> {
+        check_taints(&taints)?;
+        let node = node.to_string();
+        self.ask(|reply| Command::Taints { node, taints, add: false, reply }).await
+    }
+
+    /// Decides `document` (a request file's content, JSON) against the live cluster without
+    /// reserving anything.
+    pub async fn dry_run(&self, document: String) -> Result<DryRun, HeadError> {
+        let parsed = ParsedRequest::parse(FileKind::Body, "POST /api/v1/explain", document)
+            .map_err(|e| input_error(e, &[]))?;
+        self.ask(|reply| Command::DryRun { parsed, reply }).await
+    }
+
+    /// Waits until the group is created (or removed), at most `timeout`.
+    pub async fn wait_group(&self, id: &str, timeout: Duration) -> Result<Group, HeadError> {
+        let mut view = self.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
+        loop {
+            let current = view.borrow_and_update().clone();
+            let group = current
+                .group(id)
+                .ok_or(HeadError::NotFound { what: "placement_group", id: id.to_string() })?;
+            if !matches!(group.state, berth_api::rest::GroupState::Pending) {
+                return Ok((*group).clone());
+            }
+            match tokio::time::timeout_at(deadline, view.changed()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) => {
+                    return Err(HeadError::Unavailable("the head is shutting down".into()))
+                }
+                Err(_) => {
+                    return Err(HeadError::Timeout(format!(
+                        "placement group {id} is still PENDING after {:.1} s",
+                        timeout.as_secs_f64()
+                    )))
+                }
+            }
+        }
+    }
+}
+
+/// An actor's body as a request document (`actor:` carries its ID, namespace and labels).
+pub(crate) fn actor_document(seq: u64, body: &ActorCreate) -> Result<ParsedRequest, HeadError> {
+    let mut doc = placement(&[
+        ("resources", Some(&body.resources)),
+        ("scheduling_strategy", body.scheduling_strategy.as_ref()),
+        ("label_selector", body.label_selector.as_ref()),
+        ("fallback_strategy", body.fallback_strategy.as_ref()),
+        ("tolerations", body.tolerations.as_ref()),
+    ]);
+    let mut actor = Map::new();
+    actor.insert("id".into(), Value::String(Kind::Actor.id(seq)));
+    if let Some(ns) = &body.namespace {
+        actor.insert("namespace".into(), Value::String(ns.clone()));
+    }
+    let labels = body.labels.iter().map(|(k, v)| (k.clone(), Value::String(v.clone())));
+    actor.insert("labels".into(), Value::Object(labels.collect()));
+    doc.insert("actor".into(), Value::Object(actor));
+    parse(doc, "POST /api/v1/actors", &[("actor.", "")])
+}
+
+/// A task's body as a request document.
+pub(crate) fn task_document(body: &TaskSubmit) -> Result<ParsedRequest, HeadError> {
+    let doc = placement(&[
+        ("resources", Some(&body.resources)),
+        ("scheduling_strategy", body.scheduling_strategy.as_ref()),
+        ("label_selector", body.label_selector.as_ref()),
+        ("fallback_strategy", body.fallback_strategy.as_ref()),
+        ("tolerations", body.tolerations.as_ref()),
+    ]);
+    parse(doc, "POST /api/v1/tasks", &[])
+}
+
+/// A group's body as a request document (`placement_group:` with its ID).
+pub(crate) fn group_document(seq: u64, body: &GroupCreate) -> Result<ParsedRequest, HeadError> {
+    let mut group = placement(&[
+        ("bundles", Some(&body.bundles)),
+        ("bundle_label_selector", body.bundle_label_selector.as_ref()),
+        ("tolerations", body.tolerations.as_ref()),
+        ("fallback_strategy", body.fallback_strategy.as_ref()),
+    ]);
+    group.insert("id".into(), Value::String(Kind::Group.id(seq)));
+    for (key, value) in
+        [("name", &body.name), ("namespace", &body.namespace), ("strategy", &body.strategy)]
+    {
+        if let Some(v) = value {
+            group.insert(key.into(), Value::String(v.clone()));
+        }
+    }
+    let mut doc = Map::new();
+    doc.insert("placement_group".into(), Value::Object(group));
+    parse(doc, "POST /api/v1/placement_groups", &[("placement_group.", "")])
+}
+
+/// The placement keys of a body, as a request document.
+fn placement(keys: &[(&str, Option<&Value>)]) -> Map<String, Value> {
+    keys.iter().filter_map(|(k, v)| v.map(|v| (k.to_string(), v.clone()))).collect()
+}
+
+/// Parses a request document built from a body; `renames` turns the document's field paths
+/// back into the body's (`actor.labels.x` → `labels.x`).
+fn parse(
+    doc: Map<String, Value>,
+    route: &str,
+    renames: &[(&str, &str)],
+) -> Result<ParsedRequest, HeadError> {
+    let text = serde_json::to_string(&Value::Object(doc)).expect("a JSON value serializes");
+    ParsedRequest::parse(FileKind::Body, route, text).map_err(|e| input_error(e, renames))
+}
+
+/// A request document's error as a [`HeadError`], with the body's field path.
+pub(crate) fn input_error(err: InputError, renames: &[(&str, &str)]) -> HeadError {
+    match err {
+        InputError::Invalid(invalid) => {
+            let mut field = invalid.field.clone();
+            for (from, to) in renames {
+                if let Some(rest) = field.strip_prefix(from) {
+                    field = format!("{to}{rest}");
+                }
+            }
+            HeadError::invalid(field, invalid.message.clone())
+        }
+        InputError::Read { source, .. } => HeadError::invalid("", source.to_string()),
+    }
+}
+
+/// The most bytes of a name, namespace, argument or environment entry.
+pub const MAX_TEXT_BYTES: usize = 4096;
+
+fn check_name(field: &str, name: &str) -> Result<(), HeadError> {
+    if name.is_empty() || name.len() > 253 {
+        return Err(HeadError::invalid(field, "must be 1 to 253 characters"));
+    }
+    if name.chars().any(|c| c.is_control()) {
+        return Err(HeadError::invalid(field, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+fn check_process(command: &str, args: &[String], env: &StringMap) -> Result<(), HeadError> {
+    if command.trim().is_empty() {
+        return Err(HeadError::invalid("command", "must not be empty"));
+    }
+    let text_rule = |field: String, text: &str| {
+        if text.contains('\0') {
+            Err(HeadError::invalid(field, "must not contain a NUL byte"))
+        } else if text.len() > MAX_TEXT_BYTES {
+            Err(HeadError::invalid(field, format!("is longer than {MAX_TEXT_BYTES} bytes")))
+        } else {
+            Ok(())
+        }
+    };
+    text_rule("command".into(), command)?;
+    for (i, arg) in args.iter().enumerate() {
+        text_rule(format!("args[{i}]"), arg)?;
+    }
+    for (key, value) in env {
+        let field = format!("env.{key}");
+        if key.is_empty() || key.contains('=') {
+            return Err(HeadError::invalid(
+                field,
+                "a variable name must be non-empty, without '='",
+            ));
+        }
+        text_rule(field.clone(), key)?;
+        text_rule(field, value)?;
+    }
+    Ok(())
+}
+
+fn check_taints(taints: &StringMap) -> Result<(), HeadError> {
+    if taints.is_empty() {
+        return Err(HeadError::invalid("", "give at least one taint: {\"key\": \"value\"}"));
+    }
+    for (key, value) in taints {
+        berth_api::spec::check_taint(key, value)
+            .map_err(|rule| HeadError::invalid(key.clone(), rule))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,317 @@
+//! The REST API (axum): `/healthz`, `/metrics`, and everything under `/api/v1`.
+//!
+//! Reads answer from the published [`View`](crate::view::View); changes go through the
+//! [`HeadHandle`] and are answered once durable. Every route but `GET /healthz` needs the
+//! cluster token (`Authorization: Bearer <token>`). Every error is an [`ApiError`] JSON body:
+//! bad input 400 naming the field, 401, 404 (unknown ID or route), 405, 408, 409, 413, and 503
+//! only when the head cannot make a change durable.
+//!
+//! One module per resource; `extract` holds the extractors that turn bad input into
+//! [`ApiError`]s.
+
+mod actors;
+mod cluster;
+mod explain;
+mod extract;
+mod groups;
+mod nodes;
+mod tasks;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use berth_api::rest::{self, ApiError, ErrorKind};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{RefOr, ResponseBuilder};
+use utoipa::OpenApi;
+
+use crate::handle::HeadHandle;
+use crate::metrics::Metrics;
+use crate::token::Token;
+use extract::{Failure, MAX_BODY_BYTES};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct Api {
+    handle: HeadHandle,
+    metrics: Arc<Metrics>,
+    /// The OpenAPI document, rendered once.
+    openapi: Bytes,
+}
+
+/// The REST routes, token check included (on these routes only, so routes merged in later,
+/// like the agent protocol's gRPC services, keep their own checks).
+///
+/// Layers, outermost first: request metrics (every answer, 401s and unknown routes
+/// included), the 1 MiB body limit, then the token check (on matched routes only). The
+/// router has a fallback (404 `ApiError`, or gRPC `UNIMPLEMENTED` for `application/grpc`
+/// requests), so a router merged into it must not have one: call
+/// [`Router::reset_fallback`] on tonic's router first.
+pub(crate) fn router(handle: HeadHandle, token: Token, metrics: Arc<Metrics>) -> Router {
+    let openapi = openapi_json();
+    let api = Api { handle, metrics: metrics.clone(), openapi };
+    let protected = Router::new()
+        .route("/metrics", get(cluster::metrics))
+        .route("/api/v1/openapi.json", get(cluster::openapi))
+        .route("/api/v1/cluster/status", get(cluster::status))
+        .route("/api/v1/nodes", get(nodes::list_nodes))
+        .route("/api/v1/nodes/{node}", get(nodes::get_node))
+        .route("/api/v1/nodes/{node}/drain", post(nodes::drain_node))
+        .route("/api/v1/nodes/{node}/taints", post(nodes::add_taints).delete(nodes::remove_taints))
+        .route("/api/v1/actors", post(actors::create_actor).get(actors::list_actors))
+        .route("/api/v1/actors/{id}", get(actors::get_actor).delete(actors::kill_actor))
+        .route("/api/v1/tasks", post(tasks::submit_task).get(tasks::list_tasks))
+        .route("/api/v1/tasks/{id}", get(tasks::get_task))
+        .route("/api/v1/tasks/{id}/cancel", post(tasks::cancel_task))
+        .route("/api/v1/placement_groups", post(groups::create_group).get(groups::list_groups))
+        .route("/api/v1/placement_groups/{id}", get(groups::get_group).delete(groups::remove_group))
+        .route("/api/v1/placement_groups/{id}/wait", get(groups::wait_group))
+        .route("/api/v1/explain", post(explain::dry_run))
+        .route("/api/v1/explain/{id}", get(explain::explain))
+        .method_not_allowed_fallback(method_not_allowed)
+        .route_layer(middleware::from_fn_with_state(token, require_token))
+        .with_state(api);
+    Router::new()
+        .route("/healthz", get(cluster::healthz))
+        .method_not_allowed_fallback(method_not_allowed)
+        .merge(protected)
+        .fallback(no_route)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(metrics, record))
+}
+
+/// 401 unless the request carries the token.
+async fn require_token(State(token): State<Token>, req: Request, next: Next) -> Response {
+    let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if presented.is_some_and(|h| token.matches_header(h)) {
+        return next.run(req).await;
+    }
+    let message = if presented.is_some() { "the token is wrong" } else { "no token given" };
+    let body = ApiError {
+        error: ErrorKind::Unauthorized,
+        field: None,
+        message: format!(
+            "{message}: send the header `Authorization: Bearer <token>`; the token is in \
+             DATA_DIR/token (default ~/.berth/token, or $BERTH_TOKEN)"
+        ),
+    };
+    let mut response = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// Records method, route template, status and latency of every answer.
+async fn record(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let method = method_label(req.method());
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .filter(|p| !p.contains("__private__"))
+        .unwrap_or_else(|| "unmatched".to_string());
+    let response = next.run(req).await;
+    metrics.http(method, &route, response.status().as_u16(), start.elapsed().as_secs_f64());
+    response
+}
+
+/// A method as a metric label: the standard ones, else `OTHER` (clients choose methods).
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
+}
+
+/// Unknown route: 404 `ApiError`; for a gRPC request, gRPC's UNIMPLEMENTED.
+async fn no_route(req: Request) -> Response {
+    let grpc = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/grpc"));
+    if grpc {
+        return (
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, HeaderValue::from_static("application/grpc")),
+                (header::HeaderName::from_static("grpc-status"), HeaderValue::from_static("12")),
+            ],
+        )
+            .into_response();
+    }
+    Failure::no_route(req.method().as_str(), req.uri().path()).into_response()
+}
+
+/// Known route, wrong method: 405 `ApiError` (axum keeps the `Allow` header).
+async fn method_not_allowed(req: Request) -> Response {
+    let body = ApiError {
+        error: ErrorKind::Invalid,
+        field: None,
+        message: format!(
+            "{} is not allowed on {}; see the Allow header",
+            extract::clip(req.method().as_str()),
+            extract::clip(req.uri().path())
+        ),
+    };
+    (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
+}
+
+/// The OpenAPI document of the routes above.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Berth",
+        description = "Berth's REST API: a label-aware cluster scheduler for actors, tasks and \
+                       placement groups. Every route but /healthz needs `Authorization: Bearer \
+                       <token>` (the token is in DATA_DIR/token).",
+    ),
+    paths(
+        cluster::healthz,
+        cluster::metrics,
+        cluster::openapi,
+        cluster::status,
+        nodes::list_nodes,
+        nodes::get_node,
+        nodes::drain_node,
+        nodes::add_taints,
+        nodes::remove_taints,
+        actors::create_actor,
+        actors::list_actors,
+        actors::get_actor,
+        actors::kill_actor,
+        tasks::submit_task,
+        tasks::list_tasks,
+        tasks::get_task,
+        tasks::cancel_task,
+        groups::create_group,
+        groups::list_groups,
+        groups::get_group,
+        groups::remove_group,
+        groups::wait_group,
+        explain::explain,
+        explain::dry_run,
+    ),
+    components(schemas(
+        rest::ApiError,
+        rest::ErrorKind,
+        rest::Health,
+        rest::ClusterStatus,
+        rest::Node,
+        rest::NodeState,
+        rest::Taint,
+        rest::TaintsBody,
+        rest::Actor,
+        rest::ActorState,
+        rest::ActorCreate,
+        rest::Task,
+        rest::TaskState,
+        rest::TaskSubmit,
+        rest::Group,
+        rest::GroupState,
+        rest::GroupCreate,
+        rest::Bundle,
+        rest::DryRun,
+        rest::Explanation,
+        rest::Diagnosis,
+        rest::ReasonCount,
+        rest::Event,
+        rest::ResourceUse,
+        rest::PendingItem,
+        rest::Demand,
+        rest::NodeCounts,
+    )),
+    modifiers(&TokenSecurity),
+    tags(
+        (name = "cluster", description = "Health, metrics, status and this document"),
+        (name = "nodes", description = "Machines, their drain and taints"),
+        (name = "actors", description = "Long-running processes, restarted on failure"),
+        (name = "tasks", description = "Processes run to completion, retried on failure"),
+        (name = "placement_groups", description = "Atomic reservations of bundles"),
+        (name = "explain", description = "Why something is where it is, or waits; dry runs"),
+    )
+)]
+pub(crate) struct ApiDoc;
+
+/// Declares the bearer scheme `token`, requires it on every operation but `/healthz`, and
+/// documents the 401 answer there.
+struct TokenSecurity;
+
+impl utoipa::Modify for TokenSecurity {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "token",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("The cluster token, from DATA_DIR/token"))
+                    .build(),
+            ),
+        );
+        let unauthorized = ResponseBuilder::new()
+            .description("No token, or the wrong one")
+            .content(
+                "application/json",
+                utoipa::openapi::ContentBuilder::new()
+                    .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name("ApiError"))))
+                    .build(),
+            )
+            .build();
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if path == "/healthz" {
+                continue;
+            }
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+                &mut item.head,
+                &mut item.options,
+            ];
+            for operation in operations.into_iter().flatten() {
+                operation.security =
+                    Some(vec![SecurityRequirement::new("token", Vec::<String>::new())]);
+                operation
+                    .responses
+                    .responses
+                    .entry("401".to_string())
+                    .or_insert_with(|| RefOr::T(unauthorized.clone()));
+            }
+        }
+    }
+}
+
+/// The OpenAPI document (for `GET /api/v1/openapi.json`, and for tools that export it).
+pub(crate) fn openapi() -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_string();
+    doc
+}
+
+fn openapi_json() -> Bytes {
+    match openapi().to_pretty_json() {
+        Ok(text) => Bytes::from(text),
+        Err(err) => {
+            tracing::error!("the OpenAPI document does not serialize: {err}");
+            Bytes::from_static(b"{}")
+        }
+    }
+}

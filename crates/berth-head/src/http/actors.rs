@@ -1,0 +1,84 @@
+//! `/api/v1/actors`: create, list, get, kill.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use berth_api::rest::{Actor, ActorCreate, ApiError, List, ListQuery};
+
+use super::extract::{created, Failure, JsonBody, PathId, Query};
+use super::Api;
+use crate::error::HeadError;
+
+/// Create an actor: checked, placed now or queued, durable, then answered.
+#[utoipa::path(
+    post, path = "/api/v1/actors", tag = "actors", operation_id = "create_actor",
+    request_body(content = ActorCreate, description = "What to run and where it may go"),
+    responses(
+        (status = 201, description = "The actor (ALIVE soon, or PENDING with a diagnosis)", body = Actor),
+        (status = 400, description = "A bad field; `field` names it", body = ApiError),
+        (status = 409, description = "The name is in use in its namespace", body = ApiError),
+        (status = 413, description = "The body is over 1 MiB", body = ApiError),
+        (status = 503, description = "The change could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn create_actor(
+    State(api): State<Api>,
+    JsonBody(body): JsonBody<ActorCreate>,
+) -> Result<Response, Failure> {
+    let actor = api.handle.create_actor(body).await?;
+    Ok(created(format!("/api/v1/actors/{}", actor.actor_id), &actor))
+}
+
+/// List actors.
+///
+/// Filters: `state` (PENDING, ALIVE, RESTARTING, DEAD), `namespace`, `node`, `label`
+/// (`key=value`), `limit`.
+#[utoipa::path(
+    get, path = "/api/v1/actors", tag = "actors", operation_id = "list_actors",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "The matching actors", body = List<Actor>),
+        (status = 400, description = "A bad filter; `field` names it", body = ApiError),
+    )
+)]
+pub(crate) async fn list_actors(
+    State(api): State<Api>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<List<Actor>>, Failure> {
+    Ok(Json(api.handle.view().list_actors(&query)?))
+}
+
+/// Get one actor.
+#[utoipa::path(
+    get, path = "/api/v1/actors/{id}", tag = "actors", operation_id = "get_actor",
+    params(("id" = String, Path, description = "The actor's ID (`actor-17`)")),
+    responses(
+        (status = 200, description = "The actor", body = Actor),
+        (status = 404, description = "No such actor", body = ApiError),
+    )
+)]
+pub(crate) async fn get_actor(
+    State(api): State<Api>,
+    PathId(id): PathId,
+) -> Result<Response, Failure> {
+    let view = api.handle.view();
+    let actor = view.actor(&id).ok_or(HeadError::NotFound { what: "actor", id })?;
+    Ok(Json(&*actor).into_response())
+}
+
+/// Kill an actor for good (no restart); its process is stopped.
+#[utoipa::path(
+    delete, path = "/api/v1/actors/{id}", tag = "actors", operation_id = "kill_actor",
+    params(("id" = String, Path, description = "The actor's ID (`actor-17`)")),
+    responses(
+        (status = 200, description = "The actor, now DEAD", body = Actor),
+        (status = 404, description = "No such actor", body = ApiError),
+        (status = 503, description = "The change could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn kill_actor(
+    State(api): State<Api>,
+    PathId(id): PathId,
+) -> Result<Json<Actor>, Failure> {
+    Ok(Json(api.handle.kill_actor(&id).await?))
+}

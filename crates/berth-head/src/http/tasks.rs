@@ -1,0 +1,84 @@
+//! `/api/v1/tasks`: submit, list, get, cancel.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use berth_api::rest::{ApiError, List, ListQuery, Task, TaskSubmit};
+
+use super::extract::{created, Failure, JsonBody, PathId, Query};
+use super::Api;
+use crate::error::HeadError;
+
+/// Submit a task: checked, placed now or queued, durable, then answered.
+#[utoipa::path(
+    post, path = "/api/v1/tasks", tag = "tasks", operation_id = "submit_task",
+    request_body(content = TaskSubmit, description = "What to run and where it may go"),
+    responses(
+        (status = 201, description = "The task (RUNNING soon, or PENDING with a diagnosis)", body = Task),
+        (status = 400, description = "A bad field; `field` names it", body = ApiError),
+        (status = 413, description = "The body is over 1 MiB", body = ApiError),
+        (status = 503, description = "The change could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn submit_task(
+    State(api): State<Api>,
+    JsonBody(body): JsonBody<TaskSubmit>,
+) -> Result<Response, Failure> {
+    let task = api.handle.submit_task(body).await?;
+    Ok(created(format!("/api/v1/tasks/{}", task.task_id), &task))
+}
+
+/// List tasks.
+///
+/// Filters: `state` (PENDING, RUNNING, FINISHED, FAILED, CANCELLED), `namespace`, `node`,
+/// `limit`.
+#[utoipa::path(
+    get, path = "/api/v1/tasks", tag = "tasks", operation_id = "list_tasks",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "The matching tasks", body = List<Task>),
+        (status = 400, description = "A bad filter; `field` names it", body = ApiError),
+    )
+)]
+pub(crate) async fn list_tasks(
+    State(api): State<Api>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<List<Task>>, Failure> {
+    Ok(Json(api.handle.view().list_tasks(&query)?))
+}
+
+/// Get one task.
+#[utoipa::path(
+    get, path = "/api/v1/tasks/{id}", tag = "tasks", operation_id = "get_task",
+    params(("id" = String, Path, description = "The task's ID (`task-9`)")),
+    responses(
+        (status = 200, description = "The task", body = Task),
+        (status = 404, description = "No such task", body = ApiError),
+    )
+)]
+pub(crate) async fn get_task(
+    State(api): State<Api>,
+    PathId(id): PathId,
+) -> Result<Response, Failure> {
+    let view = api.handle.view();
+    let task = view.task(&id).ok_or(HeadError::NotFound { what: "task", id })?;
+    Ok(Json(&*task).into_response())
+}
+
+/// Cancel a task, stopping it if it runs.
+#[utoipa::path(
+    post, path = "/api/v1/tasks/{id}/cancel", tag = "tasks", operation_id = "cancel_task",
+    params(("id" = String, Path, description = "The task's ID (`task-9`)")),
+    responses(
+        (status = 200, description = "The task, now CANCELLED (or already ended)", body = Task),
+        (status = 404, description = "No such task", body = ApiError),
+        (status = 409, description = "The task has already ended", body = ApiError),
+        (status = 503, description = "The change could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn cancel_task(
+    State(api): State<Api>,
+    PathId(id): PathId,
+) -> Result<Json<Task>, Failure> {
+    Ok(Json(api.handle.cancel_task(&id).await?))
+}

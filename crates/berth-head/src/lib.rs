@@ -1,0 +1,277 @@
+//! Berth's head: the control plane.
+//!
+//! One task (the owner, `owner.rs`) holds the cluster state, the scheduler and the pending
+//! queue, and applies commands in the order they arrive. REST handlers (`http.rs`) and the
+//! agent protocol (`agents.rs`) send it commands through a [`HeadHandle`] and read the
+//! published [`View`]. No lock is held across a decision. A committer task makes each cycle's
+//! changes durable (one store commit per cycle) before anything is acknowledged.
+//!
+//! [`start`] runs a head on a tokio runtime: it takes the store's lease, reloads the state,
+//! and serves REST, `/metrics` and the agent protocol (gRPC) on one port.
+
+#![warn(missing_docs)]
+
+mod agents;
+pub mod config;
+pub mod error;
+pub mod handle;
+mod http;
+mod metrics;
+mod owner;
+mod records;
+pub mod token;
+pub mod view;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_store::{Lease, Store, StoreError};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub use config::HeadConfig;
+pub use error::HeadError;
+pub use handle::HeadHandle;
+pub use token::Token;
+pub use view::View;
+
+use crate::agents::AgentApi;
+use crate::handle::{Command, Sequences};
+use crate::metrics::Metrics;
+use crate::owner::Owner;
+
+/// How long the head's store lease lasts without renewal; renewed every third of it.
+pub const LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// Why a head could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The token file could not be read or created.
+    #[error("cannot read or create the token in {dir}: {source}")]
+    Token {
+        /// The data directory.
+        dir: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The store failed (open, lease, load, first commit).
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The address could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The settings are invalid.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// A running head.
+pub struct RunningHead {
+    /// Where it listens (the real port when the configuration said 0).
+    pub address: SocketAddr,
+    /// The cluster token.
+    pub token: Token,
+    /// True when the token file was created by this start.
+    pub token_created: bool,
+    /// A handle for in-process callers.
+    pub handle: HeadHandle,
+    /// What was reloaded from the store.
+    pub restored: String,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    stopped: watch::Receiver<Option<String>>,
+}
+
+impl std::fmt::Debug for RunningHead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningHead").field("address", &self.address).finish_non_exhaustive()
+    }
+}
+
+/// Starts a head: token, store lease, reload, then serving. Returns once it listens.
+pub async fn start(config: HeadConfig) -> Result<RunningHead, StartError> {
+    config.scheduler.validate().map_err(|e| StartError::Config(e.to_string()))?;
+    if config.heartbeat_timeout <= config.heartbeat_interval {
+        return Err(StartError::Config(format!(
+            "the heartbeat timeout ({:?}) must be longer than the heartbeat interval ({:?})",
+            config.heartbeat_timeout, config.heartbeat_interval
+        )));
+    }
+    let (token, token_created) = match &config.token {
+        Some(text) => (Token::new(text.clone()), false),
+        None => Token::load_or_create(&config.data_dir).map_err(|source| StartError::Token {
+            dir: config.data_dir.display().to_string(),
+            source,
+        })?,
+    };
+    if !config.data_dir.exists() {
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::Token {
+            dir: config.data_dir.display().to_string(),
+            source,
+        })?;
+    }
+    let store = config.store.open().await?;
+    let holder = format!("head@{}", hostname());
+    let lease = store.acquire_lease(&holder, LEASE_TTL).await?;
+    let snapshot = store.load().await?;
+
+    let metrics = Arc::new(Metrics::new());
+    let sequences = Arc::new(Sequences::default());
+    let mut owner = Owner::new(config.clone(), metrics.clone());
+    let restored = owner.restore(&snapshot, &sequences);
+    for skipped in &restored.skipped {
+        tracing::warn!("not reloaded: {skipped}");
+    }
+    let summary = format!(
+        "{} nodes, {} actors, {} tasks, {} placement groups{}",
+        restored.nodes,
+        restored.actors,
+        restored.tasks,
+        restored.groups,
+        if restored.skipped.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} records could not be read; see the log)", restored.skipped.len())
+        }
+    );
+
+    let (commands_tx, commands_rx) = mpsc::channel::<Command>(65_536);
+    let (cycles_tx, cycles_rx) = mpsc::channel(4);
+    let (view_tx, view_rx) = watch::channel(Arc::new(View::default()));
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (stopped_tx, stopped_rx) = watch::channel(None::<String>);
+    let handle = HeadHandle { commands: commands_tx.clone(), view: view_rx, sequences };
+
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .map_err(|source| StartError::Bind { address: config.bind, source })?;
+    let address = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { address: config.bind, source })?;
+
+    let mut tasks = Vec::new();
+    let epoch = lease.epoch();
+    let stopped = stopped_tx.clone();
+    let commit_metrics = metrics.clone();
+    let commit_store = store.clone();
+    tasks.push(tokio::spawn(async move {
+        if let Err(err) =
+            owner::commit_loop(commit_store, epoch, cycles_rx, view_tx, commit_metrics).await
+        {
+            stopped.send_replace(Some(err.to_string()));
+        }
+    }));
+    tasks.push(tokio::spawn(owner::run_first(owner, commands_rx, cycles_tx)));
+    tasks.push(tokio::spawn(renew(store.clone(), lease, stopped_tx.clone(), shutdown_rx.clone())));
+
+    // The agent protocol shares the port: its routes join the REST router (whose fallback
+    // answers unknown paths with a JSON 404).
+    let agents = AgentApi::server(commands_tx, token.clone());
+    let grpc_path = format!(
+        "/{}/{{*rest}}",
+        <berth_api::agent::agent_service_server::AgentServiceServer<AgentApi> as tonic::server::NamedService>::NAME
+    );
+    let router = http::router(handle.clone(), token.clone(), metrics.clone()).route_service(
+        &grpc_path,
+        tower::ServiceExt::map_request(agents, |req: axum::http::Request<axum::body::Body>| {
+            req.map(tonic::body::Body::new)
+        }),
+    );
+    let mut serve_shutdown = shutdown_rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = serve_shutdown.wait_for(|stop| *stop).await;
+        };
+        if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+            tracing::error!("the server stopped: {err}");
+        }
+    }));
+    // Let the CLI on this machine find the head.
+    let _ =
+        std::fs::write(config.data_dir.join(berth_api::local::ADDRESS_FILE), address.to_string());
+    Ok(RunningHead {
+        address,
+        token,
+        token_created,
+        handle,
+        restored: summary,
+        shutdown: shutdown_tx,
+        tasks,
+        stopped: stopped_rx,
+    })
+}
+
+/// Keeps the store lease; a lease lost to another head stops this one (it is fenced anyway).
+async fn renew(
+    store: berth_store::AnyStore,
+    mut lease: Lease,
+    stopped: watch::Sender<Option<String>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(LEASE_TTL / 3);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => {
+                let _ = store.release_lease(&lease).await;
+                return;
+            }
+        }
+        match store.renew_lease(&lease, LEASE_TTL).await {
+            Ok(renewed) => lease = renewed,
+            Err(err) if err.is_fenced() => {
+                stopped.send_replace(Some(format!("another head took the store over: {err}")));
+                return;
+            }
+            Err(err) => tracing::warn!("lease renewal failed (retrying): {err}"),
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+impl RunningHead {
+    /// Waits until the head stops by itself (a store failure, or its lease lost); returns why.
+    pub async fn stopped(&mut self) -> String {
+        match self.stopped.wait_for(|s| s.is_some()).await {
+            Ok(reason) => reason.clone().unwrap_or_default(),
+            Err(_) => "the head stopped".to_string(),
+        }
+    }
+
+    /// Stops serving, releases the lease, and waits for the tasks to end.
+    pub async fn shutdown(self) {
+        self.shutdown.send_replace(true);
+        let RunningHead { tasks, handle, .. } = self;
+        drop(handle);
+        for task in tasks {
+            // The owner ends when every handle is gone; the server when told.
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Ends every task at once, as a crash would (no lease release, nothing flushed beyond
+    /// what was acknowledged). For tests of restarts.
+    pub async fn crash(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The head's Prometheus metrics: one [`Registry`] per head (no globals), rendered by
+//! `GET /metrics` in the OpenMetrics text format.
+//!
+//! Families (names as scraped):
+//! - `berth_decisions_total{outcome}`: placement decisions by outcome (`placed`, `pending`,
+//!   `infeasible`), and `berth_decision_seconds`: how long each took (1 µs to 1 s buckets).
+//! - `berth_pending{kind,waiting}`: requests waiting now, by kind (`actor`, `task`,
+//!   `placement_group`) and why (`pending`, `infeasible`).
+//! - `berth_nodes{state}`: nodes by state (`alive`, `draining`, `dead`).
+//! - `berth_store_commit_seconds` and `berth_store_ops_total`: group commits and the writes
+//!   they carried.
+//! - `berth_http_requests_total{method,route,status}` (status as a class, `2xx`) and
+//!   `berth_http_request_seconds{method,route}`: the REST API, by route template.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets_range, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+/// The content type of [`Metrics::render`]'s text (prometheus-client writes OpenMetrics).
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PendingLabels {
+    kind: String,
+    waiting: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn decision_histogram() -> Histogram {
+    // 1 µs .. 1 s, ×√10 per bucket.
+    Histogram::new(exponential_buckets_range(1e-6, 1.0, 13))
+}
+
+fn commit_histogram() -> Histogram {
+    // 100 µs .. 10 s.
+    Histogram::new(exponential_buckets_range(1e-4, 10.0, 11))
+}
+
+fn http_histogram() -> Histogram {
+    // 100 µs .. 1000 s (a placement-group wait may take up to 600 s).
+    Histogram::new(exponential_buckets_range(1e-4, 1e3, 15))
+}
+
+/// The head's metrics. Cheap to update from any task (atomics and short locks).
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    registry: Registry,
+    decisions: Family<OutcomeLabels, Counter>,
+    decision_seconds: Histogram,
+    pending: Family<PendingLabels, Gauge>,
+    nodes: Family<StateLabels, Gauge>,
+    commit_seconds: Histogram,
+    store_ops: Counter,
+    http_requests: Family<RequestLabels, Counter>,
+    http_seconds: HistogramFamily<RouteLabels>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every family registered (and empty).
+    pub(crate) fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let decisions = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "berth_decisions",
+            "Placement decisions, by outcome (placed, pending, infeasible)",
+            decisions.clone(),
+        );
+        let decision_seconds = decision_histogram();
+        registry.register_with_unit(
+            "berth_decision",
+            "Time to decide one placement",
+            Unit::Seconds,
+            decision_seconds.clone(),
+        );
+        let pending = Family::<PendingLabels, Gauge>::default();
+        registry.register(
+            "berth_pending",
+            "Requests waiting to be placed, by kind and by why (pending, infeasible)",
+            pending.clone(),
+        );
+        let nodes = Family::<StateLabels, Gauge>::default();
+        registry.register("berth_nodes", "Nodes, by state", nodes.clone());
+        let commit_seconds = commit_histogram();
+        registry.register_with_unit(
+            "berth_store_commit",
+            "Time to make one cycle's changes durable",
+            Unit::Seconds,
+            commit_seconds.clone(),
+        );
+        let store_ops = Counter::default();
+        registry.register("berth_store_ops", "Writes made durable", store_ops.clone());
+        let http_requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "berth_http_requests",
+            "REST requests, by method, route template and status class",
+            http_requests.clone(),
+        );
+        let http_seconds: HistogramFamily<RouteLabels> =
+            Family::new_with_constructor(http_histogram as fn() -> Histogram);
+        registry.register_with_unit(
+            "berth_http_request",
+            "Time to answer a REST request (until the head of the answer)",
+            Unit::Seconds,
+            http_seconds.clone(),
+        );
+        Metrics {
+            registry,
+            decisions,
+            decision_seconds,
+            pending,
+            nodes,
+            commit_seconds,
+            store_ops,
+            http_requests,
+            http_seconds,
+        }
+    }
+
+    /// One placement decision: `outcome` is `placed`, `pending` or `infeasible`.
+    pub(crate) fn decision(&self, outcome: &str, seconds: f64) {
+        self.decisions.get_or_create(&OutcomeLabels { outcome: outcome.to_string() }).inc();
+        self.decision_seconds.observe(seconds);
+    }
+
+    /// How many requests of `kind` (`actor`, `task`, `placement_group`) wait now, `waiting`
+    /// being `pending` or `infeasible`.
+    pub(crate) fn set_pending(&self, kind: &str, waiting: &str, n: i64) {
+        let labels = PendingLabels { kind: kind.to_string(), waiting: waiting.to_string() };
+        self.pending.get_or_create(&labels).set(n);
+    }
+
+    /// How many nodes are in `state` (`alive`, `draining`, `dead`).
+    pub(crate) fn set_nodes(&self, state: &str, n: i64) {
+        self.nodes.get_or_create(&StateLabels { state: state.to_string() }).set(n);
+    }
+
+    /// One group commit of `ops` writes that took `seconds`.
+    pub(crate) fn commit(&self, seconds: f64, ops: u64) {
+        self.commit_seconds.observe(seconds);
+        self.store_ops.inc_by(ops);
+    }
+
+    /// One REST request: `route` is the matched template (`/api/v1/actors/{id}`), never the
+    /// raw path, so the label set stays small.
+    pub(crate) fn http(&self, method: &str, route: &str, status: u16, seconds: f64) {
+        let class = match status {
+            100..=199 => "1xx",
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        };
+        let labels = RequestLabels {
+            method: method.to_string(),
+            route: route.to_string(),
+            status: class.to_string(),
+        };
+        self.http_requests.get_or_create(&labels).inc();
+        let labels = RouteLabels { method: labels.method, route: labels.route };
+        self.http_seconds.get_or_create(&labels).observe(seconds);
+    }
+
+    /// Every family in the OpenMetrics text format (ends with `# EOF`).
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail; a label encoding error would leave a partial
+        // text, which is still better than no answer.
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            tracing::warn!("encoding the metrics failed; the answer is partial");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_render_every_family_after_observations() {
+        let m = Metrics::new();
+        m.decision("placed", 0.000_05);
+        m.decision("infeasible", 0.002);
+        m.set_pending("actor", "pending", 3);
+        m.set_pending("placement_group", "infeasible", 1);
+        m.set_nodes("alive", 5);
+        m.set_nodes("dead", 1);
+        m.commit(0.004, 17);
+        m.http("GET", "/api/v1/actors/{id}", 404, 0.0002);
+        m.http("POST", "/api/v1/actors", 201, 0.01);
+        let text = m.render();
+        for needle in [
+            "berth_decisions_total{outcome=\"placed\"} 1",
+            "berth_decisions_total{outcome=\"infeasible\"} 1",
+            "berth_decision_seconds_count 2",
+            "berth_decision_seconds_bucket{le=\"0.000001\"}",
+            "berth_pending{kind=\"actor\",waiting=\"pending\"} 3",
+            "berth_pending{kind=\"placement_group\",waiting=\"infeasible\"} 1",
+            "berth_nodes{state=\"alive\"} 5",
+            "berth_nodes{state=\"dead\"} 1",
+            "berth_store_commit_seconds_count 1",
+            "berth_store_ops_total 17",
+            "berth_http_requests_total{method=\"GET\",route=\"/api/v1/actors/{id}\",status=\"4xx\"} 1",
+            "berth_http_requests_total{method=\"POST\",route=\"/api/v1/actors\",status=\"2xx\"} 1",
+            "berth_http_request_seconds_count{method=\"GET\",route=\"/api/v1/actors/{id}\"} 1",
+            "# EOF",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn metrics_gauges_are_set_not_added_and_registries_are_separate() {
+        let a = Metrics::new();
+        let b = Metrics::new();
+        a.set_nodes("alive", 5);
+        a.set_nodes("alive", 2);
+        assert!(a.render().contains("berth_nodes{state=\"alive\"} 2"));
+        assert!(!b.render().contains("berth_nodes{state=\"alive\"}"));
+    }
+
+    #[test]
+    fn metrics_label_values_are_escaped() {
+        let m = Metrics::new();
+        m.http("GET", "/odd\"route\n", 200, 0.0);
+        let text = m.render();
+        assert!(text.contains(r#"route="/odd\"route\n""#), "{text}");
+    }
+}

@@ -1,0 +1,392 @@
+//! The owner task: the only code that changes the cluster.
+//!
+//! It receives [`Command`]s in order, applies a whole burst of them (a cycle), retries what
+//! waits if the cycle changed something it waits for, and hands the cycle's writes, its new
+//! [`View`] and its answers to the committer. The committer makes the writes durable in one
+//! store commit (group commit), and only then publishes the view, answers the callers and sends
+//! the agents their assignments: durable before acknowledged, without the owner ever waiting
+//! for the disk. Commits are applied in cycle order; a failed commit stops the head (its memory
+//! would be ahead of the store), and a restart reloads the truth.
+//!
+//! - `owner/work.rs`: actors and tasks (create, place, start, exit, restart, kill).
+//! - `owner/groups.rs`: placement groups.
+//! - `owner/nodes.rs`: agents (register, sessions, liveness), taints, drain, node death.
+//! - `owner/convert.rs`: core values → API values.
+//! - `owner/restore.rs`: rebuilding the state from the store after a restart.
+
+mod convert;
+mod groups;
+mod nodes;
+mod restore;
+mod work;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth_api::agent::Assignment;
+use berth_core::{Cluster, PendingQueue, ResourceRegistry, Scheduler, Trigger};
+use berth_store::{AnyStore, Batch, Epoch, Store, Table};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use tokio::sync::{mpsc, watch};
+
+use crate::agents::{AssignmentSender, Liveness};
+use crate::config::HeadConfig;
+use crate::error::HeadError;
+use crate::handle::Command;
+use crate::metrics::Metrics;
+use crate::records::encode;
+use crate::view::{Kind, View};
+
+pub(crate) use work::WorkKey;
+
+/// Commands applied in one cycle at most, so one cycle's commit stays small and a burst does
+/// not starve the view of updates.
+const MAX_CYCLE: usize = 8192;
+
+/// More distinct triggers than this in one cycle are retried as one `Everything`.
+const MAX_TRIGGERS: usize = 64;
+
+/// What a cycle hands to the committer.
+pub(crate) struct Cycle {
+    batch: Batch,
+    view: Arc<View>,
+    effects: Vec<Effect>,
+}
+
+/// Something to do once the cycle is durable.
+pub(crate) enum Effect {
+    /// Answer a caller.
+    Reply(Box<dyn FnOnce() + Send>),
+    /// Send an agent an assignment.
+    Send(AssignmentSender, Box<Assignment>),
+}
+
+/// An agent's live connection.
+pub(crate) struct AgentLink {
+    pub(crate) liveness: Arc<Liveness>,
+    pub(crate) assignments: Option<AssignmentSender>,
+}
+
+/// The state the owner task holds.
+pub(crate) struct Owner {
+    pub(crate) cluster: Cluster,
+    pub(crate) scheduler: Scheduler,
+    pub(crate) rng: ChaCha8Rng,
+    pub(crate) queue: PendingQueue<WorkKey>,
+    pub(crate) actors: HashMap<u64, work::ActorEntry>,
+    pub(crate) tasks: HashMap<u64, work::TaskEntry>,
+    pub(crate) groups: HashMap<u64, groups::GroupEntry>,
+    /// Groups waiting to be reserved (or re-planned), oldest first.
+    pub(crate) waiting_groups: BTreeSet<u64>,
+    pub(crate) nodes: HashMap<String, nodes::NodeEntry>,
+    pub(crate) links: HashMap<String, AgentLink>,
+    pub(crate) view: View,
+    pub(crate) dirty: Dirty,
+    pub(crate) effects: Vec<Effect>,
+    pub(crate) triggers: Vec<Trigger>,
+    /// Nodes whose view entry must be refreshed at the end of the cycle.
+    pub(crate) touched: BTreeSet<String>,
+    pub(crate) next_session: u64,
+    pub(crate) next_node: u64,
+    pub(crate) config: HeadConfig,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// Objects changed this cycle, to write.
+#[derive(Default)]
+pub(crate) struct Dirty {
+    pub(crate) actors: BTreeSet<u64>,
+    pub(crate) tasks: BTreeSet<u64>,
+    pub(crate) groups: BTreeSet<u64>,
+    pub(crate) nodes: BTreeSet<String>,
+}
+
+impl Owner {
+    pub(crate) fn new(config: HeadConfig, metrics: Arc<Metrics>) -> Owner {
+        let seed = config.seed;
+        Owner {
+            cluster: Cluster::new(ResourceRegistry::default()),
+            scheduler: Scheduler::new(config.scheduler.clone()),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            queue: PendingQueue::new(),
+            actors: HashMap::new(),
+            tasks: HashMap::new(),
+            groups: HashMap::new(),
+            waiting_groups: BTreeSet::new(),
+            nodes: HashMap::new(),
+            links: HashMap::new(),
+            view: View::default(),
+            dirty: Dirty::default(),
+            effects: Vec::new(),
+            triggers: Vec::new(),
+            touched: BTreeSet::new(),
+            // Sessions must never repeat across head restarts: start from the clock.
+            next_session: crate::agents::now_ms() << 16,
+            next_node: 0,
+            config,
+            metrics,
+        }
+    }
+
+    /// Queues an answer for when this cycle is durable.
+    pub(crate) fn reply<T: Send + 'static>(
+        &mut self,
+        reply: tokio::sync::oneshot::Sender<T>,
+        value: T,
+    ) {
+        self.effects.push(Effect::Reply(Box::new(move || {
+            let _ = reply.send(value);
+        })));
+    }
+
+    /// Queues an assignment for `node` for when this cycle is durable. Without a stream open,
+    /// nothing is sent: the agent gets every unstarted assignment when it opens one.
+    pub(crate) fn send(&mut self, node: &str, assignment: Assignment) {
+        if let Some(tx) = self.links.get(node).and_then(|l| l.assignments.clone()) {
+            self.effects.push(Effect::Send(tx, Box::new(assignment)));
+        }
+    }
+
+    fn apply(&mut self, command: Command) {
+        match command {
+            Command::CreateActor { seq, body, parsed, reply } => {
+                let answer = self.create_actor(seq, *body, &parsed);
+                self.reply(reply, answer);
+            }
+            Command::SubmitTask { seq, body, parsed, reply } => {
+                let answer = self.submit_task(seq, *body, &parsed);
+                self.reply(reply, answer);
+            }
+            Command::CreateGroup { seq, body, parsed, reply } => {
+                let answer = self.create_group(seq, *body, &parsed);
+                self.reply(reply, answer);
+            }
+            Command::KillActor { id, reply } => {
+                let answer = self.kill_actor(&id);
+                self.reply(reply, answer);
+            }
+            Command::CancelTask { id, reply } => {
+                let answer = self.cancel_task(&id);
+                self.reply(reply, answer);
+            }
+            Command::RemoveGroup { id, reply } => {
+                let answer = self.remove_group(&id);
+                self.reply(reply, answer);
+            }
+            Command::DrainNode { node, reply } => {
+                let answer = self.drain_node(&node);
+                self.reply(reply, answer);
+            }
+            Command::Taints { node, taints, add, reply } => {
+                let answer = self.change_taints(&node, &taints, add);
+                self.reply(reply, answer);
+            }
+            Command::DryRun { parsed, reply } => {
+                let answer = self.dry_run(&parsed);
+                // Changes nothing, so nothing to wait for.
+                let _ = reply.send(answer);
+            }
+            Command::Agent(command) => self.agent_command(command),
+            Command::Tick => self.check_liveness(),
+        }
+    }
+
+    /// Retries what waits, for every change this cycle made.
+    fn retry_waiting(&mut self) {
+        if self.triggers.is_empty() {
+            return;
+        }
+        let mut triggers = std::mem::take(&mut self.triggers);
+        triggers.sort_by_key(|t| format!("{t:?}"));
+        triggers.dedup();
+        if triggers.len() > MAX_TRIGGERS {
+            triggers = vec![Trigger::Everything];
+        }
+        // Groups first: a whole reservation is harder to find room for than one request.
+        if !self.waiting_groups.is_empty() {
+            self.retry_groups();
+        }
+        for trigger in triggers {
+            if self.queue.is_empty() {
+                break;
+            }
+            let placed =
+                self.queue.retry(trigger, &mut self.scheduler, &mut self.cluster, &mut self.rng);
+            for (key, allocation) in placed {
+                self.placed(key, allocation);
+            }
+        }
+        self.refresh_waiting();
+        // Placements can break `on_peer_moved: follow` actors' affinity: move them.
+        self.follow_peers();
+        // What this retry changed may help others (an actor placed satisfies an affinity).
+        if !self.triggers.is_empty() && !self.queue.is_empty() {
+            let again = std::mem::take(&mut self.triggers);
+            if again.iter().any(|t| matches!(t, Trigger::ActorsChanged)) {
+                let placed = self.queue.retry(
+                    Trigger::ActorsChanged,
+                    &mut self.scheduler,
+                    &mut self.cluster,
+                    &mut self.rng,
+                );
+                for (key, allocation) in placed {
+                    self.placed(key, allocation);
+                }
+                self.refresh_waiting();
+            }
+        }
+        self.triggers.clear();
+    }
+
+    /// The cycle's writes.
+    fn flush(&mut self) -> Batch {
+        for id in std::mem::take(&mut self.touched) {
+            self.refresh_node(&id);
+        }
+        let mut batch = Batch::new();
+        let dirty = std::mem::take(&mut self.dirty);
+        for seq in dirty.actors {
+            if let Some(entry) = self.actors.get(&seq) {
+                batch.put(Table::Actors, Kind::Actor.id(seq), encode(&entry.record()));
+            }
+        }
+        for seq in dirty.tasks {
+            if let Some(entry) = self.tasks.get(&seq) {
+                batch.put(Table::Tasks, Kind::Task.id(seq), encode(&entry.record()));
+            }
+        }
+        for seq in dirty.groups {
+            if let Some(entry) = self.groups.get(&seq) {
+                batch.put(Table::Groups, Kind::Group.id(seq), encode(&entry.record()));
+            }
+        }
+        for id in dirty.nodes {
+            if let Some(entry) = self.nodes.get(&id) {
+                batch.put(Table::Nodes, id.clone(), encode(&entry.record));
+            }
+        }
+        batch
+    }
+
+    fn publish_gauges(&self) {
+        let counts = self.view.status_counts();
+        self.metrics.set_nodes("alive", counts.0 as i64);
+        self.metrics.set_nodes("draining", counts.1 as i64);
+        self.metrics.set_nodes("dead", counts.2 as i64);
+        let mut pending: HashMap<(&str, &str), i64> = HashMap::new();
+        for w in self.view.waiting.values() {
+            let waiting = if w.item.diagnosis.infeasible { "infeasible" } else { "pending" };
+            *pending.entry((kind_word(&w.item.kind), waiting)).or_default() += 1;
+        }
+        for kind in ["actor", "task", "placement_group"] {
+            for waiting in ["pending", "infeasible"] {
+                let n = pending.get(&(kind, waiting)).copied().unwrap_or(0);
+                self.metrics.set_pending(kind, waiting, n);
+            }
+        }
+    }
+}
+
+fn kind_word(kind: &str) -> &'static str {
+    match kind {
+        "actor" => "actor",
+        "task" => "task",
+        _ => "placement_group",
+    }
+}
+
+/// Writes what the restore changed, then runs the owner.
+pub(crate) async fn run_first(
+    owner: Owner,
+    commands: mpsc::Receiver<Command>,
+    cycles: mpsc::Sender<Cycle>,
+) {
+    run(owner, commands, cycles).await
+}
+
+/// Runs the owner until every handle is dropped.
+pub(crate) async fn run(
+    mut owner: Owner,
+    mut commands: mpsc::Receiver<Command>,
+    cycles: mpsc::Sender<Cycle>,
+) {
+    let mut tick =
+        tokio::time::interval(owner.config.heartbeat_interval.max(Duration::from_millis(10)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let first = tokio::select! {
+            command = commands.recv() => match command {
+                Some(command) => command,
+                None => break,
+            },
+            _ = tick.tick() => Command::Tick,
+        };
+        owner.apply(first);
+        let mut applied = 1;
+        while applied < MAX_CYCLE {
+            match commands.try_recv() {
+                Ok(command) => {
+                    owner.apply(command);
+                    applied += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        owner.retry_waiting();
+        let batch = owner.flush();
+        owner.view.generation += 1;
+        owner.publish_gauges();
+        let cycle = Cycle {
+            batch,
+            view: Arc::new(owner.view.clone()),
+            effects: std::mem::take(&mut owner.effects),
+        };
+        if cycles.send(cycle).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Makes cycles durable in order, merging the ones that queued up while a commit ran, then
+/// publishes and answers. Returns the error that stopped it, if any.
+pub(crate) async fn commit_loop(
+    store: AnyStore,
+    epoch: Epoch,
+    mut cycles: mpsc::Receiver<Cycle>,
+    view: watch::Sender<Arc<View>>,
+    metrics: Arc<Metrics>,
+) -> Result<(), HeadError> {
+    while let Some(first) = cycles.recv().await {
+        let mut batch = first.batch;
+        let mut latest = first.view;
+        let mut effects = first.effects;
+        while let Ok(next) = cycles.try_recv() {
+            batch.append(next.batch);
+            latest = next.view;
+            effects.extend(next.effects);
+        }
+        if !batch.is_empty() {
+            let ops = batch.len() as u64;
+            let started = Instant::now();
+            if let Err(err) = store.commit(epoch, batch).await {
+                tracing::error!("store commit failed, stopping the head: {err}");
+                // The answers are dropped: callers see 503 (the change is not acknowledged).
+                drop(effects);
+                return Err(HeadError::Unavailable(format!("the store failed: {err}")));
+            }
+            metrics.commit(started.elapsed().as_secs_f64(), ops);
+        }
+        view.send_replace(latest);
+        for effect in effects {
+            match effect {
+                Effect::Reply(answer) => answer(),
+                Effect::Send(tx, assignment) => {
+                    let _ = tx.send(Ok(*assignment));
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! Core values as the API shows them.
+
+use std::collections::BTreeMap;
+
+use berth_api::rest::{self, ReasonCount, ResourceUse, StringMap, Taint};
+use berth_core::cluster::NamedInstances;
+use berth_core::pipeline::group::GroupDiagnosis;
+use berth_core::{Allocation, Cluster, Diagnosis, NodeIndex, ReasonKind, ResourceSet};
+use serde_json::Value;
+
+/// The ID of the node at `index` (empty if it was removed, which callers never ask).
+pub(crate) fn node_id(cluster: &Cluster, index: NodeIndex) -> String {
+    cluster.node(index).map(|n| n.id().as_str().to_string()).unwrap_or_default()
+}
+
+/// Resource name to amount.
+pub(crate) fn resource_map(cluster: &Cluster, set: &ResourceSet) -> StringMap {
+    let registry = cluster.registry();
+    set.iter().map(|(id, q)| (registry.name(id).to_string(), q.to_string())).collect()
+}
+
+/// Instance IDs per unit-instance resource of an allocation.
+pub(crate) fn instances(cluster: &Cluster, allocation: &Allocation) -> BTreeMap<String, Vec<u32>> {
+    let registry = cluster.registry();
+    allocation
+        .instances()
+        .filter(|(_, ids)| !ids.is_empty())
+        .map(|(id, ids)| (registry.name(id).to_string(), ids))
+        .collect()
+}
+
+/// `GPU [0, 1]`, for history entries.
+pub(crate) fn instances_text(instances: &BTreeMap<String, Vec<u32>>) -> String {
+    instances.iter().map(|(name, ids)| format!("{name} {ids:?}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Stored instance IDs back in core form (names interned).
+pub(crate) fn named_instances(
+    cluster: &mut Cluster,
+    instances: &BTreeMap<String, Vec<u32>>,
+) -> Result<NamedInstances, String> {
+    instances
+        .iter()
+        .map(|(name, ids)| {
+            let id = cluster.registry_mut().intern(name).map_err(|e| e.to_string())?;
+            Ok((id, ids.clone()))
+        })
+        .collect()
+}
+
+/// A selector or tolerations map of a body (key to expression text).
+pub(crate) fn string_map(value: Option<&Value>) -> StringMap {
+    let Some(Value::Object(map)) = value else { return StringMap::new() };
+    map.iter()
+        .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+        .collect()
+}
+
+fn reasons(cluster: &Cluster, totals: Vec<(ReasonKind, u64)>) -> Vec<ReasonCount> {
+    let mut out: Vec<ReasonCount> = totals
+        .into_iter()
+        .map(|(kind, count)| ReasonCount {
+            code: kind.code(cluster),
+            text: kind.describe(cluster),
+            count,
+        })
+        .collect();
+    out.sort_by(|a, b| b.count.cmp(&a.count).then(a.code.cmp(&b.code)));
+    out
+}
+
+/// A request's diagnosis.
+pub(crate) fn diagnosis(cluster: &Cluster, d: &Diagnosis, infeasible: bool) -> rest::Diagnosis {
+    rest::Diagnosis {
+        infeasible,
+        summary: d.describe(cluster),
+        reasons: reasons(cluster, d.totals()),
+    }
+}
+
+/// A group's diagnosis: the reasons of every bundle that found no node, summed.
+pub(crate) fn group_diagnosis(
+    cluster: &Cluster,
+    d: &GroupDiagnosis,
+    infeasible: bool,
+) -> rest::Diagnosis {
+    let mut totals: Vec<(ReasonKind, u64)> = Vec::new();
+    for alternative in &d.alternatives {
+        for (_, attempt) in &alternative.failed {
+            for (kind, n) in &attempt.rejected {
+                match totals.iter_mut().find(|(k, _)| k == kind) {
+                    Some((_, total)) => *total += n,
+                    None => totals.push((*kind, *n)),
+                }
+            }
+        }
+    }
+    rest::Diagnosis { infeasible, summary: d.describe(cluster), reasons: reasons(cluster, totals) }
+}
+
+/// The API's picture of a node: the core's ledger plus what only the head knows.
+pub(crate) fn node(
+    cluster: &Cluster,
+    index: NodeIndex,
+    base: &rest::Node,
+    actors: u64,
+    tasks: u64,
+) -> rest::Node {
+    let mut out = base.clone();
+    out.actors = actors;
+    out.tasks = tasks;
+    let Some(node) = cluster.node(index) else { return out };
+    out.labels = node.labels().iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    out.taints = node
+        .taints()
+        .iter()
+        .map(|t| {
+            let taint = cluster.taint(*t);
+            Taint { key: taint.key.clone(), value: taint.value.clone() }
+        })
+        .collect();
+    let registry = cluster.registry();
+    out.resources = node
+        .total()
+        .iter()
+        .map(|(id, total)| {
+            let free = node.available().get(id);
+            let row = ResourceUse {
+                total: total.to_string(),
+                used: total.saturating_sub(free).to_string(),
+                available: free.to_string(),
+            };
+            (registry.name(id).to_string(), row)
+        })
+        .collect();
+    out
+}

@@ -1,0 +1,268 @@
+//! Placement groups: create (reserve now or wait), re-plan after a node dies, remove.
+
+use std::sync::Arc;
+
+use berth_api::rest::{Bundle, Group, GroupCreate, GroupState};
+use berth_api::spec::{LoadedRequest, ParsedRequest};
+use berth_core::pipeline::group::GroupDecision;
+use berth_core::placement_group::GroupSpec;
+use berth_core::Trigger;
+
+use super::convert;
+use super::work::{push_event, WorkKey};
+use super::Owner;
+use crate::agents::now_ms;
+use crate::error::HeadError;
+use crate::handle::input_error;
+use crate::records::GroupRecord;
+use crate::view::{Kind, Waiting};
+
+/// A group as the owner holds it.
+pub(crate) struct GroupEntry {
+    pub(crate) api: Group,
+    pub(crate) spec: GroupSpec,
+    pub(crate) bundle_instances: Vec<std::collections::BTreeMap<String, Vec<u32>>>,
+}
+
+impl GroupEntry {
+    pub(crate) fn record(&self) -> GroupRecord {
+        GroupRecord { group: self.api.clone(), bundle_instances: self.bundle_instances.clone() }
+    }
+}
+
+/// Builds the core spec of a stored or incoming group.
+pub(crate) fn build_group(
+    owner: &mut Owner,
+    parsed: &ParsedRequest,
+) -> Result<GroupSpec, HeadError> {
+    match parsed
+        .build(&mut owner.cluster)
+        .map_err(|e| input_error(e, &[("placement_group.", "")]))?
+    {
+        LoadedRequest::Group(spec) => Ok(spec),
+        LoadedRequest::Request(_) => Err(HeadError::invalid("", "expected a placement group")),
+    }
+}
+
+impl Owner {
+    pub(crate) fn create_group(
+        &mut self,
+        seq: u64,
+        body: GroupCreate,
+        parsed: &ParsedRequest,
+    ) -> Result<Group, HeadError> {
+        let spec = build_group(self, parsed)?;
+        let bundles = spec.alternatives.first().map(|a| a.bundles.clone()).unwrap_or_default();
+        let mut api = Group {
+            group_id: Kind::Group.id(seq),
+            name: body.name.clone(),
+            namespace: spec.namespace.clone(),
+            strategy: spec.strategy.name().to_string(),
+            state: GroupState::Pending,
+            alternative: None,
+            bundles: bundles
+                .iter()
+                .enumerate()
+                .map(|(index, set)| Bundle {
+                    index,
+                    resources: convert::resource_map(&self.cluster, set),
+                    node_id: None,
+                })
+                .collect(),
+            diagnosis: None,
+            history: Vec::new(),
+            created_at_ms: now_ms(),
+            spec: body,
+        };
+        push_event(&mut api.history, "created", None, String::new());
+        self.groups.insert(seq, GroupEntry { api, spec, bundle_instances: Vec::new() });
+        self.try_group(seq);
+        Ok(self.groups[&seq].api.clone())
+    }
+
+    /// Reserves (or re-plans) group `seq` if it can; else records why it waits.
+    fn try_group(&mut self, seq: u64) {
+        let Some(entry) = self.groups.get(&seq) else { return };
+        let started = std::time::Instant::now();
+        let decision = match entry.api.state {
+            GroupState::Rescheduling => {
+                self.scheduler.replan_group(&mut self.cluster, &entry.api.group_id)
+            }
+            GroupState::Pending => {
+                let spec = entry.spec.clone();
+                self.scheduler.place_group(&mut self.cluster, &spec)
+            }
+            GroupState::Created | GroupState::Removed => return,
+        };
+        let seconds = started.elapsed().as_secs_f64();
+        match decision {
+            GroupDecision::Created { alternative, nodes } => {
+                self.metrics.decision("placed", seconds);
+                self.waiting_groups.remove(&seq);
+                self.view.waiting.remove(&(Kind::Group, seq));
+                let group_id = self.groups[&seq].api.group_id.clone();
+                let placed = self.cluster.group(&group_id).cloned();
+                let e = self.groups.get_mut(&seq).expect("known");
+                let bundles = e.spec.alternatives[alternative].bundles.clone();
+                e.api.alternative = Some(alternative);
+                e.api.bundles = bundles
+                    .iter()
+                    .enumerate()
+                    .map(|(index, set)| Bundle {
+                        index,
+                        resources: convert::resource_map(&self.cluster, set),
+                        node_id: nodes.get(index).map(|n| convert::node_id(&self.cluster, *n)),
+                    })
+                    .collect();
+                e.bundle_instances = (0..bundles.len())
+                    .map(|i| {
+                        let ledger = placed.as_ref().and_then(|g| g.bundle(i));
+                        let registry = self.cluster.registry();
+                        bundles[i]
+                            .iter()
+                            .filter(|(r, _)| registry.is_unit_instance(*r))
+                            .filter_map(|(r, _)| {
+                                let ids = ledger?.instance_ids(r);
+                                Some((registry.name(r).to_string(), ids))
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let verb =
+                    if e.api.state == GroupState::Rescheduling { "rescheduled" } else { "created" };
+                e.api.state = GroupState::Created;
+                e.api.diagnosis = None;
+                let where_ = e
+                    .api
+                    .bundles
+                    .iter()
+                    .filter_map(|b| b.node_id.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                push_event(&mut e.api.history, verb, None, format!("bundles on {where_}"));
+                // Requests waiting for this group's bundles can go now.
+                self.triggers.push(Trigger::Everything);
+                self.mark_group(seq);
+            }
+            GroupDecision::Pending(d) | GroupDecision::Infeasible(d) => {
+                let infeasible = d.alternatives.iter().all(|a| !a.could_fit_later);
+                self.metrics.decision(if infeasible { "infeasible" } else { "pending" }, seconds);
+                self.waiting_groups.insert(seq);
+                let diagnosis = convert::group_diagnosis(&self.cluster, &d, infeasible);
+                let e = self.groups.get_mut(&seq).expect("known");
+                let changed = e.api.diagnosis.as_ref() != Some(&diagnosis);
+                e.api.diagnosis = Some(diagnosis.clone());
+                let waiting = Waiting {
+                    item: berth_api::rest::PendingItem {
+                        kind: "placement_group".into(),
+                        id: e.api.group_id.clone(),
+                        diagnosis,
+                    },
+                    shapes: e.api.bundles.iter().map(|b| b.resources.clone()).collect(),
+                    label_selector: Default::default(),
+                    tolerations: convert::string_map(e.api.spec.tolerations.as_ref()),
+                };
+                self.view.waiting.insert((Kind::Group, seq), Arc::new(waiting));
+                if changed {
+                    let api = e.api.clone();
+                    self.view.groups.insert(seq, Arc::new(api));
+                }
+            }
+        }
+    }
+
+    pub(crate) fn retry_groups(&mut self) {
+        let waiting: Vec<u64> = self.waiting_groups.iter().copied().collect();
+        for seq in waiting {
+            self.try_group(seq);
+        }
+    }
+
+    pub(crate) fn mark_group(&mut self, seq: u64) {
+        self.dirty.groups.insert(seq);
+        if let Some(e) = self.groups.get(&seq) {
+            self.view.groups.insert(seq, Arc::new(e.api.clone()));
+        }
+    }
+
+    pub(crate) fn remove_group(&mut self, id: &str) -> Result<Group, HeadError> {
+        let seq = match Kind::parse(id) {
+            Some((Kind::Group, seq)) if self.groups.contains_key(&seq) => seq,
+            _ => return Err(HeadError::NotFound { what: "placement_group", id: id.to_string() }),
+        };
+        if self.groups[&seq].api.state == GroupState::Removed {
+            return Ok(self.groups[&seq].api.clone());
+        }
+        // Work inside the group ends with it; work waiting for it can never run.
+        let inside: Vec<WorkKey> = self
+            .actors
+            .iter()
+            .filter(|(_, e)| {
+                in_group(&e.request, id) && e.api.state != berth_api::rest::ActorState::Dead
+            })
+            .map(|(s, _)| WorkKey::Actor(*s))
+            .chain(
+                self.tasks
+                    .iter()
+                    .filter(|(_, e)| {
+                        in_group(&e.request, id)
+                            && matches!(
+                                e.api.state,
+                                berth_api::rest::TaskState::Pending
+                                    | berth_api::rest::TaskState::Running
+                            )
+                    })
+                    .map(|(s, _)| WorkKey::Task(*s)),
+            )
+            .collect();
+        for key in inside {
+            match key {
+                WorkKey::Actor(_) => {
+                    let _ = self.kill_actor(&key.id());
+                }
+                WorkKey::Task(_) => {
+                    let _ = self.cancel_task(&key.id());
+                }
+            }
+        }
+        if let Some(removed) = self.cluster.remove_group(id) {
+            drop(removed);
+        }
+        self.waiting_groups.remove(&seq);
+        self.view.waiting.remove(&(Kind::Group, seq));
+        let e = self.groups.get_mut(&seq).expect("known");
+        for b in &mut e.api.bundles {
+            if let Some(node) = &b.node_id {
+                if let Some(index) = self.cluster.index_of(node) {
+                    self.triggers.push(Trigger::Released(index));
+                }
+            }
+        }
+        e.api.state = GroupState::Removed;
+        e.api.diagnosis = None;
+        push_event(&mut e.api.history, "removed", None, "removed by a user".into());
+        self.mark_group(seq);
+        Ok(self.groups[&seq].api.clone())
+    }
+
+    /// A node holding bundles of group `seq` died: the group waits to be re-planned.
+    pub(crate) fn group_lost_bundles(&mut self, seq: u64, node: &str) {
+        let Some(e) = self.groups.get_mut(&seq) else { return };
+        if e.api.state != GroupState::Created {
+            return;
+        }
+        e.api.state = GroupState::Rescheduling;
+        for b in &mut e.api.bundles {
+            if b.node_id.as_deref() == Some(node) {
+                b.node_id = None;
+            }
+        }
+        push_event(&mut e.api.history, "rescheduling", Some(node), format!("node {node} died"));
+        self.waiting_groups.insert(seq);
+        self.mark_group(seq);
+    }
+}
+
+fn in_group(request: &berth_core::Request, id: &str) -> bool {
+    matches!(request.strategy(), berth_core::Strategy::PlacementGroup(p) if p.group.as_str() == id)
+}

@@ -1,0 +1,514 @@
+//! Nodes: agents registering (sessions), assignment streams, heartbeats and liveness, status
+//! reports, taints, drain and node death.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use berth_api::agent::{status_report, RegisterReply, RegisterRequest, StatusReply, StatusReport};
+use berth_api::rest::{self, NodeState as ApiNodeState, StringMap};
+use berth_api::spec::{check_taint, label_error_text, parse_labels_text};
+use berth_core::cluster::NodeSpec;
+use berth_core::labels::{Labels, NodeFacts};
+use berth_core::{NodeId, NodeIndex, NodeState, Quantity, ResourceSet, Trigger};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::convert;
+use super::work::{Ending, WorkKey};
+use super::{AgentLink, Owner};
+use crate::agents::{now_ms, AgentCommand, Liveness};
+use crate::error::HeadError;
+use crate::records::NodeRecord;
+use crate::view::Kind;
+
+/// Most resources, labels or taints one registration may carry.
+const MAX_ENTRIES: usize = 1024;
+
+/// A node as the owner holds it.
+pub(crate) struct NodeEntry {
+    pub(crate) index: NodeIndex,
+    pub(crate) record: NodeRecord,
+    /// Actors and tasks whose current attempt is placed here.
+    pub(crate) actors: u64,
+    pub(crate) tasks: u64,
+}
+
+/// A registration, checked: what the core needs to add the node.
+struct Registration {
+    spec: NodeSpec,
+    resources: StringMap,
+    user_labels: StringMap,
+    facts: StringMap,
+    taints: Vec<(String, String)>,
+}
+
+fn invalid(field: impl Into<String>, message: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(format!("{}: {message}", field.into()))
+}
+
+impl Owner {
+    pub(crate) fn agent_command(&mut self, command: AgentCommand) {
+        match command {
+            AgentCommand::Register { request, reply } => {
+                let answer = self.register(request);
+                self.reply(reply, answer);
+            }
+            AgentCommand::OpenAssignments { node_id, session, reply } => {
+                let answer = self.open_assignments(&node_id, session);
+                // Sent at once: the stream carries only starts already durable.
+                let _ = reply.send(answer);
+            }
+            AgentCommand::Heartbeat { node_id, session, reply } => {
+                let answer = match self.links.get(&node_id) {
+                    Some(link) if link.liveness.session == session => Ok(link.liveness.clone()),
+                    _ => Err(Status::failed_precondition(format!(
+                        "no live session {session} for node {node_id}: register again"
+                    ))),
+                };
+                let _ = reply.send(answer);
+            }
+            AgentCommand::Report { report, reply } => {
+                let answer = self.report(report);
+                self.reply(reply, answer);
+            }
+        }
+    }
+
+    fn check_registration(
+        &mut self,
+        request: &RegisterRequest,
+        node_id: &str,
+    ) -> Result<Registration, Status> {
+        let id = NodeId::new(node_id).map_err(|e| invalid("node_id", e))?;
+        if request.resources.len() > MAX_ENTRIES
+            || request.labels.len() > MAX_ENTRIES
+            || request.taints.len() > MAX_ENTRIES
+        {
+            return Err(invalid(
+                "",
+                format!("at most {MAX_ENTRIES} resources, labels and taints each"),
+            ));
+        }
+        let mut total = ResourceSet::new();
+        let mut resources = StringMap::new();
+        for (name, amount) in &request.resources {
+            let field = format!("resources.{name}");
+            let q = Quantity::parse(amount).map_err(|e| invalid(&field, e))?;
+            let id = self.cluster.registry_mut().intern(name).map_err(|e| invalid(&field, e))?;
+            if q.is_zero() {
+                continue;
+            }
+            if self.cluster.registry().is_unit_instance(id) && !q.is_whole() {
+                return Err(invalid(
+                    &field,
+                    format!("{name} is counted in whole instances; {amount} is not whole"),
+                ));
+            }
+            total.set(id, q);
+            resources.insert(name.clone(), q.to_string());
+        }
+        let mut labels = if request.labels_file.trim().is_empty() {
+            Labels::new()
+        } else {
+            parse_labels_text("labels_file", request.labels_file.clone())
+                .map_err(|e| invalid("labels_file", e))?
+        };
+        // --labels wins over the file.
+        for (key, value) in &request.labels {
+            labels
+                .insert(key, value)
+                .map_err(|e| invalid(format!("labels.{key}"), label_error_text("label", &e)))?;
+        }
+        let mut facts = NodeFacts::default();
+        let mut fact_map = StringMap::new();
+        for (key, value) in &request.facts {
+            let slot = match key.as_str() {
+                "accelerator-type" => &mut facts.accelerator_type,
+                "market-type" => &mut facts.market_type,
+                "node-group" => &mut facts.node_group,
+                "availability-zone" => &mut facts.availability_zone,
+                "region" | "availability-region" => &mut facts.availability_region,
+                other => {
+                    return Err(invalid(
+                        format!("facts.{other}"),
+                        "unknown fact; use accelerator-type, market-type, node-group, availability-zone or region",
+                    ))
+                }
+            };
+            if !value.is_empty() {
+                *slot = Some(value.clone());
+                fact_map.insert(key.clone(), value.clone());
+            }
+        }
+        let mut taints = Vec::new();
+        for taint in &request.taints {
+            check_taint(&taint.key, &taint.value)
+                .map_err(|rule| invalid(format!("taints.{}", taint.key), rule))?;
+            taints.push((taint.key.clone(), taint.value.clone()));
+        }
+        let user_labels: StringMap =
+            labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Ok(Registration {
+            spec: NodeSpec { id, total, labels, facts, taints: taints.clone() },
+            resources,
+            user_labels,
+            facts: fact_map,
+            taints,
+        })
+    }
+
+    fn register(&mut self, request: RegisterRequest) -> Result<RegisterReply, Status> {
+        let node_id = if request.node_id.is_empty() {
+            loop {
+                self.next_node += 1;
+                let id = format!("node-{}", self.next_node);
+                if !self.nodes.contains_key(&id) {
+                    break id;
+                }
+            }
+        } else {
+            request.node_id.clone()
+        };
+        let known_alive =
+            self.nodes.get(&node_id).is_some_and(|n| n.record.node.state != ApiNodeState::Dead);
+        if !known_alive {
+            let registration = self.check_registration(&request, &node_id)?;
+            // A dead node's ID comes back as a new node (its work has moved already).
+            if let Some(old) = self.nodes.remove(&node_id) {
+                let _ = self.cluster.remove_node(old.index);
+            }
+            let index =
+                self.cluster.add_node_with(registration.spec).map_err(|e| invalid("", e))?;
+            let base = rest::Node {
+                node_id: node_id.clone(),
+                address: request.address.clone(),
+                state: ApiNodeState::Alive,
+                labels: StringMap::new(),
+                taints: Vec::new(),
+                resources: BTreeMap::new(),
+                actors: 0,
+                tasks: 0,
+                registered_at_ms: now_ms(),
+                dead_reason: None,
+            };
+            let record = NodeRecord {
+                node: base,
+                resources: registration.resources,
+                user_labels: registration.user_labels,
+                facts: registration.facts,
+                taints: registration.taints,
+            };
+            self.nodes.insert(node_id.clone(), NodeEntry { index, record, actors: 0, tasks: 0 });
+            self.triggers.push(Trigger::NodeJoined(index));
+        } else {
+            // A known node (the agent or the head restarted): the head's record wins
+            // (taints added through the API stay); only the address may change.
+            let entry = self.nodes.get_mut(&node_id).expect("known");
+            entry.record.node.address = request.address.clone();
+            entry.record.node.registered_at_ms = now_ms();
+        }
+        // End any previous session.
+        if let Some(old) = self.links.remove(&node_id) {
+            old.liveness.ended.store(true, Ordering::Release);
+        }
+        self.next_session += 1;
+        let session = self.next_session;
+        let liveness = Arc::new(Liveness {
+            session,
+            last_seen_ms: AtomicU64::new(now_ms()),
+            ended: AtomicBool::new(false),
+        });
+        self.links.insert(node_id.clone(), AgentLink { liveness, assignments: None });
+        // Reconcile: what the agent runs that the head does not place there is stopped;
+        // what the head placed there and had started but the agent no longer runs has ended.
+        let mut stop = Vec::new();
+        let mut running: BTreeMap<String, u32> = BTreeMap::new();
+        for work in &request.running {
+            running.insert(work.work_id.clone(), work.attempt);
+        }
+        for (work_id, attempt) in &running {
+            let current = Kind::parse(work_id).and_then(|(kind, seq)| {
+                let key = match kind {
+                    Kind::Actor => WorkKey::Actor(seq),
+                    Kind::Task => WorkKey::Task(seq),
+                    Kind::Group => return None,
+                };
+                let (placement, current) = self.attempt_of(key)?;
+                (placement.node_id == node_id && current == *attempt).then_some(key)
+            });
+            match current {
+                Some(key) => {
+                    // Running as the head believes; mark started if the report was lost.
+                    if self.attempt_of(key).is_some_and(|(p, _)| !p.started) {
+                        self.started(key, 0);
+                    }
+                }
+                None => stop.push(work_id.clone()),
+            }
+        }
+        for key in self.work_on(&node_id) {
+            let started = self.attempt_of(key).is_some_and(|(p, _)| p.started);
+            if started && !running.contains_key(&key.id()) {
+                self.ended(key, Ending::Exited { code: None, signal: None });
+            }
+        }
+        self.mark_node(&node_id);
+        Ok(RegisterReply {
+            node_id,
+            session,
+            heartbeat_interval_ms: self.config.heartbeat_interval.as_millis() as u32,
+            stop,
+        })
+    }
+
+    /// The work whose current attempt is placed on `node`.
+    fn work_on(&self, node: &str) -> Vec<WorkKey> {
+        let mut out: Vec<WorkKey> = self
+            .actors
+            .iter()
+            .filter(|(_, e)| e.placement.as_ref().is_some_and(|p| p.node_id == node))
+            .map(|(s, _)| WorkKey::Actor(*s))
+            .chain(
+                self.tasks
+                    .iter()
+                    .filter(|(_, e)| e.placement.as_ref().is_some_and(|p| p.node_id == node))
+                    .map(|(s, _)| WorkKey::Task(*s)),
+            )
+            .collect();
+        out.sort_by_key(|k| match k {
+            WorkKey::Actor(s) => (0, *s),
+            WorkKey::Task(s) => (1, *s),
+        });
+        out
+    }
+
+    fn open_assignments(
+        &mut self,
+        node_id: &str,
+        session: u64,
+    ) -> Result<mpsc::UnboundedReceiver<Result<berth_api::agent::Assignment, Status>>, Status> {
+        match self.links.get(node_id) {
+            Some(link) if link.liveness.session == session => {}
+            _ => {
+                return Err(Status::failed_precondition(format!(
+                    "no live session {session} for node {node_id}: register again"
+                )))
+            }
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Every placed attempt not yet started, in order; already durable, so sent now.
+        for key in self.work_on(node_id) {
+            if self.attempt_of(key).is_some_and(|(p, _)| !p.started) {
+                if let Some(start) = self.start_of(key) {
+                    let _ = tx.send(Ok(start));
+                }
+            }
+        }
+        self.links.get_mut(node_id).expect("checked").assignments = Some(tx);
+        Ok(rx)
+    }
+
+    fn report(&mut self, report: StatusReport) -> Result<StatusReply, Status> {
+        match self.links.get(&report.node_id) {
+            Some(link) if link.liveness.session == report.session => {}
+            _ => {
+                return Err(Status::failed_precondition(format!(
+                    "no live session {} for node {}: register again",
+                    report.session, report.node_id
+                )))
+            }
+        }
+        let key = match Kind::parse(&report.work_id) {
+            Some((Kind::Actor, seq)) if self.actors.contains_key(&seq) => WorkKey::Actor(seq),
+            Some((Kind::Task, seq)) if self.tasks.contains_key(&seq) => WorkKey::Task(seq),
+            _ => return Ok(StatusReply { current: false }),
+        };
+        let current = self
+            .attempt_of(key)
+            .is_some_and(|(p, attempt)| p.node_id == report.node_id && attempt == report.attempt);
+        if !current {
+            // A report from an attempt the head replaced: the agent must stop it.
+            return Ok(StatusReply { current: false });
+        }
+        match report.status {
+            Some(status_report::Status::Started(started)) => self.started(key, started.pid),
+            Some(status_report::Status::Exited(exited)) => {
+                self.ended(key, Ending::Exited { code: exited.code, signal: exited.signal })
+            }
+            Some(status_report::Status::FailedToStart(failed)) => {
+                self.ended(key, Ending::FailedToStart(failed.error))
+            }
+            None => {
+                return Err(invalid("status", "a report needs started, exited or failed_to_start"))
+            }
+        }
+        Ok(StatusReply { current: true })
+    }
+
+    /// Declares dead every node whose heartbeats stopped for longer than the timeout.
+    pub(crate) fn check_liveness(&mut self) {
+        let now = now_ms();
+        let timeout = self.config.heartbeat_timeout.as_millis() as u64;
+        let mut silent: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.record.node.state != ApiNodeState::Dead)
+            .filter(|(id, _)| match self.links.get(*id) {
+                Some(link) => {
+                    now.saturating_sub(link.liveness.last_seen_ms.load(Ordering::Acquire)) > timeout
+                }
+                // Never registered since the head started: its time starts with the head.
+                None => false,
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        silent.sort();
+        for id in silent {
+            self.node_died(&id, format!("no heartbeat for {} ms", timeout));
+        }
+    }
+
+    /// The node is gone: its actors restart elsewhere, its tasks retry, its bundles re-plan.
+    pub(crate) fn node_died(&mut self, node_id: &str, reason: String) {
+        let Some(entry) = self.nodes.get_mut(node_id) else { return };
+        let index = entry.index;
+        entry.record.node.state = ApiNodeState::Dead;
+        entry.record.node.dead_reason = Some(reason);
+        let _ = self.cluster.set_state(index, NodeState::Dead);
+        if let Some(link) = self.links.remove(node_id) {
+            link.liveness.ended.store(true, Ordering::Release);
+        }
+        self.triggers.push(Trigger::NodeLost(index));
+        for key in self.work_on(node_id) {
+            self.ended(key, Ending::NodeDied(node_id.to_string()));
+        }
+        let lost: Vec<u64> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.api.bundles.iter().any(|b| b.node_id.as_deref() == Some(node_id)))
+            .map(|(s, _)| *s)
+            .collect();
+        for seq in lost {
+            self.group_lost_bundles(seq, node_id);
+        }
+        self.mark_node(node_id);
+    }
+
+    /// Marks a node to be written and shown anew.
+    pub(crate) fn mark_node(&mut self, node_id: &str) {
+        self.dirty.nodes.insert(node_id.to_string());
+        self.touched.insert(node_id.to_string());
+    }
+
+    /// Updates a node's view entry (its ledger changes are shown, not written: derived).
+    pub(crate) fn refresh_node(&mut self, node_id: &str) {
+        let Some(entry) = self.nodes.get(node_id) else { return };
+        let node = convert::node(
+            &self.cluster,
+            entry.index,
+            &entry.record.node,
+            entry.actors,
+            entry.tasks,
+        );
+        self.view.nodes.insert(node_id.to_string(), Arc::new(node));
+    }
+
+    /// The node named `id_or_ip` (an ID, else the one live node with that address).
+    fn find_node(&self, id_or_ip: &str) -> Result<String, HeadError> {
+        if self.nodes.contains_key(id_or_ip) {
+            return Ok(id_or_ip.to_string());
+        }
+        let matches: Vec<&String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| {
+                n.record.node.address == id_or_ip && n.record.node.state != ApiNodeState::Dead
+            })
+            .map(|(id, _)| id)
+            .collect();
+        match matches.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(HeadError::NotFound { what: "node", id: id_or_ip.to_string() }),
+            _ => Err(HeadError::Conflict(format!(
+                "{} live nodes have address {id_or_ip}; name the node by ID",
+                matches.len()
+            ))),
+        }
+    }
+
+    pub(crate) fn change_taints(
+        &mut self,
+        node: &str,
+        taints: &StringMap,
+        add: bool,
+    ) -> Result<rest::Node, HeadError> {
+        let id = self.find_node(node)?;
+        let entry = self.nodes.get(&id).expect("found");
+        let index = entry.index;
+        if entry.record.node.state == ApiNodeState::Dead {
+            return Err(HeadError::Conflict(format!("node {id} is dead")));
+        }
+        if add {
+            // Check every taint first: all or nothing.
+            for (key, value) in taints {
+                if key.starts_with(berth_core::labels::BERTH_PREFIX) {
+                    return Err(HeadError::invalid(
+                        key.clone(),
+                        "taint keys under berth.io/ are Berth's own (rare-resource isolation)",
+                    ));
+                }
+                let _ = value;
+            }
+            for (key, value) in taints {
+                self.cluster
+                    .add_taint(index, key, value)
+                    .map_err(|e| HeadError::invalid(key.clone(), e.to_string()))?;
+                let record = &mut self.nodes.get_mut(&id).expect("found").record;
+                if !record.taints.iter().any(|(k, v)| k == key && v == value) {
+                    record.taints.push((key.clone(), value.clone()));
+                }
+            }
+        } else {
+            for (key, value) in taints {
+                let record = &mut self.nodes.get_mut(&id).expect("found").record;
+                let before = record.taints.len();
+                record.taints.retain(|(k, v)| !(k == key && v == value));
+                if record.taints.len() != before {
+                    let _ = self.cluster.remove_taint(index, key, value);
+                }
+            }
+            self.triggers.push(Trigger::NodeChanged(index));
+        }
+        self.mark_node(&id);
+        self.refresh_node(&id);
+        Ok((*self.view.nodes[&id]).clone())
+    }
+
+    pub(crate) fn drain_node(&mut self, node: &str) -> Result<rest::Node, HeadError> {
+        let id = self.find_node(node)?;
+        let entry = self.nodes.get_mut(&id).expect("found");
+        match entry.record.node.state {
+            ApiNodeState::Dead => return Err(HeadError::Conflict(format!("node {id} is dead"))),
+            ApiNodeState::Draining => {
+                self.refresh_node(&id);
+                return Ok((*self.view.nodes[&id]).clone());
+            }
+            ApiNodeState::Alive => {}
+        }
+        entry.record.node.state = ApiNodeState::Draining;
+        let index = entry.index;
+        let _ = self.cluster.set_state(index, NodeState::Draining);
+        self.triggers.push(Trigger::NodeLost(index));
+        // Actors move (a move is not a restart); tasks run to completion.
+        let actors: Vec<WorkKey> =
+            self.work_on(&id).into_iter().filter(|k| matches!(k, WorkKey::Actor(_))).collect();
+        for key in actors {
+            self.stop(key, "node draining");
+            self.ended(key, Ending::Moved(format!("moved off draining node {id}")));
+        }
+        self.mark_node(&id);
+        self.refresh_node(&id);
+        Ok((*self.view.nodes[&id]).clone())
+    }
+}

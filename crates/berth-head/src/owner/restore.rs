@@ -1,0 +1,333 @@
+//! Rebuilding the owner's state from the store after a restart.
+//!
+//! Order matters: nodes first (as they were: alive, draining or dead), then reserved groups
+//! with their bundles on the same nodes and instances, then every placed attempt on its node
+//! with the same instance IDs (what the agents run), and last, in creation order, what was
+//! waiting. A placement that cannot be rebuilt (its node is gone) ends as if its node died.
+//! Restored nodes must heartbeat again within the timeout, counted from the restart.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use berth_api::rest::{ActorState, GroupState, NodeState as ApiNodeState, TaskState};
+use berth_core::cluster::NodeSpec;
+use berth_core::labels::{Labels, NodeFacts};
+use berth_core::{Allocation, NodeId, NodeState, Quantity, ResourceSet};
+use berth_store::{Snapshot, Table};
+
+use super::groups::{build_group, GroupEntry};
+use super::nodes::NodeEntry;
+use super::work::{affinity_of, build, ActorEntry, Ending, TaskEntry, WorkKey};
+use super::{convert, AgentLink, Owner};
+use crate::agents::{now_ms, Liveness};
+use crate::handle::{actor_document, group_document, task_document, Sequences};
+use crate::records::{ActorRecord, GroupRecord, NodeRecord, Placement};
+use crate::view::Kind;
+
+/// What a restore found, for the head's start-up log.
+#[derive(Debug, Default)]
+pub(crate) struct Restored {
+    pub(crate) nodes: usize,
+    pub(crate) actors: usize,
+    pub(crate) tasks: usize,
+    pub(crate) groups: usize,
+    /// Records that could not be read or rebuilt, with why (kept in the store, not loaded).
+    pub(crate) skipped: Vec<String>,
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    table: Table,
+    key: &str,
+    bytes: &[u8],
+    skipped: &mut Vec<String>,
+) -> Option<T> {
+    match serde_json::from_slice(bytes) {
+        Ok(v) => Some(v),
+        Err(err) => {
+            skipped.push(format!("{table} {key}: {err}"));
+            None
+        }
+    }
+}
+
+impl Owner {
+    pub(crate) fn restore(&mut self, snapshot: &Snapshot, sequences: &Sequences) -> Restored {
+        let mut out = Restored::default();
+        self.restore_nodes(snapshot, &mut out);
+        self.restore_groups(snapshot, &mut out);
+        let waiting = self.restore_work(snapshot, &mut out);
+        for key in waiting {
+            self.submit(key);
+        }
+        let max = |kind: Kind, table: Table| {
+            snapshot
+                .table(table)
+                .keys()
+                .filter_map(|k| Kind::parse(k))
+                .filter(|(k, _)| *k == kind)
+                .map(|(_, s)| s)
+                .max()
+                .unwrap_or(0)
+        };
+        sequences.actors.store(max(Kind::Actor, Table::Actors), Ordering::Relaxed);
+        sequences.tasks.store(max(Kind::Task, Table::Tasks), Ordering::Relaxed);
+        sequences.groups.store(max(Kind::Group, Table::Groups), Ordering::Relaxed);
+        // Restoring writes nothing new except what changed (work whose node is gone).
+        out
+    }
+
+    fn restore_nodes(&mut self, snapshot: &Snapshot, out: &mut Restored) {
+        for (key, bytes) in snapshot.table(Table::Nodes) {
+            let Some(record) = decode::<NodeRecord>(Table::Nodes, key, bytes, &mut out.skipped)
+            else {
+                continue;
+            };
+            match self.restore_node(record) {
+                Ok(()) => out.nodes += 1,
+                Err(err) => out.skipped.push(format!("node {key}: {err}")),
+            }
+            if let Some(n) = key.strip_prefix("node-").and_then(|n| n.parse::<u64>().ok()) {
+                self.next_node = self.next_node.max(n);
+            }
+        }
+    }
+
+    fn restore_node(&mut self, record: NodeRecord) -> Result<(), String> {
+        let id = NodeId::new(&record.node.node_id).map_err(|e| e.to_string())?;
+        let mut total = ResourceSet::new();
+        for (name, amount) in &record.resources {
+            let q = Quantity::parse(amount).map_err(|e| format!("resources.{name}: {e}"))?;
+            let r = self.cluster.registry_mut().intern(name).map_err(|e| e.to_string())?;
+            total.set(r, q);
+        }
+        let labels = Labels::from_pairs(record.user_labels.iter()).map_err(|e| e.to_string())?;
+        let facts = NodeFacts {
+            accelerator_type: record.facts.get("accelerator-type").cloned(),
+            market_type: record.facts.get("market-type").cloned(),
+            node_group: record.facts.get("node-group").cloned(),
+            availability_zone: record.facts.get("availability-zone").cloned(),
+            availability_region: record
+                .facts
+                .get("region")
+                .or(record.facts.get("availability-region"))
+                .cloned(),
+        };
+        let spec = NodeSpec { id, total, labels, facts, taints: record.taints.clone() };
+        let index = self.cluster.add_node_with(spec).map_err(|e| e.to_string())?;
+        let state = record.node.state;
+        match state {
+            ApiNodeState::Alive => {}
+            ApiNodeState::Draining => {
+                self.cluster.set_state(index, NodeState::Draining).map_err(|e| e.to_string())?
+            }
+            ApiNodeState::Dead => {
+                self.cluster.set_state(index, NodeState::Dead).map_err(|e| e.to_string())?
+            }
+        }
+        let node_id = record.node.node_id.clone();
+        if state != ApiNodeState::Dead {
+            // Session 0 is never handed out: the agent must register, within the timeout.
+            let liveness = Arc::new(Liveness {
+                session: 0,
+                last_seen_ms: AtomicU64::new(now_ms()),
+                ended: AtomicBool::new(false),
+            });
+            self.links.insert(node_id.clone(), AgentLink { liveness, assignments: None });
+        }
+        self.nodes.insert(node_id.clone(), NodeEntry { index, record, actors: 0, tasks: 0 });
+        self.touched.insert(node_id);
+        Ok(())
+    }
+
+    fn restore_groups(&mut self, snapshot: &Snapshot, out: &mut Restored) {
+        for (key, bytes) in snapshot.table(Table::Groups) {
+            let Some(record) = decode::<GroupRecord>(Table::Groups, key, bytes, &mut out.skipped)
+            else {
+                continue;
+            };
+            let Some((Kind::Group, seq)) = Kind::parse(key) else {
+                out.skipped.push(format!("group {key}: not a group ID"));
+                continue;
+            };
+            let spec = match group_document(seq, &record.group.spec)
+                .and_then(|parsed| build_group(self, &parsed))
+            {
+                Ok(spec) => spec,
+                Err(err) => {
+                    out.skipped.push(format!("group {key}: {err}"));
+                    continue;
+                }
+            };
+            let mut entry =
+                GroupEntry { api: record.group, spec, bundle_instances: record.bundle_instances };
+            match entry.api.state {
+                GroupState::Created => {
+                    if let Err(err) = self.rereserve_group(&entry) {
+                        tracing::warn!("placement group {key} could not be reserved again ({err}); placing it anew");
+                        entry.api.state = GroupState::Pending;
+                        self.waiting_groups.insert(seq);
+                        self.dirty.groups.insert(seq);
+                    }
+                }
+                GroupState::Pending | GroupState::Rescheduling => {
+                    // A partly lost group is placed anew, whole.
+                    entry.api.state = GroupState::Pending;
+                    self.waiting_groups.insert(seq);
+                }
+                GroupState::Removed => {}
+            }
+            self.view.groups.insert(seq, Arc::new(entry.api.clone()));
+            self.groups.insert(seq, entry);
+            out.groups += 1;
+        }
+        if !self.waiting_groups.is_empty() {
+            self.retry_groups();
+        }
+    }
+
+    fn rereserve_group(&mut self, entry: &GroupEntry) -> Result<(), String> {
+        let mut plan = Vec::new();
+        for (i, bundle) in entry.api.bundles.iter().enumerate() {
+            let node = bundle.node_id.as_deref().ok_or("a bundle has no node")?;
+            let index =
+                self.cluster.index_of(node).ok_or_else(|| format!("node {node} is unknown"))?;
+            let instances = entry.bundle_instances.get(i).cloned().unwrap_or_default();
+            let named = convert::named_instances(&mut self.cluster, &instances)?;
+            plan.push((index, named));
+        }
+        let alternative = entry.api.alternative.unwrap_or(0);
+        self.cluster
+            .reserve_group(entry.spec.clone(), alternative, &plan)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Restores actors and tasks; returns the ones waiting, in creation order.
+    fn restore_work(&mut self, snapshot: &Snapshot, out: &mut Restored) -> Vec<WorkKey> {
+        let mut waiting = Vec::new();
+        let mut lost = Vec::new();
+        for (key, bytes) in snapshot.table(Table::Actors) {
+            let Some(record) = decode::<ActorRecord>(Table::Actors, key, bytes, &mut out.skipped)
+            else {
+                continue;
+            };
+            let Some((Kind::Actor, seq)) = Kind::parse(key) else { continue };
+            let request =
+                match actor_document(seq, &record.actor.spec).and_then(|p| build(self, &p)) {
+                    Ok(r) => r,
+                    Err(err) => {
+                        out.skipped.push(format!("actor {key}: {err}"));
+                        continue;
+                    }
+                };
+            let state = record.actor.state;
+            let entry = ActorEntry {
+                api: record.actor,
+                request,
+                attempt: record.attempt,
+                allocation: None,
+                placement: None,
+                last_diagnosis: None,
+            };
+            self.view.actors.insert(seq, Arc::new(entry.api.clone()));
+            self.actors.insert(seq, entry);
+            out.actors += 1;
+            let key = WorkKey::Actor(seq);
+            match (state, record.placement) {
+                (ActorState::Dead, _) => {}
+                (_, Some(placement)) => {
+                    if let Err(err) = self.rereserve(key, placement) {
+                        lost.push((key, err));
+                    }
+                }
+                (_, None) => waiting.push(key),
+            }
+        }
+        for (key, bytes) in snapshot.table(Table::Tasks) {
+            let Some(record) =
+                decode::<crate::records::TaskRecord>(Table::Tasks, key, bytes, &mut out.skipped)
+            else {
+                continue;
+            };
+            let Some((Kind::Task, seq)) = Kind::parse(key) else { continue };
+            let request = match task_document(&record.task.spec).and_then(|p| build(self, &p)) {
+                Ok(r) => r,
+                Err(err) => {
+                    out.skipped.push(format!("task {key}: {err}"));
+                    continue;
+                }
+            };
+            let state = record.task.state;
+            let entry = TaskEntry {
+                api: record.task,
+                request,
+                attempt: record.attempt,
+                allocation: None,
+                placement: None,
+                last_diagnosis: None,
+            };
+            self.view.tasks.insert(seq, Arc::new(entry.api.clone()));
+            self.tasks.insert(seq, entry);
+            out.tasks += 1;
+            let key = WorkKey::Task(seq);
+            match (state, record.placement) {
+                (TaskState::Finished | TaskState::Failed | TaskState::Cancelled, _) => {}
+                (_, Some(placement)) => {
+                    if let Err(err) = self.rereserve(key, placement) {
+                        lost.push((key, err));
+                    }
+                }
+                (_, None) => waiting.push(key),
+            }
+        }
+        for (key, err) in lost {
+            tracing::warn!("{} could not be placed where it ran ({err}); it restarts", key.id());
+            self.ended(key, Ending::NodeDied(err));
+        }
+        waiting
+    }
+
+    /// Reserves `key`'s recorded placement again, with the same instances.
+    fn rereserve(&mut self, key: WorkKey, placement: Placement) -> Result<(), String> {
+        let node = self
+            .cluster
+            .index_of(&placement.node_id)
+            .ok_or_else(|| format!("node {} is unknown", placement.node_id))?;
+        let request = match key {
+            WorkKey::Actor(seq) => self.actors[&seq].request.clone(),
+            WorkKey::Task(seq) => self.tasks[&seq].request.clone(),
+        };
+        let allocation: Allocation = match &placement.bundle {
+            Some((group, bundle)) => self
+                .cluster
+                .reserve_in_bundle(group, *bundle, request.resources())
+                .map_err(|e| e.to_string())?,
+            None => {
+                let named = convert::named_instances(&mut self.cluster, &placement.instances)?;
+                self.cluster
+                    .reserve_instances(node, request.resources(), &named)
+                    .map_err(|e| e.to_string())?
+            }
+        };
+        if let Some(actor) = request.actor() {
+            if let Err(err) = self.cluster.place_actor(actor, node, affinity_of(&request)) {
+                self.cluster.release(&allocation);
+                return Err(err.to_string());
+            }
+        }
+        let node_id = placement.node_id.clone();
+        match key {
+            WorkKey::Actor(seq) => {
+                let e = self.actors.get_mut(&seq).expect("known");
+                e.allocation = Some(allocation);
+                e.placement = Some(placement);
+            }
+            WorkKey::Task(seq) => {
+                let e = self.tasks.get_mut(&seq).expect("known");
+                e.allocation = Some(allocation);
+                e.placement = Some(placement);
+            }
+        }
+        self.count_on(&node_id, key, 1);
+        Ok(())
+    }
+}

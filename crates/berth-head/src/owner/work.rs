@@ -1,0 +1,844 @@
+//! Actors and tasks: create, place, start, exit, restart or retry, kill or cancel.
+
+use berth_api::agent::{Assignment, InstanceIds, Start, Stop, WorkKind};
+use berth_api::rest::{Actor, ActorCreate, ActorState, Event, Task, TaskState, TaskSubmit};
+use berth_api::spec::{LoadedRequest, ParsedRequest};
+use berth_core::actors::ActorAffinity;
+use berth_core::{Allocation, Decision, Request, Scheduler, Strategy, Trigger};
+
+use super::convert;
+use super::Owner;
+use crate::agents::now_ms;
+use crate::error::HeadError;
+use crate::handle::input_error;
+use crate::records::{ActorRecord, Placement, TaskRecord};
+use crate::view::{Kind, Waiting};
+
+/// Events kept per object.
+pub(crate) const HISTORY: usize = 50;
+
+/// What waits in the pending queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum WorkKey {
+    Actor(u64),
+    Task(u64),
+}
+
+impl WorkKey {
+    pub(crate) fn id(self) -> String {
+        match self {
+            WorkKey::Actor(seq) => Kind::Actor.id(seq),
+            WorkKey::Task(seq) => Kind::Task.id(seq),
+        }
+    }
+
+    fn view_key(self) -> (Kind, u64) {
+        match self {
+            WorkKey::Actor(seq) => (Kind::Actor, seq),
+            WorkKey::Task(seq) => (Kind::Task, seq),
+        }
+    }
+}
+
+/// An actor as the owner holds it.
+pub(crate) struct ActorEntry {
+    pub(crate) api: Actor,
+    pub(crate) request: Request,
+    pub(crate) attempt: u32,
+    pub(crate) allocation: Option<Allocation>,
+    pub(crate) placement: Option<Placement>,
+    pub(crate) last_diagnosis: Option<berth_core::Diagnosis>,
+}
+
+impl ActorEntry {
+    pub(crate) fn record(&self) -> ActorRecord {
+        ActorRecord {
+            actor: self.api.clone(),
+            attempt: self.attempt,
+            placement: self.placement.clone(),
+        }
+    }
+}
+
+/// A task as the owner holds it.
+pub(crate) struct TaskEntry {
+    pub(crate) api: Task,
+    pub(crate) request: Request,
+    pub(crate) attempt: u32,
+    pub(crate) allocation: Option<Allocation>,
+    pub(crate) placement: Option<Placement>,
+    pub(crate) last_diagnosis: Option<berth_core::Diagnosis>,
+}
+
+impl TaskEntry {
+    pub(crate) fn record(&self) -> TaskRecord {
+        TaskRecord {
+            task: self.api.clone(),
+            attempt: self.attempt,
+            placement: self.placement.clone(),
+        }
+    }
+}
+
+/// Appends an event, keeping the last [`HISTORY`].
+pub(crate) fn push_event(
+    history: &mut Vec<Event>,
+    kind: &str,
+    node_id: Option<&str>,
+    message: String,
+) {
+    if history.len() >= HISTORY {
+        history.remove(0);
+    }
+    history.push(Event {
+        at_ms: now_ms(),
+        kind: kind.to_string(),
+        node_id: node_id.map(str::to_string),
+        message,
+    });
+}
+
+/// How an attempt ended.
+#[derive(Clone, Debug)]
+pub(crate) enum Ending {
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    FailedToStart(String),
+    NodeDied(String),
+    /// Moved off a draining node (not counted as a restart).
+    Moved(String),
+}
+
+impl Ending {
+    fn describe(&self) -> String {
+        match self {
+            Ending::Exited { code: Some(code), .. } => format!("exited with code {code}"),
+            Ending::Exited { signal: Some(signal), .. } => format!("killed by signal {signal}"),
+            Ending::Exited { .. } => "exited".to_string(),
+            Ending::FailedToStart(error) => format!("failed to start: {error}"),
+            Ending::NodeDied(node) => format!("node {node} died"),
+            Ending::Moved(why) => why.clone(),
+        }
+    }
+}
+
+/// Rebuilds the core request of a stored or incoming spec.
+pub(crate) fn build(owner: &mut Owner, parsed: &ParsedRequest) -> Result<Request, HeadError> {
+    match parsed.build(&mut owner.cluster).map_err(|e| input_error(e, &[("actor.", "")]))? {
+        LoadedRequest::Request(request) => Ok(request),
+        LoadedRequest::Group(_) => {
+            Err(HeadError::invalid("", "expected an actor or task, not a group"))
+        }
+    }
+}
+
+impl Owner {
+    pub(crate) fn create_actor(
+        &mut self,
+        seq: u64,
+        body: ActorCreate,
+        parsed: &ParsedRequest,
+    ) -> Result<Actor, HeadError> {
+        let namespace = body.namespace.clone().unwrap_or_else(|| "default".to_string());
+        if let Some(name) = &body.name {
+            let taken = self.actors.values().any(|a| {
+                a.api.state != ActorState::Dead
+                    && a.api.namespace == namespace
+                    && a.api.name.as_deref() == Some(name)
+            });
+            if taken {
+                return Err(HeadError::Conflict(format!(
+                    "an actor named {name:?} is alive in namespace {namespace:?}; names are unique \
+                     among live actors of a namespace"
+                )));
+            }
+        }
+        let request = build(self, parsed)?;
+        let mut api = Actor {
+            actor_id: Kind::Actor.id(seq),
+            name: body.name.clone(),
+            namespace,
+            state: ActorState::Pending,
+            node_id: None,
+            instances: Default::default(),
+            restarts: 0,
+            death_reason: None,
+            diagnosis: None,
+            history: Vec::new(),
+            created_at_ms: now_ms(),
+            spec: body,
+        };
+        push_event(&mut api.history, "created", None, String::new());
+        let entry = ActorEntry {
+            api,
+            request,
+            attempt: 0,
+            allocation: None,
+            placement: None,
+            last_diagnosis: None,
+        };
+        self.actors.insert(seq, entry);
+        self.submit(WorkKey::Actor(seq));
+        Ok(self.actors[&seq].api.clone())
+    }
+
+    pub(crate) fn submit_task(
+        &mut self,
+        seq: u64,
+        body: TaskSubmit,
+        parsed: &ParsedRequest,
+    ) -> Result<Task, HeadError> {
+        let request = build(self, parsed)?;
+        let mut api = Task {
+            task_id: Kind::Task.id(seq),
+            name: body.name.clone(),
+            namespace: body.namespace.clone().unwrap_or_else(|| "default".to_string()),
+            state: TaskState::Pending,
+            node_id: None,
+            instances: Default::default(),
+            attempts: 0,
+            exit_code: None,
+            failure: None,
+            diagnosis: None,
+            history: Vec::new(),
+            created_at_ms: now_ms(),
+            spec: body,
+        };
+        push_event(&mut api.history, "created", None, String::new());
+        let entry = TaskEntry {
+            api,
+            request,
+            attempt: 0,
+            allocation: None,
+            placement: None,
+            last_diagnosis: None,
+        };
+        self.tasks.insert(seq, entry);
+        self.submit(WorkKey::Task(seq));
+        Ok(self.tasks[&seq].api.clone())
+    }
+
+    /// Places `key` now, or queues it.
+    pub(crate) fn submit(&mut self, key: WorkKey) {
+        let request = match key {
+            WorkKey::Actor(seq) => self.actors[&seq].request.clone(),
+            WorkKey::Task(seq) => self.tasks[&seq].request.clone(),
+        };
+        let started = std::time::Instant::now();
+        let placed =
+            self.queue.submit(key, request, &mut self.scheduler, &mut self.cluster, &mut self.rng);
+        let seconds = started.elapsed().as_secs_f64();
+        match placed {
+            Some(allocation) => {
+                self.metrics.decision("placed", seconds);
+                self.placed(key, allocation);
+            }
+            None => {
+                let last = self.queue.last().expect("just queued");
+                let infeasible = matches!(last.waiting, berth_core::Waiting::Infeasible);
+                self.metrics.decision(if infeasible { "infeasible" } else { "pending" }, seconds);
+                let diagnosis = last.diagnosis.clone();
+                self.set_waiting(key, diagnosis, infeasible);
+                self.mark(key);
+            }
+        }
+    }
+
+    fn mark(&mut self, key: WorkKey) {
+        match key {
+            WorkKey::Actor(seq) => {
+                self.dirty.actors.insert(seq);
+                if let Some(e) = self.actors.get(&seq) {
+                    self.view.actors.insert(seq, std::sync::Arc::new(e.api.clone()));
+                }
+            }
+            WorkKey::Task(seq) => {
+                self.dirty.tasks.insert(seq);
+                if let Some(e) = self.tasks.get(&seq) {
+                    self.view.tasks.insert(seq, std::sync::Arc::new(e.api.clone()));
+                }
+            }
+        }
+    }
+
+    /// Records why `key` waits (in its object and in the status's waiting list).
+    fn set_waiting(&mut self, key: WorkKey, diagnosis: berth_core::Diagnosis, infeasible: bool) {
+        let api_diagnosis = convert::diagnosis(&self.cluster, &diagnosis, infeasible);
+        let (shape, spec_selector, spec_tolerations) = match key {
+            WorkKey::Actor(seq) => {
+                let e = self.actors.get_mut(&seq).expect("known");
+                e.api.diagnosis = Some(api_diagnosis.clone());
+                e.last_diagnosis = Some(diagnosis);
+                (
+                    convert::resource_map(&self.cluster, e.request.resources()),
+                    e.api.spec.label_selector.clone(),
+                    e.api.spec.tolerations.clone(),
+                )
+            }
+            WorkKey::Task(seq) => {
+                let e = self.tasks.get_mut(&seq).expect("known");
+                e.api.diagnosis = Some(api_diagnosis.clone());
+                e.last_diagnosis = Some(diagnosis);
+                (
+                    convert::resource_map(&self.cluster, e.request.resources()),
+                    e.api.spec.label_selector.clone(),
+                    e.api.spec.tolerations.clone(),
+                )
+            }
+        };
+        let (kind, seq) = key.view_key();
+        let waiting = Waiting {
+            item: berth_api::rest::PendingItem {
+                kind: kind.word().to_string(),
+                id: key.id(),
+                diagnosis: api_diagnosis,
+            },
+            shapes: vec![shape],
+            label_selector: convert::string_map(spec_selector.as_ref()),
+            tolerations: convert::string_map(spec_tolerations.as_ref()),
+        };
+        self.view.waiting.insert((kind, seq), std::sync::Arc::new(waiting));
+    }
+
+    /// After a retry: refresh the diagnosis of everything still queued whose diagnosis changed.
+    pub(crate) fn refresh_waiting(&mut self) {
+        let changed: Vec<(WorkKey, berth_core::Diagnosis, bool)> = self
+            .queue
+            .iter()
+            .filter(|q| {
+                let last = match q.key {
+                    WorkKey::Actor(seq) => {
+                        self.actors.get(&seq).and_then(|e| e.last_diagnosis.as_ref())
+                    }
+                    WorkKey::Task(seq) => {
+                        self.tasks.get(&seq).and_then(|e| e.last_diagnosis.as_ref())
+                    }
+                };
+                last != Some(&q.diagnosis)
+            })
+            .map(|q| {
+                (q.key, q.diagnosis.clone(), matches!(q.waiting, berth_core::Waiting::Infeasible))
+            })
+            .collect();
+        for (key, diagnosis, infeasible) in changed {
+            self.set_waiting(key, diagnosis, infeasible);
+            // The diagnosis is derived state: shown, not stored.
+            match key {
+                WorkKey::Actor(seq) => {
+                    let api = self.actors[&seq].api.clone();
+                    self.view.actors.insert(seq, std::sync::Arc::new(api));
+                }
+                WorkKey::Task(seq) => {
+                    let api = self.tasks[&seq].api.clone();
+                    self.view.tasks.insert(seq, std::sync::Arc::new(api));
+                }
+            }
+        }
+    }
+
+    /// `key` was reserved `allocation`: record it and tell the node's agent.
+    pub(crate) fn placed(&mut self, key: WorkKey, allocation: Allocation) {
+        let node_id = convert::node_id(&self.cluster, allocation.node());
+        let instances = convert::instances(&self.cluster, &allocation);
+        let bundle = match allocation.source() {
+            berth_core::cluster::AllocationSource::Bundle { group, bundle } => {
+                Some((group.as_str().to_string(), *bundle))
+            }
+            berth_core::cluster::AllocationSource::Node => None,
+        };
+        let placement = Placement {
+            node_id: node_id.clone(),
+            instances: instances.clone(),
+            bundle,
+            started: false,
+        };
+        let (kind, seq) = key.view_key();
+        self.view.waiting.remove(&(kind, seq));
+        self.count_on(&node_id, key, 1);
+        let start = match key {
+            WorkKey::Actor(seq) => {
+                let e = self.actors.get_mut(&seq).expect("known");
+                e.attempt += 1;
+                e.allocation = Some(allocation.clone());
+                e.placement = Some(placement);
+                e.last_diagnosis = None;
+                e.api.diagnosis = None;
+                e.api.node_id = Some(node_id.clone());
+                e.api.instances = instances.clone();
+                push_event(
+                    &mut e.api.history,
+                    "placed",
+                    Some(&node_id),
+                    convert::instances_text(&instances),
+                );
+                self.triggers.push(Trigger::ActorsChanged);
+                start_message(
+                    &e.api.actor_id,
+                    e.attempt,
+                    WorkKind::Actor,
+                    &e.api.spec.command,
+                    &e.api.spec.args,
+                    &e.api.spec.env,
+                    &e.api.namespace,
+                    &self.cluster,
+                    &allocation,
+                    &instances,
+                )
+            }
+            WorkKey::Task(seq) => {
+                let e = self.tasks.get_mut(&seq).expect("known");
+                e.attempt += 1;
+                e.api.attempts += 1;
+                e.allocation = Some(allocation.clone());
+                e.placement = Some(placement);
+                e.last_diagnosis = None;
+                e.api.diagnosis = None;
+                e.api.node_id = Some(node_id.clone());
+                e.api.instances = instances.clone();
+                push_event(
+                    &mut e.api.history,
+                    "placed",
+                    Some(&node_id),
+                    convert::instances_text(&instances),
+                );
+                start_message(
+                    &e.api.task_id,
+                    e.attempt,
+                    WorkKind::Task,
+                    &e.api.spec.command,
+                    &e.api.spec.args,
+                    &e.api.spec.env,
+                    &e.api.namespace,
+                    &self.cluster,
+                    &allocation,
+                    &instances,
+                )
+            }
+        };
+        self.send(&node_id, start);
+        self.mark(key);
+    }
+
+    /// Counts `key`'s attempt on (+1) or off (-1) `node`, and shows the node anew.
+    pub(crate) fn count_on(&mut self, node: &str, key: WorkKey, delta: i64) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            let counter = match key {
+                WorkKey::Actor(_) => &mut n.actors,
+                WorkKey::Task(_) => &mut n.tasks,
+            };
+            *counter = counter.saturating_add_signed(delta);
+            self.touched.insert(node.to_string());
+        }
+    }
+
+    /// The Start message of `key`'s current attempt (sent again when an agent reconnects).
+    pub(crate) fn start_of(&self, key: WorkKey) -> Option<Assignment> {
+        match key {
+            WorkKey::Actor(seq) => {
+                let e = self.actors.get(&seq)?;
+                let allocation = e.allocation.as_ref()?;
+                Some(start_message(
+                    &e.api.actor_id,
+                    e.attempt,
+                    WorkKind::Actor,
+                    &e.api.spec.command,
+                    &e.api.spec.args,
+                    &e.api.spec.env,
+                    &e.api.namespace,
+                    &self.cluster,
+                    allocation,
+                    &e.api.instances,
+                ))
+            }
+            WorkKey::Task(seq) => {
+                let e = self.tasks.get(&seq)?;
+                let allocation = e.allocation.as_ref()?;
+                Some(start_message(
+                    &e.api.task_id,
+                    e.attempt,
+                    WorkKind::Task,
+                    &e.api.spec.command,
+                    &e.api.spec.args,
+                    &e.api.spec.env,
+                    &e.api.namespace,
+                    &self.cluster,
+                    allocation,
+                    &e.api.instances,
+                ))
+            }
+        }
+    }
+
+    /// Gives back what `key`'s attempt held and forgets its placement; returns the node.
+    fn release(&mut self, key: WorkKey) -> Option<String> {
+        let (allocation, placement) = match key {
+            WorkKey::Actor(seq) => {
+                let e = self.actors.get_mut(&seq)?;
+                let actor_id = e.api.actor_id.clone();
+                let out = (e.allocation.take(), e.placement.take());
+                self.cluster.remove_actor(&actor_id);
+                self.triggers.push(Trigger::ActorsChanged);
+                out
+            }
+            WorkKey::Task(seq) => {
+                let e = self.tasks.get_mut(&seq)?;
+                (e.allocation.take(), e.placement.take())
+            }
+        };
+        if let Some(allocation) = allocation {
+            self.cluster.release(&allocation);
+            self.triggers.push(Trigger::Released(allocation.node()));
+        }
+        if let Some(p) = &placement {
+            self.count_on(&p.node_id, key, -1);
+        }
+        placement.map(|p| p.node_id)
+    }
+
+    /// An attempt of `key` ended: restart, retry, or finish it.
+    pub(crate) fn ended(&mut self, key: WorkKey, ending: Ending) {
+        let node = self.release(key);
+        let text = ending.describe();
+        match key {
+            WorkKey::Actor(seq) => {
+                let e = self.actors.get_mut(&seq).expect("known");
+                if e.api.state == ActorState::Dead {
+                    return;
+                }
+                push_event(&mut e.api.history, event_kind(&ending), node.as_deref(), text.clone());
+                let restart_allowed = e.api.spec.max_restarts < 0
+                    || (e.api.restarts as i64) < e.api.spec.max_restarts;
+                let resubmit = match &ending {
+                    Ending::FailedToStart(_) => false,
+                    Ending::Moved(_) => true,
+                    _ => restart_allowed,
+                };
+                if resubmit {
+                    if !matches!(ending, Ending::Moved(_)) {
+                        e.api.restarts += 1;
+                    }
+                    e.api.state = ActorState::Restarting;
+                    e.api.node_id = None;
+                    e.api.instances.clear();
+                    push_event(
+                        &mut e.api.history,
+                        "restarting",
+                        None,
+                        format!(
+                            "restart {} of {}",
+                            e.api.restarts,
+                            max_text(e.api.spec.max_restarts)
+                        ),
+                    );
+                    self.submit(key);
+                } else {
+                    e.api.state = ActorState::Dead;
+                    e.api.death_reason = Some(match ending {
+                        Ending::FailedToStart(_) => text,
+                        _ => format!(
+                            "{text}; no restarts left (max_restarts {})",
+                            e.api.spec.max_restarts
+                        ),
+                    });
+                    push_event(
+                        &mut e.api.history,
+                        "dead",
+                        None,
+                        e.api.death_reason.clone().unwrap_or_default(),
+                    );
+                    self.mark(key);
+                }
+            }
+            WorkKey::Task(seq) => {
+                let e = self.tasks.get_mut(&seq).expect("known");
+                if matches!(
+                    e.api.state,
+                    TaskState::Finished | TaskState::Failed | TaskState::Cancelled
+                ) {
+                    return;
+                }
+                push_event(&mut e.api.history, event_kind(&ending), node.as_deref(), text.clone());
+                if let Ending::Exited { code, .. } = ending {
+                    e.api.exit_code = code;
+                }
+                let success = matches!(ending, Ending::Exited { code: Some(0), .. });
+                let retry_allowed = e.api.attempts <= e.api.spec.max_retries as u64;
+                if success {
+                    e.api.state = TaskState::Finished;
+                    push_event(&mut e.api.history, "finished", None, String::new());
+                    self.mark(key);
+                } else if matches!(ending, Ending::Moved(_))
+                    || (retry_allowed && !matches!(ending, Ending::FailedToStart(_)))
+                {
+                    e.api.state = TaskState::Pending;
+                    e.api.node_id = None;
+                    e.api.instances.clear();
+                    push_event(
+                        &mut e.api.history,
+                        "retrying",
+                        None,
+                        format!(
+                            "run {} of at most {}",
+                            e.api.attempts + 1,
+                            e.api.spec.max_retries as u64 + 1
+                        ),
+                    );
+                    self.submit(key);
+                } else {
+                    e.api.state = TaskState::Failed;
+                    e.api.failure = Some(match ending {
+                        Ending::FailedToStart(_) => text,
+                        _ => format!(
+                            "{text}; no retries left (max_retries {})",
+                            e.api.spec.max_retries
+                        ),
+                    });
+                    push_event(
+                        &mut e.api.history,
+                        "failed",
+                        None,
+                        e.api.failure.clone().unwrap_or_default(),
+                    );
+                    self.mark(key);
+                }
+            }
+        }
+    }
+
+    /// The agent reported that `key`'s attempt started.
+    pub(crate) fn started(&mut self, key: WorkKey, pid: u32) {
+        // Reports may repeat (an agent resends until answered): the first one counts.
+        if self.attempt_of(key).is_none_or(|(p, _)| p.started) {
+            return;
+        }
+        match key {
+            WorkKey::Actor(seq) => {
+                let Some(e) = self.actors.get_mut(&seq) else { return };
+                if let Some(p) = &mut e.placement {
+                    p.started = true;
+                }
+                e.api.state = ActorState::Alive;
+                let node = e.api.node_id.clone();
+                push_event(&mut e.api.history, "started", node.as_deref(), pid_text(pid));
+            }
+            WorkKey::Task(seq) => {
+                let Some(e) = self.tasks.get_mut(&seq) else { return };
+                if let Some(p) = &mut e.placement {
+                    p.started = true;
+                }
+                e.api.state = TaskState::Running;
+                let node = e.api.node_id.clone();
+                push_event(&mut e.api.history, "started", node.as_deref(), pid_text(pid));
+            }
+        }
+        self.mark(key);
+    }
+
+    /// The placement of `key`'s current attempt: node and attempt number.
+    pub(crate) fn attempt_of(&self, key: WorkKey) -> Option<(&Placement, u32)> {
+        match key {
+            WorkKey::Actor(seq) => {
+                self.actors.get(&seq).and_then(|e| e.placement.as_ref().map(|p| (p, e.attempt)))
+            }
+            WorkKey::Task(seq) => {
+                self.tasks.get(&seq).and_then(|e| e.placement.as_ref().map(|p| (p, e.attempt)))
+            }
+        }
+    }
+
+    /// Stops `key`'s running attempt on its node (a kill, a cancel, a move).
+    pub(crate) fn stop(&mut self, key: WorkKey, reason: &str) {
+        if let Some((placement, attempt)) = self.attempt_of(key) {
+            let node = placement.node_id.clone();
+            let stop = Assignment {
+                kind: Some(berth_api::agent::assignment::Kind::Stop(Stop {
+                    work_id: key.id(),
+                    attempt,
+                    reason: reason.to_string(),
+                })),
+            };
+            self.send(&node, stop);
+        }
+    }
+
+    pub(crate) fn kill_actor(&mut self, id: &str) -> Result<Actor, HeadError> {
+        let seq = match Kind::parse(id) {
+            Some((Kind::Actor, seq)) if self.actors.contains_key(&seq) => seq,
+            _ => return Err(HeadError::NotFound { what: "actor", id: id.to_string() }),
+        };
+        let key = WorkKey::Actor(seq);
+        if self.actors[&seq].api.state == ActorState::Dead {
+            return Ok(self.actors[&seq].api.clone());
+        }
+        self.stop(key, "killed");
+        self.queue.remove(&key);
+        self.view.waiting.remove(&(Kind::Actor, seq));
+        let node = self.release(key);
+        let e = self.actors.get_mut(&seq).expect("known");
+        e.api.state = ActorState::Dead;
+        e.api.diagnosis = None;
+        e.api.death_reason = Some("killed by a user".to_string());
+        push_event(&mut e.api.history, "killed", node.as_deref(), "killed by a user".into());
+        self.mark(key);
+        Ok(self.actors[&seq].api.clone())
+    }
+
+    pub(crate) fn cancel_task(&mut self, id: &str) -> Result<Task, HeadError> {
+        let seq = match Kind::parse(id) {
+            Some((Kind::Task, seq)) if self.tasks.contains_key(&seq) => seq,
+            _ => return Err(HeadError::NotFound { what: "task", id: id.to_string() }),
+        };
+        let key = WorkKey::Task(seq);
+        let state = self.tasks[&seq].api.state;
+        if matches!(state, TaskState::Finished | TaskState::Failed | TaskState::Cancelled) {
+            return Err(HeadError::Conflict(format!(
+                "task {id} has ended ({state:?}); nothing to cancel"
+            )));
+        }
+        self.stop(key, "cancelled");
+        self.queue.remove(&key);
+        self.view.waiting.remove(&(Kind::Task, seq));
+        let node = self.release(key);
+        let e = self.tasks.get_mut(&seq).expect("known");
+        e.api.state = TaskState::Cancelled;
+        e.api.diagnosis = None;
+        push_event(&mut e.api.history, "cancelled", node.as_deref(), "cancelled by a user".into());
+        self.mark(key);
+        Ok(self.tasks[&seq].api.clone())
+    }
+
+    /// Actors placed with `on_peer_moved: follow` whose peers moved away: restart them next
+    /// to their peers.
+    pub(crate) fn follow_peers(&mut self) {
+        let violations = self.cluster.affinity_violations();
+        for actor in violations {
+            let Some((Kind::Actor, seq)) = Kind::parse(actor.as_str()) else { continue };
+            if !self.actors.contains_key(&seq) {
+                continue;
+            }
+            let key = WorkKey::Actor(seq);
+            self.stop(key, "following its peers");
+            self.ended(key, Ending::Moved("its peers moved (on_peer_moved: follow)".into()));
+        }
+    }
+
+    /// Decides `parsed` on a copy of the cluster: nothing is reserved.
+    pub(crate) fn dry_run(
+        &mut self,
+        parsed: &ParsedRequest,
+    ) -> Result<berth_api::rest::DryRun, HeadError> {
+        let mut cluster = self.cluster.clone();
+        let loaded = parsed.build(&mut cluster).map_err(|e| input_error(e, &[]))?;
+        let mut scheduler = Scheduler::new(self.config.scheduler.clone());
+        let mut rng = self.rng.clone();
+        let mut out = berth_api::rest::DryRun {
+            outcome: String::new(),
+            node_id: None,
+            bundle_nodes: Vec::new(),
+            instances: Default::default(),
+            diagnosis: None,
+        };
+        match loaded {
+            LoadedRequest::Request(request) => {
+                match scheduler.place(&mut cluster, &request, &mut rng) {
+                    Decision::Placed(allocation) => {
+                        out.outcome = "placed".into();
+                        out.node_id = Some(convert::node_id(&cluster, allocation.node()));
+                        out.instances = convert::instances(&cluster, &allocation);
+                    }
+                    Decision::Pending(d) => {
+                        out.outcome = "pending".into();
+                        out.diagnosis = Some(convert::diagnosis(&cluster, &d, false));
+                    }
+                    Decision::Infeasible(d) => {
+                        out.outcome = "infeasible".into();
+                        out.diagnosis = Some(convert::diagnosis(&cluster, &d, true));
+                    }
+                }
+            }
+            LoadedRequest::Group(spec) => match scheduler.place_group(&mut cluster, &spec) {
+                berth_core::pipeline::group::GroupDecision::Created { nodes, .. } => {
+                    out.outcome = "placed".into();
+                    out.bundle_nodes =
+                        nodes.iter().map(|n| convert::node_id(&cluster, *n)).collect();
+                    out.node_id = out.bundle_nodes.first().cloned();
+                }
+                berth_core::pipeline::group::GroupDecision::Pending(d) => {
+                    out.outcome = "pending".into();
+                    out.diagnosis = Some(convert::group_diagnosis(&cluster, &d, false));
+                }
+                berth_core::pipeline::group::GroupDecision::Infeasible(d) => {
+                    out.outcome = "infeasible".into();
+                    out.diagnosis = Some(convert::group_diagnosis(&cluster, &d, true));
+                }
+            },
+        }
+        Ok(out)
+    }
+}
+
+fn event_kind(ending: &Ending) -> &'static str {
+    match ending {
+        Ending::Exited { .. } => "exited",
+        Ending::FailedToStart(_) => "failed_to_start",
+        Ending::NodeDied(_) => "node_died",
+        Ending::Moved(_) => "moved",
+    }
+}
+
+fn max_text(max: i64) -> String {
+    if max < 0 {
+        "unlimited".to_string()
+    } else {
+        max.to_string()
+    }
+}
+
+fn pid_text(pid: u32) -> String {
+    if pid == 0 {
+        String::new()
+    } else {
+        format!("pid {pid}")
+    }
+}
+
+/// The affinity an actor was placed with (what a restored placement records again).
+pub(crate) fn affinity_of(request: &Request) -> ActorAffinity {
+    match request.strategy() {
+        Strategy::ActorAffinity(affinity) => affinity.clone(),
+        _ => ActorAffinity::default(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_message(
+    work_id: &str,
+    attempt: u32,
+    kind: WorkKind,
+    command: &str,
+    args: &[String],
+    env: &berth_api::rest::StringMap,
+    namespace: &str,
+    cluster: &berth_core::Cluster,
+    allocation: &Allocation,
+    instances: &std::collections::BTreeMap<String, Vec<u32>>,
+) -> Assignment {
+    Assignment {
+        kind: Some(berth_api::agent::assignment::Kind::Start(Start {
+            work_id: work_id.to_string(),
+            attempt,
+            kind: kind as i32,
+            command: command.to_string(),
+            args: args.to_vec(),
+            env: env.clone().into_iter().collect(),
+            namespace: namespace.to_string(),
+            resources: convert::resource_map(cluster, allocation.resources()).into_iter().collect(),
+            instances: instances
+                .iter()
+                .map(|(name, ids)| (name.clone(), InstanceIds { ids: ids.clone() }))
+                .collect(),
+        })),
+    }
+}

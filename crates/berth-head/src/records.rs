@@ -1,0 +1,69 @@
+//! What the head keeps in the store, one JSON value per object.
+//!
+//! A record is the object as the API shows it plus what the head needs to rebuild its place in
+//! the cluster after a restart: the attempt number and the exact placement (node, instance
+//! IDs, bundle). Scheduling requests are not stored in core form: they are rebuilt from the
+//! object's `spec` through the same parse as the REST body, so a record can never hold a
+//! request the edge would refuse.
+
+use std::collections::BTreeMap;
+
+use berth_api::rest::{Actor, Group, Node, StringMap, Task};
+use serde::{Deserialize, Serialize};
+
+/// Where one attempt was placed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Placement {
+    /// The node.
+    pub node_id: String,
+    /// Instance IDs per unit-instance resource.
+    pub instances: BTreeMap<String, Vec<u32>>,
+    /// The group and bundle it took from, when placed into a bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<(String, usize)>,
+    /// True once the agent reported the attempt started.
+    pub started: bool,
+}
+
+/// A stored actor.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ActorRecord {
+    pub actor: Actor,
+    pub attempt: u32,
+    pub placement: Option<Placement>,
+}
+
+/// A stored task.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct TaskRecord {
+    pub task: Task,
+    pub attempt: u32,
+    pub placement: Option<Placement>,
+}
+
+/// A stored placement group: the API object and, when reserved, each bundle's instances.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct GroupRecord {
+    pub group: Group,
+    /// Per bundle, its instance IDs per unit-instance resource (empty while not reserved).
+    pub bundle_instances: Vec<BTreeMap<String, Vec<u32>>>,
+}
+
+/// A stored node: what it registered with (the core's inputs) and its state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct NodeRecord {
+    pub node: Node,
+    /// Resource totals as registered, name to quantity text.
+    pub resources: StringMap,
+    /// The user's labels (without the `berth.io/` defaults).
+    pub user_labels: StringMap,
+    /// The facts behind the default labels.
+    pub facts: StringMap,
+    /// User taints (static and added through the API), `key=value`.
+    pub taints: Vec<(String, String)>,
+}
+
+/// Serializes a record (never fails for these types).
+pub(crate) fn encode<T: Serialize>(record: &T) -> Vec<u8> {
+    serde_json::to_vec(record).expect("records serialize")
+}

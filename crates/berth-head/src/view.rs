@@ -1,0 +1,423 @@
+//! The published, read-only picture of the cluster that every reader (REST handlers, the
+//! dashboard, `wait`) uses without asking the owner task.
+//!
+//! The owner edits its own `View` as it applies commands and hands a copy to the committer at
+//! the end of each cycle; the committer publishes it once that cycle's changes are durable, so
+//! a reader never sees a state that a crash could take back. Copies are cheap: the maps are
+//! `imbl` persistent maps (structural sharing, O(1) clone, O(log n) update).
+
+use std::sync::Arc;
+
+use berth_api::rest::{
+    Actor, ClusterStatus, Demand, Explanation, Group, List, ListQuery, Node, NodeCounts, NodeState,
+    PendingItem, ResourceUse, StringMap, Task,
+};
+use berth_core::Quantity;
+use imbl::OrdMap;
+
+/// The most items a list answers with, whatever `limit` says.
+pub const MAX_LIST_LIMIT: usize = 100_000;
+/// Items a list answers with when `limit` is absent.
+pub const DEFAULT_LIST_LIMIT: usize = 1_000;
+/// Pending items shown in the cluster status.
+pub const STATUS_PENDING_SHOWN: usize = 100;
+
+/// Which kind of object an ID names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// `actor-<n>`.
+    Actor,
+    /// `task-<n>`.
+    Task,
+    /// `pg-<n>`.
+    Group,
+}
+
+impl Kind {
+    /// The ID prefix.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Kind::Actor => "actor-",
+            Kind::Task => "task-",
+            Kind::Group => "pg-",
+        }
+    }
+
+    /// The word used in answers: `actor`, `task`, `placement_group`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Kind::Actor => "actor",
+            Kind::Task => "task",
+            Kind::Group => "placement_group",
+        }
+    }
+
+    /// The ID of the `seq`th object of this kind.
+    pub fn id(self, seq: u64) -> String {
+        format!("{}{seq}", self.prefix())
+    }
+
+    /// The kind and sequence number of an ID, if it has the shape of one.
+    pub fn parse(id: &str) -> Option<(Kind, u64)> {
+        [Kind::Actor, Kind::Task, Kind::Group].into_iter().find_map(|kind| {
+            let digits = id.strip_prefix(kind.prefix())?;
+            // No sign, no leading zeros: one spelling per ID.
+            if digits.is_empty()
+                || digits.starts_with('0')
+                || !digits.bytes().all(|b| b.is_ascii_digit())
+            {
+                return None;
+            }
+            digits.parse().ok().map(|seq| (kind, seq))
+        })
+    }
+}
+
+/// A waiting request, as the status and autoscaler demand show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    /// What and why.
+    pub item: PendingItem,
+    /// Resource maps: one for an actor or task, one per bundle for a group.
+    pub shapes: Vec<StringMap>,
+    /// Its label selector, key to expression.
+    pub label_selector: StringMap,
+    /// Its tolerations, key to expression.
+    pub tolerations: StringMap,
+}
+
+/// The cluster as of the last durable cycle.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    /// Nodes by ID.
+    pub nodes: OrdMap<String, Arc<Node>>,
+    /// Actors by sequence number (creation order).
+    pub actors: OrdMap<u64, Arc<Actor>>,
+    /// Tasks by sequence number.
+    pub tasks: OrdMap<u64, Arc<Task>>,
+    /// Placement groups by sequence number.
+    pub groups: OrdMap<u64, Arc<Group>>,
+    /// Waiting requests, oldest first.
+    pub waiting: OrdMap<(Kind, u64), Arc<Waiting>>,
+    /// Commit cycles published so far (a change counter for pollers).
+    pub generation: u64,
+}
+
+/// Why a query parameter was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueryError {
+    /// The parameter.
+    pub field: &'static str,
+    /// The rule.
+    pub message: String,
+}
+
+/// A list query, checked.
+struct Filter<'a> {
+    state: Option<String>,
+    namespace: Option<&'a str>,
+    node: Option<&'a str>,
+    label: Option<(&'a str, &'a str)>,
+    limit: usize,
+}
+
+impl<'a> Filter<'a> {
+    fn new(query: &'a ListQuery, states: &[&str]) -> Result<Filter<'a>, QueryError> {
+        let state = match &query.state {
+            None => None,
+            Some(s) => {
+                let upper = s.to_ascii_uppercase();
+                if !states.contains(&upper.as_str()) {
+                    return Err(QueryError {
+                        field: "state",
+                        message: format!("unknown state {s:?}; use one of {}", states.join(", ")),
+                    });
+                }
+                Some(upper)
+            }
+        };
+        let label = match &query.label {
+            None => None,
+            Some(text) => Some(text.split_once('=').ok_or_else(|| QueryError {
+                field: "label",
+                message: format!("{text:?} is not key=value"),
+            })?),
+        };
+        let limit = match query.limit {
+            None => DEFAULT_LIST_LIMIT,
+            Some(0) => {
+                return Err(QueryError { field: "limit", message: "must be at least 1".into() })
+            }
+            Some(n) if n > MAX_LIST_LIMIT => {
+                return Err(QueryError {
+                    field: "limit",
+                    message: format!("{n} is more than the most a list answers, {MAX_LIST_LIMIT}"),
+                })
+            }
+            Some(n) => n,
+        };
+        Ok(Filter {
+            state,
+            namespace: query.namespace.as_deref(),
+            node: query.node.as_deref(),
+            label,
+            limit,
+        })
+    }
+
+    fn keeps(
+        &self,
+        state: &str,
+        namespace: Option<&str>,
+        node: Option<&str>,
+        labels: Option<&StringMap>,
+    ) -> bool {
+        self.state.as_deref().is_none_or(|s| s == state)
+            && self.namespace.is_none_or(|n| namespace == Some(n))
+            && self.node.is_none_or(|n| node == Some(n))
+            && self
+                .label
+                .is_none_or(|(k, v)| labels.and_then(|l| l.get(k)).is_some_and(|value| value == v))
+    }
+
+    fn collect<T: Clone>(&self, items: impl Iterator<Item = (bool, T)>) -> List<T> {
+        let mut total = 0;
+        let mut out = Vec::new();
+        for (keep, item) in items {
+            if keep {
+                total += 1;
+                if out.len() < self.limit {
+                    out.push(item);
+                }
+            }
+        }
+        List { items: out, total }
+    }
+}
+
+fn upper<T: serde::Serialize>(state: &T) -> String {
+    serde_json::to_value(state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+impl View {
+    /// The node with this ID, or else the one alive node with this address (seed 004:
+    /// `--node-ip`).
+    pub fn node(&self, id_or_ip: &str) -> Option<Arc<Node>> {
+        if let Some(node) = self.nodes.get(id_or_ip) {
+            return Some(node.clone());
+        }
+        let mut by_ip = self.nodes.values().filter(|n| n.address == id_or_ip);
+        let first = by_ip.next()?;
+        // Two nodes on one address (several agents on one machine): prefer the live one, and
+        // refuse to guess between live ones.
+        let live: Vec<&Arc<Node>> =
+            std::iter::once(first).chain(by_ip).filter(|n| n.state != NodeState::Dead).collect();
+        match live.as_slice() {
+            [one] => Some((*one).clone()),
+            [] => Some(first.clone()),
+            _ => None,
+        }
+    }
+
+    /// Nodes matching `query` (`state`, `label`; `namespace` and `node` do not apply).
+    pub fn list_nodes(&self, query: &ListQuery) -> Result<List<Node>, QueryError> {
+        let filter = Filter::new(query, &["ALIVE", "DRAINING", "DEAD"])?;
+        Ok(filter.collect(self.nodes.values().map(|n| {
+            let keep = filter.keeps(&upper(&n.state), None, None, Some(&n.labels))
+                && filter.node.is_none_or(|id| id == n.node_id);
+            (keep, (**n).clone())
+        })))
+    }
+
+    /// The actor with this ID.
+    pub fn actor(&self, id: &str) -> Option<Arc<Actor>> {
+        match Kind::parse(id)? {
+            (Kind::Actor, seq) => self.actors.get(&seq).cloned(),
+            _ => None,
+        }
+    }
+
+    /// Actors matching `query`.
+    pub fn list_actors(&self, query: &ListQuery) -> Result<List<Actor>, QueryError> {
+        let filter = Filter::new(query, &["PENDING", "ALIVE", "RESTARTING", "DEAD"])?;
+        Ok(filter.collect(self.actors.values().map(|a| {
+            let keep = filter.keeps(
+                &upper(&a.state),
+                Some(&a.namespace),
+                a.node_id.as_deref(),
+                Some(&a.spec.labels),
+            );
+            (keep, (**a).clone())
+        })))
+    }
+
+    /// The task with this ID.
+    pub fn task(&self, id: &str) -> Option<Arc<Task>> {
+        match Kind::parse(id)? {
+            (Kind::Task, seq) => self.tasks.get(&seq).cloned(),
+            _ => None,
+        }
+    }
+
+    /// Tasks matching `query` (`label` does not apply: tasks have none).
+    pub fn list_tasks(&self, query: &ListQuery) -> Result<List<Task>, QueryError> {
+        let filter =
+            Filter::new(query, &["PENDING", "RUNNING", "FINISHED", "FAILED", "CANCELLED"])?;
+        Ok(filter.collect(self.tasks.values().map(|t| {
+            let keep =
+                filter.keeps(&upper(&t.state), Some(&t.namespace), t.node_id.as_deref(), None);
+            (keep, (**t).clone())
+        })))
+    }
+
+    /// The placement group with this ID.
+    pub fn group(&self, id: &str) -> Option<Arc<Group>> {
+        match Kind::parse(id)? {
+            (Kind::Group, seq) => self.groups.get(&seq).cloned(),
+            _ => None,
+        }
+    }
+
+    /// Groups matching `query` (`node`: groups with a bundle there).
+    pub fn list_groups(&self, query: &ListQuery) -> Result<List<Group>, QueryError> {
+        let filter = Filter::new(query, &["PENDING", "CREATED", "RESCHEDULING", "REMOVED"])?;
+        Ok(filter.collect(self.groups.values().map(|g| {
+            let on_node = filter
+                .node
+                .is_none_or(|id| g.bundles.iter().any(|b| b.node_id.as_deref() == Some(id)));
+            let keep = on_node && filter.keeps(&upper(&g.state), Some(&g.namespace), None, None);
+            (keep, (**g).clone())
+        })))
+    }
+
+    /// What `GET /api/v1/explain/{id}` answers for an actor, task or group.
+    pub fn explain(&self, id: &str) -> Option<Explanation> {
+        let (kind, state, node_id, diagnosis) = match Kind::parse(id)? {
+            (Kind::Actor, _) => {
+                let a = self.actor(id)?;
+                (Kind::Actor, upper(&a.state), a.node_id.clone(), a.diagnosis.clone())
+            }
+            (Kind::Task, _) => {
+                let t = self.task(id)?;
+                (Kind::Task, upper(&t.state), t.node_id.clone(), t.diagnosis.clone())
+            }
+            (Kind::Group, _) => {
+                let g = self.group(id)?;
+                let node = g.bundles.first().and_then(|b| b.node_id.clone());
+                (Kind::Group, upper(&g.state), node, g.diagnosis.clone())
+            }
+        };
+        let summary = match (&diagnosis, &node_id) {
+            (Some(d), _) if d.infeasible => {
+                format!("{id} is {state} and infeasible: no node could ever hold it. {}", d.summary)
+            }
+            (Some(d), _) => format!("{id} is {state}, waiting: {}", d.summary),
+            (None, Some(node)) => format!("{id} is {state} on {node}"),
+            (None, None) => format!("{id} is {state}"),
+        };
+        Some(Explanation {
+            id: id.to_string(),
+            kind: kind.word().to_string(),
+            state,
+            node_id,
+            diagnosis,
+            summary,
+        })
+    }
+
+    /// Nodes alive, draining and dead.
+    pub fn status_counts(&self) -> (u64, u64, u64) {
+        let mut counts = (0, 0, 0);
+        for node in self.nodes.values() {
+            match node.state {
+                NodeState::Alive => counts.0 += 1,
+                NodeState::Draining => counts.1 += 1,
+                NodeState::Dead => counts.2 += 1,
+            }
+        }
+        counts
+    }
+
+    /// The cluster status: nodes by state, resources, counts, what waits and the demand.
+    pub fn status(&self) -> ClusterStatus {
+        let mut status = ClusterStatus::default();
+        let mut sums: std::collections::BTreeMap<String, (Quantity, Quantity)> = Default::default();
+        for node in self.nodes.values() {
+            let counts: &mut NodeCounts = &mut status.nodes;
+            match node.state {
+                NodeState::Alive => counts.alive += 1,
+                NodeState::Draining => counts.draining += 1,
+                NodeState::Dead => {
+                    counts.dead += 1;
+                    continue;
+                }
+            }
+            for (name, used) in &node.resources {
+                let entry = sums.entry(name.clone()).or_insert((Quantity::ZERO, Quantity::ZERO));
+                if let (Ok(total), Ok(free)) =
+                    (used.total.parse::<Quantity>(), used.available.parse::<Quantity>())
+                {
+                    entry.0 = entry.0.checked_add(total).unwrap_or(Quantity::MAX);
+                    entry.1 = entry.1.checked_add(free).unwrap_or(Quantity::MAX);
+                }
+            }
+        }
+        status.resources = sums
+            .into_iter()
+            .map(|(name, (total, free))| {
+                let used = total.saturating_sub(free);
+                let row = ResourceUse {
+                    total: total.to_string(),
+                    used: used.to_string(),
+                    available: free.to_string(),
+                };
+                (name, row)
+            })
+            .collect();
+        for a in self.actors.values() {
+            *status.actors.entry(upper(&a.state)).or_default() += 1;
+        }
+        for t in self.tasks.values() {
+            *status.tasks.entry(upper(&t.state)).or_default() += 1;
+        }
+        for g in self.groups.values() {
+            *status.placement_groups.entry(upper(&g.state)).or_default() += 1;
+        }
+        status.pending_total = self.waiting.len() as u64;
+        status.pending =
+            self.waiting.values().take(STATUS_PENDING_SHOWN).map(|w| w.item.clone()).collect();
+        status.demand = demand(self.waiting.values().map(|w| &**w));
+        status
+    }
+}
+
+/// Waiting requests grouped by shape, selector and tolerations, largest group first.
+fn demand<'a>(waiting: impl Iterator<Item = &'a Waiting>) -> Vec<Demand> {
+    let mut groups: std::collections::BTreeMap<(StringMap, StringMap, StringMap), (u64, u64)> =
+        Default::default();
+    for w in waiting {
+        for shape in &w.shapes {
+            let key = (shape.clone(), w.label_selector.clone(), w.tolerations.clone());
+            let entry = groups.entry(key).or_default();
+            entry.0 += 1;
+            if w.item.diagnosis.infeasible {
+                entry.1 += 1;
+            }
+        }
+    }
+    let mut out: Vec<Demand> = groups
+        .into_iter()
+        .map(|((shape, label_selector, tolerations), (count, infeasible))| Demand {
+            shape,
+            label_selector,
+            tolerations,
+            count,
+            infeasible,
+        })
+        .collect();
+    out.sort_by_key(|d| std::cmp::Reverse(d.count));
+    out
+}

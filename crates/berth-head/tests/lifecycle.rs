@@ -1,0 +1,197 @@
+//! The head's lifecycle through its real gRPC protocol, with a hand-driven agent: register,
+//! assignment, started, exited, restart; node death by heartbeat timeout.
+
+use std::time::Duration;
+
+use berth_api::agent::agent_service_client::AgentServiceClient;
+use berth_api::agent::{
+    assignment, status_report, AssignmentsRequest, Exited, RegisterRequest, Started, StatusReport,
+};
+use berth_api::rest::{ActorCreate, ActorState};
+use berth_head::{HeadConfig, RunningHead};
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+
+async fn head(dir: &std::path::Path, timeout: Duration) -> RunningHead {
+    let mut config = HeadConfig::new(dir);
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.heartbeat_interval = Duration::from_millis(50);
+    config.heartbeat_timeout = timeout;
+    berth_head::start(config).await.expect("head starts")
+}
+
+type Intercept =
+    Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
+type Client =
+    AgentServiceClient<tonic::service::interceptor::InterceptedService<Channel, Intercept>>;
+
+async fn client(head: &RunningHead) -> Client {
+    let channel =
+        Channel::from_shared(format!("http://{}", head.address)).unwrap().connect().await.unwrap();
+    let bearer: MetadataValue<_> = format!("Bearer {}", head.token.as_str()).parse().unwrap();
+    let intercept: Intercept = Box::new(move |mut r: tonic::Request<()>| {
+        r.metadata_mut().insert("authorization", bearer.clone());
+        Ok(r)
+    });
+    AgentServiceClient::with_interceptor(channel, intercept)
+}
+
+fn actor(max_restarts: i64) -> ActorCreate {
+    ActorCreate {
+        command: "sleep".into(),
+        args: vec!["1000".into()],
+        resources: serde_json::json!({"CPU": 1, "GPU": 0.5}),
+        max_restarts,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn actor_is_assigned_started_restarted_and_dies_after_max_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = head(dir.path(), Duration::from_secs(30)).await;
+    let mut agent = client(&head).await;
+    let reply = agent
+        .register(RegisterRequest {
+            node_id: "gpu-1".into(),
+            address: "10.0.0.1".into(),
+            resources: [("CPU".into(), "8".into()), ("GPU".into(), "2".into())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.node_id, "gpu-1");
+    let mut stream = agent
+        .assignments(AssignmentsRequest { node_id: "gpu-1".into(), session: reply.session })
+        .await
+        .unwrap()
+        .into_inner();
+
+    let created = head.handle.create_actor(actor(1)).await.unwrap();
+    assert_eq!(created.state, ActorState::Pending);
+    assert_eq!(created.node_id.as_deref(), Some("gpu-1"));
+    assert_eq!(created.instances.get("GPU"), Some(&vec![0]));
+
+    let start = match stream.message().await.unwrap().unwrap().kind.unwrap() {
+        assignment::Kind::Start(start) => start,
+        other => panic!("expected a start, got {other:?}"),
+    };
+    assert_eq!(start.work_id, created.actor_id);
+    assert_eq!(start.instances["GPU"].ids, vec![0]);
+    let report = |attempt, status| StatusReport {
+        node_id: "gpu-1".into(),
+        session: reply.session,
+        work_id: created.actor_id.clone(),
+        attempt,
+        status: Some(status),
+    };
+    let answer = agent
+        .report_status(report(start.attempt, status_report::Status::Started(Started { pid: 42 })))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.current);
+    assert_eq!(head.handle.view().actor(&created.actor_id).unwrap().state, ActorState::Alive);
+
+    // It crashes: restarted (a new attempt on the only node).
+    agent
+        .report_status(report(
+            start.attempt,
+            status_report::Status::Exited(Exited { code: Some(1), signal: None }),
+        ))
+        .await
+        .unwrap();
+    let restarted = head.handle.view().actor(&created.actor_id).unwrap();
+    assert_eq!(restarted.restarts, 1);
+    let second = match stream.message().await.unwrap().unwrap().kind.unwrap() {
+        assignment::Kind::Start(start) => start,
+        other => panic!("expected a start, got {other:?}"),
+    };
+    assert_eq!(second.attempt, start.attempt + 1);
+    // A late report from the first attempt is stale.
+    let stale = agent
+        .report_status(report(start.attempt, status_report::Status::Started(Started { pid: 1 })))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!stale.current);
+    agent
+        .report_status(report(
+            second.attempt,
+            status_report::Status::Exited(Exited { code: None, signal: Some(9) }),
+        ))
+        .await
+        .unwrap();
+    let dead = head.handle.view().actor(&created.actor_id).unwrap();
+    assert_eq!(dead.state, ActorState::Dead);
+    assert!(dead.death_reason.as_deref().unwrap().contains("signal 9"), "{:?}", dead.death_reason);
+    head.shutdown().await;
+}
+
+#[tokio::test]
+async fn silent_node_is_declared_dead_and_its_actor_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = head(dir.path(), Duration::from_millis(300)).await;
+    let mut a = client(&head).await;
+    let mut b = client(&head).await;
+    let reg_a = a
+        .register(RegisterRequest {
+            node_id: "a".into(),
+            resources: [("CPU".into(), "2".into())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let actor = head.handle.create_actor(actor(-1).clone_with_cpu()).await.unwrap();
+    assert_eq!(actor.node_id.as_deref(), Some("a"));
+    // b joins and keeps heartbeating; a never heartbeats.
+    let reg_b = b
+        .register(RegisterRequest {
+            node_id: "b".into(),
+            resources: [("CPU".into(), "2".into())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let beats = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let mut replies = b.heartbeat(beats).await.unwrap().into_inner();
+    let beat = berth_api::agent::HeartbeatRequest {
+        node_id: "b".into(),
+        session: reg_b.session,
+        usage: Default::default(),
+    };
+    let mut view = head.handle.subscribe();
+    let moved = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            tx.send(beat.clone()).await.unwrap();
+            replies.message().await.unwrap().unwrap();
+            let current = view.borrow_and_update().clone();
+            if current.actor(&actor.actor_id).and_then(|a| a.node_id.clone()).as_deref()
+                == Some("b")
+            {
+                return current;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(50), view.changed()).await;
+        }
+    })
+    .await
+    .expect("the actor moves to b");
+    assert_eq!(moved.node("a").unwrap().state, berth_api::rest::NodeState::Dead);
+    let _ = reg_a;
+    head.shutdown().await;
+}
+
+trait CpuOnly {
+    fn clone_with_cpu(self) -> Self;
+}
+
+impl CpuOnly for ActorCreate {
+    fn clone_with_cpu(mut self) -> Self {
+        self.resources = serde_json::json!({"CPU": 1});
+        self
+    }
+}

@@ -1,0 +1,195 @@
+//! A head killed and restarted on the same store loses no accepted object: actors (with their
+//! placement and GPU instances), groups, tasks, node labels and taints. Run on the embedded
+//! store and on a real `redis-server`.
+
+use std::time::Duration;
+
+use berth_api::agent::agent_service_client::AgentServiceClient;
+use berth_api::agent::{
+    assignment, status_report, AssignmentsRequest, RegisterRequest, RunningWork, Started,
+    StatusReport, Taint,
+};
+use berth_api::rest::{ActorCreate, ActorState, GroupCreate, GroupState, ListQuery, TaskSubmit};
+use berth_head::{HeadConfig, RunningHead};
+use berth_store::StoreConfig;
+use tonic::transport::Channel;
+
+async fn boot(config: &HeadConfig) -> RunningHead {
+    berth_head::start(config.clone()).await.expect("head starts")
+}
+
+async fn agent(head: &RunningHead) -> AgentServiceClient<Channel> {
+    let channel =
+        Channel::from_shared(format!("http://{}", head.address)).unwrap().connect().await.unwrap();
+    AgentServiceClient::new(channel)
+}
+
+fn with_token<T>(head: &RunningHead, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let bearer = format!("Bearer {}", head.token.as_str()).parse().unwrap();
+    request.metadata_mut().insert("authorization", bearer);
+    request
+}
+
+fn registration() -> RegisterRequest {
+    RegisterRequest {
+        node_id: "gpu-1".into(),
+        address: "10.0.0.7".into(),
+        resources: [("CPU".into(), "16".into()), ("GPU".into(), "4".into())].into(),
+        labels: [("team".into(), "ml".into())].into(),
+        facts: [("accelerator-type".into(), "nvidia-a100".into())].into(),
+        taints: vec![Taint { key: "dedicated".into(), value: "ml".into() }],
+        ..Default::default()
+    }
+}
+
+async fn survives_a_crash(config: HeadConfig) {
+    let head = boot(&config).await;
+    let mut a = agent(&head).await;
+    let reg = a.register(with_token(&head, registration())).await.unwrap().into_inner();
+    let mut stream = a
+        .assignments(with_token(
+            &head,
+            AssignmentsRequest { node_id: "gpu-1".into(), session: reg.session },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let tolerate = serde_json::json!({"dedicated": "ml"});
+    let actor = head
+        .handle
+        .create_actor(ActorCreate {
+            name: Some("trainer".into()),
+            command: "train".into(),
+            resources: serde_json::json!({"GPU": 2}),
+            tolerations: Some(tolerate.clone()),
+            labels: [("app".into(), "train".into())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let group = head
+        .handle
+        .create_group(GroupCreate {
+            bundles: serde_json::json!([{"GPU": 1}, {"GPU": 1}]),
+            tolerations: Some(tolerate.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(group.state, GroupState::Created);
+    let waiting = head
+        .handle
+        .submit_task(TaskSubmit {
+            command: "big".into(),
+            resources: serde_json::json!({"GPU": 8}),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    head.handle
+        .add_taints("10.0.0.7", [("maintenance".into(), "soon".into())].into())
+        .await
+        .unwrap();
+    let start = match stream.message().await.unwrap().unwrap().kind.unwrap() {
+        assignment::Kind::Start(s) => s,
+        other => panic!("{other:?}"),
+    };
+    a.report_status(with_token(
+        &head,
+        StatusReport {
+            node_id: "gpu-1".into(),
+            session: reg.session,
+            work_id: actor.actor_id.clone(),
+            attempt: start.attempt,
+            status: Some(status_report::Status::Started(Started { pid: 7 })),
+        },
+    ))
+    .await
+    .unwrap();
+    let before = head.handle.view();
+    head.crash().await;
+
+    let head = boot(&config).await;
+    let after = head.handle.view();
+    let node = after.node("gpu-1").expect("the node is back");
+    assert_eq!(node.labels.get("team").map(String::as_str), Some("ml"));
+    assert_eq!(
+        node.labels.get("berth.io/accelerator-type").map(String::as_str),
+        Some("nvidia-a100")
+    );
+    let taints: Vec<_> = node.taints.iter().map(|t| format!("{}={}", t.key, t.value)).collect();
+    assert!(
+        taints.contains(&"dedicated=ml".to_string())
+            && taints.contains(&"maintenance=soon".to_string()),
+        "{taints:?}"
+    );
+    let restored = after.actor(&actor.actor_id).expect("the actor is back");
+    assert_eq!(restored.state, ActorState::Alive);
+    assert_eq!(restored.instances, before.actor(&actor.actor_id).unwrap().instances);
+    assert_eq!(after.group(&group.group_id).unwrap().state, GroupState::Created);
+    assert_eq!(after.task(&waiting.task_id).unwrap().state, berth_api::rest::TaskState::Pending);
+    assert_eq!(node.resources["GPU"].available, "0", "2 for the actor + 2 for the group, 4 in all");
+    // New IDs do not reuse old ones.
+    let next = head
+        .handle
+        .create_actor(ActorCreate {
+            command: "x".into(),
+            resources: serde_json::json!({"CPU": 1}),
+            tolerations: Some(tolerate),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_ne!(next.actor_id, actor.actor_id);
+    // A name in use stays in use.
+    let taken = head
+        .handle
+        .create_actor(ActorCreate {
+            name: Some("trainer".into()),
+            command: "x".into(),
+            resources: serde_json::json!({"CPU": 1}),
+            ..Default::default()
+        })
+        .await;
+    assert!(matches!(taken, Err(berth_head::HeadError::Conflict(_))), "{taken:?}");
+
+    // The agent comes back with what it runs: nothing is restarted, nothing stopped.
+    let mut a = agent(&head).await;
+    let mut again = registration();
+    again.running = vec![RunningWork { work_id: actor.actor_id.clone(), attempt: start.attempt }];
+    let reg = a.register(with_token(&head, again)).await.unwrap().into_inner();
+    assert!(reg.stop.is_empty(), "{:?}", reg.stop);
+    let list = head
+        .handle
+        .view()
+        .list_actors(&ListQuery { state: Some("alive".into()), ..Default::default() })
+        .unwrap();
+    assert_eq!(list.total, 1);
+    assert_eq!(head.handle.view().actor(&actor.actor_id).unwrap().restarts, 0);
+    head.shutdown().await;
+}
+
+fn config(dir: &std::path::Path) -> HeadConfig {
+    let mut config = HeadConfig::new(dir);
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.heartbeat_interval = Duration::from_millis(100);
+    config.heartbeat_timeout = Duration::from_secs(30);
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_store_keeps_everything_across_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    survives_a_crash(config(dir.path())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_keeps_everything_across_a_crash() {
+    let server = berth_store::testutil::RedisServer::start()
+        .expect("redis-server (scripts/test installs it)");
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.store = StoreConfig::parse(&server.store_url("restart")).unwrap();
+    survives_a_crash(config).await;
+}
