@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use berth_api::agent::agent_service_client::AgentServiceClient;
 use berth_api::agent::{
-    assignment, Assignment, AssignmentsRequest, HeartbeatRequest, StatusReport, Stop,
+    assignment, Assignment, AssignmentsRequest, HeartbeatRequest, StatusReport, StatusReports, Stop,
 };
 use thiserror::Error;
 use tokio::sync::{mpsc, watch};
@@ -44,6 +44,9 @@ use crate::runner::{Events, Runner, WorkEvent};
 
 /// The longest wait for a unary call (`Register`, `ReportStatus`) or for a stream to open.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Status reports sent in one call at most (the head takes up to 4096).
+const MAX_BATCH: usize = 1024;
 /// The longest wait for a TCP connection to the head.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 pings on an idle connection, so a vanished head (a partition, a dead machine) is
@@ -464,27 +467,42 @@ impl Agent {
             while let Ok(event) = events_rx.try_recv() {
                 pending.push_back(event);
             }
-            let Some(event) = pending.front() else { continue };
-            let report = StatusReport {
-                node_id: session.node_id.clone(),
-                session: session.session,
-                work_id: event.work_id.clone(),
-                attempt: event.attempt,
-                status: Some(event.status.to_proto()),
-            };
-            match tokio::time::timeout(CALL_TIMEOUT, client.report_status(report)).await {
+            if pending.is_empty() {
+                continue;
+            }
+            // Everything that happened since the last call, in one batch.
+            let batch = pending.len().min(MAX_BATCH);
+            let reports = pending
+                .iter()
+                .take(batch)
+                .map(|event| StatusReport {
+                    node_id: session.node_id.clone(),
+                    session: session.session,
+                    work_id: event.work_id.clone(),
+                    attempt: event.attempt,
+                    status: Some(event.status.to_proto()),
+                })
+                .collect();
+            let call = client.report_status(StatusReports { reports });
+            match tokio::time::timeout(CALL_TIMEOUT, call).await {
                 Ok(Ok(reply)) => {
-                    let event = pending.pop_front().expect("the report sent is at the front");
-                    debug!(work_id = %event.work_id, attempt = event.attempt, status = ?event.status, "reported");
-                    if !reply.into_inner().current {
-                        self.stop_stale(event, events);
+                    let replies = reply.into_inner().replies;
+                    for i in 0..batch {
+                        let event = pending.pop_front().expect("the batch came from the queue");
+                        debug!(work_id = %event.work_id, attempt = event.attempt, status = ?event.status, "reported");
+                        // A missing reply counts as current: never stop work on a doubt.
+                        if replies.get(i).is_some_and(|r| !r.current) {
+                            self.stop_stale(event, events);
+                        }
                     }
                 }
                 Ok(Err(status)) => match verdict(status.code()) {
                     Verdict::Rejected => {
-                        let event = pending.pop_front().expect("the report sent is at the front");
-                        warn!(work_id = %event.work_id, attempt = event.attempt, status = ?event.status,
-                            "the head rejected a report; dropped: {}", describe("ReportStatus", &status));
+                        for _ in 0..batch {
+                            let event = pending.pop_front().expect("the batch came from the queue");
+                            warn!(work_id = %event.work_id, attempt = event.attempt, status = ?event.status,
+                                "the head rejected a report; dropped: {}", describe("ReportStatus", &status));
+                        }
                     }
                     _ => return self.failed("ReportStatus", status),
                 },

@@ -251,7 +251,8 @@ async fn a_report_refused_for_an_old_session_is_sent_again_after_registering() {
         })
         .await;
     let log = head.log();
-    assert_eq!(log.refused_reports.len(), 1);
+    // Reports travel in batches: the refused call held the start, and maybe the exit too.
+    assert!(matches!(log.refused_reports.len(), 1 | 2), "{:?}", log.refused_reports);
     assert_eq!(log.refused_reports[0].session, first);
     assert_eq!(log.refused_reports[0].status, started());
     // Nothing lost, order kept, under the new session.

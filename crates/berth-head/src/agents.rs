@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use berth_api::agent::agent_service_server::{AgentService, AgentServiceServer};
 use berth_api::agent::{
     Assignment, AssignmentsRequest, HeartbeatReply, HeartbeatRequest, RegisterReply,
-    RegisterRequest, StatusReply, StatusReport,
+    RegisterRequest, StatusReplies, StatusReports,
 };
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
@@ -60,8 +60,8 @@ pub(crate) enum AgentCommand {
         reply: oneshot::Sender<Result<Arc<Liveness>, Status>>,
     },
     Report {
-        report: StatusReport,
-        reply: oneshot::Sender<Result<StatusReply, Status>>,
+        reports: StatusReports,
+        reply: oneshot::Sender<Result<StatusReplies, Status>>,
     },
 }
 
@@ -183,9 +183,18 @@ impl AgentService for AgentApi {
 
     async fn report_status(
         &self,
-        request: Request<StatusReport>,
-    ) -> Result<Response<StatusReply>, Status> {
-        let report = request.into_inner();
-        self.ask(|reply| AgentCommand::Report { report, reply }).await.map(Response::new)
+        request: Request<StatusReports>,
+    ) -> Result<Response<StatusReplies>, Status> {
+        let reports = request.into_inner();
+        if reports.reports.len() > MAX_REPORTS {
+            return Err(Status::invalid_argument(format!(
+                "reports: {} reports in one call; send at most {MAX_REPORTS}",
+                reports.reports.len()
+            )));
+        }
+        self.ask(|reply| AgentCommand::Report { reports, reply }).await.map(Response::new)
     }
 }
+
+/// Most status reports in one call.
+pub(crate) const MAX_REPORTS: usize = 4096;

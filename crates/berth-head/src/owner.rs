@@ -86,6 +86,8 @@ pub(crate) struct Owner {
     pub(crate) dirty: Dirty,
     pub(crate) effects: Vec<Effect>,
     pub(crate) triggers: Vec<Trigger>,
+    /// True when an actor stopped or moved this cycle (followers may have to follow).
+    pub(crate) peers_moved: bool,
     /// Nodes whose view entry must be refreshed at the end of the cycle.
     pub(crate) touched: BTreeSet<String>,
     pub(crate) next_session: u64,
@@ -94,13 +96,18 @@ pub(crate) struct Owner {
     pub(crate) metrics: Arc<Metrics>,
 }
 
-/// Objects changed this cycle, to write.
+/// Objects changed this cycle: to write and show, or (derived changes such as a new
+/// diagnosis) only to show. Each is copied into the view once per cycle, however often it
+/// changed.
 #[derive(Default)]
 pub(crate) struct Dirty {
     pub(crate) actors: BTreeSet<u64>,
     pub(crate) tasks: BTreeSet<u64>,
     pub(crate) groups: BTreeSet<u64>,
     pub(crate) nodes: BTreeSet<String>,
+    pub(crate) shown_actors: BTreeSet<u64>,
+    pub(crate) shown_tasks: BTreeSet<u64>,
+    pub(crate) shown_groups: BTreeSet<u64>,
 }
 
 impl Owner {
@@ -121,12 +128,20 @@ impl Owner {
             dirty: Dirty::default(),
             effects: Vec::new(),
             triggers: Vec::new(),
+            peers_moved: false,
             touched: BTreeSet::new(),
             // Sessions must never repeat across head restarts: start from the clock.
             next_session: crate::agents::now_ms() << 16,
             next_node: 0,
             config,
             metrics,
+        }
+    }
+
+    /// Records that something changed which waiting requests may wait for.
+    pub(crate) fn trigger(&mut self, trigger: Trigger) {
+        if self.triggers.len() <= MAX_TRIGGERS && !self.triggers.contains(&trigger) {
+            self.triggers.push(trigger);
         }
     }
 
@@ -199,8 +214,6 @@ impl Owner {
             return;
         }
         let mut triggers = std::mem::take(&mut self.triggers);
-        triggers.sort_by_key(|t| format!("{t:?}"));
-        triggers.dedup();
         if triggers.len() > MAX_TRIGGERS {
             triggers = vec![Trigger::Everything];
         }
@@ -219,8 +232,10 @@ impl Owner {
             }
         }
         self.refresh_waiting();
-        // Placements can break `on_peer_moved: follow` actors' affinity: move them.
-        self.follow_peers();
+        // An actor that stopped or moved can break `on_peer_moved: follow` actors' affinity.
+        if std::mem::take(&mut self.peers_moved) {
+            self.follow_peers();
+        }
         // What this retry changed may help others (an actor placed satisfies an affinity).
         if !self.triggers.is_empty() && !self.queue.is_empty() {
             let again = std::mem::take(&mut self.triggers);
@@ -247,19 +262,34 @@ impl Owner {
         }
         let mut batch = Batch::new();
         let dirty = std::mem::take(&mut self.dirty);
-        for seq in dirty.actors {
-            if let Some(entry) = self.actors.get(&seq) {
-                batch.put(Table::Actors, Kind::Actor.id(seq), encode(&entry.record()));
+        for seq in &dirty.actors {
+            if let Some(entry) = self.actors.get(seq) {
+                batch.put(Table::Actors, Kind::Actor.id(*seq), encode(&entry.record()));
             }
         }
-        for seq in dirty.tasks {
-            if let Some(entry) = self.tasks.get(&seq) {
-                batch.put(Table::Tasks, Kind::Task.id(seq), encode(&entry.record()));
+        for seq in dirty.actors.union(&dirty.shown_actors) {
+            if let Some(entry) = self.actors.get(seq) {
+                self.view.actors.insert(*seq, Arc::new(entry.api.clone()));
             }
         }
-        for seq in dirty.groups {
-            if let Some(entry) = self.groups.get(&seq) {
-                batch.put(Table::Groups, Kind::Group.id(seq), encode(&entry.record()));
+        for seq in &dirty.tasks {
+            if let Some(entry) = self.tasks.get(seq) {
+                batch.put(Table::Tasks, Kind::Task.id(*seq), encode(&entry.record()));
+            }
+        }
+        for seq in dirty.tasks.union(&dirty.shown_tasks) {
+            if let Some(entry) = self.tasks.get(seq) {
+                self.view.tasks.insert(*seq, Arc::new(entry.api.clone()));
+            }
+        }
+        for seq in &dirty.groups {
+            if let Some(entry) = self.groups.get(seq) {
+                batch.put(Table::Groups, Kind::Group.id(*seq), encode(&entry.record()));
+            }
+        }
+        for seq in dirty.groups.union(&dirty.shown_groups) {
+            if let Some(entry) = self.groups.get(seq) {
+                self.view.groups.insert(*seq, Arc::new(entry.api.clone()));
             }
         }
         for id in dirty.nodes {

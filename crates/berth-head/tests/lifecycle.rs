@@ -6,6 +6,7 @@ use std::time::Duration;
 use berth_api::agent::agent_service_client::AgentServiceClient;
 use berth_api::agent::{
     assignment, status_report, AssignmentsRequest, Exited, RegisterRequest, Started, StatusReport,
+    StatusReports,
 };
 use berth_api::rest::{ActorCreate, ActorState};
 use berth_head::{HeadConfig, RunningHead};
@@ -79,19 +80,21 @@ async fn actor_is_assigned_started_restarted_and_dies_after_max_restarts() {
     };
     assert_eq!(start.work_id, created.actor_id);
     assert_eq!(start.instances["GPU"].ids, vec![0]);
-    let report = |attempt, status| StatusReport {
-        node_id: "gpu-1".into(),
-        session: reply.session,
-        work_id: created.actor_id.clone(),
-        attempt,
-        status: Some(status),
+    let report = |attempt, status| StatusReports {
+        reports: vec![StatusReport {
+            node_id: "gpu-1".into(),
+            session: reply.session,
+            work_id: created.actor_id.clone(),
+            attempt,
+            status: Some(status),
+        }],
     };
     let answer = agent
         .report_status(report(start.attempt, status_report::Status::Started(Started { pid: 42 })))
         .await
         .unwrap()
         .into_inner();
-    assert!(answer.current);
+    assert!(answer.replies[0].current);
     assert_eq!(head.handle.view().actor(&created.actor_id).unwrap().state, ActorState::Alive);
 
     // It crashes: restarted (a new attempt on the only node).
@@ -115,7 +118,7 @@ async fn actor_is_assigned_started_restarted_and_dies_after_max_restarts() {
         .await
         .unwrap()
         .into_inner();
-    assert!(!stale.current);
+    assert!(!stale.replies[0].current);
     agent
         .report_status(report(
             second.attempt,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use berth_api::agent::agent_service_client::AgentServiceClient;
 use berth_api::agent::{
     assignment, status_report, AssignmentsRequest, RegisterRequest, RunningWork, Started,
-    StatusReport, Taint,
+    StatusReport, StatusReports, Taint,
 };
 use berth_api::rest::{ActorCreate, ActorState, GroupCreate, GroupState, ListQuery, TaskSubmit};
 use berth_head::{HeadConfig, RunningHead};
@@ -97,12 +97,14 @@ async fn survives_a_crash(config: HeadConfig) {
     };
     a.report_status(with_token(
         &head,
-        StatusReport {
-            node_id: "gpu-1".into(),
-            session: reg.session,
-            work_id: actor.actor_id.clone(),
-            attempt: start.attempt,
-            status: Some(status_report::Status::Started(Started { pid: 7 })),
+        StatusReports {
+            reports: vec![StatusReport {
+                node_id: "gpu-1".into(),
+                session: reg.session,
+                work_id: actor.actor_id.clone(),
+                attempt: start.attempt,
+                status: Some(status_report::Status::Started(Started { pid: 7 })),
+            }],
         },
     ))
     .await

@@ -11,7 +11,8 @@ use std::time::Duration;
 use berth_api::agent::agent_service_server::{AgentService, AgentServiceServer};
 use berth_api::agent::{
     assignment, Assignment, AssignmentsRequest, HeartbeatReply, HeartbeatRequest, RegisterReply,
-    RegisterRequest, Start, StatusReply, StatusReport, Stop, WorkKind,
+    RegisterRequest, Start, StatusReplies, StatusReply, StatusReport, StatusReports, Stop,
+    WorkKind,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
@@ -230,21 +231,28 @@ impl AgentService for Service {
 
     async fn report_status(
         &self,
-        request: Request<StatusReport>,
-    ) -> Result<Response<StatusReply>, Status> {
+        request: Request<StatusReports>,
+    ) -> Result<Response<StatusReplies>, Status> {
         self.0.check_auth(request.metadata())?;
-        let report = request.into_inner();
+        let reports = request.into_inner().reports;
+        let Some(first) = reports.first() else {
+            return Ok(Response::new(StatusReplies::default()));
+        };
         let expire = std::mem::take(&mut self.0.inner().expire_on_next_report);
         if expire {
-            self.0.expire(&report.node_id);
+            self.0.expire(&first.node_id);
         }
-        if let Err(status) = self.0.check_session(&report.node_id, report.session) {
-            self.0.record(|l| l.refused_reports.push(report));
+        if let Err(status) = self.0.check_session(&first.node_id, first.session) {
+            self.0.record(|l| l.refused_reports.extend(reports));
             return Err(status);
         }
-        let current = !self.0.inner().stale_work.contains(&report.work_id);
-        self.0.record(|l| l.reports.push(report));
-        Ok(Response::new(StatusReply { current }))
+        let mut replies = Vec::new();
+        for report in reports {
+            let current = !self.0.inner().stale_work.contains(&report.work_id);
+            self.0.record(|l| l.reports.push(report));
+            replies.push(StatusReply { current });
+        }
+        Ok(Response::new(StatusReplies { replies }))
     }
 }
 

@@ -169,8 +169,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         let actors_per_s = settings.actors as f64 / phase.seconds;
 
         progress(&format!("a burst of {} actors until all are ALIVE", settings.burst));
-        let before = head.handle.view().actors.len();
-        let mut view = head.handle.subscribe();
+        let first_seq = head.handle.view().actors.keys().next_back().copied().unwrap_or(0) + 1;
         let started = Instant::now();
         let burst = post_many(
             &client,
@@ -180,21 +179,22 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             settings.burst,
             settings.concurrency,
         );
-        let target = before + settings.burst;
-        let all_alive = async {
+        let handle = head.handle.clone();
+        let wanted = settings.burst;
+        // Polled every 2 ms (counting only the burst's actors), so the count itself does not
+        // steal the head's CPU on every change.
+        let all_alive = async move {
             loop {
+                let view = handle.view();
                 let alive = view
-                    .borrow_and_update()
                     .actors
-                    .values()
-                    .filter(|a| a.state == ActorState::Alive)
+                    .range(first_seq..)
+                    .filter(|(_, a)| a.state == ActorState::Alive)
                     .count();
-                if alive >= target {
+                if alive >= wanted {
                     return;
                 }
-                if view.changed().await.is_err() {
-                    return;
-                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
             }
         };
         let bounded = async {

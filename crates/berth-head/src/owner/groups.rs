@@ -141,7 +141,7 @@ impl Owner {
                     .join(", ");
                 push_event(&mut e.api.history, verb, None, format!("bundles on {where_}"));
                 // Requests waiting for this group's bundles can go now.
-                self.triggers.push(Trigger::Everything);
+                self.trigger(Trigger::Everything);
                 self.mark_group(seq);
             }
             GroupDecision::Pending(d) | GroupDecision::Infeasible(d) => {
@@ -164,8 +164,7 @@ impl Owner {
                 };
                 self.view.waiting.insert((Kind::Group, seq), Arc::new(waiting));
                 if changed {
-                    let api = e.api.clone();
-                    self.view.groups.insert(seq, Arc::new(api));
+                    self.dirty.shown_groups.insert(seq);
                 }
             }
         }
@@ -180,9 +179,6 @@ impl Owner {
 
     pub(crate) fn mark_group(&mut self, seq: u64) {
         self.dirty.groups.insert(seq);
-        if let Some(e) = self.groups.get(&seq) {
-            self.view.groups.insert(seq, Arc::new(e.api.clone()));
-        }
     }
 
     pub(crate) fn remove_group(&mut self, id: &str) -> Result<Group, HeadError> {
@@ -230,14 +226,16 @@ impl Owner {
         }
         self.waiting_groups.remove(&seq);
         self.view.waiting.remove(&(Kind::Group, seq));
-        let e = self.groups.get_mut(&seq).expect("known");
-        for b in &mut e.api.bundles {
-            if let Some(node) = &b.node_id {
-                if let Some(index) = self.cluster.index_of(node) {
-                    self.triggers.push(Trigger::Released(index));
-                }
-            }
+        let freed: Vec<_> = self.groups[&seq]
+            .api
+            .bundles
+            .iter()
+            .filter_map(|b| b.node_id.as_deref().and_then(|n| self.cluster.index_of(n)))
+            .collect();
+        for index in freed {
+            self.trigger(Trigger::Released(index));
         }
+        let e = self.groups.get_mut(&seq).expect("known");
         e.api.state = GroupState::Removed;
         e.api.diagnosis = None;
         push_event(&mut e.api.history, "removed", None, "removed by a user".into());

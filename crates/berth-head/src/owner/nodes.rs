@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use berth_api::agent::{status_report, RegisterReply, RegisterRequest, StatusReply, StatusReport};
+use berth_api::agent::{
+    status_report, RegisterReply, RegisterRequest, StatusReplies, StatusReply, StatusReport,
+    StatusReports,
+};
 use berth_api::rest::{self, NodeState as ApiNodeState, StringMap};
 use berth_api::spec::{check_taint, label_error_text, parse_labels_text};
 use berth_core::cluster::NodeSpec;
@@ -68,8 +71,8 @@ impl Owner {
                 };
                 let _ = reply.send(answer);
             }
-            AgentCommand::Report { report, reply } => {
-                let answer = self.report(report);
+            AgentCommand::Report { reports, reply } => {
+                let answer = self.reports(reports);
                 self.reply(reply, answer);
             }
         }
@@ -200,7 +203,7 @@ impl Owner {
                 taints: registration.taints,
             };
             self.nodes.insert(node_id.clone(), NodeEntry { index, record, actors: 0, tasks: 0 });
-            self.triggers.push(Trigger::NodeJoined(index));
+            self.trigger(Trigger::NodeJoined(index));
         } else {
             // A known node (the agent or the head restarted): the head's record wins
             // (taints added through the API stay); only the address may change.
@@ -309,27 +312,38 @@ impl Owner {
         Ok(rx)
     }
 
-    fn report(&mut self, report: StatusReport) -> Result<StatusReply, Status> {
-        match self.links.get(&report.node_id) {
-            Some(link) if link.liveness.session == report.session => {}
-            _ => {
-                return Err(Status::failed_precondition(format!(
-                    "no live session {} for node {}: register again",
-                    report.session, report.node_id
-                )))
+    fn reports(&mut self, reports: StatusReports) -> Result<StatusReplies, Status> {
+        // Every report must come from a live session: a stale one means the agent must
+        // register again (and resend), so nothing of the batch is applied.
+        for report in &reports.reports {
+            match self.links.get(&report.node_id) {
+                Some(link) if link.liveness.session == report.session => {}
+                _ => {
+                    return Err(Status::failed_precondition(format!(
+                        "no live session {} for node {}: register again",
+                        report.session, report.node_id
+                    )))
+                }
             }
         }
+        let replies = reports.reports.into_iter().map(|r| self.report(r)).collect();
+        Ok(StatusReplies { replies })
+    }
+
+    /// Applies one report of a live session; a report of no current attempt (or without a
+    /// status) is answered `current: false`.
+    fn report(&mut self, report: StatusReport) -> StatusReply {
         let key = match Kind::parse(&report.work_id) {
             Some((Kind::Actor, seq)) if self.actors.contains_key(&seq) => WorkKey::Actor(seq),
             Some((Kind::Task, seq)) if self.tasks.contains_key(&seq) => WorkKey::Task(seq),
-            _ => return Ok(StatusReply { current: false }),
+            _ => return StatusReply { current: false },
         };
         let current = self
             .attempt_of(key)
             .is_some_and(|(p, attempt)| p.node_id == report.node_id && attempt == report.attempt);
         if !current {
             // A report from an attempt the head replaced: the agent must stop it.
-            return Ok(StatusReply { current: false });
+            return StatusReply { current: false };
         }
         match report.status {
             Some(status_report::Status::Started(started)) => self.started(key, started.pid),
@@ -340,10 +354,11 @@ impl Owner {
                 self.ended(key, Ending::FailedToStart(failed.error))
             }
             None => {
-                return Err(invalid("status", "a report needs started, exited or failed_to_start"))
+                tracing::warn!(work_id = %report.work_id, "a report without a status; ignored");
+                return StatusReply { current: false };
             }
         }
-        Ok(StatusReply { current: true })
+        StatusReply { current: true }
     }
 
     /// Declares dead every node whose heartbeats stopped for longer than the timeout.
@@ -379,7 +394,7 @@ impl Owner {
         if let Some(link) = self.links.remove(node_id) {
             link.liveness.ended.store(true, Ordering::Release);
         }
-        self.triggers.push(Trigger::NodeLost(index));
+        self.trigger(Trigger::NodeLost(index));
         for key in self.work_on(node_id) {
             self.ended(key, Ending::NodeDied(node_id.to_string()));
         }
@@ -478,7 +493,7 @@ impl Owner {
                     let _ = self.cluster.remove_taint(index, key, value);
                 }
             }
-            self.triggers.push(Trigger::NodeChanged(index));
+            self.trigger(Trigger::NodeChanged(index));
         }
         self.mark_node(&id);
         self.refresh_node(&id);
@@ -499,7 +514,7 @@ impl Owner {
         entry.record.node.state = ApiNodeState::Draining;
         let index = entry.index;
         let _ = self.cluster.set_state(index, NodeState::Draining);
-        self.triggers.push(Trigger::NodeLost(index));
+        self.trigger(Trigger::NodeLost(index));
         // Actors move (a move is not a restart); tasks run to completion.
         let actors: Vec<WorkKey> =
             self.work_on(&id).into_iter().filter(|k| matches!(k, WorkKey::Actor(_))).collect();

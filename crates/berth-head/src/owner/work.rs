@@ -246,21 +246,12 @@ impl Owner {
         }
     }
 
+    /// Marks `key` to be written and shown at the end of the cycle.
     fn mark(&mut self, key: WorkKey) {
         match key {
-            WorkKey::Actor(seq) => {
-                self.dirty.actors.insert(seq);
-                if let Some(e) = self.actors.get(&seq) {
-                    self.view.actors.insert(seq, std::sync::Arc::new(e.api.clone()));
-                }
-            }
-            WorkKey::Task(seq) => {
-                self.dirty.tasks.insert(seq);
-                if let Some(e) = self.tasks.get(&seq) {
-                    self.view.tasks.insert(seq, std::sync::Arc::new(e.api.clone()));
-                }
-            }
-        }
+            WorkKey::Actor(seq) => self.dirty.actors.insert(seq),
+            WorkKey::Task(seq) => self.dirty.tasks.insert(seq),
+        };
     }
 
     /// Records why `key` waits (in its object and in the status's waiting list).
@@ -326,15 +317,9 @@ impl Owner {
             self.set_waiting(key, diagnosis, infeasible);
             // The diagnosis is derived state: shown, not stored.
             match key {
-                WorkKey::Actor(seq) => {
-                    let api = self.actors[&seq].api.clone();
-                    self.view.actors.insert(seq, std::sync::Arc::new(api));
-                }
-                WorkKey::Task(seq) => {
-                    let api = self.tasks[&seq].api.clone();
-                    self.view.tasks.insert(seq, std::sync::Arc::new(api));
-                }
-            }
+                WorkKey::Actor(seq) => self.dirty.shown_actors.insert(seq),
+                WorkKey::Task(seq) => self.dirty.shown_tasks.insert(seq),
+            };
         }
     }
 
@@ -373,7 +358,6 @@ impl Owner {
                     Some(&node_id),
                     convert::instances_text(&instances),
                 );
-                self.triggers.push(Trigger::ActorsChanged);
                 start_message(
                     &e.api.actor_id,
                     e.attempt,
@@ -417,6 +401,9 @@ impl Owner {
                 )
             }
         };
+        if matches!(key, WorkKey::Actor(_)) {
+            self.trigger(Trigger::ActorsChanged);
+        }
         self.send(&node_id, start);
         self.mark(key);
     }
@@ -479,7 +466,8 @@ impl Owner {
                 let actor_id = e.api.actor_id.clone();
                 let out = (e.allocation.take(), e.placement.take());
                 self.cluster.remove_actor(&actor_id);
-                self.triggers.push(Trigger::ActorsChanged);
+                self.trigger(Trigger::ActorsChanged);
+                self.peers_moved = true;
                 out
             }
             WorkKey::Task(seq) => {
@@ -489,7 +477,7 @@ impl Owner {
         };
         if let Some(allocation) = allocation {
             self.cluster.release(&allocation);
-            self.triggers.push(Trigger::Released(allocation.node()));
+            self.trigger(Trigger::Released(allocation.node()));
         }
         if let Some(p) = &placement {
             self.count_on(&p.node_id, key, -1);
