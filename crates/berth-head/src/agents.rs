@@ -46,7 +46,7 @@ pub(crate) type AssignmentSender = mpsc::UnboundedSender<Result<Assignment, Stat
 #[derive(Debug)]
 pub(crate) enum AgentCommand {
     Register {
-        request: RegisterRequest,
+        request: Box<RegisterRequest>,
         reply: oneshot::Sender<Result<RegisterReply, Status>>,
     },
     OpenAssignments {
@@ -114,7 +114,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<RegisterRequest>,
     ) -> Result<Response<RegisterReply>, Status> {
-        let request = request.into_inner();
+        let request = Box::new(request.into_inner());
         self.ask(|reply| AgentCommand::Register { request, reply }).await.map(Response::new)
     }
 

@@ -54,7 +54,7 @@ impl Owner {
     pub(crate) fn agent_command(&mut self, command: AgentCommand) {
         match command {
             AgentCommand::Register { request, reply } => {
-                let answer = self.register(request);
+                let answer = self.register(*request);
                 self.reply(reply, answer);
             }
             AgentCommand::OpenAssignments { node_id, session, reply } => {
