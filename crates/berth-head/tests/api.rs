@@ -440,3 +440,119 @@ async fn a_dead_node_s_actors_move_and_a_drained_node_empties() {
     f.sim.shutdown().await.unwrap();
     f.head.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_follow_their_peers() {
+    let f = fixture(vec![cpu("n1", "4"), cpu("n2", "4")]).await;
+    let (_, body) = f
+        .post("/api/v1/actors", json!({"command": "db", "resources": {"CPU": 1}, "labels": {"app": "db"}, "scheduling_strategy": {"type": "NODE_AFFINITY", "node_id": "n1"}}))
+        .await;
+    let db: Actor = of(body);
+    let follower = json!({
+        "command": "cache", "resources": {"CPU": 1},
+        "scheduling_strategy": {"type": "ACTOR_AFFINITY", "on_peer_moved": "follow",
+            "expressions": [{"key": "app", "operator": "IN", "values": ["db"]}]}
+    });
+    let (status, body) = f.post("/api/v1/actors", follower).await;
+    assert_eq!(status, 201, "{body}");
+    let cache: Actor = of(body);
+    assert_eq!(cache.node_id.as_deref(), Some("n1"));
+    // The peer goes away: the follower is stopped and waits for a peer.
+    let (status, _) =
+        f.call(reqwest::Method::DELETE, &format!("/api/v1/actors/{}", db.actor_id), None).await;
+    assert_eq!(status, 200);
+    let view = f
+        .until("the follower waits", |v| {
+            v.actor(&cache.actor_id)
+                .is_some_and(|a| a.state == berth_api::rest::ActorState::Restarting)
+        })
+        .await;
+    let waiting = view.actor(&cache.actor_id).unwrap();
+    assert!(
+        waiting.history.iter().any(|e| e.message.contains("on_peer_moved")),
+        "{:?}",
+        waiting.history
+    );
+    assert!(waiting
+        .diagnosis
+        .as_ref()
+        .unwrap()
+        .reasons
+        .iter()
+        .any(|r| r.code.starts_with("actor_affinity")));
+    // A new peer on n2: the follower joins it there.
+    let (_, body) = f
+        .post("/api/v1/actors", json!({"command": "db", "resources": {"CPU": 1}, "labels": {"app": "db"}, "scheduling_strategy": {"type": "NODE_AFFINITY", "node_id": "n2"}}))
+        .await;
+    assert_eq!(of::<Actor>(body).node_id.as_deref(), Some("n2"));
+    f.until("the follower runs next to the new peer", |v| {
+        v.actor(&cache.actor_id).is_some_and(|a| {
+            a.node_id.as_deref() == Some("n2") && a.state == berth_api::rest::ActorState::Alive
+        })
+    })
+    .await;
+    f.sim.shutdown().await.unwrap();
+    f.head.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_reconnect_to_a_restarted_head_and_nothing_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = HeadConfig::new(dir.path());
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.heartbeat_interval = Duration::from_millis(50);
+    config.heartbeat_timeout = Duration::from_secs(5);
+    let head = berth_head::start(config.clone()).await.unwrap();
+    let token = head.token.as_str().to_string();
+    // Restart on the same port, so the agents find the new head where the old one was.
+    config.bind = head.address;
+    let sim =
+        SimCluster::start(&head.address.to_string(), &token, vec![cpu("a", "4"), cpu("b", "4")])
+            .unwrap();
+    sim.wait_registered(Duration::from_secs(20)).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(
+            head.handle
+                .create_actor(berth_api::rest::ActorCreate {
+                    command: "x".into(),
+                    resources: json!({"CPU": 1}),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .actor_id,
+        );
+    }
+    let alive = |v: &View| {
+        ids.iter()
+            .all(|id| v.actor(id).is_some_and(|a| a.state == berth_api::rest::ActorState::Alive))
+    };
+    let mut view = head.handle.subscribe();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !alive(&view.borrow_and_update().clone()) {
+            view.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("all alive");
+    let sessions: Vec<u64> =
+        ["a", "b"].iter().map(|n| sim.status(n).unwrap().registrations).collect();
+    head.crash().await;
+    let head = berth_head::start(config).await.unwrap();
+    // The agents register again (their streams broke) and report what they run.
+    sim.wait_until(Duration::from_secs(20), |node, status| {
+        let before = if node == "a" { sessions[0] } else { sessions[1] };
+        status.registrations > before && status.session.is_some()
+    })
+    .await
+    .unwrap();
+    let view = head.handle.view();
+    for id in &ids {
+        let actor = view.actor(id).unwrap();
+        assert_eq!((actor.state, actor.restarts), (berth_api::rest::ActorState::Alive, 0), "{id}");
+    }
+    assert!(view.nodes.values().all(|n| n.state == berth_api::rest::NodeState::Alive));
+    sim.shutdown().await.unwrap();
+    head.shutdown().await;
+}
