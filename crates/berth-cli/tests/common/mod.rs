@@ -1,6 +1,8 @@
 //! Helpers shared by the CLI's end-to-end tests: run the real binary, read its output.
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod cluster;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
