@@ -269,6 +269,10 @@ async fn actors_tasks_and_groups_through_rest() {
         .map(|b| b["node_id"].as_str().unwrap())
         .collect();
     assert_ne!(nodes[0], nodes[1]);
+    // The reservation shows on the nodes at once.
+    let status_now: ClusterStatus = of(f.get("/api/v1/cluster/status").await.1);
+    let used: f64 = status_now.resources["CPU"].used.parse().unwrap();
+    assert!(used >= 3.0, "1 actor + 2 bundles: {used}");
     let (status, body) = f
         .post(
             "/api/v1/placement_groups",

@@ -128,6 +128,10 @@ impl Owner {
                             .collect()
                     })
                     .collect();
+                let nodes: Vec<String> =
+                    e.api.bundles.iter().filter_map(|b| b.node_id.clone()).collect();
+                self.touched.extend(nodes);
+                let e = self.groups.get_mut(&seq).expect("known");
                 let verb =
                     if e.api.state == GroupState::Rescheduling { "rescheduled" } else { "created" };
                 e.api.state = GroupState::Created;
@@ -235,6 +239,9 @@ impl Owner {
         for index in freed {
             self.trigger(Trigger::Released(index));
         }
+        let nodes: Vec<String> =
+            self.groups[&seq].api.bundles.iter().filter_map(|b| b.node_id.clone()).collect();
+        self.touched.extend(nodes);
         let e = self.groups.get_mut(&seq).expect("known");
         e.api.state = GroupState::Removed;
         e.api.diagnosis = None;
