@@ -1,10 +1,15 @@
 //! Actors and tasks: create, place, start, exit, restart or retry, kill or cancel.
 
 use berth_api::agent::{Assignment, InstanceIds, Start, Stop, WorkKind};
-use berth_api::rest::{Actor, ActorCreate, ActorState, Event, Task, TaskState, TaskSubmit};
+use std::collections::BTreeMap;
+
+use berth_api::rest::{
+    Actor, ActorCreate, ActorState, Event, StringMap, Task, TaskState, TaskSubmit,
+};
 use berth_api::spec::{LoadedRequest, ParsedRequest};
 use berth_core::actors::ActorAffinity;
 use berth_core::{Allocation, Decision, Request, Scheduler, Strategy, Trigger};
+use serde_json::Value;
 
 use super::convert;
 use super::Owner;
@@ -40,14 +45,26 @@ impl WorkKey {
     }
 }
 
-/// An actor as the owner holds it.
-pub(crate) struct ActorEntry {
-    pub(crate) api: Actor,
+/// An actor or a task as the owner holds it: the API object, its core request, and its current
+/// attempt (number, reservation, placement).
+pub(crate) struct Work<A> {
+    pub(crate) api: A,
     pub(crate) request: Request,
     pub(crate) attempt: u32,
     pub(crate) allocation: Option<Allocation>,
     pub(crate) placement: Option<Placement>,
     pub(crate) last_diagnosis: Option<berth_core::Diagnosis>,
+}
+
+/// An actor as the owner holds it.
+pub(crate) type ActorEntry = Work<Actor>;
+/// A task as the owner holds it.
+pub(crate) type TaskEntry = Work<Task>;
+
+impl<A> Work<A> {
+    pub(crate) fn new(api: A, request: Request) -> Work<A> {
+        Work { api, request, attempt: 0, allocation: None, placement: None, last_diagnosis: None }
+    }
 }
 
 impl ActorEntry {
@@ -60,16 +77,6 @@ impl ActorEntry {
     }
 }
 
-/// A task as the owner holds it.
-pub(crate) struct TaskEntry {
-    pub(crate) api: Task,
-    pub(crate) request: Request,
-    pub(crate) attempt: u32,
-    pub(crate) allocation: Option<Allocation>,
-    pub(crate) placement: Option<Placement>,
-    pub(crate) last_diagnosis: Option<berth_core::Diagnosis>,
-}
-
 impl TaskEntry {
     pub(crate) fn record(&self) -> TaskRecord {
         TaskRecord {
@@ -78,6 +85,104 @@ impl TaskEntry {
             placement: self.placement.clone(),
         }
     }
+}
+
+/// What actors and tasks have in common, so the lifecycle is written once for both.
+pub(crate) trait WorkObject {
+    const KIND: WorkKind;
+    fn id(&self) -> &str;
+    fn command(&self) -> (&str, &[String], &StringMap);
+    fn namespace(&self) -> &str;
+    fn selectors(&self) -> (Option<&Value>, Option<&Value>);
+    fn history(&mut self) -> &mut Vec<Event>;
+    fn node_id(&self) -> Option<&str>;
+    fn set_placed(&mut self, node: Option<String>, instances: BTreeMap<String, Vec<u32>>);
+    fn set_diagnosis(&mut self, diagnosis: Option<berth_api::rest::Diagnosis>);
+    /// The agent started the current attempt.
+    fn set_started(&mut self);
+}
+
+impl WorkObject for Actor {
+    const KIND: WorkKind = WorkKind::Actor;
+    fn id(&self) -> &str {
+        &self.actor_id
+    }
+    fn command(&self) -> (&str, &[String], &StringMap) {
+        (&self.spec.command, &self.spec.args, &self.spec.env)
+    }
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    fn selectors(&self) -> (Option<&Value>, Option<&Value>) {
+        (self.spec.label_selector.as_ref(), self.spec.tolerations.as_ref())
+    }
+    fn history(&mut self) -> &mut Vec<Event> {
+        &mut self.history
+    }
+    fn node_id(&self) -> Option<&str> {
+        self.node_id.as_deref()
+    }
+    fn set_placed(&mut self, node: Option<String>, instances: BTreeMap<String, Vec<u32>>) {
+        (self.node_id, self.instances) = (node, instances);
+    }
+    fn set_diagnosis(&mut self, diagnosis: Option<berth_api::rest::Diagnosis>) {
+        self.diagnosis = diagnosis;
+    }
+    fn set_started(&mut self) {
+        self.state = ActorState::Alive;
+    }
+}
+
+impl WorkObject for Task {
+    const KIND: WorkKind = WorkKind::Task;
+    fn id(&self) -> &str {
+        &self.task_id
+    }
+    fn command(&self) -> (&str, &[String], &StringMap) {
+        (&self.spec.command, &self.spec.args, &self.spec.env)
+    }
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    fn selectors(&self) -> (Option<&Value>, Option<&Value>) {
+        (self.spec.label_selector.as_ref(), self.spec.tolerations.as_ref())
+    }
+    fn history(&mut self) -> &mut Vec<Event> {
+        &mut self.history
+    }
+    fn node_id(&self) -> Option<&str> {
+        self.node_id.as_deref()
+    }
+    fn set_placed(&mut self, node: Option<String>, instances: BTreeMap<String, Vec<u32>>) {
+        if node.is_some() {
+            self.attempts += 1;
+        }
+        (self.node_id, self.instances) = (node, instances);
+    }
+    fn set_diagnosis(&mut self, diagnosis: Option<berth_api::rest::Diagnosis>) {
+        self.diagnosis = diagnosis;
+    }
+    fn set_started(&mut self) {
+        self.state = TaskState::Running;
+    }
+}
+
+/// Runs `$body` with `$e` bound to the entry `$key` names (an actor's or a task's): the body is
+/// written once and compiled for both. Only the entry maps are borrowed, so the body may use
+/// the owner's other fields (`$owner.cluster`), not its methods.
+macro_rules! with_work {
+    ($owner:expr, $key:expr, |$e:ident| $body:expr) => {
+        match $key {
+            WorkKey::Actor(seq) => {
+                let $e = $owner.actors.get_mut(&seq).expect("a queued key names a known actor");
+                $body
+            }
+            WorkKey::Task(seq) => {
+                let $e = $owner.tasks.get_mut(&seq).expect("a queued key names a known task");
+                $body
+            }
+        }
+    };
 }
 
 /// Appends an event, keeping the last [`HISTORY`].
@@ -171,15 +276,7 @@ impl Owner {
             spec: body,
         };
         push_event(&mut api.history, "created", None, String::new());
-        let entry = ActorEntry {
-            api,
-            request,
-            attempt: 0,
-            allocation: None,
-            placement: None,
-            last_diagnosis: None,
-        };
-        self.actors.insert(seq, entry);
+        self.actors.insert(seq, Work::new(api, request));
         self.submit(WorkKey::Actor(seq));
         Ok(self.actors[&seq].api.clone())
     }
@@ -207,25 +304,14 @@ impl Owner {
             spec: body,
         };
         push_event(&mut api.history, "created", None, String::new());
-        let entry = TaskEntry {
-            api,
-            request,
-            attempt: 0,
-            allocation: None,
-            placement: None,
-            last_diagnosis: None,
-        };
-        self.tasks.insert(seq, entry);
+        self.tasks.insert(seq, Work::new(api, request));
         self.submit(WorkKey::Task(seq));
         Ok(self.tasks[&seq].api.clone())
     }
 
     /// Places `key` now, or queues it.
     pub(crate) fn submit(&mut self, key: WorkKey) {
-        let request = match key {
-            WorkKey::Actor(seq) => self.actors[&seq].request.clone(),
-            WorkKey::Task(seq) => self.tasks[&seq].request.clone(),
-        };
+        let request = with_work!(self, key, |e| e.request.clone());
         let started = std::time::Instant::now();
         let placed =
             self.queue.submit(key, request, &mut self.scheduler, &mut self.cluster, &mut self.rng);
@@ -257,28 +343,16 @@ impl Owner {
     /// Records why `key` waits (in its object and in the status's waiting list).
     fn set_waiting(&mut self, key: WorkKey, diagnosis: berth_core::Diagnosis, infeasible: bool) {
         let api_diagnosis = convert::diagnosis(&self.cluster, &diagnosis, infeasible);
-        let (shape, spec_selector, spec_tolerations) = match key {
-            WorkKey::Actor(seq) => {
-                let e = self.actors.get_mut(&seq).expect("known");
-                e.api.diagnosis = Some(api_diagnosis.clone());
-                e.last_diagnosis = Some(diagnosis);
-                (
-                    convert::resource_map(&self.cluster, e.request.resources()),
-                    e.api.spec.label_selector.clone(),
-                    e.api.spec.tolerations.clone(),
-                )
-            }
-            WorkKey::Task(seq) => {
-                let e = self.tasks.get_mut(&seq).expect("known");
-                e.api.diagnosis = Some(api_diagnosis.clone());
-                e.last_diagnosis = Some(diagnosis);
-                (
-                    convert::resource_map(&self.cluster, e.request.resources()),
-                    e.api.spec.label_selector.clone(),
-                    e.api.spec.tolerations.clone(),
-                )
-            }
-        };
+        let (shape, label_selector, tolerations) = with_work!(self, key, |e| {
+            e.api.set_diagnosis(Some(api_diagnosis.clone()));
+            e.last_diagnosis = Some(diagnosis);
+            let (selector, tolerations) = e.api.selectors();
+            (
+                convert::resource_map(&self.cluster, e.request.resources()),
+                convert::string_map(selector),
+                convert::string_map(tolerations),
+            )
+        });
         let (kind, seq) = key.view_key();
         let waiting = Waiting {
             item: berth_api::rest::PendingItem {
@@ -287,8 +361,8 @@ impl Owner {
                 diagnosis: api_diagnosis,
             },
             shapes: vec![shape],
-            label_selector: convert::string_map(spec_selector.as_ref()),
-            tolerations: convert::string_map(spec_tolerations.as_ref()),
+            label_selector,
+            tolerations,
         };
         self.view.waiting.insert((kind, seq), std::sync::Arc::new(waiting));
     }
@@ -300,14 +374,10 @@ impl Owner {
             .iter()
             .filter(|q| {
                 let last = match q.key {
-                    WorkKey::Actor(seq) => {
-                        self.actors.get(&seq).and_then(|e| e.last_diagnosis.as_ref())
-                    }
-                    WorkKey::Task(seq) => {
-                        self.tasks.get(&seq).and_then(|e| e.last_diagnosis.as_ref())
-                    }
+                    WorkKey::Actor(seq) => self.actors.get(&seq).map(|e| &e.last_diagnosis),
+                    WorkKey::Task(seq) => self.tasks.get(&seq).map(|e| &e.last_diagnosis),
                 };
-                last != Some(&q.diagnosis)
+                last.is_none_or(|last| last.as_ref() != Some(&q.diagnosis))
             })
             .map(|q| {
                 (q.key, q.diagnosis.clone(), matches!(q.waiting, berth_core::Waiting::Infeasible))
@@ -342,65 +412,17 @@ impl Owner {
         let (kind, seq) = key.view_key();
         self.view.waiting.remove(&(kind, seq));
         self.count_on(&node_id, key, 1);
-        let start = match key {
-            WorkKey::Actor(seq) => {
-                let e = self.actors.get_mut(&seq).expect("known");
-                e.attempt += 1;
-                e.allocation = Some(allocation.clone());
-                e.placement = Some(placement);
-                e.last_diagnosis = None;
-                e.api.diagnosis = None;
-                e.api.node_id = Some(node_id.clone());
-                e.api.instances = instances.clone();
-                push_event(
-                    &mut e.api.history,
-                    "placed",
-                    Some(&node_id),
-                    convert::instances_text(&instances),
-                );
-                start_message(
-                    &e.api.actor_id,
-                    e.attempt,
-                    WorkKind::Actor,
-                    &e.api.spec.command,
-                    &e.api.spec.args,
-                    &e.api.spec.env,
-                    &e.api.namespace,
-                    &self.cluster,
-                    &allocation,
-                    &instances,
-                )
-            }
-            WorkKey::Task(seq) => {
-                let e = self.tasks.get_mut(&seq).expect("known");
-                e.attempt += 1;
-                e.api.attempts += 1;
-                e.allocation = Some(allocation.clone());
-                e.placement = Some(placement);
-                e.last_diagnosis = None;
-                e.api.diagnosis = None;
-                e.api.node_id = Some(node_id.clone());
-                e.api.instances = instances.clone();
-                push_event(
-                    &mut e.api.history,
-                    "placed",
-                    Some(&node_id),
-                    convert::instances_text(&instances),
-                );
-                start_message(
-                    &e.api.task_id,
-                    e.attempt,
-                    WorkKind::Task,
-                    &e.api.spec.command,
-                    &e.api.spec.args,
-                    &e.api.spec.env,
-                    &e.api.namespace,
-                    &self.cluster,
-                    &allocation,
-                    &instances,
-                )
-            }
-        };
+        let start = with_work!(self, key, |e| {
+            e.attempt += 1;
+            e.allocation = Some(allocation.clone());
+            e.placement = Some(placement);
+            e.last_diagnosis = None;
+            e.api.set_diagnosis(None);
+            e.api.set_placed(Some(node_id.clone()), instances.clone());
+            let text = convert::instances_text(&instances);
+            push_event(e.api.history(), "placed", Some(&node_id), text);
+            start_message(&e.api, e.attempt, &self.cluster, &allocation, &instances)
+        });
         if matches!(key, WorkKey::Actor(_)) {
             self.trigger(Trigger::ActorsChanged);
         }
@@ -422,59 +444,28 @@ impl Owner {
 
     /// The Start message of `key`'s current attempt (sent again when an agent reconnects).
     pub(crate) fn start_of(&self, key: WorkKey) -> Option<Assignment> {
+        fn start<A: WorkObject>(e: &Work<A>, cluster: &berth_core::Cluster) -> Option<Assignment> {
+            let allocation = e.allocation.as_ref()?;
+            let instances = e.placement.as_ref().map(|p| p.instances.clone()).unwrap_or_default();
+            Some(start_message(&e.api, e.attempt, cluster, allocation, &instances))
+        }
         match key {
-            WorkKey::Actor(seq) => {
-                let e = self.actors.get(&seq)?;
-                let allocation = e.allocation.as_ref()?;
-                Some(start_message(
-                    &e.api.actor_id,
-                    e.attempt,
-                    WorkKind::Actor,
-                    &e.api.spec.command,
-                    &e.api.spec.args,
-                    &e.api.spec.env,
-                    &e.api.namespace,
-                    &self.cluster,
-                    allocation,
-                    &e.api.instances,
-                ))
-            }
-            WorkKey::Task(seq) => {
-                let e = self.tasks.get(&seq)?;
-                let allocation = e.allocation.as_ref()?;
-                Some(start_message(
-                    &e.api.task_id,
-                    e.attempt,
-                    WorkKind::Task,
-                    &e.api.spec.command,
-                    &e.api.spec.args,
-                    &e.api.spec.env,
-                    &e.api.namespace,
-                    &self.cluster,
-                    allocation,
-                    &e.api.instances,
-                ))
-            }
+            WorkKey::Actor(seq) => start(self.actors.get(&seq)?, &self.cluster),
+            WorkKey::Task(seq) => start(self.tasks.get(&seq)?, &self.cluster),
         }
     }
 
     /// Gives back what `key`'s attempt held and forgets its placement; returns the node.
     fn release(&mut self, key: WorkKey) -> Option<String> {
-        let (allocation, placement) = match key {
-            WorkKey::Actor(seq) => {
-                let e = self.actors.get_mut(&seq)?;
-                let actor_id = e.api.actor_id.clone();
-                let out = (e.allocation.take(), e.placement.take());
-                self.cluster.remove_actor(&actor_id);
+        let (allocation, placement) =
+            with_work!(self, key, |e| (e.allocation.take(), e.placement.take()));
+        if let WorkKey::Actor(seq) = key {
+            let id = Kind::Actor.id(seq);
+            if self.cluster.remove_actor(&id).is_some() {
                 self.trigger(Trigger::ActorsChanged);
                 self.peers_moved = true;
-                out
             }
-            WorkKey::Task(seq) => {
-                let e = self.tasks.get_mut(&seq)?;
-                (e.allocation.take(), e.placement.take())
-            }
-        };
+        }
         if let Some(allocation) = allocation {
             self.cluster.release(&allocation);
             self.trigger(Trigger::Released(allocation.node()));
@@ -601,26 +592,14 @@ impl Owner {
         if self.attempt_of(key).is_none_or(|(p, _)| p.started) {
             return;
         }
-        match key {
-            WorkKey::Actor(seq) => {
-                let Some(e) = self.actors.get_mut(&seq) else { return };
-                if let Some(p) = &mut e.placement {
-                    p.started = true;
-                }
-                e.api.state = ActorState::Alive;
-                let node = e.api.node_id.clone();
-                push_event(&mut e.api.history, "started", node.as_deref(), pid_text(pid));
+        with_work!(self, key, |e| {
+            if let Some(p) = &mut e.placement {
+                p.started = true;
             }
-            WorkKey::Task(seq) => {
-                let Some(e) = self.tasks.get_mut(&seq) else { return };
-                if let Some(p) = &mut e.placement {
-                    p.started = true;
-                }
-                e.api.state = TaskState::Running;
-                let node = e.api.node_id.clone();
-                push_event(&mut e.api.history, "started", node.as_deref(), pid_text(pid));
-            }
-        }
+            e.api.set_started();
+            let node = e.api.node_id().map(str::to_string);
+            push_event(e.api.history(), "started", node.as_deref(), pid_text(pid));
+        });
         self.mark(key);
     }
 
@@ -800,28 +779,24 @@ pub(crate) fn affinity_of(request: &Request) -> ActorAffinity {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn start_message(
-    work_id: &str,
+/// The Start assignment of an attempt.
+fn start_message<A: WorkObject>(
+    api: &A,
     attempt: u32,
-    kind: WorkKind,
-    command: &str,
-    args: &[String],
-    env: &berth_api::rest::StringMap,
-    namespace: &str,
     cluster: &berth_core::Cluster,
     allocation: &Allocation,
-    instances: &std::collections::BTreeMap<String, Vec<u32>>,
+    instances: &BTreeMap<String, Vec<u32>>,
 ) -> Assignment {
+    let (command, args, env) = api.command();
     Assignment {
         kind: Some(berth_api::agent::assignment::Kind::Start(Start {
-            work_id: work_id.to_string(),
+            work_id: api.id().to_string(),
             attempt,
-            kind: kind as i32,
+            kind: A::KIND as i32,
             command: command.to_string(),
             args: args.to_vec(),
             env: env.clone().into_iter().collect(),
-            namespace: namespace.to_string(),
+            namespace: api.namespace().to_string(),
             resources: convert::resource_map(cluster, allocation.resources()).into_iter().collect(),
             instances: instances
                 .iter()
