@@ -143,7 +143,12 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, StartError> {
 
     let (commands_tx, commands_rx) = mpsc::channel::<Command>(65_536);
     let (cycles_tx, cycles_rx) = mpsc::channel(4);
-    let (view_tx, view_rx) = watch::channel(Arc::new(View::default()));
+    // The restored state is durable and visible before the head serves anyone.
+    let (first_batch, first_view) = owner.first_cycle();
+    if !first_batch.is_empty() {
+        store.commit(lease.epoch(), first_batch).await?;
+    }
+    let (view_tx, view_rx) = watch::channel(first_view);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (stopped_tx, stopped_rx) = watch::channel(None::<String>);
     let handle = HeadHandle { commands: commands_tx.clone(), view: view_rx, sequences };
@@ -167,7 +172,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, StartError> {
             stopped.send_replace(Some(err.to_string()));
         }
     }));
-    tasks.push(tokio::spawn(owner::run_first(owner, commands_rx, cycles_tx)));
+    tasks.push(tokio::spawn(owner::run(owner, commands_rx, cycles_tx)));
     tasks.push(tokio::spawn(renew(store.clone(), lease, stopped_tx.clone(), shutdown_rx.clone())));
 
     // The agent protocol shares the port: its routes join the REST router (whose fallback

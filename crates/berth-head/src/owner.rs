@@ -76,6 +76,8 @@ pub(crate) struct Owner {
     pub(crate) rng: ChaCha8Rng,
     pub(crate) queue: PendingQueue<WorkKey>,
     pub(crate) actors: HashMap<u64, work::ActorEntry>,
+    /// Named actors by (namespace, name): the last actor created with the name.
+    pub(crate) names: HashMap<(String, String), u64>,
     pub(crate) tasks: HashMap<u64, work::TaskEntry>,
     pub(crate) groups: HashMap<u64, groups::GroupEntry>,
     /// Groups waiting to be reserved (or re-planned), oldest first.
@@ -119,6 +121,7 @@ impl Owner {
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue: PendingQueue::new(),
             actors: HashMap::new(),
+            names: HashMap::new(),
             tasks: HashMap::new(),
             groups: HashMap::new(),
             waiting_groups: BTreeSet::new(),
@@ -327,13 +330,18 @@ fn kind_word(kind: &str) -> &'static str {
     }
 }
 
-/// Writes what the restore changed, then runs the owner.
-pub(crate) async fn run_first(
-    owner: Owner,
-    commands: mpsc::Receiver<Command>,
-    cycles: mpsc::Sender<Cycle>,
-) {
-    run(owner, commands, cycles).await
+impl Owner {
+    /// What the restore changed (work whose node is gone, groups placed anew) and the first
+    /// view, for the head to make durable and publish before it serves anyone.
+    pub(crate) fn first_cycle(&mut self) -> (Batch, Arc<View>) {
+        self.retry_waiting();
+        let batch = self.flush();
+        self.view.generation += 1;
+        self.publish_gauges();
+        // Answers and assignments of the restore: none can exist before anyone is served.
+        self.effects.clear();
+        (batch, Arc::new(self.view.clone()))
+    }
 }
 
 /// Runs the owner until every handle is dropped.

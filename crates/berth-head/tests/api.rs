@@ -415,6 +415,9 @@ async fn a_dead_node_s_actors_move_and_a_drained_node_empties() {
         })
         .await;
     assert!(on_a.iter().all(|a| view.actor(&a.actor_id).unwrap().restarts == 1));
+    let dead = view.node("a").unwrap();
+    assert_eq!((dead.resources["CPU"].used.as_str(), dead.actors), ("0", 0));
+    assert!(dead.dead_reason.as_deref().unwrap().contains("heartbeat"), "{:?}", dead.dead_reason);
     // Drain b: its actors move to c, not counted as restarts; nothing new goes to b.
     let on_b: Vec<String> = view
         .actors

@@ -120,11 +120,13 @@ pub(crate) fn node(
         })
         .collect();
     let registry = cluster.registry();
+    // A dead node's ledger keeps what was reserved when it died; nothing runs there now.
+    let dead = node.state() == berth_core::NodeState::Dead;
     out.resources = node
         .total()
         .iter()
         .map(|(id, total)| {
-            let free = node.available().get(id);
+            let free = if dead { total } else { node.available().get(id) };
             let row = ResourceUse {
                 total: total.to_string(),
                 used: total.saturating_sub(free).to_string(),

@@ -229,6 +229,9 @@ impl Owner {
                 last_diagnosis: None,
             };
             self.view.actors.insert(seq, Arc::new(entry.api.clone()));
+            if let Some(name) = &entry.api.name {
+                self.names.insert((entry.api.namespace.clone(), name.clone()), seq);
+            }
             self.actors.insert(seq, entry);
             out.actors += 1;
             let key = WorkKey::Actor(seq);

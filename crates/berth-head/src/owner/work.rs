@@ -248,11 +248,11 @@ impl Owner {
     ) -> Result<Actor, HeadError> {
         let namespace = body.namespace.clone().unwrap_or_else(|| "default".to_string());
         if let Some(name) = &body.name {
-            let taken = self.actors.values().any(|a| {
-                a.api.state != ActorState::Dead
-                    && a.api.namespace == namespace
-                    && a.api.name.as_deref() == Some(name)
-            });
+            // The index may name an actor that died since: its name is free again.
+            let holder = self.names.get(&(namespace.clone(), name.clone()));
+            let taken = holder
+                .and_then(|seq| self.actors.get(seq))
+                .is_some_and(|a| a.api.state != ActorState::Dead);
             if taken {
                 return Err(HeadError::Conflict(format!(
                     "an actor named {name:?} is alive in namespace {namespace:?}; names are unique \
@@ -276,6 +276,9 @@ impl Owner {
             spec: body,
         };
         push_event(&mut api.history, "created", None, String::new());
+        if let Some(name) = &api.name {
+            self.names.insert((api.namespace.clone(), name.clone()), seq);
+        }
         self.actors.insert(seq, Work::new(api, request));
         self.submit(WorkKey::Actor(seq));
         Ok(self.actors[&seq].api.clone())
