@@ -247,6 +247,7 @@ impl Agent {
     async fn sessions(&self, shutdown: &mut watch::Receiver<bool>) -> Result<(), AgentError> {
         // One sink for the agent's whole life: reports outlive sessions.
         let (events, mut events_rx) = Events::channel();
+        self.runner.attach(events.clone());
         let mut pending = VecDeque::new();
         let mut node_id = self.config.node_id.clone().unwrap_or_default();
         let mut failures = 0u32;
@@ -347,6 +348,7 @@ impl Agent {
             }
             ms => Duration::from_millis(u64::from(ms)),
         };
+        self.runner.registered(node_id);
         let session = Session { node_id: node_id.clone(), session: reply.session };
         info!(node_id = %session.node_id, session = session.session, ?interval, "registered");
         self.status.send_modify(|s| {

@@ -7,13 +7,16 @@
 //! - [`config`]: [`AgentConfig`], validated at the edge with the head's own rules
 //!   (`berth-core` quantities and label syntax), errors naming the field.
 //! - [`runner`]: the [`Runner`] trait, the [`Events`] sink runners report through, and
-//!   [`AckRunner`], which runs nothing and acknowledges everything (the process runner comes
-//!   later and plugs in behind the same trait).
+//!   [`AckRunner`], which runs nothing and acknowledges everything.
 //! - [`agent`]: the session loop. Register, then heartbeats, assignments and status reports
 //!   concurrently in one task; any failure or stream end means "register again after the
 //!   backoff", forever, except a refused token or a refused registration, which are returned.
-//! - [`sim`]: many in-process agents with [`AckRunner`]s speaking the real protocol to a real
-//!   head ([`SimCluster`], [`SimNode::mix`]), for the head's tests and for benchmarks.
+//! - [`process`] (Unix): [`ProcessRunner`], which runs each attempt as a process in its own
+//!   process group, with logs, `CUDA_VISIBLE_DEVICES` from the GPU instances, SIGTERM then
+//!   SIGKILL on stop, and re-adoption of its processes by the next agent (`state.json`).
+//! - [`sim`]: many in-process agents speaking the real protocol to a real head
+//!   ([`SimCluster`], [`SimNode::mix`]), with [`AckRunner`]s for the head's tests and for
+//!   benchmarks, or [`ProcessRunner`]s for `berth up` ([`RunnerKind`]).
 //!
 //! Decisions:
 //!
@@ -27,15 +30,25 @@
 //! - State is observable, not slept on: [`Agent::status`] / [`AgentHandle::subscribe`] publish
 //!   an [`AgentStatus`] (node ID, session, registration count, last error) through a `watch`
 //!   channel, which bounded waits use.
+//! - Processes outlive their agent (no `kill_on_drop`; own process group, so a terminal's
+//!   Ctrl-C does not reach them): an agent stopped with Ctrl-C or SIGTERM leaves them running
+//!   and the next agent on the same directory adopts them. Only an owner that runs the agents
+//!   in-process and ends with them (`berth up`, through [`SimCluster::shutdown`]) stops them.
+//! - DESIGN.md lists `kill_on_drop` for agent processes; it is deliberately not used, since it
+//!   would make every agent restart (an upgrade, a crash) kill the cluster's work.
 
 #![warn(missing_docs)]
 
 pub mod agent;
 pub mod config;
+#[cfg(unix)]
+pub mod process;
 pub mod runner;
 pub mod sim;
 
 pub use agent::{Agent, AgentError, AgentHandle, AgentStatus, WaitError};
 pub use config::{AgentConfig, ConfigError};
+#[cfg(unix)]
+pub use process::{ProcessError, ProcessOptions, ProcessRunner};
 pub use runner::{AckRunner, Events, Runner, WorkEvent, WorkStatus};
-pub use sim::{SimCluster, SimError, SimNode, SimOptions};
+pub use sim::{RunnerKind, SimCluster, SimError, SimNode, SimOptions};

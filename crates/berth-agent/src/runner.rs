@@ -123,6 +123,10 @@ impl Events {
 /// - `stop` ends the named attempt and reports `Exited`; a stop of an attempt that is not
 ///   running (already exited, or replaced) is ignored.
 /// - `running` lists the attempts running now; the agent sends it with every registration.
+/// - `attach` hands over the agent's report sink once, before the first registration, for
+///   reports no `start` or `stop` carries (work adopted from an earlier agent that exits, or
+///   died while no agent ran); `registered` tells the node ID the head gave, at every
+///   registration, before any assignment of that session. Both default to doing nothing.
 ///
 /// Every method is called from the agent's protocol loops and must return quickly.
 pub trait Runner: Send + Sync + 'static {
@@ -132,6 +136,14 @@ pub trait Runner: Send + Sync + 'static {
     fn stop(&self, stop: Stop, events: Events);
     /// The attempts running now.
     fn running(&self) -> Vec<RunningWork>;
+    /// The agent's report sink, given once when the agent starts running.
+    fn attach(&self, events: Events) {
+        let _ = events;
+    }
+    /// The node ID the head gave this node, after each successful registration.
+    fn registered(&self, node_id: &str) {
+        let _ = node_id;
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -1,5 +1,7 @@
 //! Simulated agents for tests and benchmarks: many in-process agents speaking the real
-//! protocol to a real head, each with an [`AckRunner`] instead of processes.
+//! protocol to a real head, each with an [`AckRunner`] instead of processes by default, or
+//! with a [`ProcessRunner`] each ([`RunnerKind::Process`]: `berth up`,
+//! a local cluster that runs real processes).
 //!
 //! A simulated node is an ordinary [`Agent`] task on the current tokio runtime with its own
 //! gRPC connection, so the head sees exactly what it would see from real machines: one
@@ -7,8 +9,15 @@
 //! aborts a node's task (its connection drops mid-stream and heartbeats stop: a dead machine);
 //! [`SimCluster::restart`] brings it back under the same ID, still "running" what its runner
 //! held, as an agent restart or a healed partition would.
+//!
+//! With process runners, [`SimCluster::shutdown`] stops the agents and then every process
+//! they run (the agents live in this process, so their work ends with it); merely dropping the
+//! cluster leaves the processes running, recorded for re-adoption by the next cluster started
+//! on the same directory.
 
 use std::collections::BTreeMap;
+#[cfg(unix)]
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +28,9 @@ use tokio::sync::watch;
 
 use crate::agent::{Agent, AgentError, AgentHandle, AgentStatus};
 use crate::config::AgentConfig;
-use crate::runner::AckRunner;
+#[cfg(unix)]
+use crate::process::{ProcessError, ProcessOptions, ProcessRunner};
+use crate::runner::{AckRunner, Runner};
 
 /// One simulated machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -183,18 +194,41 @@ fn mixed_node(rng: &mut ChaCha8Rng, i: usize, width: usize) -> SimNode {
     node
 }
 
+/// What runs the assignments of simulated nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum RunnerKind {
+    /// An [`AckRunner`] per node: nothing runs (the default: tests and benchmarks).
+    #[default]
+    Ack,
+    /// A [`ProcessRunner`] per node, in `root/<node_id>`, stopping with `grace` between
+    /// SIGTERM and SIGKILL: real processes (Unix).
+    #[cfg(unix)]
+    Process {
+        /// The directory holding one directory per node.
+        root: PathBuf,
+        /// The wait between SIGTERM and SIGKILL.
+        grace: Duration,
+    },
+}
+
 /// How simulated agents behave.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimOptions {
     /// The agents' wait before registering again (100 ms by default: quick, not busy).
     pub reconnect_backoff: Duration,
-    /// Keep tasks running until stopped instead of exiting at once.
+    /// Keep tasks running until stopped instead of exiting at once ([`RunnerKind::Ack`]).
     pub hold_tasks: bool,
+    /// What runs the assignments ([`RunnerKind::Ack`] by default).
+    pub runner: RunnerKind,
 }
 
 impl Default for SimOptions {
     fn default() -> SimOptions {
-        SimOptions { reconnect_backoff: Duration::from_millis(100), hold_tasks: false }
+        SimOptions {
+            reconnect_backoff: Duration::from_millis(100),
+            hold_tasks: false,
+            runner: RunnerKind::Ack,
+        }
     }
 }
 
@@ -213,6 +247,16 @@ pub enum SimError {
     /// An ID no node has.
     #[error("there is no simulated node {0:?}")]
     UnknownNode(String),
+    /// A node's process runner could not be created (its directory).
+    #[cfg(unix)]
+    #[error("simulated node {node_id:?}: {source}")]
+    Runner {
+        /// The node.
+        node_id: String,
+        /// Why.
+        #[source]
+        source: ProcessError,
+    },
     /// A node's agent could not be created (its configuration is invalid).
     #[error("simulated node {node_id:?}: {source}")]
     Agent {
@@ -247,9 +291,42 @@ pub enum SimError {
     Failed(Vec<(String, AgentError)>),
 }
 
+/// A simulated node's runner.
+#[derive(Clone, Debug)]
+enum NodeRunner {
+    Ack(Arc<AckRunner>),
+    #[cfg(unix)]
+    Process(Arc<ProcessRunner>),
+}
+
+impl NodeRunner {
+    fn new(node: &SimNode, options: &SimOptions) -> Result<NodeRunner, SimError> {
+        match &options.runner {
+            RunnerKind::Ack => Ok(NodeRunner::Ack(Arc::new(
+                AckRunner::new().task_exit_code(node.task_exit_code).hold_tasks(options.hold_tasks),
+            ))),
+            #[cfg(unix)]
+            RunnerKind::Process { root, grace } => {
+                let options = ProcessOptions { grace: *grace, node_id: Some(node.node_id.clone()) };
+                ProcessRunner::new(root.join(&node.node_id), options)
+                    .map(|runner| NodeRunner::Process(Arc::new(runner)))
+                    .map_err(|source| SimError::Runner { node_id: node.node_id.clone(), source })
+            }
+        }
+    }
+
+    fn as_dyn(&self) -> Arc<dyn Runner> {
+        match self {
+            NodeRunner::Ack(runner) => runner.clone(),
+            #[cfg(unix)]
+            NodeRunner::Process(runner) => runner.clone(),
+        }
+    }
+}
+
 struct SimAgent {
     node: SimNode,
-    runner: Arc<AckRunner>,
+    runner: NodeRunner,
     status: watch::Receiver<AgentStatus>,
     handle: Option<AgentHandle>,
 }
@@ -295,10 +372,8 @@ impl SimCluster {
             if agents.contains_key(&node.node_id) {
                 return Err(SimError::DuplicateNode(node.node_id));
             }
-            let runner = Arc::new(
-                AckRunner::new().task_exit_code(node.task_exit_code).hold_tasks(options.hold_tasks),
-            );
-            let agent = Agent::new(node.config(head, token, &options), runner.clone())
+            let runner = NodeRunner::new(&node, &options)?;
+            let agent = Agent::new(node.config(head, token, &options), runner.as_dyn())
                 .map_err(|source| SimError::Agent { node_id: node.node_id.clone(), source })?;
             let status = agent.status();
             ready.push((node.node_id.clone(), agent));
@@ -330,9 +405,22 @@ impl SimCluster {
         self.agents.get(node_id).map(|a| &a.node)
     }
 
-    /// The runner of `node_id`: what it "runs".
+    /// The runner of `node_id`, what it "runs", when it is an [`AckRunner`].
     pub fn runner(&self, node_id: &str) -> Option<Arc<AckRunner>> {
-        self.agents.get(node_id).map(|a| a.runner.clone())
+        match &self.agents.get(node_id)?.runner {
+            NodeRunner::Ack(runner) => Some(runner.clone()),
+            #[cfg(unix)]
+            NodeRunner::Process(_) => None,
+        }
+    }
+
+    /// The runner of `node_id` when it is a [`ProcessRunner`] ([`RunnerKind::Process`]).
+    #[cfg(unix)]
+    pub fn process_runner(&self, node_id: &str) -> Option<Arc<ProcessRunner>> {
+        match &self.agents.get(node_id)?.runner {
+            NodeRunner::Process(runner) => Some(runner.clone()),
+            NodeRunner::Ack(_) => None,
+        }
     }
 
     /// The status of `node_id`'s agent (its last, if killed).
@@ -435,25 +523,37 @@ impl SimCluster {
         let (head, token, options) = (&self.head, &self.token, &self.options);
         let agent =
             self.agents.get_mut(node_id).ok_or_else(|| SimError::UnknownNode(node_id.into()))?;
-        let new = Agent::new(agent.node.config(head, token, options), agent.runner.clone())
+        let new = Agent::new(agent.node.config(head, token, options), agent.runner.as_dyn())
             .map_err(|source| SimError::Agent { node_id: node_id.into(), source })?;
         agent.status = new.status();
         agent.handle = Some(new.spawn());
         Ok(())
     }
 
-    /// [`SimCluster::restart`] after the machine "rebooted": nothing runs any more.
+    /// [`SimCluster::restart`] after the machine "rebooted": nothing runs any more (a process
+    /// runner stops its processes).
     pub async fn restart_empty(&mut self, node_id: &str) -> Result<(), SimError> {
         self.kill(node_id).await?;
-        self.agents[node_id].runner.forget_all();
+        match &self.agents[node_id].runner {
+            NodeRunner::Ack(runner) => runner.forget_all(),
+            #[cfg(unix)]
+            NodeRunner::Process(runner) => runner.stop_all().await,
+        }
         self.restart(node_id).await
     }
 
-    /// Shuts every agent down and waits for them. Fails if any agent had stopped with an
-    /// error (a refused token, a refused registration).
+    /// Shuts every agent down and waits for them, then stops every process the nodes' process
+    /// runners run (SIGTERM, SIGKILL after their grace period) and waits for that too. Fails
+    /// if any agent had stopped with an error (a refused token, a refused registration).
     pub async fn shutdown(self) -> Result<(), SimError> {
-        let handles: Vec<(String, AgentHandle)> =
-            self.agents.into_iter().filter_map(|(id, a)| a.handle.map(|h| (id, h))).collect();
+        let mut runners = Vec::new();
+        let mut handles: Vec<(String, AgentHandle)> = Vec::new();
+        for (node_id, agent) in self.agents {
+            runners.push(agent.runner);
+            if let Some(handle) = agent.handle {
+                handles.push((node_id, handle));
+            }
+        }
         // Ask all first, then wait: the agents stop concurrently.
         for (_, handle) in &handles {
             handle.request_stop();
@@ -464,6 +564,17 @@ impl SimCluster {
                 failed.push((node_id, e));
             }
         }
+        // The agents are gone; their processes go now, all nodes at once.
+        let mut stopping = tokio::task::JoinSet::new();
+        for runner in runners {
+            #[cfg(unix)]
+            if let NodeRunner::Process(runner) = runner {
+                stopping.spawn(async move { runner.stop_all().await });
+            }
+            #[cfg(not(unix))]
+            drop(runner);
+        }
+        while stopping.join_next().await.is_some() {}
         if failed.is_empty() {
             Ok(())
         } else {

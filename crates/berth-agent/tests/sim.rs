@@ -2,6 +2,7 @@
 //! per-node exit codes, a killed node going silent, and its restart.
 
 mod common;
+mod runner_dir;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -60,7 +61,11 @@ async fn tasks_exit_with_their_nodes_code() {
 #[tokio::test]
 async fn a_killed_node_goes_silent_and_a_restart_brings_it_back_with_its_work() {
     let head = TestHead::start().await;
-    let options = SimOptions { reconnect_backoff: Duration::from_millis(10), hold_tasks: true };
+    let options = SimOptions {
+        reconnect_backoff: Duration::from_millis(10),
+        hold_tasks: true,
+        ..SimOptions::default()
+    };
     let mut cluster =
         SimCluster::start_with(&head.address(), TOKEN, SimNode::mix(4, 1), options).unwrap();
     cluster.wait_registered(WAIT).await.unwrap();
@@ -100,4 +105,103 @@ async fn a_wrong_token_fails_the_wait_and_the_shutdown() {
     assert!(err.to_string().contains("refused the token"), "{err}");
     let err = cluster.shutdown().await.unwrap_err();
     assert!(err.to_string().starts_with("2 simulated agent(s) failed"), "{err}");
+}
+
+/// `berth up`'s set-up: simulated nodes running real processes, each node in its own directory;
+/// an agent restarted in-process keeps (and reports on) its processes; shutting the cluster
+/// down ends them.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn process_runners_run_real_processes_and_shutdown_stops_them() {
+    use berth_agent::{Runner, RunnerKind};
+    use berth_api::agent::{assignment, Assignment, Start};
+    use nix::errno::Errno;
+    use nix::sys::signal::{killpg, Signal};
+    use nix::unistd::Pid;
+
+    fn sh(work_id: &str, script: &str) -> Assignment {
+        let start = Start {
+            work_id: work_id.into(),
+            attempt: 1,
+            kind: WorkKind::Actor as i32,
+            command: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+            ..Start::default()
+        };
+        Assignment { kind: Some(assignment::Kind::Start(start)) }
+    }
+
+    /// Polls `check` until it holds, for at most WAIT.
+    async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+        let waited = tokio::time::timeout(WAIT, async {
+            while !check() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        assert!(waited.await.is_ok(), "not within {WAIT:?}: {what}");
+    }
+
+    let head = TestHead::start().await;
+    let root = runner_dir::RunnerDir::new();
+    let options = SimOptions {
+        reconnect_backoff: Duration::from_millis(10),
+        runner: RunnerKind::Process {
+            root: root.path().to_path_buf(),
+            grace: Duration::from_secs(5),
+        },
+        ..SimOptions::default()
+    };
+    let nodes = vec![SimNode::new("p1"), SimNode::new("p2")];
+    let mut cluster = SimCluster::start_with(&head.address(), TOKEN, nodes, options).unwrap();
+    cluster.wait_registered(WAIT).await.unwrap();
+    assert!(cluster.runner("p1").is_none(), "not an AckRunner");
+    let runner = cluster.process_runner("p1").unwrap();
+    assert_eq!(runner.work_dir(), root.path().join("p1"));
+    assert!(root.path().join("p2/state.json").exists(), "every node has its directory");
+
+    let session = cluster.status("p1").unwrap().session.unwrap();
+    head.assignments_open("p1", session).await;
+    head.assign("p1", sh("actor-1", "echo node=$BERTH_NODE_ID; exec sleep 1000"));
+    let started = |work_id: &'static str| {
+        let head = &head;
+        async move {
+            let report = head
+                .wait(work_id, |log| log.reports_of(work_id).first().map(|r| (*r).clone()))
+                .await;
+            match report.status {
+                Some(Status::Started(started)) => started.pid,
+                other => panic!("{work_id}: expected Started, got {other:?}"),
+            }
+        }
+    };
+    let first = started("actor-1").await;
+    assert_eq!(runner.running(), vec![RunningWork { work_id: "actor-1".into(), attempt: 1 }]);
+    let out_path = runner.log_paths("actor-1").0;
+    eventually("the actor's log shows BERTH_NODE_ID=p1", || {
+        let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+        out.lines().any(|l| l == "node=p1")
+    })
+    .await;
+
+    // The agent restarts in-process: the process keeps running and is announced again; when
+    // it then ends, the new agent reports it.
+    cluster.restart("p1").await.unwrap();
+    let again = head.registration("p1", 2).await;
+    assert_eq!(again.request.running, vec![RunningWork { work_id: "actor-1".into(), attempt: 1 }]);
+    killpg(Pid::from_raw(first as i32), Signal::SIGKILL).unwrap();
+    let exit = head
+        .wait("actor-1 exited", |log| log.reports_of("actor-1").get(1).map(|r| (*r).clone()))
+        .await;
+    assert_eq!(exit.status, Some(Status::Exited(Exited { code: None, signal: Some(9) })));
+    assert_eq!(exit.session, again.session);
+
+    head.assignments_open("p1", again.session).await;
+    head.assign("p1", sh("actor-2", "exec sleep 1000"));
+    let second = started("actor-2").await;
+
+    cluster.shutdown().await.unwrap();
+    eventually("the process is gone after the shutdown", || {
+        killpg(Pid::from_raw(second as i32), None) == Err(Errno::ESRCH)
+    })
+    .await;
 }

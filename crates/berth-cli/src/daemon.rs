@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use berth_agent::{AckRunner, Agent, AgentConfig, SimCluster, SimNode};
+use berth_agent::{
+    Agent, AgentConfig, ProcessOptions, ProcessRunner, Runner, RunnerKind, SimCluster, SimNode,
+    SimOptions,
+};
 use berth_api::local::{default_data_dir, ADDRESS_FILE, DEFAULT_PORT, TOKEN_ENV, TOKEN_FILE};
 use berth_core::Profile;
 use berth_head::{HeadConfig, RunningHead};
@@ -99,6 +102,9 @@ pub struct AgentOptions {
     /// The cluster token [default: $BERTH_TOKEN, else DATA_DIR/token].
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
+    /// Seconds a stopped process (its whole process group) gets between SIGTERM and SIGKILL.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub grace_period: f64,
 }
 
 /// Options of `berth up`.
@@ -287,6 +293,11 @@ fn machine_memory() -> Option<String> {
     Some((kib * 1024).to_string())
 }
 
+/// `berth start --address`: an agent running its assignments as processes, keeping their
+/// logs, working directories and state in `DATA_DIR/agents/<node-id>` (`node` without
+/// `--node-id`). Ctrl-C or SIGTERM stop the agent but not its processes: they keep running,
+/// recorded in that directory, and the next agent started there adopts them (and announces them
+/// to the head, which keeps or stops them).
 async fn run_agent(
     address: &str,
     options: &AgentOptions,
@@ -294,10 +305,19 @@ async fn run_agent(
 ) -> anyhow::Result<()> {
     let data_dir = head.data_dir.clone().unwrap_or_else(default_data_dir);
     let config = agent_config(address, options, &data_dir)?;
-    // Process execution comes with the next release of the agent; until then the agent
-    // acknowledges its assignments (the head sees them ALIVE / RUNNING).
-    let agent =
-        Agent::new(config, std::sync::Arc::new(AckRunner::new())).map_err(|e| anyhow!("{e}"))?;
+    if !(options.grace_period.is_finite() && (0.0..=3600.0).contains(&options.grace_period)) {
+        bail!("--grace-period: {} is not between 0 and 3600 seconds", options.grace_period);
+    }
+    // The node ID is validated above, so it is a plain file name.
+    let work_dir = data_dir.join("agents").join(options.node_id.as_deref().unwrap_or("node"));
+    let process_options = ProcessOptions {
+        grace: Duration::from_secs_f64(options.grace_period),
+        node_id: options.node_id.clone(),
+    };
+    let runner =
+        ProcessRunner::new(work_dir.clone(), process_options).map_err(|e| anyhow!("{e}"))?;
+    let adopted = runner.running().len();
+    let agent = Agent::new(config, std::sync::Arc::new(runner)).map_err(|e| anyhow!("{e}"))?;
     let handle = agent.spawn();
     let status = tokio::select! {
         s = handle.wait_registered(Duration::from_secs(30)) => s.map_err(|e| anyhow!("{e}"))?,
@@ -307,7 +327,12 @@ async fn run_agent(
         "Berth agent registered with the head at {address} as node {}",
         status.node_id.clone().unwrap_or_default()
     );
-    println!("Press Ctrl-C to stop.");
+    println!("  runs its work as processes; logs in {}", work_dir.join("logs").display());
+    if adopted > 0 {
+        println!("  adopted {adopted} process(es) the previous agent left running");
+    }
+    println!("Press Ctrl-C to stop. Its processes keep running; the next agent started on");
+    println!("{} adopts them.", work_dir.display());
     shutdown_signal().await;
     handle.stop().await.map_err(|e| anyhow!("{e}"))?;
     Ok(())
@@ -326,10 +351,36 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
             None => SimNode::mix(args.nodes, args.seed),
         };
         let mut head = boot_head(config).await?;
-        let sim = SimCluster::start(&head.address.to_string(), head.token.as_str(), nodes)
-            .map_err(|e| anyhow!("the local agents could not start: {e}"))?;
-        sim.wait_registered(Duration::from_secs(30)).await.map_err(|e| anyhow!("{e}"))?;
+        // The local agents run real processes, each node in DATA_DIR/agents/<node-id>. They
+        // live in this process, so stopping `up` stops their processes too (SIGTERM, SIGKILL
+        // after 5 s: within the 10 s `berth stop` waits).
+        let agents_dir = data_dir.join("agents");
+        let options = SimOptions {
+            runner: RunnerKind::Process { root: agents_dir.clone(), grace: Duration::from_secs(5) },
+            ..SimOptions::default()
+        };
+        let started =
+            SimCluster::start_with(&head.address.to_string(), head.token.as_str(), nodes, options)
+                .map_err(|e| anyhow!("the local agents could not start: {e}"));
+        let sim = match started {
+            Ok(sim) => match sim.wait_registered(Duration::from_secs(30)).await {
+                Ok(()) => sim,
+                Err(err) => {
+                    let _ = sim.shutdown().await;
+                    head.shutdown().await;
+                    cleanup(&data_dir);
+                    bail!("the local agents did not register: {err}");
+                }
+            },
+            Err(err) => {
+                // The head is up already: stop it, so no stale pid or address file stays.
+                head.shutdown().await;
+                cleanup(&data_dir);
+                return Err(err);
+            }
+        };
         println!("Berth is up: a head and {} local nodes.", sim.len());
+        println!("  work runs as processes; logs in {}/<node>/logs", agents_dir.display());
         print_head(&head, &data_dir);
         println!("Try:");
         println!("  berth status");

@@ -130,7 +130,7 @@ enum Command {
     /// cluster token on its first start (DATA_DIR/token, mode 0600) and prints how to pass it;
     /// it listens on 127.0.0.1 unless --bind says otherwise. An agent registers the machine's
     /// CPUs and memory (flags override), its GPUs, labels and taints, heartbeats, and
-    /// acknowledges the work the head assigns (process execution comes in a later release).
+    /// runs the work the head assigns as processes (left running for the next agent on exit).
     #[command(after_help = "Examples:\n  \
         berth start --head\n  \
         berth start --head --bind 0.0.0.0 --port 8780 --store redis://10.0.0.9:6379\n  \
@@ -140,7 +140,7 @@ enum Command {
     /// Start a local cluster: a head and N local nodes (a mix of CPU and GPU nodes, zones,
     /// and a taint), in the foreground. Prints the dashboard URL and the token.
     #[command(after_help = "Examples:\n  berth up\n  berth up --nodes 20 --port 9000\n  \
-                            berth up --config examples/up.yaml")]
+                            berth up --config examples/local/nodes.yaml")]
     Up(daemon::UpArgs),
 
     /// Stop the `berth start` or `berth up` running with this data directory.

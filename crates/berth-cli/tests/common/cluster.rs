@@ -275,6 +275,17 @@ impl Default for Cluster {
     }
 }
 
+impl Drop for Cluster {
+    /// Agents stopped by a signal leave their processes running, for the next agent to adopt:
+    /// a test's cluster kills what its agents' runner directories still record.
+    fn drop(&mut self) {
+        let agents = self.data.join("agents");
+        for entry in std::fs::read_dir(agents).into_iter().flatten().flatten() {
+            berth_agent::process::kill_recorded(&entry.path());
+        }
+    }
+}
+
 impl Cluster {
     /// A fresh temporary directory.
     pub fn new() -> Cluster {

@@ -1,0 +1,485 @@
+//! The process runner with real processes, driven through the `Runner` trait and an
+//! `Events::channel()`: environment and logs, failures to start, exit codes and signals,
+//! stops of whole process groups, SIGKILL after the grace period, replacement of attempts, and
+//! re-adoption by a new runner on the same directory. Every wait is bounded and on observable
+//! state (a report, `/proc`), never a sleep.
+
+#![cfg(target_os = "linux")]
+
+mod runner_dir;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use berth_agent::process::STATE_FILE;
+use berth_agent::{
+    Events, ProcessError, ProcessOptions, ProcessRunner, Runner, WorkEvent, WorkStatus,
+};
+use berth_api::agent::{InstanceIds, RunningWork, Start, Stop, WorkKind};
+use nix::errno::Errno;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use runner_dir::RunnerDir;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Generous: a bound on waiting, never a synchronisation sleep.
+const WAIT: Duration = Duration::from_secs(10);
+const NODE: &str = "node-a";
+
+fn runner(dir: &Path, grace: Duration) -> ProcessRunner {
+    let options = ProcessOptions { grace, node_id: Some(NODE.into()) };
+    ProcessRunner::new(dir.to_path_buf(), options).unwrap()
+}
+
+fn start(work_id: &str, attempt: u32, kind: WorkKind, command: &str, args: &[&str]) -> Start {
+    Start {
+        work_id: work_id.into(),
+        attempt,
+        kind: kind as i32,
+        command: command.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        namespace: "ns".into(),
+        ..Start::default()
+    }
+}
+
+fn sh(work_id: &str, attempt: u32, kind: WorkKind, script: &str) -> Start {
+    start(work_id, attempt, kind, "sh", &["-c", script])
+}
+
+fn stop(work_id: &str, attempt: u32) -> Stop {
+    Stop { work_id: work_id.into(), attempt, reason: "test".into() }
+}
+
+fn exited(code: Option<i32>, signal: Option<i32>) -> WorkStatus {
+    WorkStatus::Exited { code, signal }
+}
+
+/// The next report, waiting at most [`WAIT`].
+async fn next(rx: &mut UnboundedReceiver<WorkEvent>) -> WorkEvent {
+    match tokio::time::timeout(WAIT, rx.recv()).await {
+        Ok(Some(event)) => event,
+        Ok(None) => panic!("the report channel closed"),
+        Err(_) => panic!("no report within {WAIT:?}"),
+    }
+}
+
+/// The next report, which must be about attempt `attempt` of `work_id`: its status.
+async fn next_of(rx: &mut UnboundedReceiver<WorkEvent>, work_id: &str, attempt: u32) -> WorkStatus {
+    let event = next(rx).await;
+    assert_eq!((event.work_id.as_str(), event.attempt), (work_id, attempt), "{event:?}");
+    event.status
+}
+
+/// Expects `Started` for the attempt: its PID.
+async fn started(rx: &mut UnboundedReceiver<WorkEvent>, work_id: &str, attempt: u32) -> u32 {
+    match next_of(rx, work_id, attempt).await {
+        WorkStatus::Started { pid } if pid > 0 => pid,
+        other => panic!("expected Started for {work_id}/{attempt}, got {other:?}"),
+    }
+}
+
+/// Polls `check` until it holds, for at most [`WAIT`].
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !check() {
+        assert!(Instant::now() < deadline, "not within {WAIT:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// (pid, command name) of the processes of group `pgid` that are not zombies.
+fn group_members(pgid: u32) -> Vec<(u32, String)> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
+            members.push((pid, stat[open + 1..close].to_string()));
+        }
+    }
+    members
+}
+
+fn sleeps_in(pgid: u32) -> usize {
+    group_members(pgid).iter().filter(|(_, name)| name == "sleep").count()
+}
+
+/// Waits until no process of group `pgid` exists any more, zombies included (`killpg(0)`
+/// answers ESRCH once every member is reaped).
+async fn group_gone(pgid: u32) {
+    eventually(&format!("process group {pgid} is gone"), || {
+        killpg(Pid::from_raw(pgid as i32), None) == Err(Errno::ESRCH)
+    })
+    .await;
+}
+
+fn log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[tokio::test]
+async fn a_task_sees_its_environment_and_gpus_and_logs_its_output() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+
+    let mut task = sh("task-1", 1, WorkKind::Task, "env; echo cwd=$(pwd); echo to-stderr >&2");
+    task.instances.insert("GPU".into(), InstanceIds { ids: vec![1, 3] });
+    task.env.insert("FOO".into(), "bar".into());
+    // Berth's variables win over the request's.
+    task.env.insert("BERTH_NODE_ID".into(), "spoofed".into());
+    runner.start(task, events.clone());
+    started(&mut rx, "task-1", 1).await;
+    assert_eq!(next_of(&mut rx, "task-1", 1).await, exited(Some(0), None));
+    assert!(runner.running().is_empty());
+
+    let (out, err) = runner.log_paths("task-1");
+    assert_eq!(out, dir.path().join("logs/task-1.out"));
+    let text = log(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("=== berth: task-1 attempt 1 starting at "), "{text}");
+    let cwd = dir.path().join("work/task-1-1").canonicalize().unwrap();
+    for line in [
+        "CUDA_VISIBLE_DEVICES=1,3".to_string(),
+        "BERTH_TASK_ID=task-1".into(),
+        format!("BERTH_NODE_ID={NODE}"),
+        "BERTH_NAMESPACE=ns".into(),
+        "BERTH_ATTEMPT=1".into(),
+        "FOO=bar".into(),
+        format!("cwd={}", cwd.display()),
+    ] {
+        assert!(lines.contains(&line.as_str()), "{line:?} in:\n{text}");
+    }
+    assert!(!text.contains("BERTH_ACTOR_ID="), "{text}");
+    let err_text = log(&err);
+    assert!(err_text.contains("to-stderr"), "{err_text}");
+    assert!(err_text.contains("=== berth: task-1 attempt 1 exited with code 0"), "{err_text}");
+
+    // A second attempt appends to the same logs, after its own header; no GPU: empty.
+    runner.start(sh("task-1", 2, WorkKind::Task, "env"), events.clone());
+    started(&mut rx, "task-1", 2).await;
+    assert_eq!(next_of(&mut rx, "task-1", 2).await, exited(Some(0), None));
+    let text = log(&out);
+    let second = text.split("=== berth: task-1 attempt 2 starting at ").nth(1).expect("a header");
+    assert!(second.lines().any(|l| l == "CUDA_VISIBLE_DEVICES="), "{text}");
+    assert!(second.lines().any(|l| l == "BERTH_ATTEMPT=2"), "{text}");
+    assert!(text.contains("CUDA_VISIBLE_DEVICES=1,3"), "the first attempt's output stays");
+
+    // Two actors sharing one GPU (0.5 each) both see that instance.
+    for actor in ["actor-a", "actor-b"] {
+        let mut start = sh(actor, 1, WorkKind::Actor, "echo gpu=$CUDA_VISIBLE_DEVICES; env");
+        start.instances.insert("GPU".into(), InstanceIds { ids: vec![2] });
+        start.resources.insert("GPU".into(), "0.5".into());
+        runner.start(start, events.clone());
+        started(&mut rx, actor, 1).await;
+        assert_eq!(next_of(&mut rx, actor, 1).await, exited(Some(0), None));
+        let text = log(&runner.log_paths(actor).0);
+        assert!(text.lines().any(|l| l == "gpu=2"), "{text}");
+        assert!(text.lines().any(|l| l == format!("BERTH_ACTOR_ID={actor}")), "{text}");
+        assert!(!text.contains("BERTH_TASK_ID="), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_command_that_cannot_start_fails_to_start_with_the_os_reason() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+
+    runner.start(start("t", 1, WorkKind::Task, "/no/such/command", &[]), events.clone());
+    match next_of(&mut rx, "t", 1).await {
+        WorkStatus::FailedToStart { error } => {
+            assert!(error.contains("No such file or directory"), "{error}");
+            assert!(error.contains("/no/such/command"), "{error}");
+        }
+        other => panic!("expected FailedToStart, got {other:?}"),
+    }
+
+    // Not executable.
+    let script = dir.path().join("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    runner.start(start("u", 1, WorkKind::Task, script.to_str().unwrap(), &[]), events.clone());
+    match next_of(&mut rx, "u", 1).await {
+        WorkStatus::FailedToStart { error } => {
+            assert!(error.contains("Permission denied"), "{error}")
+        }
+        other => panic!("expected FailedToStart, got {other:?}"),
+    }
+
+    // Requests that cannot be run at all.
+    let mut odd = sh("v", 1, WorkKind::Task, "true");
+    odd.kind = 42;
+    runner.start(odd, events.clone());
+    runner.start(start("w", 1, WorkKind::Actor, "", &[]), events.clone());
+    runner.start(sh("../escape", 1, WorkKind::Task, "true"), events.clone());
+    for (work_id, words) in
+        [("v", "neither an actor"), ("w", "command is empty"), ("../escape", "cannot name a file")]
+    {
+        match next_of(&mut rx, work_id, 1).await {
+            WorkStatus::FailedToStart { error } => assert!(error.contains(words), "{error}"),
+            other => panic!("expected FailedToStart, got {other:?}"),
+        }
+    }
+    assert!(runner.running().is_empty());
+    // No Started, nothing else: a work that exits at once is the marker.
+    runner.start(sh("marker", 1, WorkKind::Task, "true"), events.clone());
+    started(&mut rx, "marker", 1).await;
+    assert!(!dir.path().join("escape.out").exists(), "nothing written outside logs/");
+    assert_eq!(log(&runner.log_paths("t").1).lines().count(), 2, "a header and the failure");
+}
+
+#[tokio::test]
+async fn exit_codes_and_signals_are_reported() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+
+    runner.start(sh("three", 1, WorkKind::Task, "exit 3"), events.clone());
+    started(&mut rx, "three", 1).await;
+    assert_eq!(next_of(&mut rx, "three", 1).await, exited(Some(3), None));
+
+    runner.start(sh("killed", 1, WorkKind::Actor, "kill -9 $$"), events.clone());
+    started(&mut rx, "killed", 1).await;
+    assert_eq!(next_of(&mut rx, "killed", 1).await, exited(None, Some(9)));
+    assert!(log(&runner.log_paths("killed").1).contains("killed attempt 1 ended by signal 9"));
+}
+
+#[tokio::test]
+async fn a_stop_ends_the_whole_process_group() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+
+    runner.start(sh("a", 1, WorkKind::Actor, "sleep 1000 & sleep 1000"), events.clone());
+    let pid = started(&mut rx, "a", 1).await;
+    assert_eq!(runner.running(), vec![RunningWork { work_id: "a".into(), attempt: 1 }]);
+    // Both sleeps run (the background one is a child of the command, in its group).
+    eventually("two sleeps in the group", || sleeps_in(pid) == 2).await;
+
+    // A stop of another attempt, or of unknown work, is ignored.
+    runner.stop(stop("a", 7), events.clone());
+    runner.stop(stop("nothing", 1), events.clone());
+    runner.stop(stop("a", 1), events.clone());
+    assert!(runner.running().is_empty(), "a stopping attempt is not listed as running");
+    assert_eq!(next_of(&mut rx, "a", 1).await, exited(None, Some(15)));
+    // Reported once the group is empty: no live process of it remains.
+    assert_eq!(group_members(pid), vec![]);
+    group_gone(pid).await;
+    assert!(rx.try_recv().is_err(), "nothing else was reported");
+}
+
+#[tokio::test]
+async fn a_process_ignoring_sigterm_is_killed_after_the_grace_period() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_millis(200));
+    let (events, mut rx) = Events::channel();
+
+    runner.start(sh("stubborn", 1, WorkKind::Actor, "trap '' TERM; sleep 1000"), events.clone());
+    let pid = started(&mut rx, "stubborn", 1).await;
+    // The trap is set once the sleep runs.
+    eventually("the sleep runs", || sleeps_in(pid) == 1).await;
+    let asked = Instant::now();
+    runner.stop(stop("stubborn", 1), events.clone());
+    assert_eq!(next_of(&mut rx, "stubborn", 1).await, exited(None, Some(9)));
+    assert!(asked.elapsed() >= Duration::from_millis(200), "SIGKILL only after the grace period");
+    group_gone(pid).await;
+}
+
+#[tokio::test]
+async fn what_a_command_leaves_behind_in_its_group_is_stopped_when_it_exits() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+
+    runner.start(sh("t", 1, WorkKind::Task, "sleep 1000 & echo $! > bg.pid"), events.clone());
+    let pid = started(&mut rx, "t", 1).await;
+    assert_eq!(next_of(&mut rx, "t", 1).await, exited(Some(0), None));
+    group_gone(pid).await;
+}
+
+#[tokio::test]
+async fn repeated_starts_are_acknowledged_and_newer_attempts_replace_older_ones() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+
+    runner.start(start("a", 1, WorkKind::Actor, "sleep", &["1000"]), events.clone());
+    let first = started(&mut rx, "a", 1).await;
+    // The head resends a start it has no acknowledgement for: Started again, same process.
+    runner.start(start("a", 1, WorkKind::Actor, "sleep", &["1000"]), events.clone());
+    assert_eq!(started(&mut rx, "a", 1).await, first);
+
+    // A newer attempt: the older one is stopped first, then the newer one starts.
+    runner.start(start("a", 2, WorkKind::Actor, "sleep", &["1000"]), events.clone());
+    assert_eq!(next_of(&mut rx, "a", 1).await, exited(None, Some(15)));
+    let second = started(&mut rx, "a", 2).await;
+    assert_ne!(first, second);
+    assert_eq!(runner.running(), vec![RunningWork { work_id: "a".into(), attempt: 2 }]);
+    group_gone(first).await;
+
+    // An older attempt is stale: ignored.
+    runner.start(start("a", 1, WorkKind::Actor, "sleep", &["1000"]), events.clone());
+    runner.stop(stop("a", 2), events.clone());
+    assert_eq!(next_of(&mut rx, "a", 2).await, exited(None, Some(15)));
+    assert!(runner.running().is_empty());
+    let text = log(&runner.log_paths("a").0);
+    assert_eq!(text.matches("=== berth: a attempt").count(), 2, "{text}");
+    assert!(dir.path().join("work/a-1").is_dir() && dir.path().join("work/a-2").is_dir());
+}
+
+#[tokio::test]
+async fn stop_all_ends_everything() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+    let mut pids = Vec::new();
+    for actor in ["x", "y"] {
+        runner.start(start(actor, 1, WorkKind::Actor, "sleep", &["1000"]), events.clone());
+        pids.push(started(&mut rx, actor, 1).await);
+    }
+    tokio::time::timeout(WAIT, runner.stop_all()).await.expect("stop_all returns");
+    assert!(runner.running().is_empty());
+    let mut exits: Vec<WorkEvent> = vec![next(&mut rx).await, next(&mut rx).await];
+    exits.sort_by(|a, b| a.work_id.cmp(&b.work_id));
+    for (event, actor) in exits.iter().zip(["x", "y"]) {
+        assert_eq!((event.work_id.as_str(), &event.status), (actor, &exited(None, Some(15))));
+    }
+    for pid in pids {
+        group_gone(pid).await;
+    }
+}
+
+/// The processes recorded in the runner's state file, as (work_id, attempt, pid).
+fn recorded(dir: &Path) -> Vec<(String, u64, u64)> {
+    let text = std::fs::read_to_string(dir.join(STATE_FILE)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["work_id"].as_str().unwrap().to_string(),
+                p["attempt"].as_u64().unwrap(),
+                p["pid"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_new_runner_adopts_the_processes_of_the_previous_one() {
+    let dir = RunnerDir::new();
+    let a = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+    a.start(start("actor-x", 2, WorkKind::Actor, "sleep", &["1000"]), events.clone());
+    let pid = started(&mut rx, "actor-x", 2).await;
+    assert_eq!(recorded(dir.path()), vec![("actor-x".to_string(), 2, u64::from(pid))]);
+
+    // One runner per directory.
+    let err = ProcessRunner::new(dir.path().to_path_buf(), ProcessOptions::default()).unwrap_err();
+    assert!(matches!(err, ProcessError::InUse { .. }), "{err}");
+    assert!(err.to_string().contains("in use by another agent"), "{err}");
+
+    // The runner goes (the agent exits): the process keeps running.
+    drop(a);
+    assert_eq!(sleeps_in(pid), 1, "the process outlives its runner");
+
+    let b = runner(dir.path(), Duration::from_secs(10));
+    assert_eq!(b.running(), vec![RunningWork { work_id: "actor-x".into(), attempt: 2 }]);
+    let (events, mut rx) = Events::channel();
+    b.attach(events.clone());
+    // A repeated start of the adopted attempt is acknowledged with its PID.
+    b.start(start("actor-x", 2, WorkKind::Actor, "sleep", &["1000"]), events.clone());
+    assert_eq!(started(&mut rx, "actor-x", 2).await, pid);
+
+    b.stop(stop("actor-x", 2), events.clone());
+    assert_eq!(next_of(&mut rx, "actor-x", 2).await, exited(None, Some(15)));
+    assert!(b.running().is_empty());
+    assert_eq!(recorded(dir.path()), vec![]);
+    group_gone(pid).await;
+}
+
+#[tokio::test]
+async fn an_adopted_process_that_exits_is_reported() {
+    let dir = RunnerDir::new();
+    let a = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+    a.start(start("t", 1, WorkKind::Task, "sleep", &["1000"]), events.clone());
+    let pid = started(&mut rx, "t", 1).await;
+    drop(a);
+
+    let b = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+    b.attach(events);
+    assert_eq!(b.running(), vec![RunningWork { work_id: "t".into(), attempt: 1 }]);
+    // It ends on its own (not through the runner): seen by polling, status unknown.
+    killpg(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    assert_eq!(next_of(&mut rx, "t", 1).await, exited(None, None));
+    assert!(b.running().is_empty());
+    assert_eq!(recorded(dir.path()), vec![]);
+}
+
+#[tokio::test]
+async fn a_process_that_died_while_no_runner_existed_is_reported_exited() {
+    let dir = RunnerDir::new();
+    let a = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+    a.start(start("gone", 3, WorkKind::Actor, "sleep", &["1000"]), events.clone());
+    let pid = started(&mut rx, "gone", 3).await;
+    drop(a);
+    killpg(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    eventually("the process died", || sleeps_in(pid) == 0).await;
+
+    let b = runner(dir.path(), Duration::from_secs(10));
+    assert!(b.running().is_empty());
+    assert_eq!(recorded(dir.path()), vec![]);
+    let (events, mut rx) = Events::channel();
+    b.attach(events);
+    assert_eq!(next_of(&mut rx, "gone", 3).await, exited(None, None));
+    let err = log(&b.log_paths("gone").1);
+    assert!(err.contains("gone attempt 3 ended while no agent watched it"), "{err}");
+}
+
+#[tokio::test]
+async fn a_recorded_pid_now_used_by_another_process_is_not_adopted() {
+    let dir = RunnerDir::new();
+    // This test's own PID, recorded with another start time: PID reuse.
+    let me = std::process::id();
+    let state = serde_json::json!({
+        "version": 1,
+        "processes": [
+            {"work_id": "reused", "attempt": 1, "kind": "actor", "pid": me, "pgid": me, "start_time": 1},
+            {"work_id": "vanished", "attempt": 4, "kind": "task", "pid": 999_999_999u32, "pgid": 999_999_999, "start_time": 5},
+        ],
+    });
+    std::fs::write(dir.path().join(STATE_FILE), state.to_string()).unwrap();
+    let b = runner(dir.path(), Duration::from_secs(10));
+    assert!(b.running().is_empty());
+    let (events, mut rx) = Events::channel();
+    b.attach(events);
+    let mut got: BTreeMap<String, (u32, WorkStatus)> = BTreeMap::new();
+    for _ in 0..2 {
+        let event = next(&mut rx).await;
+        got.insert(event.work_id, (event.attempt, event.status));
+    }
+    assert_eq!(got["reused"], (1, exited(None, None)));
+    assert_eq!(got["vanished"], (4, exited(None, None)));
+    assert_eq!(recorded(dir.path()), vec![]);
+}
+
+#[tokio::test]
+async fn the_runner_needs_a_usable_directory() {
+    let dir = RunnerDir::new();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let err = ProcessRunner::new(file.join("sub"), ProcessOptions::default()).unwrap_err();
+    assert!(matches!(err, ProcessError::Directory { .. }), "{err}");
+    assert!(err.to_string().contains("cannot use the agent directory"), "{err}");
+}
