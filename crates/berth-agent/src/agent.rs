@@ -1,14 +1,18 @@
 //! The protocol side of the node daemon: register, heartbeat, follow assignments, report.
 //!
 //! One agent is one loop of *sessions*. A session starts with `Register` (announcing what the
-//! runner has running, and stopping what the head says to stop) and then runs three parts
+//! runner has running, and stopping what the head says to stop) and then runs four parts
 //! concurrently, in one task:
 //!
 //! - the `Heartbeat` stream, one message every interval the head asked for;
 //! - the `Assignments` stream, each `Start`/`Stop` handed to the [`Runner`];
-//! - the reporter, which turns the runner's [`Events`] into `ReportStatus` calls, in order.
+//! - the reporter, which turns the runner's [`Events`] into `ReportStatus` calls, in order;
+//! - the `Logs` stream, which serves the head's log requests (`berth logs`) from the files the
+//!   runner names ([`Runner::log_file`]; see `logs`). It is optional: its failures are retried
+//!   after the backoff without ending the session (a head without it answers UNIMPLEMENTED,
+//!   and the agent then runs without serving logs), except an old session or a refused token.
 //!
-//! The session ends when any part fails or a stream ends: the head restarted, declared the node
+//! The session ends when any other part fails or a stream ends: the head restarted, declared the node
 //! dead (`FAILED_PRECONDITION` on an old session), or cannot be reached. The agent then waits
 //! [`AgentConfig::reconnect_backoff`] and registers again under the node ID the head gave,
 //! forever, until shut down. Only a refused token (`UNAUTHENTICATED`, `PERMISSION_DENIED`) or a
@@ -41,6 +45,15 @@ use tracing::{debug, info, warn};
 
 use crate::config::{AgentConfig, ConfigError};
 use crate::runner::{Events, Runner, WorkEvent};
+
+pub mod logs;
+
+/// The request metadata naming the node of a `Logs` stream (see `proto/agent.proto`).
+pub const LOG_NODE_METADATA: &str = "berth-node-id";
+/// The request metadata naming the session of a `Logs` stream (decimal).
+pub const LOG_SESSION_METADATA: &str = "berth-session";
+/// Log chunks queued for the head at most, all requests together.
+const LOG_QUEUE: usize = 32;
 
 /// The longest wait for a unary call (`Register`, `ReportStatus`) or for a stream to open.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -373,7 +386,51 @@ impl Agent {
         tokio::select! {
             ended = self.heartbeats(client.clone(), &session, interval) => ended,
             ended = self.assignments(client.clone(), &session, events) => ended,
+            ended = self.logs(client.clone(), &session) => ended,
             ended = self.reports(client, &session, events, events_rx, pending) => ended,
+        }
+    }
+
+    /// Keeps the session's `Logs` stream open and serves it. Ends the session only for an old
+    /// session or a refused token; anything else is retried after the backoff, and a head
+    /// that does not serve logs leaves this part idle for the session.
+    async fn logs(&self, mut client: Client, session: &Session) -> Ended {
+        let metadata = (
+            MetadataValue::<Ascii>::try_from(session.node_id.as_str()),
+            MetadataValue::<Ascii>::try_from(session.session.to_string()),
+        );
+        let (Ok(node), Ok(number)) = metadata else {
+            warn!(node_id = %session.node_id, "the node ID cannot travel as metadata: logs are not served");
+            return std::future::pending().await;
+        };
+        loop {
+            let (tx, rx) = mpsc::channel(LOG_QUEUE);
+            let mut request = tonic::Request::new(ReceiverStream::new(rx));
+            request.metadata_mut().insert(LOG_NODE_METADATA, node.clone());
+            request.metadata_mut().insert(LOG_SESSION_METADATA, number.clone());
+            let reason = match tokio::time::timeout(CALL_TIMEOUT, client.logs(request)).await {
+                Ok(Ok(response)) => {
+                    debug!(node_id = %session.node_id, "log stream open");
+                    match logs::serve(self.runner.clone(), response.into_inner(), tx).await {
+                        Ok(()) => "the head ended the log stream".to_string(),
+                        Err(status) => describe("Logs", &status),
+                    }
+                }
+                Ok(Err(status)) => match status.code() {
+                    Code::Unimplemented => {
+                        warn!("the head does not serve logs (an older head?): `berth logs` cannot read this node");
+                        return std::future::pending().await;
+                    }
+                    Code::FailedPrecondition => return self.failed("Logs", status),
+                    _ if verdict(status.code()) == Verdict::Refused => {
+                        return self.failed("Logs", status)
+                    }
+                    _ => describe("Logs", &status),
+                },
+                Err(_) => "opening the log stream timed out".to_string(),
+            };
+            debug!(node_id = %session.node_id, %reason, "log stream lost; opening it again");
+            tokio::time::sleep(self.config.reconnect_backoff).await;
         }
     }
 

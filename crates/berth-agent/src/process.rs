@@ -10,6 +10,7 @@
 //!   lock                         held (flock) by the runner using the directory
 //!   state.json                   the processes running now (for the next agent: re-adoption)
 //!   logs/<work_id>.out, .err     stdout and stderr of every attempt, appended, a header each
+//!                                (read by `berth logs` through [`Runner::log_file`])
 //!   work/<work_id>-<attempt>/    each attempt's working directory
 //! ```
 //!
@@ -58,7 +59,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use berth_api::agent::{RunningWork, Start, Stop, WorkKind};
+use berth_api::agent::{LogStream, RunningWork, Start, Stop, WorkKind};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{killpg, Signal};
@@ -463,6 +464,18 @@ impl Runner for ProcessRunner {
 
     fn registered(&self, node_id: &str) {
         node_id.clone_into(&mut self.shared.lock().node_id);
+    }
+
+    fn log_file(&self, work_id: &str, stream: LogStream) -> Option<PathBuf> {
+        // Checked again here: a work ID that could leave `logs/` never becomes a path.
+        if logs::invalid_work_id(work_id).is_some() {
+            return None;
+        }
+        match stream {
+            LogStream::Out => Some(logs::out_path(&self.shared.dir, work_id)),
+            LogStream::Err => Some(logs::err_path(&self.shared.dir, work_id)),
+            LogStream::Unspecified => None,
+        }
     }
 }
 

@@ -6,10 +6,11 @@
 //! which the agent turns into `ReportStatus` calls in the order they were sent.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use berth_api::agent::{self, status_report, RunningWork, Start, Stop, WorkKind};
+use berth_api::agent::{self, status_report, LogStream, RunningWork, Start, Stop, WorkKind};
 use tokio::sync::mpsc;
 
 /// The signal number reported when work is stopped (SIGTERM).
@@ -144,6 +145,31 @@ pub trait Runner: Send + Sync + 'static {
     fn registered(&self, node_id: &str) {
         let _ = node_id;
     }
+    /// The file holding `stream` (stdout or stderr) of `work_id`, all its attempts, for
+    /// `berth logs`; `None` when this runner keeps no logs (the agent then answers "this node
+    /// keeps no logs"). The agent checks `work_id` with [`invalid_work_id`] first; the file
+    /// need not exist yet.
+    fn log_file(&self, work_id: &str, stream: LogStream) -> Option<PathBuf> {
+        let _ = (work_id, stream);
+        None
+    }
+}
+
+/// Why `work_id` cannot name a file, or `None` when it can: 1 to 200 letters, digits, `-`, `_`
+/// and `.`, not starting with `.` (the head's IDs are `actor-<n>` and `task-<n>`). Every work
+/// ID that becomes part of a path (a log, a working directory) passes this check first, so
+/// none can reach outside the runner's directory.
+pub fn invalid_work_id(work_id: &str) -> Option<String> {
+    let valid = !work_id.is_empty()
+        && work_id.len() <= 200
+        && !work_id.starts_with('.')
+        && work_id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    (!valid).then(|| {
+        format!(
+            "work ID {work_id:?} cannot name a file: use 1 to 200 letters, digits, '-', '_' and \
+             '.', not starting with '.'"
+        )
+    })
 }
 
 #[derive(Clone, Copy, Debug)]

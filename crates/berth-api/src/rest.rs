@@ -479,6 +479,42 @@ pub struct WaitQuery {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Logs.
+
+/// Which output of an actor or task: its standard output or its standard error.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LogStream {
+    /// Standard output.
+    #[default]
+    Out,
+    /// Standard error.
+    Err,
+}
+
+impl LogStream {
+    /// `out` or `err`, as in the query.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogStream::Out => "out",
+            LogStream::Err => "err",
+        }
+    }
+}
+
+/// Query of `GET /api/v1/logs/{id}`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
+pub struct LogsQuery {
+    /// `out` (standard output, the default) or `err` (standard error).
+    pub stream: Option<LogStream>,
+    /// `true`: keep the answer open and send what is written later, until the client goes
+    /// away (or the work ends for good); default `false`.
+    pub follow: Option<bool>,
+    /// The first byte to send (default 0, the whole log); a log keeps every attempt's output.
+    pub offset: Option<u64>,
+}
+
+// ---------------------------------------------------------------------------------------------
 // Lists.
 
 /// Filters of the list endpoints; each is optional and they combine with AND.

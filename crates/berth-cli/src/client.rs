@@ -29,6 +29,7 @@ mod flags;
 pub mod get;
 pub mod kill;
 pub mod list;
+pub mod logs;
 pub mod pg;
 pub mod status;
 pub mod taint;

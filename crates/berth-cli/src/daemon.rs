@@ -190,6 +190,7 @@ fn print_head(head: &RunningHead, data_dir: &Path) {
         "  REST API: http://{}/api/v1  (OpenAPI: /api/v1/openapi.json, metrics: /metrics)",
         head.address
     );
+    println!("  dashboard: http://{}/  (it asks for the token below)", head.address);
     println!("  reloaded: {}", head.restored);
     let token_path = data_dir.join(TOKEN_FILE);
     if head.token_created {

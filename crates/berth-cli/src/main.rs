@@ -3,8 +3,8 @@
 //! Layout: this file parses the command line and maps errors to exit statuses; each command
 //! lives in its own module (`explain`, `validate`); `snapshot` turns the input files into core
 //! types and `render` prints results. The commands that talk to a running head (`status`,
-//! `list`, `get`, `taint`, `actor`, `task`, `pg`, `kill`, and `explain` with an ID or without
-//! `--cluster`) are under `client`, with the REST client they share.
+//! `list`, `get`, `taint`, `actor`, `task`, `pg`, `kill`, `logs`, and `explain` with an ID or
+//! without `--cluster`) are under `client`, with the REST client they share.
 //!
 //! Exit statuses: 0 when the command did its job (for `explain`, any decision: placed, pending
 //! and infeasible are all answers), 2 for bad input (command line or files; the message names
@@ -124,6 +124,20 @@ enum Command {
     #[command(after_help = "Examples:\n  berth drain gpu-1\n  berth drain 10.0.0.3")]
     Drain(client::drain::DrainArgs),
 
+    /// Print an actor's or task's output (stdout, or stderr with --stream err), read on its
+    /// node and streamed through the head.
+    ///
+    /// The log holds every attempt's output, each after a `=== berth: …` header line. With
+    /// --follow, new output is printed as it is written, until Ctrl-C (or until the work ends
+    /// for good). Exit status: 0; 2 for an ID of no actor or task; 1 when the head cannot be
+    /// reached or answers an error (404 for an unknown ID, 409 when the work was never placed
+    /// or its node is dead or unreachable), or when the answer breaks off.
+    #[command(
+        after_help = "Examples:\n  berth logs actor-12\n  berth logs task-3 --stream err\n  \
+                            berth logs actor-12 --follow"
+    )]
+    Logs(client::logs::LogsArgs),
+
     /// Start a head (`--head`) or an agent that joins one (`--address HOST:PORT`).
     ///
     /// Runs in the foreground until Ctrl-C, SIGTERM or `berth stop`. The head creates the
@@ -203,6 +217,7 @@ fn main() -> ExitCode {
         Command::Pg(args) => client::pg::run(args, &mut stdout.lock()),
         Command::Kill(args) => client::kill::run(args, &mut stdout.lock()),
         Command::Drain(args) => client::drain::run(args, &mut stdout.lock()),
+        Command::Logs(args) => client::logs::run(args, &mut stdout.lock()),
         Command::Start(args) => daemon::start(args),
         Command::Up(args) => daemon::up(args),
         Command::Stop(args) => daemon::stop(args),

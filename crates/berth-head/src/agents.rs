@@ -4,6 +4,10 @@
 //! Heartbeats are the exception: they never reach the owner (one message per node every
 //! interval would compete with decisions). Each live session has a [`Liveness`] cell; the
 //! heartbeat stream writes the time into it, and the owner's periodic tick reads it.
+//!
+//! Log streams (`Logs`) reach the owner once, when they open, to check the session (the same
+//! lookup a heartbeat stream makes); from then on they belong to the [`LogStreams`] registry
+//! and their bytes never pass through the owner.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,8 +16,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use berth_api::agent::agent_service_server::{AgentService, AgentServiceServer};
 use berth_api::agent::{
-    Assignment, AssignmentsRequest, HeartbeatReply, HeartbeatRequest, RegisterReply,
-    RegisterRequest, StatusReplies, StatusReports,
+    Assignment, AssignmentsRequest, HeartbeatReply, HeartbeatRequest, LogChunk, LogRequest,
+    RegisterReply, RegisterRequest, StatusReplies, StatusReports,
 };
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
@@ -22,7 +26,13 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::handle::Command;
+use crate::logs::LogStreams;
 use crate::token::Token;
+
+/// The request metadata naming the node of a `Logs` stream.
+pub(crate) const LOG_NODE_METADATA: &str = "berth-node-id";
+/// The request metadata naming the session of a `Logs` stream (decimal).
+pub(crate) const LOG_SESSION_METADATA: &str = "berth-session";
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
@@ -69,13 +79,15 @@ pub(crate) enum AgentCommand {
 #[derive(Clone)]
 pub(crate) struct AgentApi {
     commands: mpsc::Sender<Command>,
+    logs: Arc<LogStreams>,
 }
 
 impl AgentApi {
-    /// The service, wrapped in the token check.
+    /// The service, wrapped in the token check; log streams register in `logs`.
     pub(crate) fn server(
         commands: mpsc::Sender<Command>,
         token: Token,
+        logs: Arc<LogStreams>,
     ) -> tonic::service::interceptor::InterceptedService<
         AgentServiceServer<AgentApi>,
         impl tonic::service::Interceptor + Clone,
@@ -90,7 +102,7 @@ impl AgentApi {
                 )),
             }
         };
-        AgentServiceServer::with_interceptor(AgentApi { commands }, check)
+        AgentServiceServer::with_interceptor(AgentApi { commands, logs }, check)
     }
 
     async fn ask<T>(
@@ -194,6 +206,44 @@ impl AgentService for AgentApi {
         }
         self.ask(|reply| AgentCommand::Report { reports, reply }).await.map(Response::new)
     }
+
+    type LogsStream = BoxStream<LogRequest>;
+
+    async fn logs(
+        &self,
+        request: Request<Streaming<LogChunk>>,
+    ) -> Result<Response<Self::LogsStream>, Status> {
+        let (node_id, session) = log_session(request.metadata())?;
+        let name = node_id.clone();
+        let liveness =
+            self.ask(|reply| AgentCommand::Heartbeat { node_id: name, session, reply }).await?;
+        let rx = self.logs.attach(node_id, session, liveness, request.into_inner())?;
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+}
+
+/// The node and session a `Logs` call names in its metadata.
+fn log_session(metadata: &tonic::metadata::MetadataMap) -> Result<(String, u64), Status> {
+    let text = |key: &str| {
+        metadata.get(key).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
+    };
+    let node_id = text(LOG_NODE_METADATA).ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "{LOG_NODE_METADATA}: missing; a Logs call names its node and session in metadata"
+        ))
+    })?;
+    let session = text(LOG_SESSION_METADATA)
+        .ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "{LOG_SESSION_METADATA}: missing; a Logs call names its node and session in \
+                 metadata"
+            ))
+        })?
+        .parse::<u64>()
+        .map_err(|_| {
+            Status::invalid_argument(format!("{LOG_SESSION_METADATA}: not a session number"))
+        })?;
+    Ok((node_id.to_string(), session))
 }
 
 /// Most status reports in one call.

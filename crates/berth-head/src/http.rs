@@ -4,7 +4,8 @@
 //! [`HeadHandle`] and are answered once durable. Every route but `GET /healthz` needs the
 //! cluster token (`Authorization: Bearer <token>`). Every error is an [`ApiError`] JSON body:
 //! bad input 400 naming the field, 401, 404 (unknown ID or route), 405, 408, 409, 413, and 503
-//! only when the head cannot make a change durable.
+//! only when the head cannot make a change durable. `GET /api/v1/logs/{id}` is the one route
+//! that answers `text/plain`, streamed from the node's agent (`logs`).
 //!
 //! One module per resource; `extract` holds the extractors that turn bad input into
 //! [`ApiError`]s.
@@ -14,6 +15,7 @@ mod cluster;
 mod explain;
 mod extract;
 mod groups;
+mod logs;
 mod nodes;
 mod tasks;
 #[cfg(test)]
@@ -35,6 +37,7 @@ use utoipa::openapi::{RefOr, ResponseBuilder};
 use utoipa::OpenApi;
 
 use crate::handle::HeadHandle;
+use crate::logs::LogStreams;
 use crate::metrics::Metrics;
 use crate::token::Token;
 use extract::{Failure, MAX_BODY_BYTES};
@@ -44,21 +47,35 @@ use extract::{Failure, MAX_BODY_BYTES};
 pub(crate) struct Api {
     handle: HeadHandle,
     metrics: Arc<Metrics>,
+    /// The agents' log streams (`GET /api/v1/logs/{id}`).
+    logs: Arc<LogStreams>,
     /// The OpenAPI document, rendered once.
     openapi: Bytes,
 }
 
+/// [`router_with_logs`] without agents: no node has a log stream (the HTTP mapping's tests).
+#[cfg(test)]
+pub(crate) fn router(handle: HeadHandle, token: Token, metrics: Arc<Metrics>) -> Router {
+    router_with_logs(handle, token, metrics, Arc::default())
+}
+
 /// The REST routes, token check included (on these routes only, so routes merged in later,
-/// like the agent protocol's gRPC services, keep their own checks).
+/// like the agent protocol's gRPC services, keep their own checks). Logs are read through the
+/// agents' log streams in `logs`.
 ///
 /// Layers, outermost first: request metrics (every answer, 401s and unknown routes
 /// included), the 1 MiB body limit, then the token check (on matched routes only). The
 /// router has a fallback (404 `ApiError`, or gRPC `UNIMPLEMENTED` for `application/grpc`
 /// requests), so a router merged into it must not have one: call
 /// [`Router::reset_fallback`] on tonic's router first.
-pub(crate) fn router(handle: HeadHandle, token: Token, metrics: Arc<Metrics>) -> Router {
+pub(crate) fn router_with_logs(
+    handle: HeadHandle,
+    token: Token,
+    metrics: Arc<Metrics>,
+    logs: Arc<LogStreams>,
+) -> Router {
     let openapi = openapi_json();
-    let api = Api { handle, metrics: metrics.clone(), openapi };
+    let api = Api { handle, metrics: metrics.clone(), logs, openapi };
     let protected = Router::new()
         .route("/metrics", get(cluster::metrics))
         .route("/api/v1/openapi.json", get(cluster::openapi))
@@ -77,6 +94,7 @@ pub(crate) fn router(handle: HeadHandle, token: Token, metrics: Arc<Metrics>) ->
         .route("/api/v1/placement_groups/{id}/wait", get(groups::wait_group))
         .route("/api/v1/explain", post(explain::dry_run))
         .route("/api/v1/explain/{id}", get(explain::explain))
+        .route("/api/v1/logs/{id}", get(logs::logs))
         .method_not_allowed_fallback(method_not_allowed)
         .route_layer(middleware::from_fn_with_state(token, require_token))
         .with_state(api);
@@ -206,6 +224,7 @@ async fn method_not_allowed(req: Request) -> Response {
         groups::wait_group,
         explain::explain,
         explain::dry_run,
+        logs::logs,
     ),
     components(schemas(
         rest::ApiError,
@@ -235,6 +254,7 @@ async fn method_not_allowed(req: Request) -> Response {
         rest::PendingItem,
         rest::Demand,
         rest::NodeCounts,
+        rest::LogStream,
     )),
     modifiers(&TokenSecurity),
     tags(
@@ -244,6 +264,7 @@ async fn method_not_allowed(req: Request) -> Response {
         (name = "tasks", description = "Processes run to completion, retried on failure"),
         (name = "placement_groups", description = "Atomic reservations of bundles"),
         (name = "explain", description = "Why something is where it is, or waits; dry runs"),
+        (name = "logs", description = "The output of actors and tasks, from their nodes"),
     )
 )]
 pub(crate) struct ApiDoc;

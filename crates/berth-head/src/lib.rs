@@ -7,15 +7,17 @@
 //! changes durable (one store commit per cycle) before anything is acknowledged.
 //!
 //! [`start`] runs a head on a tokio runtime: it takes the store's lease, reloads the state,
-//! and serves REST, `/metrics` and the agent protocol (gRPC) on one port.
+//! and serves REST, `/metrics`, the dashboard and the agent protocol (gRPC) on one port.
 
 #![warn(missing_docs)]
 
 mod agents;
 pub mod config;
+mod dashboard;
 pub mod error;
 pub mod handle;
 mod http;
+mod logs;
 mod metrics;
 mod owner;
 mod records;
@@ -177,12 +179,16 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, StartError> {
 
     // The agent protocol shares the port: its routes join the REST router (whose fallback
     // answers unknown paths with a JSON 404).
-    let agents = AgentApi::server(commands_tx, token.clone());
+    // The agents' log streams, shared by the agent protocol and the REST API (never the owner).
+    let log_streams = Arc::new(logs::LogStreams::default());
+    let agents = AgentApi::server(commands_tx, token.clone(), log_streams.clone());
     let grpc_path = format!(
         "/{}/{{*rest}}",
         <berth_api::agent::agent_service_server::AgentServiceServer<AgentApi> as tonic::server::NamedService>::NAME
     );
-    let router = http::router(handle.clone(), token.clone(), metrics.clone()).route_service(
+    let rest = http::router_with_logs(handle.clone(), token.clone(), metrics.clone(), log_streams)
+        .merge(dashboard::router(handle.clone(), token.clone()));
+    let router = rest.route_service(
         &grpc_path,
         tower::ServiceExt::map_request(agents, |req: axum::http::Request<axum::body::Body>| {
             req.map(tonic::body::Body::new)

@@ -226,8 +226,7 @@ impl View {
     pub fn list_nodes(&self, query: &ListQuery) -> Result<List<Node>, QueryError> {
         let filter = Filter::new(query, &["ALIVE", "DRAINING", "DEAD"])?;
         Ok(filter.collect(self.nodes.values().map(|n| {
-            let keep = filter.keeps(&upper(&n.state), None, None, Some(&n.labels))
-                && filter.node.is_none_or(|id| id == n.node_id);
+            let keep = filter.keeps(&upper(&n.state), None, Some(&n.node_id), Some(&n.labels));
             (keep, (**n).clone())
         })))
     }
@@ -288,7 +287,9 @@ impl View {
             let on_node = filter
                 .node
                 .is_none_or(|id| g.bundles.iter().any(|b| b.node_id.as_deref() == Some(id)));
-            let keep = on_node && filter.keeps(&upper(&g.state), Some(&g.namespace), None, None);
+            // The node filter is `on_node` (a group has a node per bundle).
+            let keep =
+                on_node && filter.keeps(&upper(&g.state), Some(&g.namespace), filter.node, None);
             (keep, (**g).clone())
         })))
     }

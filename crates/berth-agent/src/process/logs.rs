@@ -12,20 +12,8 @@ pub const WORK_DIR: &str = "work";
 /// The directory of the logs, under the runner's directory.
 pub const LOG_DIR: &str = "logs";
 
-/// Why `work_id` cannot name a file, or `None` when it can: 1 to 200 letters, digits, `-`, `_`
-/// and `.`, not starting with `.` (the head's IDs are `actor-<n>` and `task-<n>`).
-pub fn invalid_work_id(work_id: &str) -> Option<String> {
-    let valid = !work_id.is_empty()
-        && work_id.len() <= 200
-        && !work_id.starts_with('.')
-        && work_id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    (!valid).then(|| {
-        format!(
-            "work ID {work_id:?} cannot name a file: use 1 to 200 letters, digits, '-', '_' and \
-             '.', not starting with '.'"
-        )
-    })
-}
+/// The work-ID check (shared with the agent, which applies it to log requests).
+pub use crate::runner::invalid_work_id;
 
 /// The working directory of attempt `attempt` of `work_id`.
 pub fn work_dir(root: &Path, work_id: &str, attempt: u32) -> PathBuf {

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use berth_api::agent::agent_service_server::{AgentService, AgentServiceServer};
 use berth_api::agent::{
-    assignment, Assignment, AssignmentsRequest, HeartbeatReply, HeartbeatRequest, RegisterReply,
-    RegisterRequest, Start, StatusReplies, StatusReply, StatusReport, StatusReports, Stop,
-    WorkKind,
+    assignment, Assignment, AssignmentsRequest, HeartbeatReply, HeartbeatRequest, LogChunk,
+    LogRequest, RegisterReply, RegisterRequest, Start, StatusReplies, StatusReply, StatusReport,
+    StatusReports, Stop, WorkKind,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
@@ -253,6 +253,18 @@ impl AgentService for Service {
             replies.push(StatusReply { current });
         }
         Ok(Response::new(StatusReplies { replies }))
+    }
+
+    type LogsStream = UnboundedReceiverStream<Result<LogRequest, Status>>;
+
+    /// Not served here (the real head's log streams are tested with it): the agent runs on
+    /// without serving logs, as it does against a head that predates them.
+    async fn logs(
+        &self,
+        request: Request<Streaming<LogChunk>>,
+    ) -> Result<Response<Self::LogsStream>, Status> {
+        self.0.check_auth(request.metadata())?;
+        Err(Status::unimplemented("the in-test head serves no logs"))
     }
 }
 

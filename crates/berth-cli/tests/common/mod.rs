@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 pub mod cluster;
+pub mod proxy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

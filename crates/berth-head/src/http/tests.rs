@@ -298,6 +298,7 @@ fn routes() -> Vec<(Method, &'static str, &'static str, Option<&'static str>)> {
         ),
         (Method::GET, "/api/v1/explain/actor-1", "/api/v1/explain/{id}", None),
         (Method::POST, "/api/v1/explain", "/api/v1/explain", Some(r#"{"resources": {"CPU": 1}}"#)),
+        (Method::GET, "/api/v1/logs/actor-1", "/api/v1/logs/{id}", None),
     ]
 }
 
@@ -341,8 +342,15 @@ async fn http_every_route_answers_with_the_token() {
     for (method, uri, _, body) in routes() {
         let body = body.map(|b| b.as_bytes().to_vec());
         let answer = send(&h.router, method.clone(), uri, Some(TOKEN), body).await;
-        // The wait times out (the group is PENDING); everything else succeeds.
-        let expected: &[u16] = if uri.contains("/wait") { &[408] } else { &[200, 201] };
+        // The wait times out (the group is PENDING); no agent has a log stream here (409);
+        // everything else succeeds.
+        let expected: &[u16] = if uri.contains("/wait") {
+            &[408]
+        } else if uri.contains("/logs/") {
+            &[409]
+        } else {
+            &[200, 201]
+        };
         assert!(
             expected.contains(&answer.status.as_u16()),
             "{method} {uri}: {} {}",

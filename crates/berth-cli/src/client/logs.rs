@@ -1,0 +1,144 @@
+//! `berth logs ID [--stream out|err] [--follow]`: an actor's or task's output, read on its node
+//! and streamed through the head (`GET /api/v1/logs/{id}`), printed as it comes.
+//!
+//! Without `--follow` the answer ends with the log as it is now; each read of it waits at most
+//! the usual answer time. With `--follow` the answer stays open and nothing times out: new
+//! output is printed as it is written, until Ctrl-C (or until the work ends for good, which
+//! the head says by ending the answer).
+
+use std::io::{self, Read, Write};
+
+use anyhow::Context;
+use berth_api::rest::{LogStream, LogsQuery};
+use clap::{Args, ValueEnum};
+use reqwest::blocking::{Client as HttpClient, Response};
+use reqwest::header::AUTHORIZATION;
+use serde::Serialize;
+
+use super::{
+    api_path, BadInput, Client, ClientError, Endpoint, HeadArgs, ObjectKind, ANSWER_TIMEOUT,
+    CONNECT_TIMEOUT,
+};
+
+/// The bytes read from the answer at a time.
+const BUFFER: usize = 64 * 1024;
+
+/// Which output to print.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum StreamArg {
+    /// Standard output.
+    #[default]
+    Out,
+    /// Standard error.
+    Err,
+}
+
+/// The flags of `berth logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The actor's or task's ID (`actor-12`, `task-3`).
+    #[arg(value_name = "ID")]
+    pub id: String,
+
+    /// Which output: `out` (standard output) or `err` (standard error).
+    #[arg(long, value_name = "STREAM", value_enum, default_value_t = StreamArg::Out)]
+    pub stream: StreamArg,
+
+    /// Keep printing new output as it is written, until Ctrl-C (or the work ends for good).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+
+    /// Start at this byte of the log (default: the beginning).
+    #[arg(long, value_name = "BYTES")]
+    pub offset: Option<u64>,
+
+    #[command(flatten)]
+    pub head: HeadArgs,
+}
+
+/// Prints the log as the head streams it.
+pub fn run(args: &LogsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if ObjectKind::parse(&args.id)? == ObjectKind::Group {
+        return Err(BadInput::new(format!(
+            "{} is a placement group: only actors and tasks have logs",
+            args.id
+        ))
+        .into());
+    }
+    let client = Endpoint::from_args(&args.head)?.client()?;
+    let query = LogsQuery {
+        stream: Some(match args.stream {
+            StreamArg::Out => LogStream::Out,
+            StreamArg::Err => LogStream::Err,
+        }),
+        follow: Some(args.follow),
+        offset: args.offset,
+    };
+    let path = api_path(&["logs", &args.id]);
+    let response = client.get_streamed(&path, &query, args.follow)?;
+    copy(response, out).with_context(|| format!("the log of {} was cut", args.id))
+}
+
+/// Copies the answer to `out` as it arrives, flushing each piece.
+fn copy(mut response: Response, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut buffer = vec![0; BUFFER];
+    loop {
+        let n = match response.read(&mut buffer) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err).context("the head's answer broke off"),
+        };
+        out.write_all(&buffer[..n])
+            .and_then(|()| out.flush())
+            .context("cannot write the output")?;
+    }
+}
+
+impl Client {
+    /// `GET path?query` whose answer is a stream of bytes: the response once the head answered
+    /// 2xx, its body not read yet; an error answer as for every call. With `endless`, nothing
+    /// times out once connected (a followed log may be silent for hours); otherwise each read
+    /// waits at most the usual answer time, however long the whole answer takes.
+    pub fn get_streamed<Q: Serialize + ?Sized>(
+        &self,
+        path: &str,
+        query: &Q,
+        endless: bool,
+    ) -> Result<Response, ClientError> {
+        let call = format!("GET {path}");
+        let http = if endless {
+            HttpClient::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .timeout(None)
+                .no_proxy()
+                .user_agent(concat!("berth-cli/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|source| ClientError::Transport {
+                    address: self.address.clone(),
+                    call: call.clone(),
+                    source,
+                })?
+        } else {
+            self.http.clone()
+        };
+        let mut request = http.get(format!("{}{path}", self.base)).query(query);
+        if let Some(token) = &self.token {
+            request = request.header(AUTHORIZATION, format!("Bearer {}", token.secret));
+        }
+        let response = request.send().map_err(|err| self.send_error(&call, ANSWER_TIMEOUT, err))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        match self.decode::<serde_json::Value>(&call, ANSWER_TIMEOUT, response) {
+            Err(err) => Err(err),
+            Ok(_) => Err(ClientError::BadAnswer {
+                address: self.address.clone(),
+                call,
+                status,
+                detail: "an error status with a success body".into(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,156 @@
+// Berth dashboard: the page script. No framework: htmx does the requests and swaps; this file
+// keeps the token, routes `#page` links, pauses live regions while a person edits in them, and
+// shows errors in the page. No inline code anywhere, so the page runs under `script-src 'self'`.
+(function () {
+  'use strict';
+
+  var KEY = 'berth-token';
+  // `#page`, `#page/id` or `#page?filters`; anything else shows the overview.
+  var ROUTE = /^#(overview|nodes|actors|tasks|groups)(\/[A-Za-z0-9._~%-]+)?(\?[A-Za-z0-9._~%&=+-]*)?$/;
+
+  var main = document.getElementById('main');
+  var alertBox = document.getElementById('alert');
+  var login = document.getElementById('login');
+  var tokenInput = document.getElementById('token');
+  var forget = document.getElementById('forget');
+
+  function token() {
+    return sessionStorage.getItem(KEY);
+  }
+
+  function clearMessages() {
+    alertBox.replaceChildren();
+    var current = document.getElementById('flash');
+    if (current) current.replaceChildren();
+  }
+
+  // Shows an error answer: the head's HTML fragment when it sent one, else plain text. A
+  // `transient` message (the head unreachable) goes away by itself once a poll works again.
+  function showError(xhr, fallback, transient) {
+    var type = (xhr && xhr.getResponseHeader('Content-Type')) || '';
+    if (xhr && type.indexOf('text/html') === 0 && xhr.responseText) {
+      alertBox.innerHTML = xhr.responseText;
+    } else {
+      var box = document.createElement('div');
+      box.className = 'error';
+      if (transient) box.setAttribute('data-transient', '');
+      var text = document.createElement('p');
+      text.textContent = fallback;
+      box.appendChild(text);
+      alertBox.replaceChildren(box);
+    }
+  }
+
+  function showLogin() {
+    main.replaceChildren(); // stops every live region's polling
+    document.body.classList.add('signed-out');
+    main.hidden = true;
+    login.hidden = false;
+    forget.hidden = true;
+    tokenInput.focus();
+  }
+
+  function route() {
+    if (!token()) {
+      showLogin();
+      return;
+    }
+    document.body.classList.remove('signed-out');
+    login.hidden = true;
+    main.hidden = false;
+    forget.hidden = false;
+    var match = ROUTE.exec(location.hash);
+    var page = match ? match[1] : 'overview';
+    var url = '/ui/' + page + (match && match[2] ? match[2] : '') + (match && match[3] ? match[3] : '');
+    document.querySelectorAll('nav [data-route]').forEach(function (link) {
+      if (link.getAttribute('data-route') === page) {
+        link.setAttribute('aria-current', 'page');
+      } else {
+        link.removeAttribute('aria-current');
+      }
+    });
+    htmx.ajax('GET', url, { target: '#main', swap: 'innerHTML' });
+  }
+
+  // A live region is busy while a person works in it: focus on one of its controls, or text
+  // typed in one of its fields. Its poll waits, so nothing they do is swapped away.
+  function busy(region) {
+    var active = document.activeElement;
+    if (active && active !== region && region.contains(active) &&
+        active.matches('input, select, textarea, button, summary')) {
+      return true;
+    }
+    return Array.prototype.some.call(region.querySelectorAll('input[type=text]'), function (input) {
+      return input.value !== '';
+    });
+  }
+
+  document.addEventListener('htmx:configRequest', function (event) {
+    var value = token();
+    if (value) event.detail.headers['Authorization'] = 'Bearer ' + value;
+  });
+
+  document.addEventListener('htmx:beforeRequest', function (event) {
+    var elt = event.detail.elt;
+    var poll = elt && elt.classList && elt.classList.contains('live');
+    if (poll && (document.hidden || busy(elt))) {
+      event.preventDefault();
+      return;
+    }
+    // A person's action starts with a clean slate of messages.
+    if (!poll) alertBox.replaceChildren();
+  });
+
+  document.addEventListener('htmx:responseError', function (event) {
+    var xhr = event.detail.xhr;
+    showError(xhr, 'The head answered ' + xhr.status + ' ' + xhr.statusText + '.');
+    if (xhr.status === 401) {
+      sessionStorage.removeItem(KEY);
+      showLogin();
+    }
+  });
+
+  document.addEventListener('htmx:sendError', function () {
+    showError(null, 'The head cannot be reached: is it still running? The page tries again every 2 s.', true);
+  });
+
+  document.addEventListener('htmx:afterRequest', function (event) {
+    // A poll that works again clears the "cannot be reached" message.
+    var elt = event.detail.elt;
+    if (event.detail.successful && elt && elt.classList && elt.classList.contains('live')) {
+      if (alertBox.querySelector('[data-transient]')) alertBox.replaceChildren();
+    }
+  });
+
+  // The dismiss button of an error fragment.
+  alertBox.addEventListener('click', function (event) {
+    if (event.target.closest('[data-dismiss]')) alertBox.replaceChildren();
+  });
+
+  login.addEventListener('submit', function (event) {
+    event.preventDefault();
+    var value = tokenInput.value.trim();
+    if (!value) return;
+    sessionStorage.setItem(KEY, value);
+    tokenInput.value = '';
+    clearMessages();
+    route();
+  });
+
+  forget.addEventListener('click', function () {
+    sessionStorage.removeItem(KEY);
+    clearMessages();
+    showLogin();
+  });
+
+  window.addEventListener('hashchange', function () {
+    clearMessages();
+    route();
+  });
+
+  // After htmx has read its configuration (its own DOMContentLoaded handler runs first).
+  document.addEventListener('DOMContentLoaded', function () {
+    if (!ROUTE.test(location.hash)) history.replaceState(null, '', '#overview');
+    route();
+  });
+})();

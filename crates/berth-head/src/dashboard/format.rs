@@ -1,0 +1,297 @@
+//! Text for people: amounts, bars, times, states and the placement keys of a spec. Pure
+//! functions of the API types, so each is tested alone. (The CLI has the same rules in
+//! `berth-cli/src/client/view.rs`, for a terminal.)
+
+use std::collections::BTreeMap;
+
+use berth_api::rest::{ResourceUse, StringMap};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Shown for an empty value.
+pub(crate) const NONE: &str = "—";
+
+/// A serde enum's wire name: `ALIVE`, `PENDING`.
+pub(crate) fn word<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(text)) => text,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+/// The CSS class of a state's badge: `ok` (running as asked), `wait` (on its way or held
+/// back), `bad` (failed or gone) or `done` (ended as asked).
+pub(crate) fn state_class(state: &str) -> &'static str {
+    match state {
+        "ALIVE" | "RUNNING" | "CREATED" => "ok",
+        "PENDING" | "RESTARTING" | "DRAINING" | "RESCHEDULING" => "wait",
+        "DEAD" | "FAILED" => "bad",
+        _ => "done",
+    }
+}
+
+/// True for the resources counted in bytes.
+fn is_bytes(resource: &str) -> bool {
+    resource.ends_with("memory")
+}
+
+/// An amount for people: bytes of memory resources with a binary unit (`16Gi`), others as
+/// the head wrote them.
+pub(crate) fn amount(resource: &str, text: &str) -> String {
+    if !is_bytes(resource) {
+        return text.to_string();
+    }
+    let Ok(bytes) = text.parse::<f64>() else {
+        return text.to_string();
+    };
+    const UNITS: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
+    let mut value = bytes;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        return text.to_string();
+    }
+    let shown = format!("{value:.1}");
+    let shown = shown.strip_suffix(".0").unwrap_or(&shown);
+    format!("{shown}{}", UNITS[unit])
+}
+
+/// One resource as a bar: `<meter>` takes `percent`; the text says `used / total`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Bar {
+    /// The resource name.
+    pub(crate) name: String,
+    /// Reserved now, for people.
+    pub(crate) used: String,
+    /// The total, for people.
+    pub(crate) total: String,
+    /// Used over total, 0 to 100, rounded; any use at all shows at least 1.
+    pub(crate) percent: u32,
+}
+
+impl Bar {
+    /// The bar of one resource.
+    pub(crate) fn new(name: &str, amounts: &ResourceUse) -> Bar {
+        let share = match (amounts.used.parse::<f64>(), amounts.total.parse::<f64>()) {
+            (Ok(used), Ok(total)) if total > 0.0 => (used / total).clamp(0.0, 1.0),
+            _ => 0.0,
+        };
+        let mut percent = (share * 100.0).round() as u32;
+        if share > 0.0 && percent == 0 {
+            percent = 1;
+        }
+        if share < 1.0 && percent == 100 {
+            percent = 99;
+        }
+        Bar {
+            name: name.to_string(),
+            used: amount(name, &amounts.used),
+            total: amount(name, &amounts.total),
+            percent,
+        }
+    }
+
+    /// The bars of a resource map, by name.
+    pub(crate) fn all(resources: &BTreeMap<String, ResourceUse>) -> Vec<Bar> {
+        resources.iter().map(|(name, amounts)| Bar::new(name, amounts)).collect()
+    }
+}
+
+/// Milliseconds since the Unix epoch as UTC: `2023-11-14 22:13:20Z`.
+pub(crate) fn time(ms: u64) -> String {
+    let seconds = ms / 1000;
+    let days = i64::try_from(seconds / 86_400).unwrap_or(i64::MAX / 2);
+    let rest = seconds % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// A JSON value for people: strings without quotes, the rest as compact JSON.
+pub(crate) fn plain(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// An optional placement key of a spec, or [`NONE`].
+pub(crate) fn optional(value: Option<&Value>) -> String {
+    value.map(plain).unwrap_or_else(|| NONE.to_string())
+}
+
+/// A resource map as given in a body (`{"CPU": 1, "GPU": "0.5"}`): `CPU 1, GPU 0.5`.
+pub(crate) fn spec_resources(resources: &Value) -> String {
+    match resources {
+        Value::Object(map) if map.is_empty() => "nothing".into(),
+        Value::Object(map) => map
+            .iter()
+            .map(|(name, value)| format!("{name} {}", amount(name, &plain(value))))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => plain(other),
+    }
+}
+
+/// A resource map of a bundle or a demand shape: `CPU 4, GPU 1`.
+pub(crate) fn shape(resources: &StringMap) -> String {
+    if resources.is_empty() {
+        return "nothing".into();
+    }
+    resources.iter().map(|(n, a)| format!("{n} {}", amount(n, a))).collect::<Vec<_>>().join(", ")
+}
+
+/// `k=v, k2=v2`, or [`NONE`].
+pub(crate) fn pairs(map: &StringMap) -> String {
+    if map.is_empty() {
+        return NONE.into();
+    }
+    map.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Instance IDs per resource: `GPU [0, 1]`, or [`NONE`].
+pub(crate) fn instances(map: &BTreeMap<String, Vec<u32>>) -> String {
+    if map.is_empty() {
+        return NONE.into();
+    }
+    map.iter()
+        .map(|(name, ids)| {
+            let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
+            format!("{name} [{}]", ids.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A command line as a shell would take it back: arguments with spaces or quotes in quotes.
+pub(crate) fn command_line(command: &str, args: &[String]) -> String {
+    std::iter::once(command)
+        .chain(args.iter().map(String::as_str))
+        .map(|word| {
+            let safe = !word.is_empty()
+                && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+            if safe {
+                word.to_string()
+            } else {
+                format!("'{}'", word.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// One path segment of a URL: every byte but the unreserved ones (`A-Z a-z 0-9 - . _ ~`)
+/// percent-encoded, so a node ID can never add a segment, a query or a fragment.
+pub(crate) fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The dashboard's link (a `#` route) to an actor, task or group, from its kind word
+/// (`actor`, `task`, `placement_group`).
+pub(crate) fn link(kind: &str, id: &str) -> String {
+    let page = match kind {
+        "actor" => "actors",
+        "task" => "tasks",
+        _ => "groups",
+    };
+    format!("#{page}/{}", segment(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(used: &str, total: &str) -> ResourceUse {
+        ResourceUse { total: total.into(), used: used.into(), available: String::new() }
+    }
+
+    #[test]
+    fn amounts_of_memory_get_binary_units_and_others_stay() {
+        assert_eq!(amount("memory", "17179869184"), "16Gi");
+        assert_eq!(amount("object_store_memory", "1610612736"), "1.5Gi");
+        assert_eq!(amount("memory", "512"), "512");
+        assert_eq!(amount("GPU", "0.5"), "0.5");
+        assert_eq!(amount("memory", "lots"), "lots");
+    }
+
+    #[test]
+    fn bars_show_any_use_and_only_a_full_resource_as_full() {
+        let cases = [
+            (("0", "8"), 0),
+            (("2", "8"), 25),
+            (("1", "1000"), 1),
+            (("999", "1000"), 99),
+            (("8", "8"), 100),
+            (("9", "8"), 100),
+            (("1", "0"), 0),
+            (("x", "8"), 0),
+        ];
+        for ((used, total), percent) in cases {
+            assert_eq!(Bar::new("CPU", &usage(used, total)).percent, percent, "{used}/{total}");
+        }
+        let memory = Bar::new("memory", &usage("1073741824", "4294967296"));
+        assert_eq!((memory.used.as_str(), memory.total.as_str()), ("1Gi", "4Gi"));
+    }
+
+    #[test]
+    fn times_are_utc() {
+        assert_eq!(time(0), "1970-01-01 00:00:00Z");
+        assert_eq!(time(1_700_000_000_000), "2023-11-14 22:13:20Z");
+    }
+
+    #[test]
+    fn segments_cannot_escape_their_place_in_a_url() {
+        assert_eq!(segment("sim-00001"), "sim-00001");
+        assert_eq!(segment("a/b?c#d e"), "a%2Fb%3Fc%23d%20e");
+        assert_eq!(segment("ü"), "%C3%BC");
+        assert_eq!(link("placement_group", "pg-3"), "#groups/pg-3");
+        assert_eq!(link("actor", "actor-1"), "#actors/actor-1");
+    }
+
+    #[test]
+    fn states_have_a_badge_class() {
+        assert_eq!(state_class("ALIVE"), "ok");
+        assert_eq!(state_class("PENDING"), "wait");
+        assert_eq!(state_class("FAILED"), "bad");
+        assert_eq!(state_class("REMOVED"), "done");
+    }
+
+    #[test]
+    fn spec_text() {
+        let resources = serde_json::json!({"CPU": 1, "GPU": "0.5"});
+        assert_eq!(spec_resources(&resources), "CPU 1, GPU 0.5");
+        assert_eq!(command_line("sh", &["-c".into(), "echo hi".into()]), "sh -c 'echo hi'");
+        assert_eq!(pairs(&StringMap::new()), NONE);
+        assert_eq!(optional(None), NONE);
+    }
+}

@@ -1,0 +1,120 @@
+//! The overview: nodes by state, resources used over total, counts by state, what waits and
+//! why, and the demand by shape (what an autoscaler would add). All from `View::status()`.
+
+use askama::Template;
+use axum::extract::State;
+use axum::response::Response;
+use berth_api::rest::{ClusterStatus, StringCounts};
+
+use super::format::{self, Bar};
+use super::{render, Ui};
+use crate::view::View;
+
+/// `GET /ui/overview`: the whole page, which polls itself.
+pub(crate) async fn overview(State(ui): State<Ui>) -> Response {
+    render(&Overview::new(&ui.handle.view()))
+}
+
+/// The overview page.
+#[derive(Template)]
+#[template(path = "dashboard/overview.html")]
+pub(crate) struct Overview {
+    alive: u64,
+    draining: u64,
+    dead: u64,
+    bars: Vec<Bar>,
+    /// Actors, tasks, placement groups: their counts by state.
+    kinds: Vec<KindCounts>,
+    pending_total: u64,
+    infeasible_total: u64,
+    /// Pending rows shown (the status lists the oldest 100).
+    shown: u64,
+    pending: Vec<PendingRow>,
+    demand: Vec<DemandRow>,
+}
+
+/// One kind of work and its counts by state.
+struct KindCounts {
+    title: &'static str,
+    href: &'static str,
+    total: u64,
+    states: Vec<(String, u64, &'static str)>,
+}
+
+/// A waiting request.
+struct PendingRow {
+    kind: String,
+    id: String,
+    href: String,
+    infeasible: bool,
+    summary: String,
+}
+
+/// Demand of one shape.
+struct DemandRow {
+    count: u64,
+    infeasible: u64,
+    shape: String,
+    selector: String,
+    tolerations: String,
+}
+
+impl Overview {
+    pub(crate) fn new(view: &View) -> Overview {
+        let status: ClusterStatus = view.status();
+        let kinds = vec![
+            KindCounts::new("Actors", "#actors", &status.actors),
+            KindCounts::new("Tasks", "#tasks", &status.tasks),
+            KindCounts::new("Placement groups", "#groups", &status.placement_groups),
+        ];
+        let pending: Vec<PendingRow> = status
+            .pending
+            .iter()
+            .map(|p| PendingRow {
+                kind: p.kind.replace('_', " "),
+                id: p.id.clone(),
+                href: format::link(&p.kind, &p.id),
+                infeasible: p.diagnosis.infeasible,
+                summary: p.diagnosis.summary.clone(),
+            })
+            .collect();
+        let demand = status
+            .demand
+            .iter()
+            .map(|d| DemandRow {
+                count: d.count,
+                infeasible: d.infeasible,
+                shape: format::shape(&d.shape),
+                selector: format::pairs(&d.label_selector),
+                tolerations: format::pairs(&d.tolerations),
+            })
+            .collect();
+        Overview {
+            alive: status.nodes.alive,
+            draining: status.nodes.draining,
+            dead: status.nodes.dead,
+            bars: Bar::all(&status.resources),
+            kinds,
+            pending_total: status.pending_total,
+            infeasible_total: view.waiting.values().filter(|w| w.item.diagnosis.infeasible).count()
+                as u64,
+            shown: pending.len() as u64,
+            pending,
+            demand,
+        }
+    }
+}
+
+impl KindCounts {
+    fn new(title: &'static str, href: &'static str, counts: &StringCounts) -> KindCounts {
+        KindCounts {
+            title,
+            href,
+            total: counts.values().sum(),
+            states: counts
+                .iter()
+                .map(|(state, n)| (state.clone(), *n, format::state_class(state)))
+                .collect(),
+        }
+    }
+}

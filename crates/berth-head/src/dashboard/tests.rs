@@ -1,0 +1,659 @@
+//! The dashboard's pages, rendered over a hand-made [`View`] through the real router (as
+//! `http/tests.rs` does for the REST layer); actions go to a stand-in owner that records what
+//! it was asked and answers as told.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
+use axum::Router;
+use berth_api::rest::{
+    Actor, ActorCreate, ActorState, Bundle, Diagnosis, Event, Group, GroupCreate, GroupState, Node,
+    NodeState, PendingItem, ReasonCount, ResourceUse, StringMap, Taint, Task, TaskState,
+    TaskSubmit,
+};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tower::ServiceExt;
+
+use super::router;
+use crate::error::HeadError;
+use crate::handle::{Command, HeadHandle, Sequences};
+use crate::token::Token;
+use crate::view::{Kind, View, Waiting};
+
+const TOKEN: &str = "dashboard-test-token";
+const XSS: &str = "<script>alert(1)</script>";
+
+fn map(pairs: &[(&str, &str)]) -> StringMap {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn usage(total: &str, used: &str) -> ResourceUse {
+    let available = total.parse::<u64>().unwrap() - used.parse::<u64>().unwrap();
+    ResourceUse { total: total.into(), used: used.into(), available: available.to_string() }
+}
+
+fn node(id: &str, state: NodeState, labels: &[(&str, &str)], taints: &[(&str, &str)]) -> Node {
+    Node {
+        node_id: id.into(),
+        address: "10.0.0.1".into(),
+        state,
+        labels: map(labels),
+        taints: taints
+            .iter()
+            .map(|(k, v)| Taint { key: k.to_string(), value: v.to_string() })
+            .collect(),
+        resources: BTreeMap::from([
+            ("CPU".to_string(), usage("8", "2")),
+            ("GPU".to_string(), usage("4", "0")),
+            ("memory".to_string(), usage("34359738368", "8589934592")),
+        ]),
+        actors: 1,
+        tasks: 0,
+        registered_at_ms: 1,
+        dead_reason: None,
+    }
+}
+
+fn gpu_diagnosis() -> Diagnosis {
+    Diagnosis {
+        infeasible: true,
+        summary: "0/3 nodes can take it now: 2 too little GPU in total, 1 untolerated taint \
+                  gpu_node=true"
+            .into(),
+        reasons: vec![
+            ReasonCount {
+                code: "insufficient_total:GPU".into(),
+                text: "too little GPU in total".into(),
+                count: 2,
+            },
+            ReasonCount {
+                code: "untolerated_taint:gpu_node=true".into(),
+                text: "untolerated taint gpu_node=true".into(),
+                count: 1,
+            },
+        ],
+    }
+}
+
+fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)]) -> Actor {
+    Actor {
+        actor_id: format!("actor-{seq}"),
+        name: Some(format!("web-{seq}")),
+        namespace: "default".into(),
+        state,
+        node_id: node.map(str::to_string),
+        instances: BTreeMap::new(),
+        restarts: 0,
+        death_reason: None,
+        diagnosis: None,
+        history: vec![Event {
+            at_ms: 1_700_000_000_000,
+            kind: "created".into(),
+            node_id: None,
+            message: String::new(),
+        }],
+        created_at_ms: 1_700_000_000_000,
+        spec: ActorCreate {
+            labels: map(labels),
+            command: "sleep".into(),
+            args: vec!["600".into()],
+            resources: json!({"CPU": 1}),
+            ..Default::default()
+        },
+    }
+}
+
+fn task(seq: u64, state: TaskState) -> Task {
+    Task {
+        task_id: format!("task-{seq}"),
+        name: None,
+        namespace: "batch".into(),
+        state,
+        node_id: Some("node-1".into()),
+        instances: BTreeMap::new(),
+        attempts: 1,
+        exit_code: None,
+        failure: None,
+        diagnosis: None,
+        history: vec![],
+        created_at_ms: 1,
+        spec: TaskSubmit {
+            command: "true".into(),
+            resources: json!({"CPU": 2}),
+            max_retries: 3,
+            ..Default::default()
+        },
+    }
+}
+
+fn group(seq: u64, state: GroupState) -> Group {
+    Group {
+        group_id: format!("pg-{seq}"),
+        name: None,
+        namespace: "default".into(),
+        strategy: "STRICT_SPREAD".into(),
+        state,
+        alternative: Some(0),
+        bundles: vec![Bundle {
+            index: 0,
+            resources: map(&[("GPU", "1")]),
+            node_id: Some("node-1".into()),
+        }],
+        diagnosis: None,
+        history: vec![],
+        created_at_ms: 1,
+        spec: GroupCreate { bundles: json!([{"GPU": 1}]), ..Default::default() },
+    }
+}
+
+/// Two alive nodes (one with a user taint and one of Berth's), a dead one; an alive actor,
+/// a pending infeasible actor that asks for 16 GPUs, a task, a group.
+fn sample_view() -> View {
+    let mut view = View::default();
+    for n in [
+        node("node-1", NodeState::Alive, &[("zone", "a"), ("berth.io/node-id", "node-1")], &[]),
+        node(
+            "node-2",
+            NodeState::Alive,
+            &[("zone", "b")],
+            &[("gpu_node", "true"), ("berth.io/rare-GPU", "true")],
+        ),
+        node("node-3", NodeState::Dead, &[], &[]),
+    ] {
+        view.nodes.insert(n.node_id.clone(), Arc::new(n));
+    }
+    view.actors.insert(1, Arc::new(actor(1, ActorState::Alive, Some("node-1"), &[("app", "web")])));
+    let mut pending = actor(2, ActorState::Pending, None, &[("app", "train")]);
+    pending.spec.resources = json!({"GPU": 16});
+    pending.spec.tolerations = Some(json!({"dedicated": "ml"}));
+    pending.diagnosis = Some(gpu_diagnosis());
+    view.actors.insert(2, Arc::new(pending));
+    view.waiting.insert(
+        (Kind::Actor, 2),
+        Arc::new(Waiting {
+            item: PendingItem {
+                kind: "actor".into(),
+                id: "actor-2".into(),
+                diagnosis: gpu_diagnosis(),
+            },
+            shapes: vec![map(&[("GPU", "16")])],
+            label_selector: StringMap::new(),
+            tolerations: map(&[("dedicated", "ml")]),
+        }),
+    );
+    view.tasks.insert(1, Arc::new(task(1, TaskState::Running)));
+    view.groups.insert(1, Arc::new(group(1, GroupState::Created)));
+    view
+}
+
+/// What the stand-in owner was asked: (node, taints, add) for taints; (node, {}, false) for
+/// a drain.
+type Asked = Arc<std::sync::Mutex<Vec<(String, StringMap, Option<bool>)>>>;
+
+struct Harness {
+    router: Router,
+    asked: Asked,
+    _view: watch::Sender<Arc<View>>,
+}
+
+/// The dashboard over `view`, with a stand-in owner that answers taint and drain commands
+/// with the node (its taints changed as asked), or with `fail`.
+fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
+    let (commands_tx, mut commands) = mpsc::channel::<Command>(16);
+    let (view_tx, view_rx) = watch::channel(Arc::new(view));
+    let handle = HeadHandle {
+        commands: commands_tx,
+        view: view_rx.clone(),
+        sequences: Arc::new(Sequences::default()),
+    };
+    let asked: Asked = Arc::default();
+    let record = asked.clone();
+    tokio::spawn(async move {
+        while let Some(command) = commands.recv().await {
+            let current = view_rx.borrow().clone();
+            let answer = |id: &str| {
+                current
+                    .node(id)
+                    .map(|n| (*n).clone())
+                    .ok_or(HeadError::NotFound { what: "node", id: id.to_string() })
+            };
+            match command {
+                Command::Taints { node, taints, add, reply } => {
+                    record.lock().unwrap().push((node.clone(), taints.clone(), Some(add)));
+                    let result = fail.clone().map_or_else(
+                        || {
+                            answer(&node).map(|mut n| {
+                                for (key, value) in taints {
+                                    n.taints.retain(|t| t.key != key);
+                                    if add {
+                                        n.taints.push(Taint { key, value });
+                                    }
+                                }
+                                n
+                            })
+                        },
+                        Err,
+                    );
+                    let _ = reply.send(result);
+                }
+                Command::DrainNode { node, reply } => {
+                    record.lock().unwrap().push((node.clone(), StringMap::new(), None));
+                    let result = fail.clone().map_or_else(
+                        || {
+                            answer(&node).map(|mut n| {
+                                n.state = NodeState::Draining;
+                                n
+                            })
+                        },
+                        Err,
+                    );
+                    let _ = reply.send(result);
+                }
+                _ => {}
+            }
+        }
+    });
+    Harness { router: router(handle, Token::new(TOKEN)), asked, _view: view_tx }
+}
+
+fn harness() -> Harness {
+    harness_with(sample_view(), None)
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    text: String,
+}
+
+impl Answer {
+    fn header(&self, name: header::HeaderName) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+
+    /// Asserts a 200 HTML answer; returns its text.
+    fn ok(&self) -> &str {
+        assert_eq!(self.status, StatusCode::OK, "{}", self.text);
+        assert!(self.header(header::CONTENT_TYPE).starts_with("text/html"));
+        &self.text
+    }
+
+    /// Asserts an error fragment with this status and field; returns its text.
+    fn error(&self, status: u16, field: Option<&str>) -> &str {
+        assert_eq!(self.status.as_u16(), status, "{}", self.text);
+        assert!(self.header(header::CONTENT_TYPE).starts_with("text/html"));
+        assert!(self.text.contains(r#"<div class="error">"#), "{}", self.text);
+        assert!(self.text.contains(r#"aria-label="Dismiss this message""#), "{}", self.text);
+        if let Some(field) = field {
+            assert!(self.text.contains(&format!("<code>{field}</code>")), "{}", self.text);
+        }
+        &self.text
+    }
+}
+
+async fn send(
+    router: &Router,
+    method: Method,
+    uri: &str,
+    token: Option<&str>,
+    form: Option<&str>,
+) -> Answer {
+    let mut request = Request::builder().method(method).uri(uri);
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let body = match form {
+        Some(text) => {
+            request = request.header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+            Body::from(text.to_string())
+        }
+        None => Body::empty(),
+    };
+    let response = router.clone().oneshot(request.body(body).unwrap()).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    Answer { status, headers, text: String::from_utf8(bytes.to_vec()).unwrap() }
+}
+
+async fn get(router: &Router, uri: &str) -> Answer {
+    send(router, Method::GET, uri, Some(TOKEN), None).await
+}
+
+/// The value of `attribute` on the first tag that has `marker` in it.
+fn attribute<'a>(html: &'a str, marker: &str, attribute: &str) -> &'a str {
+    let at = html.find(marker).unwrap_or_else(|| panic!("no {marker:?} in {html}"));
+    let start = html[..at].rfind('<').unwrap();
+    let end = at + html[at..].find('>').unwrap();
+    let tag = &html[start..end];
+    let key = format!(r#"{attribute}=""#);
+    let from = tag.find(&key).unwrap_or_else(|| panic!("no {attribute} in {tag}")) + key.len();
+    &tag[from..from + tag[from..].find('"').unwrap()]
+}
+
+/// Every data route, with the method it takes.
+const DATA_ROUTES: &[(&str, &str)] = &[
+    ("GET", "/ui/overview"),
+    ("GET", "/ui/nodes"),
+    ("GET", "/ui/nodes/table"),
+    ("POST", "/ui/nodes/node-1/taints"),
+    ("DELETE", "/ui/nodes/node-1/taints"),
+    ("POST", "/ui/nodes/node-1/drain"),
+    ("GET", "/ui/actors"),
+    ("GET", "/ui/actors/rows"),
+    ("GET", "/ui/actors/actor-1"),
+    ("GET", "/ui/tasks"),
+    ("GET", "/ui/tasks/rows"),
+    ("GET", "/ui/tasks/task-1"),
+    ("GET", "/ui/groups"),
+    ("GET", "/ui/groups/rows"),
+    ("GET", "/ui/groups/pg-1"),
+];
+
+// ---------------------------------------------------------------------------------------------
+// The shell, assets and the token.
+
+#[tokio::test]
+async fn the_shell_is_public_holds_no_data_and_asks_for_the_token() {
+    let h = harness();
+    let answer = send(&h.router, Method::GET, "/", None, None).await;
+    let html = answer.ok();
+    assert!(html.contains(r#"<label for="token">Cluster token</label>"#), "{html}");
+    assert!(html.contains(r#"<input id="token" name="token" type="password""#));
+    assert!(html.contains(r#"<div id="alert" class="alert" role="alert">"#));
+    assert!(html.contains(r#"<nav aria-label="Sections">"#));
+    assert!(!html.contains("node-1") && !html.contains("actor-1"), "{html}");
+    // No inline script or style: the CSP allows none.
+    assert!(!html.contains("<script>") && !html.contains("style="), "{html}");
+    assert!(html.contains(r#""allowEval":false"#));
+    let csp = answer.header(header::CONTENT_SECURITY_POLICY);
+    assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(answer.header(header::X_CONTENT_TYPE_OPTIONS), "nosniff");
+}
+
+#[tokio::test]
+async fn assets_are_embedded_versioned_and_cached_for_long() {
+    let h = harness();
+    let shell = send(&h.router, Method::GET, "/", None, None).await;
+    let src = attribute(&shell.text, "htmx.min.js", "src").to_string();
+    assert!(src.starts_with("/ui/assets/htmx.min.js?v="), "{src}");
+    for (file, kind, start) in [
+        ("htmx.min.js", "text/javascript", "/*! htmx 2.0.11"),
+        ("dashboard.js", "text/javascript", "// Berth dashboard"),
+        ("dashboard.css", "text/css", "/* Berth dashboard"),
+        ("favicon.svg", "image/svg+xml", "<svg"),
+    ] {
+        let answer = send(&h.router, Method::GET, &format!("/ui/assets/{file}"), None, None).await;
+        assert_eq!(answer.status, StatusCode::OK, "{file}");
+        assert!(answer.header(header::CONTENT_TYPE).starts_with(kind), "{file}");
+        assert!(answer.header(header::CACHE_CONTROL).contains("immutable"), "{file}");
+        assert!(answer.text.starts_with(start), "{file}");
+    }
+    let missing = send(&h.router, Method::GET, "/ui/assets/nope.js", None, None).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn every_fragment_needs_the_token_and_a_refusal_asks_for_it_again() {
+    let h = harness();
+    for (method, uri) in DATA_ROUTES {
+        let method: Method = method.parse().unwrap();
+        for (token, why) in [(None, "no token was sent"), (Some("wrong"), "does not know")] {
+            let answer = send(&h.router, method.clone(), uri, token, Some("taint=a%3Db")).await;
+            let text = answer.error(401, None);
+            assert!(text.contains("Token refused — enter it again"), "{method} {uri}: {text}");
+            assert!(text.contains(why), "{method} {uri}: {text}");
+            assert_eq!(answer.header(header::WWW_AUTHENTICATE), "Bearer");
+            assert!(!text.contains("node-1") || uri.contains("node-1"), "no data leaks: {text}");
+        }
+    }
+    assert!(h.asked.lock().unwrap().is_empty(), "nothing reached the owner");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pages.
+
+#[tokio::test]
+async fn the_overview_shows_nodes_resources_counts_waiting_and_demand() {
+    let h = harness();
+    let html = get(&h.router, "/ui/overview").await.ok().to_string();
+    assert!(html.contains(r#"hx-trigger="every 2s""#), "it polls itself: {html}");
+    assert!(html.contains(r#"<span class="badge ok">2 alive</span>"#), "{html}");
+    assert!(html.contains(r#"<span class="badge bad">1 dead</span>"#), "{html}");
+    // CPU: 2 + 2 used of 8 + 8 on the alive nodes (the dead one does not count).
+    assert!(
+        html.contains(r#"<meter min="0" max="100" value="25" aria-label="CPU used: 25%">"#),
+        "{html}"
+    );
+    assert!(html.contains("4 / 16"), "{html}");
+    assert!(html.contains("16Gi / 64Gi"), "memory in binary units: {html}");
+    assert!(html.contains(r#"<span class="badge ok">1 alive</span>"#), "actors by state: {html}");
+    assert!(html.contains(r#"<span class="badge bad">1 infeasible</span>"#), "{html}");
+    assert!(html.contains(r##"<a href="#actors/actor-2">actor-2</a>"##), "{html}");
+    assert!(html.contains("2 too little GPU in total"), "{html}");
+    assert!(html.contains("<td>GPU 16</td>"), "demand by shape: {html}");
+    assert!(html.contains("<code>dedicated=ml</code>"), "{html}");
+}
+
+#[tokio::test]
+async fn the_nodes_table_shows_resources_labels_taints_state_and_controls() {
+    let h = harness();
+    let page = get(&h.router, "/ui/nodes").await.ok().to_string();
+    assert!(page.contains(r#"<div id="nodes-live" class="live" hx-get="/ui/nodes/table""#));
+    let html = get(&h.router, "/ui/nodes/table").await.ok().to_string();
+    assert!(html.contains(r#"aria-label="GPU used on node-1: 0%""#), "{html}");
+    assert!(html.contains("8Gi / 32Gi"), "{html}");
+    assert!(html.contains(r#"<li class="chip">zone=a</li>"#), "{html}");
+    assert!(!html.contains("berth.io/node-id"), "the ID column says it: {html}");
+    // Every control is labelled.
+    assert!(html.contains(
+        r#"<label for="taint-0" class="sr-only">New taint on node-1, as key=value</label>"#
+    ));
+    assert!(html.contains(r#"<input id="taint-0" name="taint" type="text""#), "{html}");
+    assert!(html.contains(r#"aria-label="Remove taint gpu_node=true from node-2""#), "{html}");
+    assert!(html.contains(r#"aria-label="Drain node-1""#), "{html}");
+    // Berth's own taint is shown, not removable; a dead node has no drain and no taint form.
+    assert!(html.contains("berth.io/rare-GPU=true"), "{html}");
+    assert!(!html.contains("Remove taint berth.io/rare-GPU"), "{html}");
+    assert!(!html.contains(r#"aria-label="Drain node-3""#), "{html}");
+    assert!(!html.contains(r#"id="taint-2""#), "{html}");
+    assert!(html.contains(r#"<span class="badge bad">DEAD</span>"#), "{html}");
+}
+
+#[tokio::test]
+async fn the_taint_forms_post_what_the_head_is_asked() {
+    let h = harness();
+    let html = get(&h.router, "/ui/nodes/table").await.ok().to_string();
+    // Add: the form's action and field, sent as a browser sends a form.
+    let action = attribute(&html, r#"<label for="taint-0""#, "hx-post");
+    assert_eq!(action, "/ui/nodes/node-1/taints");
+    let target = attribute(&html, r#"<label for="taint-0""#, "hx-target");
+    assert_eq!(target, "#nodes-live");
+    let name = attribute(&html, r#"id="taint-0""#, "name");
+    let body = format!("{name}=e2e%3Dtrue");
+    let answer = send(&h.router, Method::POST, action, Some(TOKEN), Some(&body)).await;
+    let table = answer.ok();
+    assert!(table.contains(r#"<div id="flash" class="flash" role="status" hx-swap-oob="true">Taint e2e=true added to node-1.</div>"#), "{table}");
+    assert!(table.contains(r#"aria-label="Remove taint e2e=true from node-1""#), "{table}");
+    // Remove: the button's form sends the taint back with DELETE.
+    let remove = r#"aria-label="Remove taint gpu_node=true from node-2""#;
+    let at = html.find(remove).unwrap();
+    let form = &html[html[..at].rfind("<form").unwrap()..at];
+    let action = attribute(form, "hx-delete", "hx-delete");
+    let value = attribute(form, r#"type="hidden""#, "value");
+    assert_eq!((action, value), ("/ui/nodes/node-2/taints", "gpu_node=true"));
+    let body = format!("taint={}", value.replace('=', "%3D"));
+    let answer = send(&h.router, Method::DELETE, action, Some(TOKEN), Some(&body)).await;
+    assert!(answer.ok().contains("Taint gpu_node=true removed from node-2"), "{}", answer.text);
+    assert!(!answer.text.contains("Remove taint gpu_node=true"), "{}", answer.text);
+    // Drain.
+    let answer = send(&h.router, Method::POST, "/ui/nodes/node-1/drain", Some(TOKEN), None).await;
+    assert!(answer.ok().contains("node-1 is draining"), "{}", answer.text);
+    assert_eq!(
+        *h.asked.lock().unwrap(),
+        vec![
+            ("node-1".to_string(), map(&[("e2e", "true")]), Some(true)),
+            ("node-2".to_string(), map(&[("gpu_node", "true")]), Some(false)),
+            ("node-1".to_string(), StringMap::new(), None),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_refused_taint_is_an_error_fragment_naming_the_field() {
+    let h = harness();
+    let post = |body: &'static str| {
+        let router = h.router.clone();
+        async move {
+            send(&router, Method::POST, "/ui/nodes/node-1/taints", Some(TOKEN), Some(body)).await
+        }
+    };
+    post("taint=novalue").await.error(400, Some("taint"));
+    post("taint=").await.error(400, Some("taint"));
+    post("other=x").await.error(400, Some("taint"));
+    // The head's own rule (a label key), checked before the owner is asked.
+    let text = post("taint=bad%20key%3Dx").await.error(400, Some("bad key")).to_string();
+    assert!(text.contains("Refused"), "{text}");
+    assert!(h.asked.lock().unwrap().is_empty());
+    // The owner's refusals: an unknown node, Berth's own taint.
+    let answer =
+        send(&h.router, Method::POST, "/ui/nodes/nope/taints", Some(TOKEN), Some("taint=a%3Db"))
+            .await;
+    assert!(answer.error(404, None).contains("node nope not found"));
+    let h =
+        harness_with(sample_view(), Some(HeadError::invalid("berth.io/rare-GPU", "Berth's own")));
+    let answer = send(
+        &h.router,
+        Method::DELETE,
+        "/ui/nodes/node-2/taints",
+        Some(TOKEN),
+        Some("taint=a%3Db"),
+    )
+    .await;
+    answer.error(400, Some("berth.io/rare-GPU"));
+    let h = harness_with(sample_view(), Some(HeadError::Conflict("node-3 is dead".into())));
+    let answer = send(&h.router, Method::POST, "/ui/nodes/node-3/drain", Some(TOKEN), None).await;
+    assert!(answer.error(409, None).contains("node-3 is dead"));
+}
+
+#[tokio::test]
+async fn user_text_is_escaped_everywhere() {
+    let mut view = sample_view();
+    let evil = node("n\"/<b>", NodeState::Alive, &[("team", XSS)], &[("k", "v")]);
+    view.nodes.insert(evil.node_id.clone(), Arc::new(evil));
+    let mut a = actor(3, ActorState::Alive, Some("n\"/<b>"), &[("app", XSS)]);
+    a.name = Some(XSS.into());
+    a.spec.env = map(&[("X", XSS)]);
+    view.actors.insert(3, Arc::new(a));
+    let h = harness_with(view, None);
+    for uri in ["/ui/nodes", "/ui/actors", "/ui/actors/rows", "/ui/actors/actor-3", "/ui/overview"]
+    {
+        let html = get(&h.router, uri).await.ok().to_string();
+        assert!(!html.contains("<script>"), "{uri}: {html}");
+        assert!(!html.contains("<b>"), "{uri}: {html}");
+        if uri != "/ui/overview" {
+            assert!(html.contains("&#60;script&#62;alert(1)"), "{uri}: {html}");
+        }
+    }
+    // A node ID in a URL is one encoded path segment; in an attribute, escaped.
+    let html = get(&h.router, "/ui/nodes/table").await.ok().to_string();
+    assert!(html.contains(r#"hx-post="/ui/nodes/n%22%2F%3Cb%3E/taints""#), "{html}");
+    let answer = send(
+        &h.router,
+        Method::POST,
+        "/ui/nodes/n%22%2F%3Cb%3E/taints",
+        Some(TOKEN),
+        Some("taint=a%3Db"),
+    )
+    .await;
+    assert!(answer.ok().contains("added to n&#34;/&#60;b&#62;."), "{}", answer.text);
+    // An error message carrying user text is escaped too.
+    let answer = send(
+        &h.router,
+        Method::POST,
+        "/ui/nodes/node-1/taints",
+        Some(TOKEN),
+        Some("taint=%3Cscript%3E"),
+    )
+    .await;
+    assert!(!answer.error(400, Some("taint")).contains("<script>"), "{}", answer.text);
+}
+
+#[tokio::test]
+async fn lists_filter_by_state_namespace_node_and_label() {
+    let h = harness();
+    let page = get(&h.router, "/ui/actors?state=ALIVE").await.ok().to_string();
+    for label in ["State", "Namespace", "Node", "Label"] {
+        let id = format!("f-{}", label.to_lowercase());
+        assert!(page.contains(&format!(r#"<label for="{id}">{label}</label>"#)), "{page}");
+    }
+    assert!(page.contains(r#"<option value="ALIVE" selected>"#), "the filter is kept: {page}");
+    assert!(page.contains(r##"<a href="#actors/actor-1">actor-1</a>"##), "{page}");
+    assert!(!page.contains("actor-2"), "{page}");
+    let rows = |uri: &'static str| {
+        let router = h.router.clone();
+        async move { get(&router, uri).await }
+    };
+    // Empty fields (as the form sends them) are no filter.
+    let all = rows("/ui/actors/rows?state=&namespace=&node=&label=").await;
+    assert!(all.ok().contains("actor-1") && all.text.contains("actor-2"));
+    let web = rows("/ui/actors/rows?label=app%3Dweb").await;
+    assert!(web.ok().contains("actor-1") && !web.text.contains("actor-2"), "{}", web.text);
+    let on_node = rows("/ui/actors/rows?node=node-1").await;
+    assert!(on_node.ok().contains("actor-1") && !on_node.text.contains("actor-2"));
+    let none = rows("/ui/actors/rows?namespace=other").await;
+    assert!(none.ok().contains("No actor matches."), "{}", none.text);
+    let pending = rows("/ui/actors/rows?state=pending").await;
+    assert!(
+        pending.ok().contains(r#"<span class="badge bad">infeasible</span>"#),
+        "{}",
+        pending.text
+    );
+    rows("/ui/actors/rows?state=SLEEPING").await.error(400, Some("state"));
+    rows("/ui/actors/rows?label=novalue").await.error(400, Some("label"));
+    // Tasks and groups: their own columns; no label filter.
+    let tasks = get(&h.router, "/ui/tasks").await.ok().to_string();
+    assert!(tasks.contains(r##"<a href="#tasks/task-1">task-1</a>"##) && tasks.contains("CPU 2"));
+    assert!(!tasks.contains(r#"for="f-label""#), "{tasks}");
+    let groups = rows("/ui/groups/rows?state=CREATED").await;
+    assert!(groups.ok().contains(r##"<a href="#groups/pg-1">pg-1</a>"##), "{}", groups.text);
+    assert!(groups.text.contains("STRICT_SPREAD") && groups.text.contains("GPU 1"));
+}
+
+#[tokio::test]
+async fn details_show_the_options_the_history_and_why_it_waits() {
+    let h = harness();
+    let html = get(&h.router, "/ui/actors/actor-2").await.ok().to_string();
+    assert!(
+        html.contains(r#"hx-get="/ui/actors/actor-2" hx-trigger="every 2s" hx-swap="outerHTML""#)
+    );
+    assert!(html.contains("Actor actor-2"), "{html}");
+    assert!(html.contains("<p>0/3 nodes can take it now: 2 too little GPU in total"), "{html}");
+    assert!(html.contains("Why no node could ever take it"), "{html}");
+    assert!(html.contains("<li><strong>2 nodes</strong>: too little GPU in total"), "{html}");
+    assert!(
+        html.contains("<li><strong>1 node</strong>: untolerated taint gpu_node=true"),
+        "{html}"
+    );
+    let tolerations =
+        "<dt>Tolerations</dt><dd><code>{&#34;dedicated&#34;:&#34;ml&#34;}</code></dd>";
+    assert!(html.contains(tolerations), "{html}");
+    assert!(html.contains("<dt>Resources</dt><dd><code>GPU 16</code></dd>"), "{html}");
+    assert!(html.contains("<dt>Command</dt><dd>sleep 600</dd>"), "{html}");
+    assert!(html.contains("2023-11-14 22:13:20Z</td><td>created</td>"), "history: {html}");
+    let alive = get(&h.router, "/ui/actors/actor-1").await.ok().to_string();
+    assert!(!alive.contains("Why it waits") && alive.contains("actor-1 is ALIVE on node-1"));
+    let task = get(&h.router, "/ui/tasks/task-1").await.ok().to_string();
+    assert!(task.contains("<dt>Attempts</dt><dd>1 (retries at most 3)</dd>"), "{task}");
+    let group = get(&h.router, "/ui/groups/pg-1").await.ok().to_string();
+    assert!(group.contains("<td class=\"num\">0</td><td>GPU 1</td><td>node-1</td>"), "{group}");
+    assert!(get(&h.router, "/ui/actors/actor-9")
+        .await
+        .error(404, None)
+        .contains("actor actor-9 not found"));
+    get(&h.router, "/ui/tasks/actor-1").await.error(404, None);
+    get(&h.router, "/ui/groups/nope").await.error(404, None);
+}
