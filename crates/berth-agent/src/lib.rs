@@ -41,6 +41,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod discover;
 #[cfg(unix)]
 pub mod process;
 pub mod runner;

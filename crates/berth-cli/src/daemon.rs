@@ -78,7 +78,7 @@ pub struct AgentOptions {
     /// CPUs to offer [default: this machine's].
     #[arg(long, value_name = "N")]
     pub num_cpus: Option<String>,
-    /// GPUs to offer (whole instances).
+    /// GPUs to offer (whole instances) [default: those `nvidia-smi -L` lists, if installed].
     #[arg(long, value_name = "N")]
     pub num_gpus: Option<u32>,
     /// Memory to offer, bytes (suffixes allowed: 16Gi) [default: this machine's].
@@ -96,7 +96,8 @@ pub struct AgentOptions {
     /// Static taints: k=v,k2=v2 (seed 004: `--taints gpu_node=true`).
     #[arg(long, value_name = "K=V,...")]
     pub taints: Option<String>,
-    /// The accelerator model, shown as the label berth.io/accelerator-type.
+    /// The accelerator model, shown as the label berth.io/accelerator-type [default: the first
+    /// GPU's model from `nvidia-smi -L`: NVIDIA A100-SXM4-80GB → nvidia-a100].
     #[arg(long, value_name = "TYPE")]
     pub accelerator_type: Option<String>,
     /// The cluster token [default: $BERTH_TOKEN, else DATA_DIR/token].
@@ -236,15 +237,15 @@ fn agent_config(
     let mut config = AgentConfig::new(address, token);
     config.node_id = options.node_id.clone();
     config.address = options.node_ip.clone();
-    let cpus = match &options.num_cpus {
-        Some(n) => n.clone(),
-        None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).to_string(),
-    };
+    // Flags win; what they leave out comes from the machine (nvidia-smi for GPUs).
+    let machine = berth_agent::discover::discover();
+    let cpus = options.num_cpus.clone().unwrap_or_else(|| machine.cpus.to_string());
     config.resources.insert("CPU".into(), cpus);
-    if let Some(gpus) = options.num_gpus.filter(|g| *g > 0) {
+    let gpus = options.num_gpus.unwrap_or(machine.gpus.len() as u32);
+    if gpus > 0 {
         config.resources.insert("GPU".into(), gpus.to_string());
     }
-    let memory = options.memory.clone().or_else(machine_memory);
+    let memory = options.memory.clone().or_else(|| machine.memory_bytes.map(|m| m.to_string()));
     if let Some(memory) = memory {
         config.resources.insert("memory".into(), memory);
     }
@@ -268,8 +269,12 @@ fn agent_config(
                 .with_context(|| format!("--labels-file: cannot read {}", path.display()))?,
         );
     }
-    if let Some(kind) = &options.accelerator_type {
-        config.facts.insert("accelerator-type".into(), kind.clone());
+    let accelerator = options.accelerator_type.clone().or_else(|| {
+        // The machine's model only describes the GPUs it has (not an overridden count of 0).
+        (gpus > 0).then(|| machine.accelerator_type()).flatten()
+    });
+    if let Some(kind) = accelerator {
+        config.facts.insert("accelerator-type".into(), kind);
     }
     config.validate().map_err(|e| anyhow!("{e}"))?;
     Ok(config)
@@ -284,14 +289,6 @@ fn pairs(flag: &str, text: Option<&str>) -> anyhow::Result<BTreeMap<String, Stri
         out.insert(k.trim().to_string(), v.trim().to_string());
     }
     Ok(out)
-}
-
-/// Total memory from /proc/meminfo, in bytes.
-fn machine_memory() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some((kib * 1024).to_string())
 }
 
 /// `berth start --address`: an agent running its assignments as processes, keeping their
