@@ -1,0 +1,527 @@
+//! A real network partition, end to end with the real `berth` binary: the scenario of
+//! `partition_then_heal_fences_the_stale_copy` (node_loss.rs), but the link of agent `a` to the
+//! head is a veth pair into a Linux network namespace, and the partition is that link going
+//! down (`ip link set … down`), not a proxy closing connections.
+//!
+//! - The head (`berth start --head --bind 0.0.0.0`) and agent `b` run in the root namespace;
+//!   `b` joins at 127.0.0.1.
+//! - Agent `a` runs inside the namespace (`ip netns exec NS berth start --address
+//!   10.213.X.1:PORT --node-ip 10.213.X.2 …`): the only way out is the veth pair, addresses
+//!   10.213.X.1 (root end) and 10.213.X.2 (namespace end) on a /30 free on this machine, X
+//!   derived from the test's PID.
+//! - Partition: the root end goes down (no carrier on either end: nothing is closed, packets
+//!   are dropped). Heal: it comes up again.
+//!
+//! The head declares `a` dead and restarts the actor on `b` while `a`'s copy still runs (two
+//! copies: the overlap is measured and printed); healed, `a` reaches the head by itself,
+//! registers again, is told to stop its copy and does: one copy remains, on `b`.
+//!
+//! Needs root (CAP_NET_ADMIN) and `ip` (iproute2). Without them the test says so on stderr and
+//! returns (it passes without having tested anything). Whatever happens, the namespace and the
+//! veth pair are deleted and every process is ended (guards, in this order: agents, the
+//! processes the agents' runner directories record, the namespace).
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+mod common;
+use common::cluster::{created_id, wait_for, Cluster, Daemon, BERTH, WAIT};
+
+/// The head's `--heartbeat-timeout`, in seconds.
+const HEARTBEAT_TIMEOUT: &str = "1";
+/// The longest wait for the partitioned agent to stop its copy once healed: TCP
+/// retransmissions held back by the partition, a reconnection backoff of 1 s, a SIGTERM.
+const STOP_BOUND: Duration = Duration::from_secs(15);
+/// How long an agent gets to end on SIGTERM before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Namespaces made by this process so far (one name each).
+static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
+
+/// `ip ARGS`: Ok, or what it said.
+fn ip(args: &[&str]) -> Result<String, String> {
+    let output = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("`ip {}` cannot run: {e}", args.join(" ")))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "`ip {}` failed ({}): {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+/// The effective user ID, from `/proc/self/status`.
+fn euid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Why this test cannot run here, said loudly: straight to stderr, which the test harness does
+/// not capture (`eprintln!` would only show with `--nocapture`).
+fn skip(why: &str) {
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n!!!!!!!! partition_netns: SKIPPED, NOTHING WAS TESTED: {why}\n!!!!!!!! (needs root, or \
+         CAP_NET_ADMIN, and `ip` from iproute2)\n"
+    );
+}
+
+/// A network namespace linked to the root namespace by a veth pair; dropped, both are deleted.
+struct Netns {
+    name: String,
+    /// The veth end in the root namespace, and the one inside.
+    root_end: String,
+    ns_end: String,
+    /// 10.213.X.1 (root end) and 10.213.X.2 (inside).
+    root_ip: String,
+    ns_ip: String,
+}
+
+impl Netns {
+    /// Creates the namespace and its link, up, or says why it cannot.
+    fn create() -> Result<Netns, String> {
+        let pid = std::process::id();
+        let n = NAMESPACES.fetch_add(1, Ordering::SeqCst);
+        remove_stale();
+        let name = format!("berth-t{pid}-{n}");
+        ip(&["netns", "add", &name])?;
+        // From here on the guard deletes what was made, even if a step below fails.
+        let x = free_subnet(pid)?;
+        let netns = Netns {
+            root_end: format!("bt{pid}x{n}r"),
+            ns_end: format!("bt{pid}x{n}n"),
+            root_ip: format!("10.213.{x}.1"),
+            ns_ip: format!("10.213.{x}.2"),
+            name,
+        };
+        let (name, root_end, ns_end) = (&netns.name, &netns.root_end, &netns.ns_end);
+        ip(&["link", "add", root_end, "type", "veth", "peer", "name", ns_end])?;
+        ip(&["link", "set", ns_end, "netns", name])?;
+        ip(&["addr", "add", &format!("{}/30", netns.root_ip), "dev", root_end])?;
+        netns.exec(&["addr", "add", &format!("{}/30", netns.ns_ip), "dev", ns_end])?;
+        ip(&["link", "set", root_end, "up"])?;
+        netns.exec(&["link", "set", ns_end, "up"])?;
+        netns.exec(&["link", "set", "lo", "up"])?;
+        Ok(netns)
+    }
+
+    /// `ip ARGS` inside the namespace.
+    fn exec(&self, args: &[&str]) -> Result<String, String> {
+        let mut all = vec!["netns", "exec", &self.name, "ip"];
+        all.extend_from_slice(args);
+        ip(&all)
+    }
+
+    /// The partition: the root end goes down (the inside end loses its carrier).
+    fn cut(&self) {
+        ip(&["link", "set", &self.root_end, "down"]).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// The heal.
+    fn heal(&self) {
+        ip(&["link", "set", &self.root_end, "up"]).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Packets received on the root end so far (what came out of the namespace).
+    fn rx_packets(&self) -> u64 {
+        let path = format!("/sys/class/net/{}/statistics/rx_packets", self.root_end);
+        std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting one end of a veth pair deletes both; the namespace might outlive its name
+        // while a process is still inside, but not its link to the root namespace.
+        let _ = ip(&["link", "del", &self.root_end]);
+        if let Err(e) = ip(&["netns", "del", &self.name]) {
+            eprintln!("partition_netns: cannot delete namespace {}: {e}", self.name);
+        }
+    }
+}
+
+/// Deletes the namespaces a previous run of this test left behind (its process is gone).
+fn remove_stale() {
+    let Ok(list) = ip(&["netns", "list"]) else { return };
+    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
+        let Some(rest) = name.strip_prefix("berth-t") else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !PathBuf::from(format!("/proc/{pid}")).exists() {
+            let _ = ip(&["netns", "del", name]);
+        }
+    }
+}
+
+/// An X for 10.213.X.0/30 (from the PID) that no address of the root namespace uses.
+fn free_subnet(pid: u32) -> Result<u32, String> {
+    let used = ip(&["-o", "-4", "addr", "show"])?;
+    (0..256)
+        .map(|i| (pid + i) % 256)
+        .find(|x| !used.contains(&format!("10.213.{x}.")))
+        .ok_or_else(|| "no free 10.213.X.0/30".to_string())
+}
+
+/// An agent started inside a namespace (`ip netns exec NS berth …`, which execs `berth`: its
+/// child is the agent itself). Dropped, it is ended like a [`Daemon`]: SIGTERM, up to 10 s,
+/// SIGKILL, reaped; its log is printed when the test is panicking.
+struct NsAgent {
+    name: String,
+    child: Child,
+    log: PathBuf,
+    exited: Option<ExitStatus>,
+}
+
+impl NsAgent {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn exited(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait().ok().flatten();
+        }
+        self.exited
+    }
+
+    fn assert_running(&mut self) {
+        if let Some(status) = self.exited() {
+            panic!("{} exited ({status}):\n{}", self.name, self.log());
+        }
+    }
+}
+
+impl Drop for NsAgent {
+    fn drop(&mut self) {
+        if self.exited().is_none() {
+            let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+            let start = Instant::now();
+            while self.exited().is_none() && start.elapsed() < STOP_GRACE {
+                thread::sleep(Duration::from_millis(20));
+            }
+            if self.exited().is_none() {
+                let _ = self.child.kill();
+                self.exited = self.child.wait().ok();
+            }
+        }
+        if thread::panicking() {
+            eprintln!(
+                "--- log of {} ({})\n{}--- end of {}",
+                self.name,
+                self.log.display(),
+                self.log(),
+                self.name
+            );
+        }
+    }
+}
+
+/// The arguments of an agent for node `id` joining the head at `address` (as node_loss.rs: 4
+/// CPUs, label `zone=<id>`, 5 s between SIGTERM and SIGKILL).
+fn agent_args(address: &str, id: &str) -> Vec<String> {
+    [
+        "start",
+        "--address",
+        address,
+        "--node-id",
+        id,
+        "--num-cpus",
+        "4",
+        "--labels",
+        &format!("zone={id}"),
+        "--grace-period",
+        "5",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Agent `b`, in the root namespace.
+fn agent(cluster: &Cluster, address: &str, id: &str) -> Daemon {
+    let args = agent_args(address, id);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    cluster.spawn(&format!("agent-{id}"), &args)
+}
+
+/// Agent `id` inside `netns`, joining the head at `address`, announcing `node_ip`: the
+/// cluster's command line and environment, run by `ip netns exec`.
+fn agent_in(cluster: &Cluster, netns: &Netns, address: &str, id: &str) -> NsAgent {
+    let mut args = agent_args(address, id);
+    args.extend(["--node-ip".to_string(), netns.ns_ip.clone()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let base = cluster.command(&args);
+    let mut command = Command::new("ip");
+    command.args(["netns", "exec", &netns.name, BERTH]).args(base.get_args());
+    for (key, value) in base.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    let name = format!("agent-{id}-in-{}", netns.name);
+    let logs = cluster.data_dir().parent().expect("the cluster's directory").join("logs");
+    let log = logs.join(format!("{name}.log"));
+    let file = File::create(&log).expect("a log file");
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().expect("the log file, twice"))
+        .stderr(file)
+        .spawn()
+        .unwrap_or_else(|e| panic!("`ip netns exec {} berth …` cannot start: {e}", netns.name));
+    NsAgent { name, child, log, exited: None }
+}
+
+/// `sh -c SCRIPT` (1 CPU, 2 restarts) preferring node `prefer` (soft node affinity); its ID.
+fn create_actor(cluster: &Cluster, script: &str, prefer: &str) -> String {
+    let strategy = format!(r#"{{"type": "NODE_AFFINITY", "node_id": "{prefer}", "soft": true}}"#);
+    let created = cluster.ok(&[
+        "actor",
+        "create",
+        "--command",
+        "sh",
+        "--arg",
+        "-c",
+        "--arg",
+        script,
+        "--resources",
+        "CPU=1",
+        "--max-restarts",
+        "2",
+        "--strategy",
+        &strategy,
+    ]);
+    created_id(&created, "actor-")
+}
+
+fn wait_alive_on(cluster: &Cluster, actor: &str, node: &str) -> Value {
+    cluster.wait_object(actor, &format!("is ALIVE on {node}"), |o| {
+        o["state"] == "ALIVE" && o["node_id"] == node
+    })
+}
+
+/// When the last event `kind` about `node` happened (ms since the epoch, the head's clock).
+fn event_at(object: &Value, kind: &str, node: &str) -> Option<u64> {
+    object["history"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|e| e["kind"] == kind && e["node_id"] == node)
+        .and_then(|e| e["at_ms"].as_u64())
+}
+
+/// State (field 3) and process group (field 5) of `/proc/<pid>/stat`.
+fn stat(pid: i32) -> Option<(char, i32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let pgid = fields.nth(1)?.parse().ok()?;
+    Some((state, pgid))
+}
+
+/// The network namespace of process `pid` (`net:[INODE]`).
+fn net_namespace(pid: i32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
+}
+
+fn alive(pid: i32) -> bool {
+    stat(pid).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X' | 'x'))
+}
+
+/// The copies of `work_id` running now: (node, attempt, process group), one per group, found
+/// by working directory (`DATA_DIR/agents/<node>/work/<work>-<attempt>/`), as node_loss.rs.
+fn copies(cluster: &Cluster, work_id: &str) -> Vec<(String, u32, i32)> {
+    let root = cluster.data_dir().join("agents");
+    let root = root.canonicalize().unwrap_or(root);
+    let mut found = BTreeSet::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) else { continue };
+        let Ok(inside) = cwd.strip_prefix(&root) else { continue };
+        let parts: Vec<&str> = inside.iter().filter_map(|p| p.to_str()).collect();
+        let [node, "work", dir] = parts.as_slice() else { continue };
+        let Some((work, attempt)) = dir.rsplit_once('-') else { continue };
+        let Ok(attempt) = attempt.parse::<u32>() else { continue };
+        if work != work_id {
+            continue;
+        }
+        match stat(pid) {
+            Some((state, pgid)) if !matches!(state, 'Z' | 'X' | 'x') => {
+                found.insert((node.to_string(), attempt, pgid));
+            }
+            _ => {}
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// Waits until the copies of `work_id` run on exactly `nodes` (sorted); returns them.
+fn wait_copies(cluster: &Cluster, work_id: &str, nodes: &[&str]) -> Vec<(String, u32, i32)> {
+    wait_for(&format!("{work_id} runs once on each of {nodes:?}"), WAIT, || {
+        let now = copies(cluster, work_id);
+        if now.iter().map(|(n, _, _)| n.as_str()).eq(nodes.iter().copied()) {
+            Ok(now)
+        } else {
+            Err(format!("{now:?}"))
+        }
+    })
+}
+
+/// The PID `node`'s `state.json` records for `work_id`.
+fn recorded_pid(cluster: &Cluster, node: &str, work_id: &str) -> Option<i64> {
+    let path = cluster.data_dir().join("agents").join(node).join(berth_agent::process::STATE_FILE);
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    state["processes"]
+        .as_array()?
+        .iter()
+        .find(|p| p["work_id"] == work_id)
+        .and_then(|p| p["pid"].as_i64())
+}
+
+/// Agent `a` in its own network namespace: its link goes down, the head declares it dead and
+/// restarts its actor on `b` while `a`'s copy still runs; the link comes up, `a` registers
+/// again by itself, is told to stop its copy and does: one copy remains, on `b`.
+#[test]
+fn netns_partition_then_heal_fences_the_stale_copy() {
+    if euid() != Some(0) {
+        skip(&format!("not root (effective UID {:?})", euid()));
+        return;
+    }
+    if let Err(e) = ip(&["-V"]) {
+        skip(&format!("no `ip` command: {e}"));
+        return;
+    }
+    // Declared first, dropped last: after the agents and their processes.
+    let netns = match Netns::create() {
+        Ok(netns) => netns,
+        Err(e) => {
+            skip(&format!("cannot make a network namespace: {e}"));
+            return;
+        }
+    };
+    let cluster = Cluster::new();
+    let (_head, address) =
+        cluster.head(&["--bind", "0.0.0.0", "--heartbeat-timeout", HEARTBEAT_TIMEOUT]);
+    let port = address.rsplit_once(':').expect("HOST:PORT").1.to_string();
+    let mut a = agent_in(&cluster, &netns, &format!("{}:{port}", netns.root_ip), "a");
+    let _b = agent(&cluster, &format!("127.0.0.1:{port}"), "b");
+    let before = wait_for("node a is ALIVE", WAIT, || {
+        a.assert_running();
+        let run = cluster.run(&["get", "node", "a", "--output", "json"]);
+        if run.code != Some(0) {
+            return Err(run.to_string());
+        }
+        let node = run.json();
+        if node["state"] == "ALIVE" {
+            Ok(node)
+        } else {
+            Err(node.to_string())
+        }
+    });
+    cluster.wait_node("b", "ALIVE");
+    assert_eq!(before["address"], netns.ns_ip.as_str(), "a announces its namespace's IP: {before}");
+    assert!(netns.rx_packets() > 0, "agent a's traffic crosses the veth pair");
+
+    let actor = create_actor(&cluster, "sleep 600", "a");
+    wait_alive_on(&cluster, &actor, "a");
+    let on_a = wait_copies(&cluster, &actor, &["a"]).remove(0);
+
+    // The partition.
+    let cut_at = Instant::now();
+    netns.cut();
+    let dead = cluster.wait_node("a", "DEAD");
+    let dead_after = cut_at.elapsed();
+    let moved = wait_alive_on(&cluster, &actor, "b");
+    let both_from = Instant::now();
+    println!(
+        "link down -> node a DEAD after {dead_after:?} ({}), {actor} ALIVE on b after {:?}",
+        dead["dead_reason"],
+        cut_at.elapsed()
+    );
+    assert_eq!(moved["restarts"], 1, "{moved}");
+
+    // Two copies now: the partitioned one goes on, and so does its agent.
+    let both = wait_copies(&cluster, &actor, &["a", "b"]);
+    assert_eq!(both[0], on_a, "the copy on a is the one started before the partition");
+    let on_b = both[1].clone();
+    assert!(on_b.1 > on_a.1, "the copy on b is a later attempt: {both:?}");
+    assert!(alive(on_a.2), "the partitioned copy still runs during the partition");
+    assert_ne!(
+        net_namespace(on_a.2).expect("the copy's network namespace"),
+        net_namespace(std::process::id() as i32).expect("this test's network namespace"),
+        "the copy on a runs inside the namespace"
+    );
+    a.assert_running();
+
+    // Healed: `a` comes back by itself and stops its copy.
+    let healed_at = Instant::now();
+    netns.heal();
+    wait_for(&format!("the partitioned copy of {actor} is stopped"), STOP_BOUND, || {
+        if alive(on_a.2) {
+            Err(format!("process {} still runs: {:?}", on_a.2, stat(on_a.2)))
+        } else {
+            Ok(())
+        }
+    });
+    let overlap = both_from.elapsed();
+    let gone_after_heal = healed_at.elapsed();
+    let back = cluster.wait_node("a", "ALIVE");
+    let registered_ms = back["registered_at_ms"].as_u64().expect("registered_at_ms");
+    assert!(
+        registered_ms > before["registered_at_ms"].as_u64().unwrap_or(0),
+        "a registered again: {back}"
+    );
+    let started_b = event_at(&moved, "started", "b").expect("started on b");
+    println!(
+        "netns partition: two copies of {actor} ran for {overlap:?} (observed: from ALIVE on b \
+         to the stale copy gone, {gone_after_heal:?} after the heal); head: a registered again \
+         {} ms after the restart on b",
+        registered_ms.saturating_sub(started_b)
+    );
+    let err_log = cluster.data_dir().join("agents/a/logs").join(format!("{actor}.err"));
+    let ended = format!("{actor} attempt {} ended by signal 15", on_a.1);
+    let log = wait_for(&format!("{} holds {ended:?}", err_log.display()), WAIT, || {
+        let now = std::fs::read_to_string(&err_log).unwrap_or_default();
+        if now.contains(&ended) {
+            Ok(now)
+        } else {
+            Err(now)
+        }
+    });
+    assert!(!log.contains("ended by signal 9"), "a SIGTERM was enough:\n{log}");
+
+    // Exactly one copy, on b, ALIVE; the agent that was cut off holds nothing.
+    assert_eq!(copies(&cluster, &actor), vec![on_b], "one copy of {actor} runs, on b");
+    let after = cluster.json(&["get", &actor]);
+    assert_eq!(
+        (&after["state"], &after["node_id"], &after["restarts"]),
+        (&"ALIVE".into(), &"b".into(), &1.into()),
+        "{after}"
+    );
+    assert_eq!(after["history"], moved["history"], "nothing happened to {actor} meanwhile");
+    assert_eq!(back["actors"], 0, "{back}");
+    assert_eq!(recorded_pid(&cluster, "a", &actor), None, "a no longer records the copy");
+    a.assert_running();
+}
