@@ -21,7 +21,6 @@
 //! veth pair are deleted and every process is ended (guards, in this order: agents, the
 //! processes the agents' runner directories record, the namespace).
 
-use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
@@ -32,10 +31,10 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use serde_json::Value;
 
 mod common;
-use common::cluster::{created_id, wait_for, Cluster, Daemon, BERTH, WAIT};
+use common::cluster::{wait_for, Cluster, Daemon, BERTH, WAIT};
+use common::work::*;
 
 /// The head's `--heartbeat-timeout`, in seconds.
 const HEARTBEAT_TIMEOUT: &str = "1";
@@ -291,113 +290,9 @@ fn agent_in(cluster: &Cluster, netns: &Netns, address: &str, id: &str) -> NsAgen
     NsAgent { name, child, log, exited: None }
 }
 
-/// `sh -c SCRIPT` (1 CPU, 2 restarts) preferring node `prefer` (soft node affinity); its ID.
-fn create_actor(cluster: &Cluster, script: &str, prefer: &str) -> String {
-    let strategy = format!(r#"{{"type": "NODE_AFFINITY", "node_id": "{prefer}", "soft": true}}"#);
-    let created = cluster.ok(&[
-        "actor",
-        "create",
-        "--command",
-        "sh",
-        "--arg",
-        "-c",
-        "--arg",
-        script,
-        "--resources",
-        "CPU=1",
-        "--max-restarts",
-        "2",
-        "--strategy",
-        &strategy,
-    ]);
-    created_id(&created, "actor-")
-}
-
-fn wait_alive_on(cluster: &Cluster, actor: &str, node: &str) -> Value {
-    cluster.wait_object(actor, &format!("is ALIVE on {node}"), |o| {
-        o["state"] == "ALIVE" && o["node_id"] == node
-    })
-}
-
-/// When the last event `kind` about `node` happened (ms since the epoch, the head's clock).
-fn event_at(object: &Value, kind: &str, node: &str) -> Option<u64> {
-    object["history"]
-        .as_array()?
-        .iter()
-        .rev()
-        .find(|e| e["kind"] == kind && e["node_id"] == node)
-        .and_then(|e| e["at_ms"].as_u64())
-}
-
-/// State (field 3) and process group (field 5) of `/proc/<pid>/stat`.
-fn stat(pid: i32) -> Option<(char, i32)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let pgid = fields.nth(1)?.parse().ok()?;
-    Some((state, pgid))
-}
-
 /// The network namespace of process `pid` (`net:[INODE]`).
 fn net_namespace(pid: i32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
-}
-
-fn alive(pid: i32) -> bool {
-    stat(pid).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X' | 'x'))
-}
-
-/// The copies of `work_id` running now: (node, attempt, process group), one per group, found
-/// by working directory (`DATA_DIR/agents/<node>/work/<work>-<attempt>/`), as node_loss.rs.
-fn copies(cluster: &Cluster, work_id: &str) -> Vec<(String, u32, i32)> {
-    let root = cluster.data_dir().join("agents");
-    let root = root.canonicalize().unwrap_or(root);
-    let mut found = BTreeSet::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) else { continue };
-        let Ok(inside) = cwd.strip_prefix(&root) else { continue };
-        let parts: Vec<&str> = inside.iter().filter_map(|p| p.to_str()).collect();
-        let [node, "work", dir] = parts.as_slice() else { continue };
-        let Some((work, attempt)) = dir.rsplit_once('-') else { continue };
-        let Ok(attempt) = attempt.parse::<u32>() else { continue };
-        if work != work_id {
-            continue;
-        }
-        match stat(pid) {
-            Some((state, pgid)) if !matches!(state, 'Z' | 'X' | 'x') => {
-                found.insert((node.to_string(), attempt, pgid));
-            }
-            _ => {}
-        }
-    }
-    found.into_iter().collect()
-}
-
-/// Waits until the copies of `work_id` run on exactly `nodes` (sorted); returns them.
-fn wait_copies(cluster: &Cluster, work_id: &str, nodes: &[&str]) -> Vec<(String, u32, i32)> {
-    wait_for(&format!("{work_id} runs once on each of {nodes:?}"), WAIT, || {
-        let now = copies(cluster, work_id);
-        if now.iter().map(|(n, _, _)| n.as_str()).eq(nodes.iter().copied()) {
-            Ok(now)
-        } else {
-            Err(format!("{now:?}"))
-        }
-    })
-}
-
-/// The PID `node`'s `state.json` records for `work_id`.
-fn recorded_pid(cluster: &Cluster, node: &str, work_id: &str) -> Option<i64> {
-    let path = cluster.data_dir().join("agents").join(node).join(berth_agent::process::STATE_FILE);
-    let state: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    state["processes"]
-        .as_array()?
-        .iter()
-        .find(|p| p["work_id"] == work_id)
-        .and_then(|p| p["pid"].as_i64())
 }
 
 /// Agent `a` in its own network namespace: its link goes down, the head declares it dead and

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod proxy;
+pub mod work;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
