@@ -20,7 +20,7 @@
 //!
 //! Decisions:
 //!
-//! - The three parts of a session run in one `select!` rather than as spawned tasks, so ending a
+//! - The parts of a session (heartbeats, assignments, reports, logs) run in one `select!` rather than as spawned tasks, so ending a
 //!   session (or aborting the agent, as [`SimCluster::kill`] does) drops every stream at once
 //!   and nothing of an old session outlives it.
 //! - Runner events go through one unbounded channel for the agent's whole life; a report leaves
