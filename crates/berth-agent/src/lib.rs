@@ -20,9 +20,10 @@
 //!
 //! Decisions:
 //!
-//! - The parts of a session (heartbeats, assignments, reports, logs) run in one `select!` rather than as spawned tasks, so ending a
-//!   session (or aborting the agent, as [`SimCluster::kill`] does) drops every stream at once
-//!   and nothing of an old session outlives it.
+//! - The four parts of a session (heartbeats, assignments, reports, logs) run in one `select!`
+//!   rather than as spawned tasks, so ending a session (or aborting the agent, as
+//!   [`SimCluster::kill`] does) drops every stream at once and nothing of an old session
+//!   outlives it.
 //! - Runner events go through one unbounded channel for the agent's whole life; a report leaves
 //!   the queue only once the head answered it, so reconnections never lose an exit.
 //! - Each session gets a fresh lazy gRPC channel: no broken connection is reused, and an

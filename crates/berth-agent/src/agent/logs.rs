@@ -5,7 +5,7 @@
 //! [`MAX_CHUNK`] bytes (on the blocking pool: plain file reads) and sends each once it holds a
 //! credit: a request starts with [`LOG_WINDOW`] and gets one back per chunk the head
 //! acknowledges, so a slow reader at the head never makes the agent read ahead. A following
-//! request looks at its file again every [`FOLLOW_POLL`]. Dropping [`serve`] (the stream ended
+//! request looks at its file again every [`FOLLOW_POLL`]. Dropping `serve` (the stream ended
 //! with its session) aborts every request task.
 
 use std::collections::HashMap;
