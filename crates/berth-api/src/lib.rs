@@ -6,6 +6,7 @@
 //!   exactly the same thing and reject it with the same field paths.
 //! - [`local`]: the data directory, token and address files a local head shares with the CLI.
 //! - [`rest`]: the REST API's bodies and answers (serde + OpenAPI schemas).
+//! - [`text`]: how times are shown to people (CLI, dashboard, log headers).
 //! - [`agent`]: the agent protocol, generated from `proto/agent.proto`.
 
 #![warn(missing_docs)]
@@ -13,6 +14,7 @@
 pub mod local;
 pub mod rest;
 pub mod spec;
+pub mod text;
 
 /// The agent protocol (gRPC), generated from `proto/agent.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -103,30 +103,7 @@ impl Bar {
 
 /// Milliseconds since the Unix epoch as UTC: `2023-11-14 22:13:20Z`.
 pub(crate) fn time(ms: u64) -> String {
-    let seconds = ms / 1000;
-    let days = i64::try_from(seconds / 86_400).unwrap_or(i64::MAX / 2);
-    let rest = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    berth_api::text::utc(ms / 1000, ' ')
 }
 
 /// A JSON value for people: strings without quotes, the rest as compact JSON.

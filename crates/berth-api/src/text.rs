@@ -1,0 +1,45 @@
+//! Text conventions shared by everything that shows Berth's values to people: the CLI, the
+//! dashboard and the agent's log headers.
+
+/// `secs` after the Unix epoch as UTC, `YYYY-MM-DD{between}HH:MM:SSZ` (`between` is `'T'` for
+/// RFC 3339, `' '` for tables), in the proleptic Gregorian calendar.
+pub fn utc(secs: u64, between: char) -> String {
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+    let rest = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}{between}{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// The date of a day count since 1970-01-01 (Howard Hinnant's days-to-civil algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_leap_days_and_far_dates() {
+        assert_eq!(utc(0, 'T'), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400, 'T'), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_700_000_000, ' '), "2023-11-14 22:13:20Z");
+        assert_eq!(utc(4_102_444_799, 'T'), "2099-12-31T23:59:59Z");
+        // Never panics, whatever the input.
+        assert!(utc(u64::MAX, 'T').ends_with('Z'));
+    }
+}
