@@ -121,6 +121,22 @@ pub struct List<T> {
     pub items: Vec<T>,
     /// How many matched before `limit` cut the list.
     pub total: usize,
+    /// For actors, tasks and placement groups: how many finished objects of this kind the
+    /// head has forgotten, and what it keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forgotten: Option<Forgotten>,
+}
+
+/// Finished objects (DEAD actors; FINISHED, FAILED or CANCELLED tasks; REMOVED placement
+/// groups) are kept for a while, then dropped from memory and the store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Forgotten {
+    /// Finished objects of this kind dropped so far (over the store's whole life).
+    pub dropped: u64,
+    /// Seconds a finished object is kept after it finished.
+    pub keep_finished_s: u64,
+    /// Finished objects of this kind kept at most (the oldest-finished are dropped first).
+    pub keep_finished: u64,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,6 +15,18 @@ pub fn utc(secs: u64, between: char) -> String {
     )
 }
 
+/// A whole number of seconds in the largest unit that divides it: `90 s`, `15 min`, `1 h`,
+/// `2 d`.
+pub fn duration_words(secs: u64) -> String {
+    match secs {
+        0 => "0 s".to_string(),
+        s if s % 86_400 == 0 => format!("{} d", s / 86_400),
+        s if s % 3600 == 0 => format!("{} h", s / 3600),
+        s if s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
 /// The date of a day count since 1970-01-01 (Howard Hinnant's days-to-civil algorithm).
 fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
@@ -32,6 +44,20 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_in_their_largest_whole_unit() {
+        for (secs, words) in [
+            (0, "0 s"),
+            (90, "90 s"),
+            (900, "15 min"),
+            (3600, "1 h"),
+            (5400, "90 min"),
+            (172_800, "2 d"),
+        ] {
+            assert_eq!(duration_words(secs), words);
+        }
+    }
 
     #[test]
     fn epoch_leap_days_and_far_dates() {

@@ -64,6 +64,13 @@ pub struct HeadOptions {
     /// Seconds without a heartbeat after which a node is declared dead.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     pub heartbeat_timeout: f64,
+    /// Seconds a finished object (DEAD actor; FINISHED, FAILED or CANCELLED task; REMOVED
+    /// placement group) is kept before the head forgets it.
+    #[arg(long, default_value_t = berth_head::config::DEFAULT_KEEP_FINISHED_FOR.as_secs(), value_name = "SECONDS")]
+    pub keep_finished_for: u64,
+    /// Finished objects kept per kind at most; the oldest-finished are forgotten first.
+    #[arg(long, default_value_t = berth_head::config::DEFAULT_KEEP_FINISHED, value_name = "N")]
+    pub keep_finished: usize,
 }
 
 /// Options of an agent (`berth start --address`).
@@ -174,6 +181,10 @@ fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
     }
     config.heartbeat_timeout = Duration::from_secs_f64(options.heartbeat_timeout);
     config.heartbeat_interval = (config.heartbeat_timeout / 5).min(Duration::from_millis(500));
+    config.retention = berth_head::config::Retention {
+        keep_for: Duration::from_secs(options.keep_finished_for),
+        keep_count: options.keep_finished,
+    };
     Ok(config)
 }
 

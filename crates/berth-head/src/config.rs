@@ -26,6 +26,35 @@ pub struct HeadConfig {
     pub seed: u64,
     /// A token to use instead of the token file (tests); `None` reads or creates the file.
     pub token: Option<String>,
+    /// How long, and how many, finished objects are kept before they are forgotten.
+    pub retention: Retention,
+}
+
+/// How long finished objects (DEAD actors; FINISHED, FAILED, CANCELLED tasks; REMOVED groups)
+/// stay in memory and in the store.
+///
+/// Without a bound a long-lived head grows with everything it ever ran: every restart reloads
+/// it and every status walks it. Kubernetes drops finished pods by TTL and a count threshold;
+/// Ray keeps a bounded number of dead actors. Berth does both: an object is dropped once it
+/// has been finished for `keep_for`, or earlier when more than `keep_count` finished objects
+/// of its kind exist (the oldest-finished first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// How long a finished object is kept after it finished.
+    pub keep_for: Duration,
+    /// Finished objects kept per kind, at most.
+    pub keep_count: usize,
+}
+
+/// Default time a finished object is kept.
+pub const DEFAULT_KEEP_FINISHED_FOR: Duration = Duration::from_secs(3600);
+/// Default number of finished objects kept per kind.
+pub const DEFAULT_KEEP_FINISHED: usize = 10_000;
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { keep_for: DEFAULT_KEEP_FINISHED_FOR, keep_count: DEFAULT_KEEP_FINISHED }
+    }
 }
 
 /// Default heartbeat period.
@@ -47,6 +76,7 @@ impl HeadConfig {
             heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
             seed: 0,
             token: None,
+            retention: Retention::default(),
         }
     }
 }

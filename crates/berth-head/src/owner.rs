@@ -13,11 +13,13 @@
 //! - `owner/nodes.rs`: agents (register, sessions, liveness), taints, drain, node death.
 //! - `owner/convert.rs`: core values → API values.
 //! - `owner/restore.rs`: rebuilding the state from the store after a restart.
+//! - `owner/retention.rs`: forgetting finished objects after their time.
 
 mod convert;
 mod groups;
 mod nodes;
 mod restore;
+mod retention;
 mod work;
 
 use std::collections::{BTreeSet, HashMap};
@@ -94,6 +96,8 @@ pub(crate) struct Owner {
     pub(crate) touched: BTreeSet<String>,
     pub(crate) next_session: u64,
     pub(crate) next_node: u64,
+    /// Finished objects in the order they finished, and what was forgotten.
+    pub(crate) finished: retention::Finished,
     pub(crate) config: HeadConfig,
     pub(crate) metrics: Arc<Metrics>,
 }
@@ -136,6 +140,7 @@ impl Owner {
             // Sessions must never repeat across head restarts: start from the clock.
             next_session: crate::agents::now_ms() << 16,
             next_node: 0,
+            finished: retention::Finished::default(),
             config,
             metrics,
         }
@@ -264,10 +269,16 @@ impl Owner {
             self.refresh_node(&id);
         }
         let mut batch = Batch::new();
+        // Before this cycle's writes: what is dropped was written in an earlier cycle.
+        self.forget_finished(crate::agents::now_ms());
+        if self.finished.write(&mut batch) {
+            self.show_retention();
+        }
         let dirty = std::mem::take(&mut self.dirty);
         for seq in &dirty.actors {
             if let Some(entry) = self.actors.get(seq) {
                 batch.put(Table::Actors, Kind::Actor.id(*seq), encode(&entry.record()));
+                self.note_finished(Kind::Actor, *seq);
             }
         }
         for seq in dirty.actors.union(&dirty.shown_actors) {
@@ -278,6 +289,7 @@ impl Owner {
         for seq in &dirty.tasks {
             if let Some(entry) = self.tasks.get(seq) {
                 batch.put(Table::Tasks, Kind::Task.id(*seq), encode(&entry.record()));
+                self.note_finished(Kind::Task, *seq);
             }
         }
         for seq in dirty.tasks.union(&dirty.shown_tasks) {
@@ -288,6 +300,7 @@ impl Owner {
         for seq in &dirty.groups {
             if let Some(entry) = self.groups.get(seq) {
                 batch.put(Table::Groups, Kind::Group.id(*seq), encode(&entry.record()));
+                self.note_finished(Kind::Group, *seq);
             }
         }
         for seq in dirty.groups.union(&dirty.shown_groups) {

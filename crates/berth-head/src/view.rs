@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use berth_api::rest::Forgotten;
 use berth_api::rest::{
     Actor, ClusterStatus, Demand, Explanation, Group, List, ListQuery, Node, NodeCounts, NodeState,
     PendingItem, ResourceUse, StringMap, Task,
@@ -49,6 +50,15 @@ impl Kind {
             Kind::Actor => "actor",
             Kind::Task => "task",
             Kind::Group => "placement_group",
+        }
+    }
+
+    /// Its position in per-kind arrays (actors, tasks, groups).
+    pub fn index(self) -> usize {
+        match self {
+            Kind::Actor => 0,
+            Kind::Task => 1,
+            Kind::Group => 2,
         }
     }
 
@@ -101,6 +111,8 @@ pub struct View {
     pub waiting: OrdMap<(Kind, u64), Arc<Waiting>>,
     /// Commit cycles published so far (a change counter for pollers).
     pub generation: u64,
+    /// Finished objects forgotten so far and what is kept, by [`Kind::index`].
+    pub forgotten: [Forgotten; 3],
 }
 
 /// Why a query parameter was refused.
@@ -191,7 +203,7 @@ impl<'a> Filter<'a> {
                 }
             }
         }
-        List { items: out, total }
+        List { items: out, total, forgotten: None }
     }
 }
 
@@ -242,7 +254,7 @@ impl View {
     /// Actors matching `query`.
     pub fn list_actors(&self, query: &ListQuery) -> Result<List<Actor>, QueryError> {
         let filter = Filter::new(query, &["PENDING", "ALIVE", "RESTARTING", "DEAD"])?;
-        Ok(filter.collect(self.actors.values().map(|a| {
+        let mut list = filter.collect(self.actors.values().map(|a| {
             let keep = filter.keeps(
                 &upper(&a.state),
                 Some(&a.namespace),
@@ -250,7 +262,9 @@ impl View {
                 Some(&a.spec.labels),
             );
             (keep, (**a).clone())
-        })))
+        }));
+        list.forgotten = Some(self.forgotten[Kind::Actor.index()]);
+        Ok(list)
     }
 
     /// The task with this ID.
@@ -265,11 +279,13 @@ impl View {
     pub fn list_tasks(&self, query: &ListQuery) -> Result<List<Task>, QueryError> {
         let filter =
             Filter::new(query, &["PENDING", "RUNNING", "FINISHED", "FAILED", "CANCELLED"])?;
-        Ok(filter.collect(self.tasks.values().map(|t| {
+        let mut list = filter.collect(self.tasks.values().map(|t| {
             let keep =
                 filter.keeps(&upper(&t.state), Some(&t.namespace), t.node_id.as_deref(), None);
             (keep, (**t).clone())
-        })))
+        }));
+        list.forgotten = Some(self.forgotten[Kind::Task.index()]);
+        Ok(list)
     }
 
     /// The placement group with this ID.
@@ -283,7 +299,7 @@ impl View {
     /// Groups matching `query` (`node`: groups with a bundle there).
     pub fn list_groups(&self, query: &ListQuery) -> Result<List<Group>, QueryError> {
         let filter = Filter::new(query, &["PENDING", "CREATED", "RESCHEDULING", "REMOVED"])?;
-        Ok(filter.collect(self.groups.values().map(|g| {
+        let mut list = filter.collect(self.groups.values().map(|g| {
             let on_node = filter
                 .node
                 .is_none_or(|id| g.bundles.iter().any(|b| b.node_id.as_deref() == Some(id)));
@@ -291,7 +307,9 @@ impl View {
             let keep =
                 on_node && filter.keeps(&upper(&g.state), Some(&g.namespace), filter.node, None);
             (keep, (**g).clone())
-        })))
+        }));
+        list.forgotten = Some(self.forgotten[Kind::Group.index()]);
+        Ok(list)
     }
 
     /// What `GET /api/v1/explain/{id}` answers for an actor, task or group.

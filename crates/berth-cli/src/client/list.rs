@@ -151,22 +151,34 @@ fn fetch_render<T: DeserializeOwned + Serialize>(
     }
 }
 
-/// The table, or a line saying there is nothing; a last line when the limit cut the list.
+/// The table, or a line saying there is nothing; a last line when the limit cut the list, and
+/// one when finished objects of this kind were forgotten.
 pub fn render<T>(list: &List<T>, table: fn(&[T]) -> String, what: What) -> String {
-    if list.items.is_empty() {
-        return if list.total == 0 {
+    let mut text = if list.items.is_empty() {
+        if list.total == 0 {
             format!("no {} match\n", what.plural())
         } else {
             format!("{} {} match; none shown\n", list.total, what.plural())
-        };
-    }
-    let mut text = table(&list.items);
-    if list.total > list.items.len() {
+        }
+    } else {
+        table(&list.items)
+    };
+    if !list.items.is_empty() && list.total > list.items.len() {
         text.push_str(&format!(
             "({} of {} {} shown; raise --limit to see more)\n",
             list.items.len(),
             list.total,
             what.plural()
+        ));
+    }
+    if let Some(forgotten) = list.forgotten.filter(|f| f.dropped > 0) {
+        text.push_str(&format!(
+            "({} finished {} forgotten: the head keeps finished ones {} after they end, at most \
+             {} of them)\n",
+            forgotten.dropped,
+            what.plural(),
+            berth_api::text::duration_words(forgotten.keep_finished_s),
+            forgotten.keep_finished
         ));
     }
     text
@@ -219,11 +231,26 @@ mod tests {
 
     #[test]
     fn cut_lists_say_so() {
-        let list = List { items: vec![fixtures::node()], total: 3 };
+        let list = List { items: vec![fixtures::node()], total: 3, forgotten: None };
         let text = render(&list, view::nodes_table, What::Nodes);
         assert!(text.ends_with("(1 of 3 nodes shown; raise --limit to see more)\n"), "{text}");
-        let empty: List<Node> = List { items: vec![], total: 0 };
+        let empty: List<Node> = List { items: vec![], total: 0, forgotten: None };
         assert_eq!(render(&empty, view::nodes_table, What::Nodes), "no nodes match\n");
+    }
+
+    #[test]
+    fn forgotten_finished_objects_are_counted() {
+        let forgotten =
+            berth_api::rest::Forgotten { dropped: 12, keep_finished_s: 3600, keep_finished: 10 };
+        let list: List<Node> = List { items: vec![], total: 0, forgotten: Some(forgotten) };
+        let text = render(&list, view::nodes_table, What::Tasks);
+        assert_eq!(
+            text,
+            "no tasks match\n(12 finished tasks forgotten: the head keeps finished ones 1 h after \
+             they end, at most 10 of them)\n"
+        );
+        let none = List::<Node> { forgotten: Some(Default::default()), ..list };
+        assert_eq!(render(&none, view::nodes_table, What::Tasks), "no tasks match\n");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use berth_store::{Snapshot, Table};
 
 use super::groups::{build_group, GroupEntry};
 use super::nodes::NodeEntry;
+use super::retention::Ledger;
 use super::work::{affinity_of, build, ActorEntry, Ending, TaskEntry, WorkKey};
 use super::{convert, AgentLink, Owner};
 use crate::agents::{now_ms, Liveness};
@@ -59,6 +60,14 @@ impl Owner {
         for key in waiting {
             self.submit(key);
         }
+        match Ledger::load(snapshot) {
+            Ok(ledger) => self.finished.ledger = ledger,
+            Err(err) => out.skipped.push(err),
+        }
+        self.note_restored_finished();
+        self.show_retention();
+        // IDs continue after the highest ever given, including those forgotten since.
+        let ledger = self.finished.ledger;
         let max = |kind: Kind, table: Table| {
             snapshot
                 .table(table)
@@ -68,6 +77,7 @@ impl Owner {
                 .map(|(_, s)| s)
                 .max()
                 .unwrap_or(0)
+                .max(ledger.of(kind).last_seq)
         };
         sequences.actors.store(max(Kind::Actor, Table::Actors), Ordering::Relaxed);
         sequences.tasks.store(max(Kind::Task, Table::Tasks), Ordering::Relaxed);
