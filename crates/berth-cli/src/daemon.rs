@@ -22,6 +22,8 @@ use berth_head::{HeadConfig, RunningHead};
 use berth_store::StoreConfig;
 use clap::Args;
 
+use crate::logging::{self, LogOptions};
+
 /// The file holding the process ID of a foreground `berth start` or `berth up`.
 pub const PID_FILE: &str = "berth.pid";
 
@@ -38,6 +40,8 @@ pub struct StartArgs {
     pub head_options: HeadOptions,
     #[command(flatten)]
     pub agent: AgentOptions,
+    #[command(flatten)]
+    pub log: LogOptions,
 }
 
 /// Options of the head (`berth start --head`, `berth up`).
@@ -130,6 +134,8 @@ pub struct UpArgs {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub head: HeadOptions,
+    #[command(flatten)]
+    pub log: LogOptions,
 }
 
 /// Options of `berth stop`.
@@ -149,13 +155,23 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// `berth start`.
 pub fn start(args: &StartArgs) -> anyhow::Result<()> {
+    let data_dir = args.head_options.data_dir.clone().unwrap_or_else(default_data_dir);
     match (args.head, &args.address) {
-        (true, _) => runtime()?.block_on(run_head(&args.head_options)),
+        (true, _) => {
+            let _log = logging::init(&args.log, &data_dir)?;
+            runtime()?.block_on(run_head(&args.head_options))
+        }
         (false, Some(address)) => {
+            let _log = logging::init(&args.log, &agent_dir(&data_dir, &args.agent))?;
             runtime()?.block_on(run_agent(address, &args.agent, &args.head_options))
         }
         (false, None) => bail!("say what to start: --head, or --address HOST:PORT for an agent"),
     }
+}
+
+/// An agent's own directory: its processes' state and logs, and its log file.
+fn agent_dir(data_dir: &Path, options: &AgentOptions) -> PathBuf {
+    data_dir.join("agents").join(options.node_id.as_deref().unwrap_or("node"))
 }
 
 fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
@@ -193,6 +209,7 @@ async fn boot_head(config: HeadConfig) -> anyhow::Result<RunningHead> {
     let head =
         berth_head::start(config).await.map_err(|e| anyhow!("the head could not start: {e}"))?;
     write_pid(&data_dir)?;
+    tracing::info!(address = %head.address, data_dir = %data_dir.display(), restored = %head.restored, "head serving");
     Ok(head)
 }
 
@@ -204,6 +221,7 @@ fn print_head(head: &RunningHead, data_dir: &Path) {
     );
     println!("  dashboard: http://{}/  (it asks for the token below)", head.address);
     println!("  reloaded: {}", head.restored);
+    println!("  log: {}", data_dir.join(logging::LOG_FILE).display());
     let token_path = data_dir.join(TOKEN_FILE);
     if head.token_created {
         println!("  a new cluster token was written to {} (mode 0600)", token_path.display());
@@ -318,7 +336,7 @@ async fn run_agent(
         bail!("--grace-period: {} is not between 0 and 3600 seconds", options.grace_period);
     }
     // The node ID is validated above, so it is a plain file name.
-    let work_dir = data_dir.join("agents").join(options.node_id.as_deref().unwrap_or("node"));
+    let work_dir = agent_dir(&data_dir, options);
     let process_options = ProcessOptions {
         grace: Duration::from_secs_f64(options.grace_period),
         node_id: options.node_id.clone(),
@@ -337,6 +355,7 @@ async fn run_agent(
         status.node_id.clone().unwrap_or_default()
     );
     println!("  runs its work as processes; logs in {}", work_dir.join("logs").display());
+    println!("  agent log: {}", work_dir.join(logging::LOG_FILE).display());
     if adopted > 0 {
         println!("  adopted {adopted} process(es) the previous agent left running");
     }
@@ -352,6 +371,8 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     if args.nodes == 0 && args.config.is_none() {
         bail!("--nodes: give at least 1");
     }
+    let data_dir = args.head.data_dir.clone().unwrap_or_else(default_data_dir);
+    let _log = logging::init(&args.log, &data_dir)?;
     runtime()?.block_on(async move {
         let config = head_config(&args.head)?;
         let data_dir = config.data_dir.clone();

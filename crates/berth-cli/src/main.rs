@@ -16,6 +16,7 @@ mod bench;
 mod client;
 mod daemon;
 mod explain;
+mod logging;
 mod render;
 mod sim;
 mod validate;

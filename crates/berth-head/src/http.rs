@@ -331,7 +331,7 @@ fn openapi_json() -> Bytes {
     match openapi().to_pretty_json() {
         Ok(text) => Bytes::from(text),
         Err(err) => {
-            tracing::error!("the OpenAPI document does not serialize: {err}");
+            tracing::error!(error = %err, "the OpenAPI document does not serialize");
             Bytes::from_static(b"{}")
         }
     }

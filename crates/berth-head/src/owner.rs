@@ -422,7 +422,7 @@ pub(crate) async fn commit_loop(
             let ops = batch.len() as u64;
             let started = Instant::now();
             if let Err(err) = store.commit(epoch, batch).await {
-                tracing::error!("store commit failed, stopping the head: {err}");
+                tracing::error!(error = %err, "store commit failed; stopping the head");
                 // The answers are dropped: callers see 503 (the change is not acknowledged).
                 drop(effects);
                 return Err(HeadError::Unavailable(format!("the store failed: {err}")));

@@ -173,7 +173,7 @@ impl Owner {
             match entry.api.state {
                 GroupState::Created => {
                     if let Err(err) = self.rereserve_group(&entry) {
-                        tracing::warn!("placement group {key} could not be reserved again ({err}); placing it anew");
+                        tracing::warn!(group_id = %key, error = %err, "placement group could not be reserved again; placing it anew");
                         entry.api.state = GroupState::Pending;
                         self.waiting_groups.insert(seq);
                         self.dirty.groups.insert(seq);
@@ -293,7 +293,7 @@ impl Owner {
             }
         }
         for (key, err) in lost {
-            tracing::warn!("{} could not be placed where it ran ({err}); it restarts", key.id());
+            tracing::warn!(work_id = %key.id(), error = %err, "could not be placed where it ran; it restarts");
             self.ended(key, Ending::NodeDied(err));
         }
         waiting
