@@ -124,5 +124,30 @@ fn decisions(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, stages, decisions);
+/// A dry run (`POST /api/v1/explain`) at 100k nodes: what it cost when it copied the cluster
+/// (clone, then place on the copy) against the read-only preview that replaced it.
+fn dry_runs(c: &mut Criterion) {
+    let cluster = cluster(100_000);
+    let request = cpu_request(&cluster);
+    let mut group = c.benchmark_group("dry run, 100k nodes");
+    group.sample_size(10);
+    group.bench_function("clone the cluster, then place", |b| {
+        b.iter(|| {
+            let mut copy = cluster.clone();
+            let mut scheduler = Scheduler::new(SchedulerConfig::default());
+            let decision = scheduler.place(&mut copy, &request, &mut ChaCha8Rng::seed_from_u64(1));
+            assert!(matches!(decision, Decision::Placed(_)));
+        })
+    });
+    group.bench_function("preview", |b| {
+        b.iter(|| {
+            let mut scheduler = Scheduler::new(SchedulerConfig::default());
+            let decision = scheduler.preview(&cluster, &request, &mut ChaCha8Rng::seed_from_u64(1));
+            assert!(matches!(decision, Decision::Placed(_)));
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, stages, decisions, dry_runs);
 criterion_main!(benches);

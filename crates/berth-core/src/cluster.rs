@@ -566,6 +566,34 @@ impl Cluster {
         self.reserve_with(index, request, Some(instances))
     }
 
+    /// What [`Cluster::reserve`] would take on `index` (the same instance IDs), reserving
+    /// nothing: the ledger arithmetic runs on a copy of that one node. For dry runs, which must
+    /// neither change the cluster nor copy all of it.
+    pub fn preview_reserve(
+        &self,
+        index: NodeIndex,
+        request: &ResourceSet,
+    ) -> Result<Allocation, ClusterError> {
+        let node =
+            self.node(index).ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))?;
+        if node.state() != NodeState::Alive {
+            return Err(ClusterError::NotAlive { node: node.id().clone(), state: node.state() });
+        }
+        let shares = node.clone().reserve(request, &self.registry).map_err(|reason| {
+            ClusterError::Insufficient {
+                node: node.id().clone(),
+                reason,
+                detail: reason.describe(self),
+            }
+        })?;
+        Ok(Allocation {
+            node: index,
+            resources: request.clone(),
+            shares,
+            source: AllocationSource::Node,
+        })
+    }
+
     fn reserve_with(
         &mut self,
         index: NodeIndex,
@@ -708,6 +736,32 @@ impl Cluster {
         let group_id = group.spec.id.clone();
         let ledger = group
             .bundle_mut(bundle)
+            .ok_or(ClusterError::NoBundle { group: group_id.clone(), bundle })?;
+        let shares = ledger
+            .take(request)
+            .ok_or(ClusterError::BundleFull { group: group_id.clone(), bundle })?;
+        Ok(Allocation {
+            node: ledger.node,
+            resources: request.clone(),
+            shares,
+            source: AllocationSource::Bundle { group: group_id, bundle },
+        })
+    }
+
+    /// What [`Cluster::reserve_in_bundle`] would take, reserving nothing (a copy of the one
+    /// bundle's ledger takes it). For dry runs.
+    pub fn preview_in_bundle(
+        &self,
+        id: &str,
+        bundle: usize,
+        request: &ResourceSet,
+    ) -> Result<Allocation, ClusterError> {
+        let group =
+            self.groups.get(id).ok_or_else(|| ClusterError::UnknownGroup(id.to_string()))?;
+        let group_id = group.spec.id.clone();
+        let mut ledger = group
+            .bundle(bundle)
+            .cloned()
             .ok_or(ClusterError::NoBundle { group: group_id.clone(), bundle })?;
         let shares = ledger
             .take(request)

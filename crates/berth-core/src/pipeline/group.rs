@@ -172,51 +172,94 @@ fn waste(node: &Node, bundle: &ResourceSet) -> u64 {
         .sum()
 }
 
+/// A group refused before any planning: it breaks [`GroupSpec::validate`] or its ID is taken.
+fn refusal(cluster: &Cluster, spec: &GroupSpec) -> Option<GroupDecision> {
+    let note = match spec.validate(cluster.registry()) {
+        Err(err) => err.to_string(),
+        Ok(()) if cluster.group(spec.id.as_str()).is_some() => {
+            format!("placement group {} exists already", spec.id)
+        }
+        Ok(()) => return None,
+    };
+    let refused = AlternativeDiagnosis {
+        alternative: 0,
+        planned: Vec::new(),
+        failed: Vec::new(),
+        could_fit_later: false,
+        note: Some(note),
+    };
+    Some(GroupDecision::Infeasible(GroupDiagnosis { alternatives: vec![refused] }))
+}
+
+/// Pending when some alternative could fit later, else infeasible.
+fn waiting(diagnosis: GroupDiagnosis) -> GroupDecision {
+    if diagnosis.alternatives.iter().any(|a| a.could_fit_later) {
+        GroupDecision::Pending(diagnosis)
+    } else {
+        GroupDecision::Infeasible(diagnosis)
+    }
+}
+
 impl Scheduler {
     /// Plans and reserves a group, all or nothing, trying its alternatives in order.
     /// A group that breaks [`GroupSpec::validate`] is infeasible with the rule as its note; the
     /// edges validate first, so this only guards callers that did not.
     pub fn place_group(&mut self, cluster: &mut Cluster, spec: &GroupSpec) -> GroupDecision {
-        let mut diagnosis = GroupDiagnosis::default();
-        let refused = match spec.validate(cluster.registry()) {
-            Err(err) => Some(err.to_string()),
-            Ok(()) if cluster.group(spec.id.as_str()).is_some() => {
-                Some(format!("placement group {} exists already", spec.id))
-            }
-            Ok(()) => None,
-        };
-        if let Some(note) = refused {
-            diagnosis.alternatives.push(AlternativeDiagnosis {
-                alternative: 0,
-                planned: Vec::new(),
-                failed: Vec::new(),
-                could_fit_later: false,
-                note: Some(note),
-            });
-            return GroupDecision::Infeasible(diagnosis);
+        if let Some(refused) = refusal(cluster, spec) {
+            return refused;
         }
-        for (alternative, set) in spec.alternatives.iter().enumerate() {
-            let todo: Vec<usize> = (0..set.bundles.len()).collect();
-            match self.plan(cluster, spec, set, &[], &todo) {
-                Ok(mut plan) => {
-                    plan.sort_by_key(|(i, _, _)| *i);
-                    let nodes = plan.iter().map(|(_, n, _)| *n).collect();
-                    let plan: Vec<_> = plan.into_iter().map(|(_, n, inst)| (n, inst)).collect();
+        let mut diagnosis = GroupDiagnosis::default();
+        for alternative in 0..spec.alternatives.len() {
+            match self.plan_alternative(cluster, spec, alternative) {
+                Ok((nodes, plan)) => {
                     match cluster.reserve_group(spec.clone(), alternative, &plan) {
                         Ok(()) => return GroupDecision::Created { alternative, nodes },
                         Err(err) => diagnosis.alternatives.push(internal(alternative, &err)),
                     }
                 }
-                Err(mut found) => {
-                    found.alternative = alternative;
-                    diagnosis.alternatives.push(found);
-                }
+                Err(found) => diagnosis.alternatives.push(found),
             }
         }
-        if diagnosis.alternatives.iter().any(|a| a.could_fit_later) {
-            GroupDecision::Pending(diagnosis)
-        } else {
-            GroupDecision::Infeasible(diagnosis)
+        waiting(diagnosis)
+    }
+
+    /// What [`Scheduler::place_group`] would decide on `cluster` as it is, reserving nothing:
+    /// plans are made on an overlay anyway, so a dry run simply does not commit the first
+    /// complete one.
+    pub fn preview_group(&mut self, cluster: &Cluster, spec: &GroupSpec) -> GroupDecision {
+        if let Some(refused) = refusal(cluster, spec) {
+            return refused;
+        }
+        let mut diagnosis = GroupDiagnosis::default();
+        for alternative in 0..spec.alternatives.len() {
+            match self.plan_alternative(cluster, spec, alternative) {
+                Ok((nodes, _)) => return GroupDecision::Created { alternative, nodes },
+                Err(found) => diagnosis.alternatives.push(found),
+            }
+        }
+        waiting(diagnosis)
+    }
+
+    /// A complete plan of alternative `alternative`: each bundle's node in bundle order, and
+    /// the (node, instances) to reserve; or why there is none.
+    fn plan_alternative(
+        &mut self,
+        cluster: &Cluster,
+        spec: &GroupSpec,
+        alternative: usize,
+    ) -> Result<(Vec<NodeIndex>, Vec<(NodeIndex, NamedInstances)>), AlternativeDiagnosis> {
+        let set = &spec.alternatives[alternative];
+        let todo: Vec<usize> = (0..set.bundles.len()).collect();
+        match self.plan(cluster, spec, set, &[], &todo) {
+            Ok(mut plan) => {
+                plan.sort_by_key(|(i, _, _)| *i);
+                let nodes = plan.iter().map(|(_, n, _)| *n).collect();
+                Ok((nodes, plan.into_iter().map(|(_, n, inst)| (n, inst)).collect()))
+            }
+            Err(mut found) => {
+                found.alternative = alternative;
+                Err(found)
+            }
         }
     }
 

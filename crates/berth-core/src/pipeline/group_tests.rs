@@ -349,3 +349,40 @@ fn an_unvalidated_group_is_refused_not_planned() {
     };
     assert!(d.describe(&c).contains("exists already"), "{}", d.describe(&c));
 }
+
+#[test]
+fn previews_decide_as_placing_does_and_reserve_nothing() {
+    let mut c = labelled_cluster(&[("g", "CPU=8,GPU=4", "", ""), ("h", "CPU=4", "", "")]);
+    let spec = group(&mut c, "pg", GroupStrategy::StrictSpread, &["CPU=2,GPU=1", "CPU=2"]);
+    let too_big = group(&mut c, "big", GroupStrategy::StrictPack, &["CPU=8", "CPU=8"]);
+    for spec in [&spec, &too_big] {
+        let before = format!("{c:?}");
+        let previewed = Scheduler::new(SchedulerConfig::default()).preview_group(&c, spec);
+        assert_eq!(format!("{c:?}"), before, "a preview changes nothing");
+        let placed = place(&mut c.clone(), spec);
+        assert_eq!(previewed, placed);
+    }
+    assert!(matches!(place(&mut c, &spec), GroupDecision::Created { .. }));
+    let again = Scheduler::new(SchedulerConfig::default()).preview_group(&c, &spec);
+    assert!(matches!(again, GroupDecision::Infeasible(_)), "the ID is taken: {again:?}");
+
+    // Into a bundle: the same instance IDs `place` takes, and the bundle keeps them free.
+    let into = Strategy::PlacementGroup(GroupPlacement {
+        group: GroupId::new("pg").unwrap(),
+        bundle: Some(0),
+    });
+    let task = request(&mut c, "GPU=1", into);
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    for _ in 0..2 {
+        let before = format!("{c:?}");
+        let previewed = s.preview(&c, &task, &mut ChaCha8Rng::seed_from_u64(0));
+        assert_eq!(format!("{c:?}"), before);
+        let Decision::Placed(allocation) = &previewed else { panic!("{previewed:?}") };
+        assert_eq!(allocation.instance_ids(ResourceId::GPU), [0]);
+    }
+    let Decision::Placed(_) = s.place(&mut c, &task, &mut ChaCha8Rng::seed_from_u64(0)) else {
+        panic!()
+    };
+    let full = s.preview(&c, &task, &mut ChaCha8Rng::seed_from_u64(0));
+    assert!(matches!(full, Decision::Pending(_)), "{full:?}");
+}

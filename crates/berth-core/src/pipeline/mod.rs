@@ -211,6 +211,66 @@ struct Ranked {
     score: u64,
 }
 
+/// What stages 1 to 4 chose, before anything is reserved.
+enum Choice<'r> {
+    /// Reserve on this node.
+    Node(NodeIndex),
+    /// Reserve in this bundle of this group.
+    Bundle { group: &'r str, bundle: usize },
+    /// Nothing to reserve: pending or infeasible.
+    Decided(Decision),
+}
+
+/// Stage 5 on a node: reserve, and place the actor (if it is one) with its affinity.
+fn reserve_on_node(cluster: &mut Cluster, request: &Request, node: NodeIndex) -> Decision {
+    match cluster.reserve(node, request.resources()) {
+        Ok(allocation) => {
+            if let Some(actor) = request.actor() {
+                let affinity = match request.strategy() {
+                    Strategy::ActorAffinity(affinity) => affinity.clone(),
+                    _ => ActorAffinity::default(),
+                };
+                cluster.place_actor(actor, node, affinity).expect("the node is alive: reserved");
+            }
+            Decision::Placed(allocation)
+        }
+        // Filters passed, so this is a bug; keep the request rather than lose it.
+        Err(err) => internal_pending(&err),
+    }
+}
+
+/// Stage 5 in a bundle: take from its ledger, and place the actor (if it is one) there.
+fn reserve_in_bundle(
+    cluster: &mut Cluster,
+    request: &Request,
+    group: &str,
+    bundle: usize,
+) -> Decision {
+    match cluster.reserve_in_bundle(group, bundle, request.resources()) {
+        Ok(allocation) => {
+            if let Some(actor) = request.actor() {
+                let node = allocation.node();
+                cluster
+                    .place_actor(actor, node, ActorAffinity::default())
+                    .expect("the bundle's node is alive");
+                cluster.note_bundle_actor(group, bundle, actor.id.clone());
+            }
+            Decision::Placed(allocation)
+        }
+        Err(err) => internal_pending(&err),
+    }
+}
+
+/// A reservation that failed after its checks passed: a bug, reported and kept pending so
+/// the request is not lost.
+fn internal_pending(err: &crate::cluster::ClusterError) -> Decision {
+    debug_assert!(false, "reserving what the checks passed failed: {err}");
+    let mut found = AttemptDiagnosis::new(AttemptKind::Default, None);
+    found.note = Some(format!("internal: {err}"));
+    found.could_fit_later = true;
+    Decision::Pending(Diagnosis { attempts: vec![found] })
+}
+
 /// Places requests on a cluster. Holds the stage lists, the settings and the little state
 /// strategies keep between decisions (the SPREAD cursor); the cluster is passed in.
 pub struct Scheduler {
@@ -294,19 +354,56 @@ impl Scheduler {
                 .is_some_and(|n| self.filters.iter().all(|f| f.check(&cx, n) == Verdict::Fit))
     }
 
-    /// The pipeline. Each attempt: candidates → filters → rank → select; then reserve.
+    /// What [`Scheduler::place`] would decide on `cluster` as it is, reserving nothing: the
+    /// same stages, then the reservation taken on a copy of the chosen node (or bundle) alone.
+    /// For dry runs (`POST /api/v1/explain`), which must not copy a 100k-node cluster.
+    pub fn preview<R: Rng + ?Sized>(
+        &mut self,
+        cluster: &Cluster,
+        request: &Request,
+        rng: &mut R,
+    ) -> Decision {
+        let reserved = match self.choose(cluster, request, rng, None) {
+            Choice::Decided(decision) => return decision,
+            Choice::Node(node) => cluster.preview_reserve(node, request.resources()),
+            Choice::Bundle { group, bundle } => {
+                cluster.preview_in_bundle(group, bundle, request.resources())
+            }
+        };
+        reserved.map_or_else(|err| internal_pending(&err), Decision::Placed)
+    }
+
+    /// The pipeline: the choice (stages 1 to 4), then stage 5, reserve.
     fn run<R: Rng + ?Sized>(
         &mut self,
         cluster: &mut Cluster,
         request: &Request,
         rng: &mut R,
-        mut explanation: Option<&mut Explanation>,
+        explanation: Option<&mut Explanation>,
     ) -> Decision {
+        match self.choose(cluster, request, rng, explanation) {
+            Choice::Decided(decision) => decision,
+            Choice::Node(node) => reserve_on_node(cluster, request, node),
+            Choice::Bundle { group, bundle } => {
+                let group = group.to_string();
+                reserve_in_bundle(cluster, request, &group, bundle)
+            }
+        }
+    }
+
+    /// Stages 1 to 4, reading the cluster only. Each attempt: candidates → filters → rank →
+    /// select; the first attempt that selects a node wins.
+    fn choose<'r, R: Rng + ?Sized>(
+        &mut self,
+        cluster: &Cluster,
+        request: &'r Request,
+        rng: &mut R,
+        mut explanation: Option<&mut Explanation>,
+    ) -> Choice<'r> {
         if let Strategy::PlacementGroup(target) = request.strategy() {
-            return place_in_group(cluster, request, target, explanation);
+            return choose_bundle(cluster, request, target, explanation);
         }
         let mut diagnosis = Diagnosis::default();
-        let mut chosen = None;
         let mut infeasible_by_strategy = false;
         for attempt in attempts(cluster, request) {
             let record = explanation.as_deref_mut().map(|e| {
@@ -320,9 +417,8 @@ impl Scheduler {
                 e.attempts.last_mut().expect("just pushed")
             });
             let (node, mut found) = self.attempt(cluster, request, &attempt, rng, record);
-            if node.is_some() {
-                chosen = node;
-                break;
+            if let Some(node) = node {
+                return Choice::Node(node);
             }
             let stop = found.could_fit_later && attempt.on_busy != OnBusy::Next;
             if stop && attempt.on_busy == OnBusy::Fail {
@@ -334,38 +430,13 @@ impl Scheduler {
                 break;
             }
         }
-        // Reserve.
-        let Some(node) = chosen else {
-            let pending =
-                !infeasible_by_strategy && diagnosis.attempts.iter().any(|a| a.could_fit_later);
-            return if pending {
-                Decision::Pending(diagnosis)
-            } else {
-                Decision::Infeasible(diagnosis)
-            };
-        };
-        match cluster.reserve(node, request.resources()) {
-            Ok(allocation) => {
-                if let Some(actor) = request.actor() {
-                    let affinity = match request.strategy() {
-                        Strategy::ActorAffinity(affinity) => affinity.clone(),
-                        _ => ActorAffinity::default(),
-                    };
-                    cluster
-                        .place_actor(actor, node, affinity)
-                        .expect("the node is alive: reserved");
-                }
-                Decision::Placed(allocation)
-            }
-            Err(err) => {
-                // Filters passed, so this is a bug; keep the request rather than lose it.
-                debug_assert!(false, "reserve after filters failed: {err}");
-                let mut found = AttemptDiagnosis::new(AttemptKind::Default, None);
-                found.note = Some(format!("internal: {err}"));
-                found.could_fit_later = true;
-                Decision::Pending(Diagnosis { attempts: vec![found] })
-            }
-        }
+        let pending =
+            !infeasible_by_strategy && diagnosis.attempts.iter().any(|a| a.could_fit_later);
+        Choice::Decided(if pending {
+            Decision::Pending(diagnosis)
+        } else {
+            Decision::Infeasible(diagnosis)
+        })
     }
 
     /// One attempt: returns the chosen node, or the diagnosis of why there is none.
@@ -623,7 +694,7 @@ fn strategy_attempts(cluster: &Cluster, request: &Request) -> SmallVec<[Attempt;
         Strategy::ActorAffinity(_) => {
             smallvec![attempt(AttemptKind::ActorAffinity, Scope::Alive, Select::TopK, OnBusy::Wait)]
         }
-        // Placed by `place_in_group`, before any attempt.
+        // Chosen by `choose_bundle`, before any attempt.
         Strategy::PlacementGroup(_) => SmallVec::new(),
         Strategy::NodeAffinity(affinity) => {
             let on_busy = match (
@@ -770,15 +841,15 @@ fn narrow_by_actors(cluster: &Cluster, request: &Request, candidates: &mut Candi
     }
 }
 
-/// A request into a placement group: the first of its target bundles whose free reservation
-/// can take it. Pending while the group is not reserved (yet) or a target bundle is lost or
-/// busy; infeasible when no target bundle could ever hold it.
-fn place_in_group(
-    cluster: &mut Cluster,
+/// Stages 1 to 4 for a request into a placement group: the first of its target bundles whose
+/// free reservation can take it. Pending while the group is not reserved (yet) or a target
+/// bundle is lost or busy; infeasible when no target bundle could ever hold it.
+fn choose_bundle<'r>(
+    cluster: &Cluster,
     request: &Request,
-    target: &GroupPlacement,
+    target: &'r GroupPlacement,
     explanation: Option<&mut Explanation>,
-) -> Decision {
+) -> Choice<'r> {
     let kind = AttemptKind::PlacementGroup { group: target.group.to_string() };
     if let Some(explanation) = explanation {
         explanation.attempts.push(AttemptExplanation {
@@ -793,13 +864,13 @@ fn place_in_group(
     let Some(group) = cluster.group(target.group.as_str()) else {
         found.note = Some("the placement group is not reserved (yet)".to_string());
         found.could_fit_later = true;
-        return Decision::Pending(Diagnosis { attempts: vec![found] });
+        return Choice::Decided(Decision::Pending(Diagnosis { attempts: vec![found] }));
     };
     let bundles = group.bundles.len();
     let targets: SmallVec<[usize; 8]> = match target.bundle {
         Some(i) if i >= bundles => {
             found.note = Some(format!("bundle {i} does not exist: the group has {bundles}"));
-            return Decision::Infeasible(Diagnosis { attempts: vec![found] });
+            return Choice::Decided(Decision::Infeasible(Diagnosis { attempts: vec![found] }));
         }
         Some(i) => smallvec![i],
         None => (0..bundles).collect(),
@@ -828,30 +899,13 @@ fn place_in_group(
     found.finish();
     let Some(bundle) = chosen else {
         let diagnosis = Diagnosis { attempts: vec![found] };
-        return if diagnosis.attempts[0].could_fit_later {
+        return Choice::Decided(if diagnosis.attempts[0].could_fit_later {
             Decision::Pending(diagnosis)
         } else {
             Decision::Infeasible(diagnosis)
-        };
+        });
     };
-    match cluster.reserve_in_bundle(target.group.as_str(), bundle, request.resources()) {
-        Ok(allocation) => {
-            if let Some(actor) = request.actor() {
-                let node = allocation.node();
-                cluster
-                    .place_actor(actor, node, ActorAffinity::default())
-                    .expect("the bundle's node is alive");
-                cluster.note_bundle_actor(target.group.as_str(), bundle, actor.id.clone());
-            }
-            Decision::Placed(allocation)
-        }
-        Err(err) => {
-            debug_assert!(false, "reserving in a bundle that fits failed: {err}");
-            found.note = Some(format!("internal: {err}"));
-            found.could_fit_later = true;
-            Decision::Pending(Diagnosis { attempts: vec![found] })
-        }
-    }
+    Choice::Bundle { group: target.group.as_str(), bundle }
 }
 
 /// Runs the filters (only the static ones when `static_only`) on one node; returns the first

@@ -593,3 +593,25 @@ fn large_clusters_stop_early_but_stay_exact() {
     let (_, explanation) = s.place_explained(&mut c, &req, &mut r);
     assert_eq!(explanation.attempts[0].nodes.len(), 600);
 }
+
+#[test]
+fn a_preview_decides_as_placing_does_and_reserves_nothing() {
+    let mut c = cluster(&[("a", "CPU=4,GPU=2"), ("b", "CPU=8"), ("c", "CPU=2")]);
+    occupy(&mut c, "a", "GPU=1");
+    occupy(&mut c, "a", "GPU=0.5");
+    occupy(&mut c, "b", "CPU=7");
+    let strategies =
+        [Strategy::Default, Strategy::Spread, Strategy::Random, affinity("c", true, true, false)];
+    for spec in ["CPU=1", "CPU=2,GPU=0.5", "GPU=1", "CPU=3", "CPU=100"] {
+        for strategy in &strategies {
+            let req = request(&mut c, spec, strategy.clone());
+            let before = format!("{c:?}");
+            let previewed =
+                Scheduler::new(SchedulerConfig::default()).preview(&c, &req, &mut rng(3));
+            assert_eq!(format!("{c:?}"), before, "{spec} {strategy:?}: a preview changes nothing");
+            let placed =
+                Scheduler::new(SchedulerConfig::default()).place(&mut c.clone(), &req, &mut rng(3));
+            assert_eq!(previewed, placed, "{spec} {strategy:?}");
+        }
+    }
+}
