@@ -172,6 +172,14 @@ fn waste(node: &Node, bundle: &ResourceSet) -> u64 {
         .sum()
 }
 
+/// A complete plan of one alternative.
+struct AlternativePlan {
+    /// Each bundle's node, in bundle order.
+    nodes: Vec<NodeIndex>,
+    /// What to reserve: (node, instances) in bundle order.
+    reservations: Vec<(NodeIndex, NamedInstances)>,
+}
+
 /// A group refused before any planning: it breaks [`GroupSpec::validate`] or its ID is taken.
 fn refusal(cluster: &Cluster, spec: &GroupSpec) -> Option<GroupDecision> {
     let note = match spec.validate(cluster.registry()) {
@@ -211,9 +219,9 @@ impl Scheduler {
         let mut diagnosis = GroupDiagnosis::default();
         for alternative in 0..spec.alternatives.len() {
             match self.plan_alternative(cluster, spec, alternative) {
-                Ok((nodes, plan)) => {
-                    match cluster.reserve_group(spec.clone(), alternative, &plan) {
-                        Ok(()) => return GroupDecision::Created { alternative, nodes },
+                Ok(plan) => {
+                    match cluster.reserve_group(spec.clone(), alternative, &plan.reservations) {
+                        Ok(()) => return GroupDecision::Created { alternative, nodes: plan.nodes },
                         Err(err) => diagnosis.alternatives.push(internal(alternative, &err)),
                     }
                 }
@@ -233,28 +241,28 @@ impl Scheduler {
         let mut diagnosis = GroupDiagnosis::default();
         for alternative in 0..spec.alternatives.len() {
             match self.plan_alternative(cluster, spec, alternative) {
-                Ok((nodes, _)) => return GroupDecision::Created { alternative, nodes },
+                Ok(plan) => return GroupDecision::Created { alternative, nodes: plan.nodes },
                 Err(found) => diagnosis.alternatives.push(found),
             }
         }
         waiting(diagnosis)
     }
 
-    /// A complete plan of alternative `alternative`: each bundle's node in bundle order, and
-    /// the (node, instances) to reserve; or why there is none.
+    /// A complete plan of alternative `alternative`, or why there is none.
     fn plan_alternative(
         &mut self,
         cluster: &Cluster,
         spec: &GroupSpec,
         alternative: usize,
-    ) -> Result<(Vec<NodeIndex>, Vec<(NodeIndex, NamedInstances)>), AlternativeDiagnosis> {
+    ) -> Result<AlternativePlan, AlternativeDiagnosis> {
         let set = &spec.alternatives[alternative];
         let todo: Vec<usize> = (0..set.bundles.len()).collect();
         match self.plan(cluster, spec, set, &[], &todo) {
             Ok(mut plan) => {
                 plan.sort_by_key(|(i, _, _)| *i);
                 let nodes = plan.iter().map(|(_, n, _)| *n).collect();
-                Ok((nodes, plan.into_iter().map(|(_, n, inst)| (n, inst)).collect()))
+                let reservations = plan.into_iter().map(|(_, n, inst)| (n, inst)).collect();
+                Ok(AlternativePlan { nodes, reservations })
             }
             Err(mut found) => {
                 found.alternative = alternative;
