@@ -6,6 +6,7 @@
 //! or pollute another's caches.
 
 mod api;
+mod retention;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -24,6 +25,9 @@ pub enum Suite {
     /// The head through its REST API: durable actor creations/s, 10,000 actors ALIVE,
     /// placement groups/s (a real head, simulated agents, an HTTP client, one process).
     Api,
+    /// A head's memory and restart time after many finished tasks, with and without
+    /// forgetting them (`--tasks`, default 1,000,000; 20,000 with --quick).
+    Retention,
 }
 
 /// The flags of `berth bench`.
@@ -40,6 +44,10 @@ pub struct BenchArgs {
     /// api: placement groups created (default 5000; 500 with --quick).
     #[arg(long, value_name = "N")]
     pub groups: Option<usize>,
+
+    /// retention: tasks created and finished (default 1000000; 20000 with --quick).
+    #[arg(long, value_name = "N")]
+    pub tasks: Option<usize>,
 
     /// api: concurrent HTTP connections (default 64).
     #[arg(long, value_name = "N", default_value_t = 64)]
@@ -113,8 +121,10 @@ fn options(args: &BenchArgs) -> anyhow::Result<BenchOptions> {
 
 /// Runs the benchmark and writes the results to `out`; progress goes to stderr.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    if args.suite == Suite::Api {
-        return run_api(args, out);
+    match args.suite {
+        Suite::Api => return run_api(args, out),
+        Suite::Retention => return run_retention(args, out),
+        Suite::Decisions => {}
     }
     let options = options(args)?;
     if let Some(case) = &args.case {
@@ -208,6 +218,59 @@ fn table(results: &[BenchResult]) -> String {
         }));
     }
     format!("{table}\n")
+}
+
+/// `berth bench retention`.
+fn run_retention(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let tasks = args.tasks.unwrap_or(if args.quick { 20_000 } else { 1_000_000 });
+    if let Some(case) = &args.case {
+        let result = retention::run_case(case, tasks)?;
+        writeln!(out, "{}", serde_json::to_string(&result)?)?;
+        return Ok(());
+    }
+    let results = retention::run(tasks, &mut |step| eprintln!("{step}…"))?;
+    if args.output == BenchOutput::Json {
+        for result in &results {
+            writeln!(out, "{}", serde_json::to_string(result)?)?;
+        }
+        return Ok(());
+    }
+    let mib = |bytes: u64| format!("{:.1}", bytes as f64 / (1 << 20) as f64);
+    let mut table = Table::new();
+    table.load_style(presets::ASCII_MARKDOWN).set_header(vec![
+        "policy",
+        "tasks",
+        "kept",
+        "fill s",
+        "head MiB",
+        "fill peak MiB",
+        "restart s",
+        "restarted RSS MiB",
+        "store MiB",
+    ]);
+    for r in &results {
+        let cells = [
+            r.policy.clone(),
+            r.tasks.to_string(),
+            r.kept.to_string(),
+            format!("{:.1}", r.fill_s),
+            mib(r.head_bytes),
+            mib(r.fill_peak_bytes),
+            format!("{:.2}", r.restart_s),
+            mib(r.restart_rss_bytes),
+            mib(r.store_bytes),
+        ];
+        table.add_row(cells.into_iter().enumerate().map(|(i, c)| {
+            let cell = Cell::new(c);
+            if i >= 1 {
+                cell.set_alignment(CellAlignment::Right)
+            } else {
+                cell
+            }
+        }));
+    }
+    writeln!(out, "{table}")?;
+    Ok(())
 }
 
 /// `berth bench api`.
