@@ -392,6 +392,25 @@ async fn http_openapi_lists_every_route_and_the_token_scheme() {
     for schema in ["ApiError", "Actor", "ActorCreate", "Node", "Group", "TaintsBody", "Health"] {
         assert!(doc["components"]["schemas"][schema].is_object(), "schema {schema}");
     }
+    // Every reference resolves (a missing one breaks clients generated from the document).
+    fn refs<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let Some(target) = map.get("$ref").and_then(|r| r.as_str()) {
+                    out.push(target);
+                }
+                map.values().for_each(|v| refs(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+    let mut targets = Vec::new();
+    refs(&doc, &mut targets);
+    for target in targets {
+        let name = target.strip_prefix("#/components/schemas/").expect("a schema reference");
+        assert!(doc["components"]["schemas"][name].is_object(), "{target} does not resolve");
+    }
     let counts = &doc["components"]["schemas"]["ClusterStatus"]["properties"]["actors"];
     assert_eq!(counts["additionalProperties"]["type"], "integer", "{counts}");
     // Query parameters are documented as such.
