@@ -119,7 +119,7 @@ pub(crate) struct Dirty {
 impl Owner {
     pub(crate) fn new(config: HeadConfig, metrics: Arc<Metrics>) -> Owner {
         let seed = config.seed;
-        Owner {
+        let mut owner = Owner {
             cluster: Cluster::new(ResourceRegistry::default()),
             scheduler: Scheduler::new(config.scheduler.clone()),
             rng: ChaCha8Rng::seed_from_u64(seed),
@@ -143,7 +143,9 @@ impl Owner {
             finished: retention::Finished::default(),
             config,
             metrics,
-        }
+        };
+        owner.show_retention();
+        owner
     }
 
     /// Records that something changed which waiting requests may wait for.
