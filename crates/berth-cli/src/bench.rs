@@ -180,6 +180,22 @@ fn goal(workload: &str) -> Option<f64> {
     }
 }
 
+/// A row whose first cell names the case and whose other cells are figures (right-aligned).
+fn figures_row(cells: impl IntoIterator<Item = String>) -> Vec<Cell> {
+    cells
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let cell = Cell::new(c);
+            if i >= 1 {
+                cell.set_alignment(CellAlignment::Right)
+            } else {
+                cell
+            }
+        })
+        .collect()
+}
+
 fn table(results: &[BenchResult]) -> String {
     let mut table = Table::new();
     table.load_style(presets::ASCII_MARKDOWN).set_header(vec![
@@ -208,14 +224,7 @@ fn table(results: &[BenchResult]) -> String {
             format!("{:.1}", r.cluster_bytes as f64 / (1 << 20) as f64),
             format!("{:.1}", r.peak_rss_bytes as f64 / (1 << 20) as f64),
         ];
-        table.add_row(cells.into_iter().enumerate().map(|(i, c)| {
-            let cell = Cell::new(c);
-            if i >= 1 {
-                cell.set_alignment(CellAlignment::Right)
-            } else {
-                cell
-            }
-        }));
+        table.add_row(figures_row(cells));
     }
     format!("{table}\n")
 }
@@ -260,14 +269,7 @@ fn run_retention(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             mib(r.restart_rss_bytes),
             mib(r.store_bytes),
         ];
-        table.add_row(cells.into_iter().enumerate().map(|(i, c)| {
-            let cell = Cell::new(c);
-            if i >= 1 {
-                cell.set_alignment(CellAlignment::Right)
-            } else {
-                cell
-            }
-        }));
+        table.add_row(figures_row(cells));
     }
     writeln!(out, "{table}")?;
     Ok(())

@@ -228,6 +228,24 @@ fn slot_mut(nodes: &mut [Option<Node>], index: NodeIndex) -> Result<&mut Node, C
         .ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))
 }
 
+/// Takes `request` from `ledger` (bundle `bundle` of group `group`), as an allocation that
+/// returns there.
+fn take_from_bundle(
+    ledger: &mut BundleLedger,
+    group: GroupId,
+    bundle: usize,
+    request: &ResourceSet,
+) -> Result<Allocation, ClusterError> {
+    let shares =
+        ledger.take(request).ok_or(ClusterError::BundleFull { group: group.clone(), bundle })?;
+    Ok(Allocation {
+        node: ledger.node,
+        resources: request.clone(),
+        shares,
+        source: AllocationSource::Bundle { group, bundle },
+    })
+}
+
 impl Cluster {
     /// An empty cluster whose resource names are interned in `registry`.
     pub fn new(registry: ResourceRegistry) -> Cluster {
@@ -737,15 +755,7 @@ impl Cluster {
         let ledger = group
             .bundle_mut(bundle)
             .ok_or(ClusterError::NoBundle { group: group_id.clone(), bundle })?;
-        let shares = ledger
-            .take(request)
-            .ok_or(ClusterError::BundleFull { group: group_id.clone(), bundle })?;
-        Ok(Allocation {
-            node: ledger.node,
-            resources: request.clone(),
-            shares,
-            source: AllocationSource::Bundle { group: group_id, bundle },
-        })
+        take_from_bundle(ledger, group_id, bundle, request)
     }
 
     /// What [`Cluster::reserve_in_bundle`] would take, reserving nothing (a copy of the one
@@ -763,15 +773,7 @@ impl Cluster {
             .bundle(bundle)
             .cloned()
             .ok_or(ClusterError::NoBundle { group: group_id.clone(), bundle })?;
-        let shares = ledger
-            .take(request)
-            .ok_or(ClusterError::BundleFull { group: group_id.clone(), bundle })?;
-        Ok(Allocation {
-            node: ledger.node,
-            resources: request.clone(),
-            shares,
-            source: AllocationSource::Bundle { group: group_id, bundle },
-        })
+        take_from_bundle(&mut ledger, group_id, bundle, request)
     }
 
     /// Records that actor `actor` runs in bundle `bundle` of group `id`.
