@@ -301,6 +301,46 @@ mod tests {
     }
 
     #[test]
+    fn work_waiting_for_a_busy_bundle_is_placed_when_the_bundle_frees() {
+        use crate::placement_group::{BundleSet, GroupId, GroupSpec, GroupStrategy};
+        use crate::request::GroupPlacement;
+        // The bundle takes the whole node: nothing is free on the node itself.
+        let mut f = Fixture::new(&[("a", "CPU=2")]);
+        let bundle = resources(f.cluster.registry_mut(), "CPU=2");
+        let spec = GroupSpec {
+            id: GroupId::new("pg").unwrap(),
+            name: String::new(),
+            namespace: "default".into(),
+            strategy: GroupStrategy::Pack,
+            alternatives: vec![BundleSet { bundles: vec![bundle], selectors: Vec::new() }],
+            tolerations: Default::default(),
+        };
+        let created = f.scheduler.place_group(&mut f.cluster, &spec);
+        assert!(matches!(created, crate::pipeline::group::GroupDecision::Created { .. }));
+        let into = || {
+            Strategy::PlacementGroup(GroupPlacement {
+                group: GroupId::new("pg").unwrap(),
+                bundle: Some(0),
+            })
+        };
+        let first = request(&mut f.cluster, "CPU=2", into());
+        let holding = f
+            .queue
+            .submit("first", first, &mut f.scheduler, &mut f.cluster, &mut f.rng)
+            .expect("the bundle takes it");
+        let second = request(&mut f.cluster, "CPU=2", into());
+        assert!(f
+            .queue
+            .submit("second", second, &mut f.scheduler, &mut f.cluster, &mut f.rng)
+            .is_none());
+        assert_eq!(f.waiting(), [("second", Waiting::Pending)]);
+        // The first ends: the bundle (not the node's free pool) takes the second.
+        f.cluster.release(&holding);
+        assert_eq!(f.retry(Trigger::Released(holding.node())), ["second"]);
+        assert!(f.queue.is_empty());
+    }
+
+    #[test]
     fn removed_requests_are_not_retried() {
         let mut f = Fixture::new(&[("a", "CPU=1")]);
         let running = f.submit("running", "CPU=1").expect("fits");

@@ -33,6 +33,7 @@ use crate::cluster::{Allocation, Cluster};
 use crate::diagnosis::{AttemptDiagnosis, AttemptKind, Diagnosis, Reason, ANY_EXPRESSION};
 use crate::node::{Node, NodeIndex};
 use crate::nodeset::NodeSet;
+use crate::placement_group::BundleLedger;
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::request::{GroupPlacement, Request, Strategy};
 use crate::resource::Shortfall;
@@ -344,8 +345,22 @@ impl Scheduler {
         (decision, explanation)
     }
 
-    /// True when `node` passes every filter for `request` now. Cheap: one node.
+    /// True when `request` may be placed on `node` now, by the checks that place it: every
+    /// filter (the candidate stage only narrows further), or for a request into a placement
+    /// group, the ledger of one of its target bundles on `node`. Cheap: one node. The pending
+    /// queue retries by it after `node` changed, so it must never say no where the decision
+    /// would say yes.
     pub fn fits_now(&self, cluster: &Cluster, request: &Request, node: NodeIndex) -> bool {
+        if let Strategy::PlacementGroup(target) = request.strategy() {
+            let Some(group) = cluster.group(target.group.as_str()) else { return false };
+            let targets = match target.bundle {
+                Some(i) => i..i.saturating_add(1),
+                None => 0..group.bundles.len(),
+            };
+            return targets
+                .filter_map(|i| group.bundle(i))
+                .any(|ledger| ledger.node == node && bundle_unfit(ledger, request).is_none());
+        }
         let prepared = Prepared::default();
         let cx = DecisionContext { cluster, request, prepared: &prepared };
         cluster.alive().contains(node)
@@ -841,6 +856,17 @@ fn narrow_by_actors(cluster: &Cluster, request: &Request, candidates: &mut Candi
     }
 }
 
+/// Why bundle `ledger` cannot take `request` now (too small ever, or too full now), if so.
+/// The one bundle check: [`choose_bundle`] places by it and [`Scheduler::fits_now`] retries by
+/// it, so a retry never skips a request the decision would place.
+fn bundle_unfit(ledger: &BundleLedger, request: &Request) -> Option<Reason> {
+    if let Some(shortfall) = ledger.total_shortfall(request.resources()) {
+        Some(Reason::InsufficientTotal(shortfall))
+    } else {
+        ledger.unfit(request.resources()).map(Reason::InsufficientAvailable)
+    }
+}
+
 /// Stages 1 to 4 for a request into a placement group: the first of its target bundles whose
 /// free reservation can take it. Pending while the group is not reserved (yet) or a target
 /// bundle is lost or busy; infeasible when no target bundle could ever hold it.
@@ -884,16 +910,13 @@ fn choose_bundle<'r>(
                 found.note =
                     Some(format!("bundle {i} was lost with its node and waits to be re-planned"));
             }
-            Some(ledger) => {
-                if let Some(shortfall) = ledger.total_shortfall(request.resources()) {
-                    found.count(Reason::InsufficientTotal(shortfall).kind(), 1);
-                } else if let Some(shortfall) = ledger.unfit(request.resources()) {
-                    found.count(Reason::InsufficientAvailable(shortfall).kind(), 1);
-                } else {
+            Some(ledger) => match bundle_unfit(ledger, request) {
+                Some(reason) => found.count(reason.kind(), 1),
+                None => {
                     chosen = Some(i);
                     break;
                 }
-            }
+            },
         }
     }
     found.finish();
