@@ -236,14 +236,17 @@ fn reduce(num: u128, den: u128) -> (u128, u128) {
 
 impl Add for Quantity {
     type Output = Quantity;
+    /// Saturating: a sum past `i64` stays at `i64::MAX` units, far above [`Quantity::MAX`]
+    /// (the most any node can have), so it never fits anywhere and what asked for it is
+    /// infeasible, never a wrapped small number that seems to fit.
     fn add(self, rhs: Quantity) -> Quantity {
-        Quantity(self.0 + rhs.0)
+        Quantity(self.0.saturating_add(rhs.0))
     }
 }
 
 impl AddAssign for Quantity {
     fn add_assign(&mut self, rhs: Quantity) {
-        self.0 += rhs.0;
+        *self = *self + rhs;
     }
 }
 
@@ -480,6 +483,20 @@ mod tests {
                 let number: f64 = text.trim_end_matches(char::is_alphabetic).parse().unwrap();
                 let expected = number * multiplier;
                 prop_assert!((q.to_f64() - expected).abs() <= expected * 1e-12 + 1e-4, "{text}: {q}");
+            }
+        }
+
+        /// Sums saturate instead of wrapping: never below a term, and past `MAX` (so they fit
+        /// nowhere) when two terms are at `MAX`.
+        #[test]
+        fn sums_never_wrap(units in proptest::collection::vec(0i64..=i64::MAX, 1..12)) {
+            let sum = units.iter().fold(Quantity::ZERO, |sum, &u| sum + Quantity::from_units(u));
+            for &u in &units {
+                prop_assert!(sum >= Quantity::from_units(u), "{sum} < a term {u}");
+            }
+            let at_max = units.iter().filter(|&&u| u >= Quantity::MAX.units()).count();
+            if at_max >= 2 {
+                prop_assert!(sum > Quantity::MAX, "two terms at MAX sum to {sum}: it must never fit");
             }
         }
 

@@ -21,8 +21,8 @@ use berth_core::{
     SchedulerConfig, Strategy, Trigger,
 };
 use proptest::prelude::*;
-use proptest::strategy::Strategy as _;
 use proptest::sample::Index;
+use proptest::strategy::Strategy as _;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 

@@ -150,8 +150,7 @@ fn hardness(bundle: &ResourceSet) -> (i64, i64, i64, i64) {
     let custom: i64 = bundle
         .iter()
         .filter(|(r, _)| r.index() > ResourceId::OBJECT_STORE_MEMORY.index())
-        .map(|(_, q)| q.units())
-        .sum();
+        .fold(0i64, |sum, (_, q)| sum.saturating_add(q.units()));
     (
         bundle.get(ResourceId::GPU).units(),
         custom,

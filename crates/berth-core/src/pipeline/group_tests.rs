@@ -386,3 +386,23 @@ fn previews_decide_as_placing_does_and_reserve_nothing() {
     let full = s.preview(&c, &task, &mut ChaCha8Rng::seed_from_u64(0));
     assert!(matches!(full, Decision::Pending(_)), "{full:?}");
 }
+
+#[test]
+fn a_strict_pack_group_summing_past_i64_is_infeasible_not_pending() {
+    // Ten bundles at the largest accepted amount: their sum is past i64. It once wrapped
+    // (release) or panicked (debug) in `could_ever_fit`; now it saturates and fits nowhere.
+    let mut c = labelled_cluster(&[("a", "CPU=100000000000000", "", ""), ("b", "CPU=8", "", "")]);
+    let max = format!("CPU={}", Quantity::MAX);
+    let bundles: Vec<&str> = std::iter::repeat_n(max.as_str(), 10).collect();
+    let spec = group(&mut c, "huge", GroupStrategy::StrictPack, &bundles);
+    let custom: Vec<String> = (0..10).map(|i| format!("r{i}={}", Quantity::MAX)).collect();
+    let wide = group(&mut c, "wide", GroupStrategy::StrictPack, &[&custom.join(",")]);
+    for spec in [&spec, &wide] {
+        match place(&mut c, spec) {
+            GroupDecision::Infeasible(d) => {
+                assert!(d.alternatives.iter().all(|a| !a.could_fit_later), "{d:?}")
+            }
+            other => panic!("{}: expected infeasible, got {other:?}", spec.id),
+        }
+    }
+}
