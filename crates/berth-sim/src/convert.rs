@@ -19,7 +19,7 @@ use crate::trace::{NodeRow, PodRow};
 /// Bytes in a MiB.
 const MIB: i64 = 1 << 20;
 
-/// CPU from millicores.
+/// CPU from millicores (at most [`crate::trace::MAX_CPU_MILLI`], as the reader checks).
 pub fn cpu(milli: u64) -> Quantity {
     Quantity::from_units(milli as i64 * 10)
 }
@@ -67,4 +67,25 @@ pub fn request(pod: &PodRow, strategy: Strategy, cluster: &Cluster) -> Result<Re
     let selector = LabelSelector::parse([(ACCELERATOR_TYPE, expression.as_str())])
         .map_err(|err| format!("pod {}: gpu_spec: {err}", pod.name))?;
     Ok(request.with_label_selector(selector))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{NodeRow, MAX_CPU_MILLI, MAX_MEMORY_MIB};
+
+    #[test]
+    fn the_largest_values_the_reader_accepts_convert_exactly() {
+        let row = NodeRow {
+            name: "big".into(),
+            cpu_milli: MAX_CPU_MILLI,
+            memory_mib: MAX_MEMORY_MIB,
+            gpus: 0,
+            model: String::new(),
+        };
+        let cluster = cluster(&[row]).expect("converts");
+        let node = cluster.node(berth_core::NodeIndex(0)).expect("one node");
+        assert_eq!(node.total().get(ResourceId::CPU), Quantity::MAX);
+        assert!(node.total().get(ResourceId::MEMORY) <= Quantity::MAX);
+    }
 }

@@ -15,10 +15,16 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use berth_core::labels::{validate_value, ACCELERATOR_TYPE};
+use berth_core::quantity::MAX_WHOLE;
 use berth_core::NodeId;
 
 /// Most GPUs on a node or in a pod (Berth's limit of instances per node).
 const MAX_GPUS: u64 = 4096;
+/// The most CPU a row may carry, in millicores: Berth's largest quantity. Larger values would
+/// overflow once converted to 1/10000 units, so they are refused here, with their line.
+pub const MAX_CPU_MILLI: u64 = MAX_WHOLE as u64 * 1000;
+/// The most memory a row may carry, in MiB: Berth's largest quantity in bytes.
+pub const MAX_MEMORY_MIB: u64 = MAX_WHOLE as u64 / (1 << 20);
 
 /// A node of a node list.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,8 +127,8 @@ pub fn read_nodes(path: &Path) -> Result<Vec<NodeRow>, TraceError> {
         }
         nodes.push(NodeRow {
             name,
-            cpu_milli: row.whole(1, u64::MAX / 10)?,
-            memory_mib: row.whole(2, 1 << 40)?,
+            cpu_milli: row.whole(1, MAX_CPU_MILLI)?,
+            memory_mib: row.whole(2, MAX_MEMORY_MIB)?,
             gpus,
             model,
         });
@@ -165,8 +171,8 @@ pub fn read_pods(path: &Path) -> Result<Vec<PodRow>, TraceError> {
         let gpu_spec = if row.len() > 5 { row.models(5)? } else { Vec::new() };
         pods.push(PodRow {
             name,
-            cpu_milli: row.whole(1, u64::MAX / 10)?,
-            memory_mib: row.whole(2, 1 << 40)?,
+            cpu_milli: row.whole(1, MAX_CPU_MILLI)?,
+            memory_mib: row.whole(2, MAX_MEMORY_MIB)?,
             num_gpu,
             gpu_milli: gpu_milli as u32,
             gpu_spec,

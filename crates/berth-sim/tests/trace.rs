@@ -89,6 +89,14 @@ fn bad_rows_name_the_file_line_column_and_rule() {
         ("p0,1000,0,2,500\n", 2, Some("gpu_milli"), "not allowed with num_gpu 2"),
         ("p0,1000,0,1,0\n", 2, Some("gpu_milli"), "the pod asks for GPUs"),
         ("p0,1000,0,5000,1000\n", 2, Some("num_gpu"), "5000 is too large; at most 4096"),
+        // Values that would overflow once converted to Berth's units are refused at read.
+        (
+            "p0,100000000000000001,0,0,0\n",
+            2,
+            Some("cpu_milli"),
+            "100000000000000001 is too large; at most 100000000000000000",
+        ),
+        ("p0,1000,95367432,0,0\n", 2, Some("memory_mib"), "at most 95367431"),
         (",1000,0,1,1000\n", 2, Some("name"), "every pod has a name"),
         ("p0,1000,0,1\n", 2, None, "has 4 fields; the header has 5"),
         ("p0,1000,0,1,1000,extra\n", 2, None, "has 6 fields"),
