@@ -85,10 +85,33 @@ pub struct RunningHead {
     pub handle: HeadHandle,
     /// What was reloaded from the store.
     pub restored: String,
+    /// Stops the server accepting.
     shutdown: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    /// Has the owner apply what is queued in a last cycle, then end.
+    stop_owner: watch::Sender<bool>,
+    /// Has the lease renewer release the lease and end.
+    release: watch::Sender<bool>,
+    tasks: Tasks,
     stopped: watch::Receiver<Option<String>>,
 }
+
+/// The head's tasks, named: shutdown stops them in an order (server, owner, committer, lease).
+struct Tasks {
+    server: JoinHandle<()>,
+    owner: JoinHandle<()>,
+    committer: JoinHandle<()>,
+    renewer: JoinHandle<()>,
+}
+
+impl Tasks {
+    fn all(self) -> [JoinHandle<()>; 4] {
+        [self.server, self.owner, self.committer, self.renewer]
+    }
+}
+
+/// How long requests in flight get to finish at shutdown before their connections are cut
+/// (long streams, such as agents' assignment streams and `logs --follow`, never finish).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for RunningHead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -96,8 +119,52 @@ impl std::fmt::Debug for RunningHead {
     }
 }
 
-/// Starts a head: token, store lease, reload, then serving. Returns once it listens.
+/// Starts a head on `config.bind`: token, store lease, reload, then serving. Returns once it
+/// listens; stop it with [`RunningHead::shutdown`].
 pub async fn start(config: HeadConfig) -> Result<RunningHead, StartError> {
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .map_err(|source| StartError::Bind { address: config.bind, source })?;
+    start_on(config, listener).await
+}
+
+/// Runs a head on `listener` until `shutdown` completes, then shuts it down gracefully (see
+/// [`RunningHead::shutdown`]); returns why it stopped early if it did (a store failure, its
+/// lease lost). The shape of mini-redis's `server::run`: the caller owns the listener (tests
+/// bind port 0) and decides when to stop (Ctrl-C, a test's end).
+pub async fn run(
+    config: HeadConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), RunError> {
+    let mut head = start_on(config, listener).await?;
+    let outcome = tokio::select! {
+        reason = head.stopped() => Err(RunError::Stopped(reason)),
+        () = shutdown => Ok(()),
+    };
+    head.shutdown().await;
+    outcome
+}
+
+/// Why [`run`] ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// It could not start.
+    #[error("{0}")]
+    Start(#[from] StartError),
+    /// It stopped by itself: a store failure, or its lease lost to another head.
+    #[error("the head stopped: {0}")]
+    Stopped(String),
+}
+
+/// Starts a head serving on `listener`: token, store lease, reload, then serving.
+pub async fn start_on(
+    config: HeadConfig,
+    listener: tokio::net::TcpListener,
+) -> Result<RunningHead, StartError> {
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { address: config.bind, source })?;
     config.scheduler.validate().map_err(|e| StartError::Config(e.to_string()))?;
     if config.heartbeat_timeout <= config.heartbeat_interval {
         return Err(StartError::Config(format!(
@@ -128,7 +195,7 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, StartError> {
     let mut owner = Owner::new(config.clone(), metrics.clone());
     let restored = owner.restore(&snapshot, &sequences);
     for skipped in &restored.skipped {
-        tracing::warn!("not reloaded: {skipped}");
+        tracing::warn!(record = %skipped, "not reloaded");
     }
     let summary = format!(
         "{} nodes, {} actors, {} tasks, {} placement groups{}",
@@ -155,27 +222,23 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, StartError> {
     let (stopped_tx, stopped_rx) = watch::channel(None::<String>);
     let handle = HeadHandle { commands: commands_tx.clone(), view: view_rx, sequences };
 
-    let listener = tokio::net::TcpListener::bind(config.bind)
-        .await
-        .map_err(|source| StartError::Bind { address: config.bind, source })?;
-    let address = listener
-        .local_addr()
-        .map_err(|source| StartError::Bind { address: config.bind, source })?;
+    let address = bound;
 
-    let mut tasks = Vec::new();
     let epoch = lease.epoch();
     let stopped = stopped_tx.clone();
     let commit_metrics = metrics.clone();
     let commit_store = store.clone();
-    tasks.push(tokio::spawn(async move {
+    let committer = tokio::spawn(async move {
         if let Err(err) =
             owner::commit_loop(commit_store, epoch, cycles_rx, view_tx, commit_metrics).await
         {
             stopped.send_replace(Some(err.to_string()));
         }
-    }));
-    tasks.push(tokio::spawn(owner::run(owner, commands_rx, cycles_tx)));
-    tasks.push(tokio::spawn(renew(store.clone(), lease, stopped_tx.clone(), shutdown_rx.clone())));
+    });
+    let (stop_owner, owner_stop) = watch::channel(false);
+    let owner = tokio::spawn(owner::run(owner, commands_rx, cycles_tx, owner_stop));
+    let (release_tx, release_rx) = watch::channel(false);
+    let renewer = tokio::spawn(renew(store.clone(), lease, stopped_tx.clone(), release_rx));
 
     // The agent protocol shares the port: its routes join the REST router (whose fallback
     // answers unknown paths with a JSON 404).
@@ -195,14 +258,14 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, StartError> {
         }),
     );
     let mut serve_shutdown = shutdown_rx.clone();
-    tasks.push(tokio::spawn(async move {
+    let server = tokio::spawn(async move {
         let shutdown = async move {
             let _ = serve_shutdown.wait_for(|stop| *stop).await;
         };
         if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
-            tracing::error!("the server stopped: {err}");
+            tracing::error!(error = %err, "the server stopped");
         }
-    }));
+    });
     // Let the CLI on this machine find the head.
     let _ =
         std::fs::write(config.data_dir.join(berth_api::local::ADDRESS_FILE), address.to_string());
@@ -213,7 +276,9 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, StartError> {
         handle,
         restored: summary,
         shutdown: shutdown_tx,
-        tasks,
+        stop_owner,
+        release: release_tx,
+        tasks: Tasks { server, owner, committer, renewer },
         stopped: stopped_rx,
     })
 }
@@ -241,7 +306,7 @@ async fn renew(
                 stopped.send_replace(Some(format!("another head took the store over: {err}")));
                 return;
             }
-            Err(err) => tracing::warn!("lease renewal failed (retrying): {err}"),
+            Err(err) => tracing::warn!(error = %err, "lease renewal failed; retrying"),
         }
     }
 }
@@ -263,25 +328,36 @@ impl RunningHead {
         }
     }
 
-    /// Stops serving, releases the lease, and waits for the tasks to end.
+    /// Stops gracefully: the server stops accepting and requests in flight get up to
+    /// [`SHUTDOWN_GRACE`] to send their commands; the owner applies everything queued in a last
+    /// cycle and refuses what comes later ("the head is shutting down"); the committer makes
+    /// that cycle durable and answers it; then the lease is released (not before: a standby
+    /// taking over must not race our last commit), and whatever still runs is ended.
     pub async fn shutdown(self) {
-        self.shutdown.send_replace(true);
-        let RunningHead { tasks, handle, .. } = self;
+        let RunningHead { shutdown, stop_owner, release, tasks, handle, .. } = self;
+        let Tasks { mut server, owner, committer, renewer } = tasks;
+        shutdown.send_replace(true);
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await.is_ok();
+        stop_owner.send_replace(true);
         drop(handle);
-        for task in tasks {
-            // The owner ends when every handle is gone; the server when told.
-            task.abort();
-            let _ = task.await;
+        let _ = owner.await;
+        let _ = committer.await;
+        release.send_replace(true);
+        let _ = renewer.await;
+        if !drained {
+            server.abort();
+            let _ = server.await;
         }
     }
 
     /// Ends every task at once, as a crash would (no lease release, nothing flushed beyond
     /// what was acknowledged). For tests of restarts.
     pub async fn crash(self) {
-        for task in &self.tasks {
+        let tasks = self.tasks.all();
+        for task in &tasks {
             task.abort();
         }
-        for task in self.tasks {
+        for task in tasks {
             let _ = task.await;
         }
     }

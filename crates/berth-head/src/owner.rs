@@ -359,15 +359,19 @@ impl Owner {
     }
 }
 
-/// Runs the owner until every handle is dropped.
+/// Runs the owner until every handle is dropped or `stop` says so. On `stop`, commands already
+/// sent are applied in a last cycle (whose answers the committer gives once it is durable) and
+/// later ones are refused: callers get "the head is shutting down".
 pub(crate) async fn run(
     mut owner: Owner,
     mut commands: mpsc::Receiver<Command>,
     cycles: mpsc::Sender<Cycle>,
+    mut stop: watch::Receiver<bool>,
 ) {
     let mut tick =
         tokio::time::interval(owner.config.heartbeat_interval.max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stopping = false;
     loop {
         let first = tokio::select! {
             command = commands.recv() => match command {
@@ -375,10 +379,16 @@ pub(crate) async fn run(
                 None => break,
             },
             _ = tick.tick() => Command::Tick,
+            _ = stop.wait_for(|s| *s), if !stopping => {
+                // No new command gets in; what is queued is the last cycle.
+                stopping = true;
+                commands.close();
+                Command::Tick
+            }
         };
         owner.apply(first);
         let mut applied = 1;
-        while applied < MAX_CYCLE {
+        while applied < MAX_CYCLE || stopping {
             match commands.try_recv() {
                 Ok(command) => {
                     owner.apply(command);
@@ -396,7 +406,7 @@ pub(crate) async fn run(
             view: Arc::new(owner.view.clone()),
             effects: std::mem::take(&mut owner.effects),
         };
-        if cycles.send(cycle).await.is_err() {
+        if cycles.send(cycle).await.is_err() || stopping {
             break;
         }
     }
