@@ -40,7 +40,7 @@ use berth_core::taints::rare_taint_key;
 use berth_core::{
     Allocation, Cluster, ClusterError, ConfigError, InstanceId, NodeAffinity, NodeError, NodeId,
     NodeIndex, NodeState, Quantity, Reason, Request, RequestError, ResourceId, ResourceRegistry,
-    ResourceSet, SchedulerConfig, Strategy,
+    ResourceSet, SchedulerConfig, Strategy, UnknownResources,
 };
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -1774,6 +1774,30 @@ fn resource_set(
     Ok(set)
 }
 
+/// The amounts a request asks for in `map` (found at `field`): names the cluster's registry
+/// knows go into the set, valid names no node has into the unknowns (the request is then
+/// infeasible with that reason), so that asking never grows the registry.
+fn request_amounts(
+    source: &Source,
+    cluster: &Cluster,
+    map: &ResourceMap,
+    field: &str,
+    location: Location,
+) -> Result<(ResourceSet, UnknownResources), InputError> {
+    let mut set = ResourceSet::new();
+    let mut unknown = UnknownResources::default();
+    for (name, amount) in &map.0 {
+        let known = cluster.registry().lookup_checked(&name.0).map_err(|err| {
+            source.invalid(under(field, &name.0), err.to_string(), Some(location))
+        })?;
+        match known {
+            Some(id) => set.set(id, *amount),
+            None => unknown.push(name.0.clone(), *amount),
+        }
+    }
+    Ok((set, unknown))
+}
+
 /// Interns the names of `map`, found at `field`, and collects the instance IDs.
 fn instance_list(
     source: &Source,
@@ -1826,8 +1850,9 @@ impl ParsedRequest {
         Ok(ParsedRequest { source, file })
     }
 
-    /// Builds the core request (or group spec), interning resource names in `cluster`'s
-    /// registry: a resource no node has is a reason, not an input error.
+    /// Builds the core request (or group spec) against `cluster`. A resource no node has is a
+    /// reason (the request is infeasible), not an input error, and is not interned: only
+    /// nodes grow the registry.
     pub fn build(&self, cluster: &mut Cluster) -> Result<LoadedRequest, InputError> {
         let (source, file) = (&self.source, &self.file);
         match (&file.resources, &file.placement_group) {
@@ -1883,8 +1908,8 @@ fn request(
     resources: &Spanned<ResourceMap>,
 ) -> Result<LoadedRequest, InputError> {
     let resource_location = resources.referenced;
-    let resources =
-        resource_set(source, cluster, &resources.value, "resources", resource_location)?;
+    let (resources, unknown) =
+        request_amounts(source, cluster, &resources.value, "resources", resource_location)?;
     let (strategy, strategy_location) = match &file.scheduling_strategy {
         Some(spec) => {
             let strategy = match &spec.value {
@@ -1917,16 +1942,20 @@ fn request(
             ));
         }
     }
-    let request = Request::new(resources, strategy, cluster.registry()).map_err(|err| {
-        let location = match err {
-            RequestError::FractionalInstances { .. } | RequestError::ForeignResource(_) => {
-                Some(resource_location)
-            }
-            RequestError::AffinityFlag { .. } | RequestError::AffinityNode(_) => strategy_location,
-        };
-        // The request file is the request: the core's paths start at its top.
-        source.invalid(core_path(&err.field(), str::to_string), err.rule(), location)
-    })?;
+    let request = Request::new(resources, strategy, cluster.registry())
+        .map_err(|err| {
+            let location = match err {
+                RequestError::FractionalInstances { .. } | RequestError::ForeignResource(_) => {
+                    Some(resource_location)
+                }
+                RequestError::AffinityFlag { .. } | RequestError::AffinityNode(_) => {
+                    strategy_location
+                }
+            };
+            // The request file is the request: the core's paths start at its top.
+            source.invalid(core_path(&err.field(), str::to_string), err.rule(), location)
+        })?
+        .with_unknown_resources(unknown);
     let preferred = match &file.preferred_node {
         None => None,
         Some(node) => Some(cluster.index_of(node.value.as_str()).ok_or_else(|| {
@@ -2045,6 +2074,37 @@ mod tests {
         );
         let mut cluster = Cluster::new(ResourceRegistry::default());
         assert!(matches!(parsed.unwrap().build(&mut cluster), Ok(LoadedRequest::Request(_))));
+    }
+
+    #[test]
+    fn requests_never_grow_the_registry_so_made_up_names_never_exhaust_it() {
+        // More distinct names than the registry can ever hold (65,536): each request is
+        // accepted (infeasible: no node has the resource), and the registry stays as it was.
+        let mut cluster = Cluster::new(ResourceRegistry::default());
+        let before = cluster.registry().len();
+        for i in 0..70_000 {
+            let body = format!(r#"{{"resources": {{"CPU": 1, "made-up-{i}": 2}}}}"#);
+            let parsed = ParsedRequest::parse(FileKind::Body, "POST /x", body).unwrap();
+            let Ok(LoadedRequest::Request(request)) = parsed.build(&mut cluster) else {
+                panic!("request {i} was refused");
+            };
+            assert_eq!(
+                request.unknown_resources().iter().next(),
+                Some((&*format!("made-up-{i}"), Quantity::from_whole(2)))
+            );
+        }
+        let group = r#"{"placement_group": {"id": "pg", "bundles": [{"TPU": 1}, {"CPU": 1}]}}"#;
+        let parsed = ParsedRequest::parse(FileKind::Body, "POST /x", group.into()).unwrap();
+        let Ok(LoadedRequest::Group(spec)) = parsed.build(&mut cluster) else { panic!() };
+        assert_eq!(
+            spec.alternatives[0].unknown_reason().as_deref(),
+            Some("bundle 0: no node has the resource \"TPU\" (asked 1)")
+        );
+        assert_eq!(cluster.registry().len(), before, "the registry did not grow");
+        // A bad name is still an input error, naming it.
+        let bad =
+            ParsedRequest::parse(FileKind::Body, "POST /x", r#"{"resources": {"a b": 1}}"#.into());
+        assert!(bad.is_err_and(|e| e.to_string().contains("\"a b\" is invalid")));
     }
 
     #[test]

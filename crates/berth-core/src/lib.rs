@@ -94,4 +94,6 @@ pub use pipeline::profile::{Profile, ProfileError};
 pub use pipeline::{ConfigError, Decision, Scheduler, SchedulerConfig};
 pub use quantity::{Quantity, QuantityError};
 pub use request::{NodeAffinity, Request, RequestError, Strategy};
-pub use resource::{ResourceId, ResourceNameError, ResourceRegistry, ResourceSet};
+pub use resource::{
+    ResourceId, ResourceNameError, ResourceRegistry, ResourceSet, UnknownResources,
+};

@@ -132,6 +132,13 @@ impl<K: PartialEq> PendingQueue<K> {
         let mut placed = Vec::new();
         let mut kept = Vec::with_capacity(self.entries.len());
         for mut entry in self.entries.drain(..) {
+            // A node may have brought a resource the request named before any node had it.
+            if matches!(
+                trigger,
+                Trigger::NodeJoined(_) | Trigger::NodeChanged(_) | Trigger::Everything
+            ) {
+                entry.request.resolve_unknown(cluster.registry());
+            }
             if !may_help(trigger, &entry, scheduler, cluster) {
                 kept.push(entry);
                 continue;
@@ -312,7 +319,11 @@ mod tests {
             name: String::new(),
             namespace: "default".into(),
             strategy: GroupStrategy::Pack,
-            alternatives: vec![BundleSet { bundles: vec![bundle], selectors: Vec::new() }],
+            alternatives: vec![BundleSet {
+                bundles: vec![bundle],
+                selectors: Vec::new(),
+                unknown: Vec::new(),
+            }],
             tolerations: Default::default(),
         };
         let created = f.scheduler.place_group(&mut f.cluster, &spec);
@@ -338,6 +349,30 @@ mod tests {
         f.cluster.release(&holding);
         assert_eq!(f.retry(Trigger::Released(holding.node())), ["second"]);
         assert!(f.queue.is_empty());
+    }
+
+    #[test]
+    fn a_resource_no_node_has_is_infeasible_until_a_node_brings_it() {
+        let mut f = Fixture::new(&[("a", "CPU=4")]);
+        let names = f.cluster.registry().len();
+        let mut unknown = crate::resource::UnknownResources::default();
+        unknown.push("TPU", Quantity::from_whole(2));
+        let tpu =
+            request(&mut f.cluster, "CPU=1", Strategy::Default).with_unknown_resources(unknown);
+        assert!(f.queue.submit("tpu", tpu, &mut f.scheduler, &mut f.cluster, &mut f.rng).is_none());
+        assert_eq!(f.waiting(), [("tpu", Waiting::Infeasible)]);
+        let note = f.queue.iter().next().unwrap().diagnosis.attempts[0].note.clone();
+        assert_eq!(note.as_deref(), Some("no node has the resource \"TPU\" (asked 2)"));
+        assert_eq!(f.cluster.registry().len(), names, "asking did not intern the name");
+        // A node with too few TPUs: the name resolves, the request waits for a bigger one.
+        let small = resources(f.cluster.registry_mut(), "CPU=2,TPU=1");
+        let node = f.cluster.add_node(NodeId::new("t1").unwrap(), small).unwrap();
+        assert!(f.retry(Trigger::NodeJoined(node)).is_empty());
+        assert_eq!(f.waiting(), [("tpu", Waiting::Infeasible)]);
+        assert!(f.queue.iter().next().unwrap().request.unknown_resources().is_empty());
+        let big = resources(f.cluster.registry_mut(), "CPU=2,TPU=4");
+        let node = f.cluster.add_node(NodeId::new("t4").unwrap(), big).unwrap();
+        assert_eq!(f.retry(Trigger::NodeJoined(node)), ["tpu"]);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::instances::{InstanceId, InstanceShare, InstanceShares};
 use crate::labels::{validate_value, LabelError};
 use crate::node::{NodeIndex, NodeShares};
 use crate::quantity::Quantity;
-use crate::resource::{ResourceId, ResourceRegistry, ResourceSet, Shortfall};
+use crate::resource::{ResourceId, ResourceRegistry, ResourceSet, Shortfall, UnknownResources};
 use crate::selector::{LabelSelector, Tolerations};
 
 /// A placement group's ID: the syntax of a label value.
@@ -102,12 +102,33 @@ pub struct BundleSet {
     pub bundles: Vec<ResourceSet>,
     /// Empty, or one selector per bundle.
     pub selectors: Vec<LabelSelector>,
+    /// Empty, or per bundle the resources it asks for that no node has (yet): while any is
+    /// left, this alternative is infeasible (see [`UnknownResources`]).
+    pub unknown: Vec<UnknownResources>,
 }
 
 impl BundleSet {
     /// The selector of bundle `i` (the empty selector when none was given).
     pub fn selector(&self, i: usize) -> Option<&LabelSelector> {
         self.selectors.get(i)
+    }
+
+    /// Why this alternative can never be reserved as it is: a bundle asks for a resource no
+    /// node has.
+    pub fn unknown_reason(&self) -> Option<String> {
+        self.unknown
+            .iter()
+            .enumerate()
+            .find_map(|(i, u)| Some(format!("bundle {i}: {}", u.reason()?)))
+    }
+
+    /// Takes in the resources nodes have brought since; true when any did.
+    fn resolve_unknown(&mut self, registry: &ResourceRegistry) -> bool {
+        let mut any = false;
+        for (unknown, bundle) in self.unknown.iter_mut().zip(self.bundles.iter_mut()) {
+            any |= unknown.resolve(registry, bundle);
+        }
+        any
     }
 }
 
@@ -126,6 +147,18 @@ pub struct GroupSpec {
     pub alternatives: Vec<BundleSet>,
     /// Tolerations applied to every bundle.
     pub tolerations: Tolerations,
+}
+
+impl GroupSpec {
+    /// Takes in the resources nodes have brought since the group was asked for (see
+    /// [`UnknownResources`]); true when any did, so the group may be placeable now.
+    pub fn resolve_unknown(&mut self, registry: &ResourceRegistry) -> bool {
+        let mut any = false;
+        for alternative in &mut self.alternatives {
+            any |= alternative.resolve_unknown(registry);
+        }
+        any
+    }
 }
 
 /// A group that cannot be accepted. Displays as `field: rule`; callers that nest the group in
@@ -235,7 +268,8 @@ impl GroupSpec {
             }
             for (b, bundle) in alternative.bundles.iter().enumerate() {
                 let field = format!("{prefix}bundles[{b}]");
-                if bundle.is_empty() {
+                let unknown = alternative.unknown.get(b).is_some_and(|u| !u.is_empty());
+                if bundle.is_empty() && !unknown {
                     return Err(GroupError::EmptyBundle { field });
                 }
                 for (resource, amount) in bundle.iter() {

@@ -6,7 +6,7 @@ use crate::actors::{ActorAffinity, ActorSpec, DEFAULT_NAMESPACE};
 use crate::node::{NodeId, NodeIndex};
 use crate::placement_group::GroupId;
 use crate::quantity::Quantity;
-use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
+use crate::resource::{ResourceId, ResourceRegistry, ResourceSet, UnknownResources};
 use crate::selector::{LabelSelector, Tolerations};
 
 /// The user-facing `scheduling_strategy`: which stages run and how the node is chosen.
@@ -144,6 +144,8 @@ pub struct Request {
     tolerations: Tolerations,
     /// Set for an actor: its ID, namespace and labels, recorded when it is placed.
     actor: Option<ActorSpec>,
+    /// Amounts of resources no node has (yet): the request is infeasible while any is left.
+    unknown: UnknownResources,
 }
 
 impl Request {
@@ -204,6 +206,24 @@ impl Request {
     pub fn with_actor(mut self, actor: ActorSpec) -> Request {
         self.actor = Some(actor);
         self
+    }
+
+    /// Also asks for these resources, which no node has (yet): see [`UnknownResources`].
+    pub fn with_unknown_resources(mut self, unknown: UnknownResources) -> Request {
+        self.unknown = unknown;
+        self
+    }
+
+    /// The resources asked for that no node has (yet).
+    pub fn unknown_resources(&self) -> &UnknownResources {
+        &self.unknown
+    }
+
+    /// Takes in the resources a node has brought since the request was made; true when any
+    /// did (the request may be placeable now). Names are never unit-instance when interned
+    /// after the registry was made, so the amounts need no new check.
+    pub fn resolve_unknown(&mut self, registry: &ResourceRegistry) -> bool {
+        !self.unknown.is_empty() && self.unknown.resolve(registry, &mut self.resources)
     }
 
     /// The actor this request places, if it is an actor's.

@@ -111,6 +111,16 @@ impl ResourceRegistry {
         self.ids.get(name).copied()
     }
 
+    /// The ID of `name` if it was interned, `None` if it is a valid name nobody has used yet;
+    /// an invalid name is an error. For requests, which must not grow the registry: only what
+    /// nodes have is interned (else any caller could fill it, for good, with made-up names).
+    pub fn lookup_checked(&self, name: &str) -> Result<Option<ResourceId>, ResourceNameError> {
+        match self.lookup(name) {
+            Some(id) => Ok(Some(id)),
+            None => validate_name(name).map(|()| None),
+        }
+    }
+
     /// The name of `id`; `"?"` for an ID this registry did not give (a caller mixing
     /// registries: [`crate::Request::new`] rejects such IDs, so decisions never show it).
     pub fn name(&self, id: ResourceId) -> &str {
@@ -299,6 +309,48 @@ impl fmt::Display for ResourceSetDisplay<'_> {
             write!(f, "{}: {}", self.registry.name(id), amount)?;
         }
         f.write_str("}")
+    }
+}
+
+/// Amounts a request asks for by resource names no node has: kept as names, so asking does
+/// not grow the registry, and resolved (moved into the request's [`ResourceSet`]) once a node
+/// brings the resource. While any is left, the request is infeasible with that reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnknownResources(Vec<(String, Quantity)>);
+
+impl UnknownResources {
+    /// Adds `amount` of the resource `name`.
+    pub fn push(&mut self, name: impl Into<String>, amount: Quantity) {
+        self.0.push((name.into(), amount));
+    }
+
+    /// True when every name was known.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The names and amounts, in the order given.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Quantity)> {
+        self.0.iter().map(|(name, amount)| (name.as_str(), *amount))
+    }
+
+    /// Moves every name `registry` knows now into `set`; true when any moved.
+    pub fn resolve(&mut self, registry: &ResourceRegistry, set: &mut ResourceSet) -> bool {
+        let before = self.0.len();
+        self.0.retain(|(name, amount)| match registry.lookup(name) {
+            Some(id) => {
+                set.set(id, *amount);
+                false
+            }
+            None => true,
+        });
+        self.0.len() != before
+    }
+
+    /// Why a request with these is infeasible: `no node has the resource "TPU" (asked 4)`.
+    pub fn reason(&self) -> Option<String> {
+        let (name, amount) = self.0.first()?;
+        Some(format!("no node has the resource {name:?} (asked {amount})"))
     }
 }
 

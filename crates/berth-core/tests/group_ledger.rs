@@ -67,7 +67,7 @@ proptest! {
                         name: String::new(),
                         namespace: "default".into(),
                         strategy: STRATEGIES[*strategy],
-                        alternatives: vec![BundleSet { bundles, selectors: vec![] }],
+                        alternatives: vec![BundleSet { bundles, selectors: vec![], unknown: vec![] }],
                         tolerations: Tolerations::default(),
                     };
                     created += 1;

@@ -204,6 +204,7 @@ impl Run {
                     alternatives: vec![BundleSet {
                         bundles: vec![bundle.clone(), bundle],
                         selectors: Vec::new(),
+                        unknown: Vec::new(),
                     }],
                     tolerations: Default::default(),
                 };

@@ -19,8 +19,8 @@ use serde_saphyr::{Location, Spanned};
 
 use super::actors::NamespaceText;
 use super::{
-    reserve_on, resource_set, selector, under, ExpressionMap, InputError, InstanceMap, Reservation,
-    ResourceMap, Source, StringOnly,
+    request_amounts, reserve_on, selector, under, ExpressionMap, InputError, InstanceMap,
+    Reservation, ResourceMap, Source, StringOnly,
 };
 
 /// A placement group's ID: the syntax of a label value, not empty.
@@ -216,10 +216,13 @@ fn bundle_set(
     bundles: &[(&Spanned<ResourceMap>, String)],
     selectors: Option<&SelectorList>,
 ) -> Result<BundleSet, InputError> {
-    let bundles = bundles
+    let amounts = bundles
         .iter()
-        .map(|(map, path)| resource_set(source, cluster, &map.value, path, map.referenced))
+        .map(|(map, path)| request_amounts(source, cluster, &map.value, path, map.referenced))
         .collect::<Result<Vec<_>, _>>()?;
+    let (bundles, unknown): (Vec<_>, Vec<_>) = amounts.into_iter().unzip();
+    // Empty unless some bundle names a resource no node has.
+    let unknown = if unknown.iter().all(|u| u.is_empty()) { Vec::new() } else { unknown };
     let selectors = match selectors {
         None => Vec::new(),
         Some(list) => list
@@ -229,7 +232,7 @@ fn bundle_set(
             .map(|(i, map)| selector(source, map, &format!("{field}[{i}]")))
             .collect::<Result<Vec<_>, _>>()?,
     };
-    Ok(BundleSet { bundles, selectors })
+    Ok(BundleSet { bundles, selectors, unknown })
 }
 
 /// The group to place, from a request file's `placement_group:`. Its ID must not be one the

@@ -255,6 +255,15 @@ impl Scheduler {
         alternative: usize,
     ) -> Result<AlternativePlan, AlternativeDiagnosis> {
         let set = &spec.alternatives[alternative];
+        if let Some(note) = set.unknown_reason() {
+            return Err(AlternativeDiagnosis {
+                alternative,
+                planned: Vec::new(),
+                failed: Vec::new(),
+                could_fit_later: false,
+                note: Some(note),
+            });
+        }
         let todo: Vec<usize> = (0..set.bundles.len()).collect();
         match self.plan(cluster, spec, set, &[], &todo) {
             Ok(mut plan) => {

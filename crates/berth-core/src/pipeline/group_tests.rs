@@ -24,7 +24,7 @@ fn group(c: &mut Cluster, id: &str, strategy: GroupStrategy, bundles: &[&str]) -
         name: String::new(),
         namespace: "default".into(),
         strategy,
-        alternatives: vec![BundleSet { bundles, selectors: Vec::new() }],
+        alternatives: vec![BundleSet { bundles, selectors: Vec::new(), unknown: Vec::new() }],
         tolerations: Tolerations::default(),
     }
 }
@@ -193,9 +193,21 @@ fn seed_fallback_prefers_h100_then_a100_then_v100() {
         (0..n).map(|_| resources(c.registry_mut(), "GPU=1")).collect::<Vec<_>>()
     };
     let alternatives = vec![
-        BundleSet { bundles: bundles(&mut c, 2), selectors: vec![accel("nvidia-h100"); 2] },
-        BundleSet { bundles: bundles(&mut c, 4), selectors: vec![accel("nvidia-a100"); 4] },
-        BundleSet { bundles: bundles(&mut c, 8), selectors: vec![accel("nvidia-v100"); 8] },
+        BundleSet {
+            bundles: bundles(&mut c, 2),
+            selectors: vec![accel("nvidia-h100"); 2],
+            unknown: Vec::new(),
+        },
+        BundleSet {
+            bundles: bundles(&mut c, 4),
+            selectors: vec![accel("nvidia-a100"); 4],
+            unknown: Vec::new(),
+        },
+        BundleSet {
+            bundles: bundles(&mut c, 8),
+            selectors: vec![accel("nvidia-v100"); 8],
+            unknown: Vec::new(),
+        },
     ];
     let spec = GroupSpec {
         id: GroupId::new("train").unwrap(),
@@ -405,4 +417,23 @@ fn a_strict_pack_group_summing_past_i64_is_infeasible_not_pending() {
             other => panic!("{}: expected infeasible, got {other:?}", spec.id),
         }
     }
+}
+
+#[test]
+fn a_bundle_naming_a_resource_no_node_has_is_infeasible_until_a_node_brings_it() {
+    let mut c = labelled_cluster(&[("a", "CPU=8", "", "")]);
+    let mut spec = group(&mut c, "pg", GroupStrategy::Pack, &["CPU=1", "CPU=1"]);
+    let mut tpu = crate::resource::UnknownResources::default();
+    tpu.push("TPU", Quantity::ONE);
+    spec.alternatives[0].unknown = vec![Default::default(), tpu];
+    let GroupDecision::Infeasible(d) = place(&mut c, &spec) else { panic!("infeasible") };
+    assert_eq!(
+        d.alternatives[0].note.as_deref(),
+        Some("bundle 1: no node has the resource \"TPU\" (asked 1)")
+    );
+    let total = resources(c.registry_mut(), "CPU=8,TPU=2");
+    c.add_node(crate::node::NodeId::new("t").unwrap(), total).unwrap();
+    assert!(spec.resolve_unknown(c.registry()));
+    let GroupDecision::Created { nodes, .. } = place(&mut c, &spec) else { panic!("created") };
+    assert_eq!(nodes[1], index(&c, "t"), "the TPU bundle is on the TPU node");
 }

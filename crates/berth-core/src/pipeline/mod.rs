@@ -415,6 +415,23 @@ impl Scheduler {
         rng: &mut R,
         mut explanation: Option<&mut Explanation>,
     ) -> Choice<'r> {
+        if let Some(reason) = request.unknown_resources().reason() {
+            // No node has the resource, so none could ever hold it: infeasible (autoscaler
+            // demand), until a node that has it joins and the queue resolves the name.
+            let mut found = AttemptDiagnosis::new(AttemptKind::Default, None);
+            found.nodes = cluster.len() as u64;
+            found.note = Some(reason);
+            if let Some(explanation) = explanation {
+                explanation.attempts.push(AttemptExplanation {
+                    kind: AttemptKind::Default,
+                    alternative: None,
+                    nodes: Vec::new(),
+                    shortlist: Vec::new(),
+                    chosen: None,
+                });
+            }
+            return Choice::Decided(Decision::Infeasible(Diagnosis { attempts: vec![found] }));
+        }
         if let Strategy::PlacementGroup(target) = request.strategy() {
             return choose_bundle(cluster, request, target, explanation);
         }

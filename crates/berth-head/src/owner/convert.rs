@@ -19,6 +19,20 @@ pub(crate) fn resource_map(cluster: &Cluster, set: &ResourceSet) -> StringMap {
     set.iter().map(|(id, q)| (registry.name(id).to_string(), q.to_string())).collect()
 }
 
+/// What a request asks for, by name: `set` and the resources no node has (yet), so the
+/// waiting list and autoscaler demand show the whole shape.
+pub(crate) fn asked_map(
+    cluster: &Cluster,
+    set: &ResourceSet,
+    unknown: Option<&berth_core::UnknownResources>,
+) -> StringMap {
+    let mut map = resource_map(cluster, set);
+    for (name, amount) in unknown.into_iter().flat_map(|u| u.iter()) {
+        map.insert(name.to_string(), amount.to_string());
+    }
+    map
+}
+
 /// Instance IDs per unit-instance resource of an allocation.
 pub(crate) fn instances(cluster: &Cluster, allocation: &Allocation) -> BTreeMap<String, Vec<u32>> {
     let registry = cluster.registry();

@@ -52,7 +52,8 @@ impl Owner {
         parsed: &ParsedRequest,
     ) -> Result<Group, HeadError> {
         let spec = build_group(self, parsed)?;
-        let bundles = spec.alternatives.first().map(|a| a.bundles.clone()).unwrap_or_default();
+        let first = spec.alternatives.first();
+        let bundles = first.map(|a| a.bundles.clone()).unwrap_or_default();
         let mut api = Group {
             group_id: Kind::Group.id(seq),
             name: body.name.clone(),
@@ -65,7 +66,11 @@ impl Owner {
                 .enumerate()
                 .map(|(index, set)| Bundle {
                     index,
-                    resources: convert::resource_map(&self.cluster, set),
+                    resources: convert::asked_map(
+                        &self.cluster,
+                        set,
+                        first.and_then(|a| a.unknown.get(index)),
+                    ),
                     node_id: None,
                 })
                 .collect(),
@@ -82,6 +87,11 @@ impl Owner {
 
     /// Reserves (or re-plans) group `seq` if it can; else records why it waits.
     fn try_group(&mut self, seq: u64) {
+        // A node may have brought a resource the group named before any node had it.
+        let registry = self.cluster.registry();
+        if let Some(entry) = self.groups.get_mut(&seq) {
+            entry.spec.resolve_unknown(registry);
+        }
         let Some(entry) = self.groups.get(&seq) else { return };
         let started = std::time::Instant::now();
         let decision = match entry.api.state {

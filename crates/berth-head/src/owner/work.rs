@@ -351,7 +351,11 @@ impl Owner {
             e.last_diagnosis = Some(diagnosis);
             let (selector, tolerations) = e.api.selectors();
             (
-                convert::resource_map(&self.cluster, e.request.resources()),
+                convert::asked_map(
+                    &self.cluster,
+                    e.request.resources(),
+                    Some(e.request.unknown_resources()),
+                ),
                 convert::string_map(selector),
                 convert::string_map(tolerations),
             )

@@ -246,7 +246,11 @@ pub fn run(
                     name: String::new(),
                     namespace: "default".into(),
                     strategy: GroupStrategy::StrictSpread,
-                    alternatives: vec![BundleSet { bundles, selectors: Vec::new() }],
+                    alternatives: vec![BundleSet {
+                        bundles,
+                        selectors: Vec::new(),
+                        unknown: Vec::new(),
+                    }],
                     tolerations: Tolerations::default(),
                 };
                 started = Instant::now();
