@@ -6,11 +6,17 @@
 //! freed resources (seed 002's spill-over, made deterministic).
 //!
 //! Only requests the change can affect are re-decided: after resources are released on node
-//! `n`, or `n` joins, a pending request is retried only if `n` can now take it (nothing else
-//! changed for it); infeasible requests are retried when a node joins, never after a release
-//! (releases do not change totals). A change to a node (capacity, labels, taints) re-decides
-//! every waiting request, and the loss of a node every pending one, since what it waited for may be gone: it becomes infeasible, and autoscaler
-//! demand, instead of waiting forever.
+//! `n`, or `n` joins, a pending request is retried only if `n` can now take it by the checks
+//! that place it ([`Scheduler::fits_now`]: the filters, or for a request into a placement
+//! group, its bundles on `n`), since nothing else changed for it; infeasible requests are
+//! retried when a node joins, never after a release (releases do not change totals). A
+//! change to a node (capacity, labels, taints) re-decides every waiting request, and the loss
+//! of a node every pending one, since what it waited for may be gone: it becomes infeasible,
+//! and autoscaler demand, instead of waiting forever. A node joining or changing may bring a
+//! resource a request named before any node had it: the name is resolved first.
+//!
+//! `tests/pending_model.rs` checks the triggers against re-deciding everything after every
+//! step.
 
 use rand::Rng;
 
