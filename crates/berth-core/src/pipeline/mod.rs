@@ -1,5 +1,7 @@
 //! The decision pipeline: candidates → filters → preferences and scorers → select → reserve,
-//! written out once in [`Scheduler::run`].
+//! written out once: `Scheduler::choose` runs the first four stages reading the cluster only,
+//! and `Scheduler::run` reserves what it chose ([`Scheduler::preview`] previews it instead,
+//! for dry runs).
 //!
 //! A strategy is a short list of *attempts*. Each attempt narrows the candidates, runs every
 //! filter, ranks what passed and selects one node; if it cannot, the strategy says whether to
