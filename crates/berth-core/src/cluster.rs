@@ -1,7 +1,7 @@
 //! The cluster model: nodes by dense index, their states as node sets, and the ledger operations
 //! (reserve, release, capacity changes) that keep every node's invariants.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::FxHashMap;
 use thiserror::Error;
@@ -19,7 +19,7 @@ use crate::placement_group::{
 };
 use crate::quantity::Quantity;
 use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
-use crate::taints::{Taint, TaintId, TaintTable};
+use crate::taints::{check_user_taint, Taint, TaintId, TaintTable};
 
 /// Why a cluster operation was refused. Nothing changed.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -114,6 +114,9 @@ pub type NamedInstances = Vec<(ResourceId, Vec<InstanceId>)>;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Allocation {
     node: NodeIndex,
+    /// The generation of the node's slot when reserved: slots of removed nodes are reused, and
+    /// a release into a later node of the slot does nothing.
+    generation: u32,
     resources: ResourceSet,
     shares: NodeShares,
     source: AllocationSource,
@@ -169,8 +172,14 @@ impl Allocation {
 #[derive(Clone, Debug, Default)]
 pub struct Cluster {
     registry: ResourceRegistry,
-    /// Slot per index; `None` once removed. Indices are never reused.
+    /// Slot per index; `None` once removed, until a new node takes the slot.
     nodes: Vec<Option<Node>>,
+    /// Slots of removed nodes, reused lowest first, so a cluster whose nodes come and go (a
+    /// machine that dies and registers again, an autoscaler's churn) does not grow for ever.
+    free_slots: BTreeSet<u32>,
+    /// Per slot, how many nodes it held before the current one: an allocation records it, so
+    /// that releasing an allocation of a removed node never credits the slot's new node.
+    generations: Vec<u32>,
     by_id: FxHashMap<NodeId, NodeIndex>,
     alive: NodeSet,
     draining: NodeSet,
@@ -232,6 +241,7 @@ fn slot_mut(nodes: &mut [Option<Node>], index: NodeIndex) -> Result<&mut Node, C
 /// returns there.
 fn take_from_bundle(
     ledger: &mut BundleLedger,
+    generations: &[u32],
     group: GroupId,
     bundle: usize,
     request: &ResourceSet,
@@ -240,6 +250,7 @@ fn take_from_bundle(
         ledger.take(request).ok_or(ClusterError::BundleFull { group: group.clone(), bundle })?;
     Ok(Allocation {
         node: ledger.node,
+        generation: generations.get(ledger.node.0 as usize).copied().unwrap_or(0),
         resources: request.clone(),
         shares,
         source: AllocationSource::Bundle { group, bundle },
@@ -272,18 +283,29 @@ impl Cluster {
         if self.by_id.contains_key(&spec.id) {
             return Err(ClusterError::DuplicateNode(spec.id));
         }
-        let index = NodeIndex(self.nodes.len() as u32);
+        let index = match self.free_slots.first() {
+            Some(&slot) => NodeIndex(slot),
+            None => NodeIndex(self.nodes.len() as u32),
+        };
         let mut node = Node::new(spec.id.clone(), index, spec.total, &self.registry)?;
         node.set_labels(spec.facts, spec.labels)?;
-        let mut taints = Vec::with_capacity(spec.taints.len());
+        // All checked before any is interned: a refused node leaves no taint behind.
         for (key, value) in &spec.taints {
-            taints.push(self.taint_table.intern(key, value)?);
+            check_user_taint(key, value)?;
+        }
+        for (key, value) in &spec.taints {
+            let taint = self.taint_table.intern(key, value)?;
+            if node.add_taint(taint) {
+                self.taint_table.acquire(taint);
+            }
         }
         self.label_index.insert(index, node.labels());
-        for taint in taints {
-            node.add_taint(taint);
+        if self.free_slots.remove(&index.0) {
+            self.nodes[index.0 as usize] = Some(node);
+        } else {
+            self.nodes.push(Some(node));
+            self.generations.push(0);
         }
-        self.nodes.push(Some(node));
         self.by_id.insert(spec.id, index);
         self.alive.insert(index);
         self.refresh_derived(index);
@@ -315,6 +337,9 @@ impl Cluster {
         slot_mut(&mut self.nodes, index)?;
         let taint = self.taint_table.intern(key, value)?;
         let added = slot_mut(&mut self.nodes, index)?.add_taint(taint);
+        if added {
+            self.taint_table.acquire(taint);
+        }
         self.refresh_derived(index);
         Ok(added)
     }
@@ -336,6 +361,9 @@ impl Cluster {
             });
         }
         let removed = node.remove_taint(taint);
+        if removed {
+            self.taint_table.release(taint);
+        }
         self.refresh_derived(index);
         Ok(removed)
     }
@@ -543,13 +571,26 @@ impl Cluster {
         Ok(())
     }
 
-    /// Removes a node from the cluster; allocations on it become void.
+    /// Removes a node from the cluster; allocations on it become void (their release does
+    /// nothing, even once a new node takes the slot), and its bundles are lost.
     pub fn remove_node(&mut self, index: NodeIndex) -> Result<Node, ClusterError> {
         let node = self
             .nodes
             .get_mut(index.0 as usize)
             .and_then(Option::take)
             .ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))?;
+        self.generations[index.0 as usize] = self.generations[index.0 as usize].wrapping_add(1);
+        self.free_slots.insert(index.0);
+        for group in self.groups.values_mut() {
+            for bundle in &mut group.bundles {
+                if matches!(bundle, BundleState::Reserved(l) if l.node == index) {
+                    *bundle = BundleState::Lost;
+                }
+            }
+        }
+        for &taint in node.taints() {
+            self.taint_table.release(taint);
+        }
         self.by_id.remove(node.id());
         self.label_index.remove(index, node.labels());
         self.actors.remove_node(index);
@@ -606,6 +647,7 @@ impl Cluster {
         })?;
         Ok(Allocation {
             node: index,
+            generation: self.generations[index.0 as usize],
             resources: request.clone(),
             shares,
             source: AllocationSource::Node,
@@ -643,6 +685,7 @@ impl Cluster {
         })?;
         Ok(Allocation {
             node: index,
+            generation: self.generations[index.0 as usize],
             resources: request.clone(),
             shares,
             source: AllocationSource::Node,
@@ -654,7 +697,11 @@ impl Cluster {
     pub fn release(&mut self, allocation: &Allocation) {
         match &allocation.source {
             AllocationSource::Node => {
-                if let Some(Some(node)) = self.nodes.get_mut(allocation.node.0 as usize) {
+                let slot = allocation.node.0 as usize;
+                if self.generations.get(slot) != Some(&allocation.generation) {
+                    return; // its node was removed; the slot holds another node now
+                }
+                if let Some(Some(node)) = self.nodes.get_mut(slot) {
                     node.release(&allocation.resources, &allocation.shares);
                 }
             }
@@ -755,7 +802,7 @@ impl Cluster {
         let ledger = group
             .bundle_mut(bundle)
             .ok_or(ClusterError::NoBundle { group: group_id.clone(), bundle })?;
-        take_from_bundle(ledger, group_id, bundle, request)
+        take_from_bundle(ledger, &self.generations, group_id, bundle, request)
     }
 
     /// What [`Cluster::reserve_in_bundle`] would take, reserving nothing (a copy of the one
@@ -773,7 +820,7 @@ impl Cluster {
             .bundle(bundle)
             .cloned()
             .ok_or(ClusterError::NoBundle { group: group_id.clone(), bundle })?;
-        take_from_bundle(&mut ledger, group_id, bundle, request)
+        take_from_bundle(&mut ledger, &self.generations, group_id, bundle, request)
     }
 
     /// Records that actor `actor` runs in bundle `bundle` of group `id`.
@@ -864,6 +911,66 @@ mod tests {
     use super::*;
     use crate::testutil::{cluster, index, resources};
     use crate::ResourceRegistry;
+
+    #[test]
+    fn taints_no_node_carries_are_forgotten_and_their_ids_reused() {
+        let mut c = cluster(&[("a", "CPU=4"), ("b", "CPU=4")]);
+        let (a, b) = (index(&c, "a"), index(&c, "b"));
+        let known = c.taint_table.len();
+        // A dated maintenance taint every day for a year: the table does not grow.
+        for day in 0..365 {
+            let value = format!("day-{day}");
+            assert!(c.add_taint(a, "maintenance", &value).unwrap());
+            assert!(c.add_taint(b, "maintenance", &value).unwrap());
+            assert!(c.remove_taint(a, "maintenance", &value).unwrap());
+            assert_eq!(c.taint_table.len(), known + 1, "b still carries it");
+            assert!(c.remove_taint(b, "maintenance", &value).unwrap());
+            assert_eq!(c.taint_table.len(), known);
+        }
+        assert_eq!(c.taint_table.capacity(), known + 1, "one slot, reused every day");
+        // A node removed gives its taints up too; a refused node interns none.
+        c.add_taint(a, "team", "ml").unwrap();
+        c.remove_node(a).unwrap();
+        assert_eq!(c.taint_table.len(), known);
+        let mut spec = NodeSpec::new(NodeId::new("c").unwrap(), ResourceSet::new());
+        spec.taints = vec![("ok".into(), "yes".into()), ("bad key".into(), "x".into())];
+        assert!(c.add_node_with(spec).is_err());
+        assert_eq!(c.taint_table.len(), known);
+        // The taint a node still carries keeps its meaning.
+        c.add_taint(b, "gpu_node", "true").unwrap();
+        c.add_taint(b, "maintenance", "later").unwrap();
+        c.remove_taint(b, "maintenance", "later").unwrap();
+        let kept = c.node(b).unwrap().taints()[0];
+        assert_eq!(
+            (c.taint(kept).key.as_str(), c.taint(kept).value.as_str()),
+            ("gpu_node", "true")
+        );
+    }
+
+    #[test]
+    fn removed_nodes_slots_are_reused_and_their_old_allocations_release_nothing() {
+        let mut c = cluster(&[("a", "CPU=4"), ("b", "CPU=4")]);
+        let four = resources(c.registry_mut(), "CPU=4");
+        let stale = c.reserve(index(&c, "a"), &four).unwrap();
+        let slot = index(&c, "a");
+        c.remove_node(slot).unwrap();
+        // Nodes coming and going do not grow the cluster: the slot is taken again.
+        for round in 0..100 {
+            let id = NodeId::new(&format!("r{round}")).unwrap();
+            assert_eq!(c.add_node(id, four.clone()).unwrap(), slot);
+            if round < 99 {
+                c.remove_node(slot).unwrap();
+            }
+        }
+        assert_eq!(c.nodes.len(), 2, "two slots, however many nodes came and went");
+        // The slot's node now is full; the removed node's allocation must not free it.
+        let held = c.reserve(slot, &four).unwrap();
+        c.release(&stale);
+        assert_eq!(c.node(slot).unwrap().available().get(ResourceId::CPU), Quantity::ZERO);
+        c.release(&held);
+        assert_eq!(c.node(slot).unwrap().available().get(ResourceId::CPU), Quantity::from_whole(4));
+        c.check_invariants().unwrap();
+    }
 
     #[test]
     fn reserve_instances_rebuilds_recorded_placements_or_says_why() {

@@ -10,6 +10,8 @@
 //! node's resources change; a request that asks for that resource tolerates it automatically.
 //! Characters of the resource name that a label key cannot hold (`/`, `:`) become `-`.
 
+use std::collections::BTreeSet;
+
 use rustc_hash::FxHashMap;
 
 use crate::labels::{validate_key, validate_value, LabelError, BERTH_PREFIX};
@@ -35,25 +37,71 @@ pub struct Taint {
 pub struct TaintTable {
     taints: Vec<Taint>,
     ids: FxHashMap<(String, String), TaintId>,
+    /// Per ID, how many nodes carry the user taint. One no node carries is forgotten and its
+    /// ID reused, so taints added and removed through the API over a long life (a dated
+    /// `maintenance=2026-11-25`, say) do not grow the table for ever.
+    users: Vec<u32>,
+    /// IDs of forgotten user taints, reused lowest first.
+    free: BTreeSet<u32>,
+}
+
+/// Checks a user taint: keys under `berth.io/` are Berth's own (rare-resource isolation), so
+/// a user taint can never stand in for an automatic one; the rest follows the label syntax.
+pub fn check_user_taint(key: &str, value: &str) -> Result<(), LabelError> {
+    if key.starts_with(BERTH_PREFIX) {
+        return Err(LabelError::Key {
+            key: key.to_string(),
+            rule: "taint keys under berth.io/ are set by Berth (rare-resource isolation) and cannot be given",
+        });
+    }
+    validate_key(key)?;
+    validate_value(key, value)
 }
 
 impl TaintTable {
-    /// The ID of the user taint `key=value`, interning it after validating both. Keys under
-    /// `berth.io/` are Berth's own (rare-resource isolation) and refused here, so that a user
-    /// taint can never stand in for an automatic one.
+    /// The ID of the user taint `key=value`, interning it after checking it
+    /// ([`check_user_taint`]). The caller counts the nodes that carry it ([`TaintTable::acquire`],
+    /// [`TaintTable::release`]).
     pub fn intern(&mut self, key: &str, value: &str) -> Result<TaintId, LabelError> {
-        if key.starts_with(BERTH_PREFIX) {
-            return Err(LabelError::Key {
-                key: key.to_string(),
-                rule: "taint keys under berth.io/ are set by Berth (rare-resource isolation) and cannot be given",
-            });
-        }
         if let Some(&id) = self.ids.get(&(key.to_string(), value.to_string())) {
-            return Ok(id);
+            if self.get(id).rare_resource.is_none() {
+                return Ok(id);
+            }
         }
-        validate_key(key)?;
-        validate_value(key, value)?;
+        check_user_taint(key, value)?;
         Ok(self.push(Taint { key: key.to_string(), value: value.to_string(), rare_resource: None }))
+    }
+
+    /// One more node carries `id`.
+    pub(crate) fn acquire(&mut self, id: TaintId) {
+        self.users[id.0 as usize] += 1;
+    }
+
+    /// One node fewer carries `id`; a user taint no node carries is forgotten (its ID may be
+    /// given to another). Automatic taints stay: there is one per rare resource.
+    pub(crate) fn release(&mut self, id: TaintId) {
+        let slot = id.0 as usize;
+        self.users[slot] = self.users[slot].saturating_sub(1);
+        let taint = &self.taints[slot];
+        if self.users[slot] == 0 && taint.rare_resource.is_none() {
+            self.ids.remove(&(taint.key.clone(), taint.value.clone()));
+            self.free.insert(id.0);
+        }
+    }
+
+    /// Taints known now (carried by some node, or automatic).
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when no taint is known.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// IDs given so far, forgotten ones included (what the table's memory holds).
+    pub fn capacity(&self) -> usize {
+        self.taints.len()
     }
 
     /// The ID of the rare-resource taint of `resource`. Two resource names that map to the
@@ -76,9 +124,20 @@ impl TaintTable {
     }
 
     fn push(&mut self, taint: Taint) -> TaintId {
-        let id = TaintId(self.taints.len() as u32);
-        self.ids.insert((taint.key.clone(), taint.value.clone()), id);
-        self.taints.push(taint);
+        let key = (taint.key.clone(), taint.value.clone());
+        let id = match self.free.pop_first() {
+            Some(slot) => {
+                self.taints[slot as usize] = taint;
+                self.users[slot as usize] = 0;
+                TaintId(slot)
+            }
+            None => {
+                self.taints.push(taint);
+                self.users.push(0);
+                TaintId(self.taints.len() as u32 - 1)
+            }
+        };
+        self.ids.insert(key, id);
         id
     }
 

@@ -27,7 +27,8 @@
 //!   with the generation it had when the share was taken. The GPU total is the instance count
 //!   and the GPU available amount is `Σ free`.
 //! - **Nodes**: alive, draining or dead; only alive nodes take reservations; a dead node never
-//!   comes back; a removed node's slot stays empty (indices are never reused).
+//!   comes back; a removed node's slot is reused by the next node added (lowest first), and
+//!   releasing an allocation of the removed node then does nothing.
 //!
 //! # The properties
 //!
@@ -259,6 +260,9 @@ struct ModelNode {
     gpus: Vec<ModelGpu>,
     /// Next GPU generation; never reset, not even when the GPUs are deleted.
     next_generation: u64,
+    /// Which node this is, of all ever added (slots are reused; allocations of an earlier
+    /// node in the slot must not credit this one).
+    born: u64,
 }
 
 impl ModelNode {
@@ -269,6 +273,7 @@ impl ModelNode {
             aggregate: BTreeMap::new(),
             gpus: Vec::new(),
             next_generation: 0,
+            born: 0,
         };
         node.set_aggregate_capacity(ResourceId::CPU, cpu);
         node.set_aggregate_capacity(custom.0, custom.1);
@@ -340,6 +345,8 @@ impl ModelNode {
 #[derive(Clone, Debug)]
 struct ModelAllocation {
     slot: usize,
+    /// The `born` of the node it was taken on.
+    born: u64,
     /// Aggregate amounts taken, in units.
     aggregate: Vec<(ResourceId, i64)>,
     /// GPU shares: `(instance, generation, amount)`.
@@ -350,6 +357,8 @@ struct ModelAllocation {
 #[derive(Clone, Debug, Default)]
 struct Model {
     slots: Vec<Option<ModelNode>>,
+    /// Nodes added so far.
+    births: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -533,14 +542,23 @@ impl Harness {
                 }))
             );
         } else {
-            prop_assert_eq!(result, Ok(NodeIndex(self.model.slots.len() as u32)));
-            let node = ModelNode::new(
+            // The lowest slot a removed node left, else a new one.
+            let slot = self.model.slots.iter().position(Option::is_none);
+            let slot = slot.unwrap_or(self.model.slots.len());
+            prop_assert_eq!(result, Ok(NodeIndex(slot as u32)));
+            let mut node = ModelNode::new(
                 name.to_string(),
                 spec.cpu,
                 (spec.gpu / UNIT) as usize,
                 (self.custom, spec.custom),
             );
-            self.model.slots.push(Some(node));
+            self.model.births += 1;
+            node.born = self.model.births;
+            if slot == self.model.slots.len() {
+                self.model.slots.push(Some(node));
+            } else {
+                self.model.slots[slot] = Some(node);
+            }
         }
         Ok(())
     }
@@ -642,7 +660,12 @@ impl Harness {
 
         // Apply the core's (checked) choice to the model.
         let node = self.model_node_mut(slot).expect("checked above");
-        let mut model = ModelAllocation { slot, aggregate: Vec::new(), gpu_shares: Vec::new() };
+        let mut model = ModelAllocation {
+            slot,
+            born: node.born,
+            aggregate: Vec::new(),
+            gpu_shares: Vec::new(),
+        };
         for (resource, amount) in [(ResourceId::CPU, request.cpu), (custom, request.custom)] {
             if amount > 0 {
                 let entry = node.aggregate.get_mut(&resource).expect("fits, so present");
@@ -664,7 +687,7 @@ impl Harness {
         let Some(node) = self.model_node_mut(model.slot) else {
             return;
         };
-        if node.state == NodeState::Dead {
+        if node.state == NodeState::Dead || node.born != model.born {
             return;
         }
         for &(resource, amount) in &model.aggregate {
