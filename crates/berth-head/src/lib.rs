@@ -7,7 +7,9 @@
 //! changes durable (one store commit per cycle) before anything is acknowledged.
 //!
 //! [`start`] runs a head on a tokio runtime: it takes the store's lease, reloads the state,
-//! and serves REST, `/metrics`, the dashboard and the agent protocol (gRPC) on one port.
+//! and serves REST, `/metrics`, the dashboard and the agent protocol (gRPC) on one port;
+//! [`RunningHead::shutdown`] stops it gracefully. [`run`] does both around a listener and a
+//! shutdown future the caller gives (embedding, tests).
 
 #![warn(missing_docs)]
 
@@ -162,7 +164,7 @@ pub async fn start_on(
     config: HeadConfig,
     listener: tokio::net::TcpListener,
 ) -> Result<RunningHead, StartError> {
-    let bound = listener
+    let address = listener
         .local_addr()
         .map_err(|source| StartError::Bind { address: config.bind, source })?;
     config.scheduler.validate().map_err(|e| StartError::Config(e.to_string()))?;
@@ -221,8 +223,6 @@ pub async fn start_on(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (stopped_tx, stopped_rx) = watch::channel(None::<String>);
     let handle = HeadHandle { commands: commands_tx.clone(), view: view_rx, sequences };
-
-    let address = bound;
 
     let epoch = lease.epoch();
     let stopped = stopped_tx.clone();
