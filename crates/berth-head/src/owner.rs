@@ -379,7 +379,8 @@ pub(crate) async fn run(
                 None => break,
             },
             _ = tick.tick() => Command::Tick,
-            _ = stop.wait_for(|s| *s), if !stopping => {
+            // Only a real stop: a dropped sender (a head dropped without shutdown) is not one.
+            Ok(_) = stop.wait_for(|s| *s), if !stopping => {
                 // No new command gets in; what is queued is the last cycle.
                 stopping = true;
                 commands.close();
