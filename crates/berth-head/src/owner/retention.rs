@@ -184,20 +184,11 @@ impl Owner {
     /// Notes every finished object after a restore, oldest-finished first, so the first cycle
     /// drops what expired while the head was down.
     pub(crate) fn note_restored_finished(&mut self) {
+        let at = |history: &[Event]| history.last().map_or(0, |e| e.at_ms);
         let mut all: Vec<(u64, Kind, u64)> = Vec::new();
-        let mut collect = |kind: Kind, seqs: Vec<u64>, owner: &Owner| {
-            for seq in seqs {
-                let at = match kind {
-                    Kind::Actor => owner.actors.get(&seq).map(|e| &e.api.history),
-                    Kind::Task => owner.tasks.get(&seq).map(|e| &e.api.history),
-                    Kind::Group => owner.groups.get(&seq).map(|e| &e.api.history),
-                };
-                all.push((at.and_then(|h| h.last()).map_or(0, |e| e.at_ms), kind, seq));
-            }
-        };
-        collect(Kind::Actor, self.actors.keys().copied().collect(), self);
-        collect(Kind::Task, self.tasks.keys().copied().collect(), self);
-        collect(Kind::Group, self.groups.keys().copied().collect(), self);
+        all.extend(self.actors.iter().map(|(&s, e)| (at(&e.api.history), Kind::Actor, s)));
+        all.extend(self.tasks.iter().map(|(&s, e)| (at(&e.api.history), Kind::Task, s)));
+        all.extend(self.groups.iter().map(|(&s, e)| (at(&e.api.history), Kind::Group, s)));
         all.sort_unstable();
         for (_, kind, seq) in all {
             self.note_finished(kind, seq);
