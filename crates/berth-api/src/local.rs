@@ -15,6 +15,10 @@ pub const ADDRESS_ENV: &str = "BERTH_ADDRESS";
 
 /// The token file inside the data directory (mode 0600).
 pub const TOKEN_FILE: &str = "token";
+/// The file in the data directory holding the agent token (machines join with it).
+pub const AGENT_TOKEN_FILE: &str = "agent-token";
+/// The environment variable an agent reads its token from.
+pub const AGENT_TOKEN_ENV: &str = "BERTH_AGENT_TOKEN";
 /// The file in which a running head writes the address it serves on (`127.0.0.1:8780`).
 pub const ADDRESS_FILE: &str = "head-address";
 

@@ -34,8 +34,11 @@ pub type StringMap = BTreeMap<String, String>;
 pub enum ErrorKind {
     /// 400: the body, a path segment or a query parameter breaks a rule.
     Invalid,
-    /// 401: no token, or the wrong one.
+    /// 401: no token, or the wrong one (or a revoked one).
     Unauthorized,
+    /// 403: the token is known, but its role may not do this (a read-only token writing, an
+    /// agent token on the REST API).
+    Forbidden,
     /// 404: no such node, actor, task or placement group.
     NotFound,
     /// 409: the request conflicts with the state (a name already in use).
@@ -660,4 +663,54 @@ pub struct Health {
     pub status: String,
     /// The head's version.
     pub version: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokens.
+
+/// What a token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Everything through the REST API and the dashboard, tokens included; never the agent
+    /// protocol.
+    Admin,
+    /// Reads: every GET, and dry runs (`POST /api/v1/explain`); no change, no token list.
+    Read,
+    /// The agent protocol only: a machine joins with it and receives work.
+    Agent,
+}
+
+/// A token as listed: never its secret, which is stored only as a SHA-256 hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TokenInfo {
+    /// Its ID (`tok-3f2a9c1e`; `admin` and `agent` for the two the head made on its first
+    /// start, from `DATA_DIR/token` and `DATA_DIR/agent-token`).
+    pub id: String,
+    /// A name given at creation (may be empty).
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// When it was created (ms since the Unix epoch; 0 for the first-start tokens).
+    pub created_at_ms: u64,
+}
+
+/// The body of `POST /api/v1/tokens`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenCreate {
+    /// What it may do.
+    pub role: Role,
+    /// A name, to tell tokens apart in the list (at most 128 characters).
+    #[serde(default)]
+    pub name: String,
+}
+
+/// The answer to `POST /api/v1/tokens`: the token and, this once, its secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TokenCreated {
+    /// The token.
+    pub token: TokenInfo,
+    /// The secret to send as `Authorization: Bearer <secret>`; shown only now.
+    pub secret: String,
 }

@@ -34,6 +34,7 @@ pub mod pg;
 pub mod status;
 pub mod taint;
 pub mod task;
+pub mod token;
 mod view;
 
 use std::ffi::OsString;
@@ -186,6 +187,7 @@ fn api_error_text(status: u16, error: &ApiError) -> String {
     let kind = match error.error {
         ErrorKind::Invalid => "invalid",
         ErrorKind::Unauthorized => "unauthorized",
+        ErrorKind::Forbidden => "forbidden",
         ErrorKind::NotFound => "not found",
         ErrorKind::Conflict => "conflict",
         ErrorKind::Timeout => "timed out",

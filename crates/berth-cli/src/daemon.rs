@@ -16,7 +16,10 @@ use berth_agent::{
     Agent, AgentConfig, ProcessOptions, ProcessRunner, Runner, RunnerKind, SimCluster, SimNode,
     SimOptions,
 };
-use berth_api::local::{default_data_dir, ADDRESS_FILE, DEFAULT_PORT, TOKEN_ENV, TOKEN_FILE};
+use berth_api::local::{
+    default_data_dir, ADDRESS_FILE, AGENT_TOKEN_ENV, AGENT_TOKEN_FILE, DEFAULT_PORT, TOKEN_ENV,
+    TOKEN_FILE,
+};
 use berth_core::Profile;
 use berth_head::{HeadConfig, RunningHead};
 use berth_store::StoreConfig;
@@ -111,7 +114,7 @@ pub struct AgentOptions {
     /// GPU's model from `nvidia-smi -L`: NVIDIA A100-SXM4-80GB → nvidia-a100].
     #[arg(long, value_name = "TYPE")]
     pub accelerator_type: Option<String>,
-    /// The cluster token [default: $BERTH_TOKEN, else DATA_DIR/token].
+    /// The agent token the head gave [default: $BERTH_AGENT_TOKEN, else DATA_DIR/agent-token].
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
     /// Seconds a stopped process (its whole process group) gets between SIGTERM and SIGKILL.
@@ -223,14 +226,22 @@ fn print_head(head: &RunningHead, data_dir: &Path) {
     println!("  reloaded: {}", head.restored);
     println!("  log: {}", data_dir.join(logging::LOG_FILE).display());
     let token_path = data_dir.join(TOKEN_FILE);
+    let agent_path = data_dir.join(AGENT_TOKEN_FILE);
     if head.token_created {
-        println!("  a new cluster token was written to {} (mode 0600)", token_path.display());
+        println!(
+            "  new tokens were written to {} (admin) and {} (agents), mode 0600",
+            token_path.display(),
+            agent_path.display()
+        );
     }
-    println!("  token: {}", head.token.as_str());
+    println!("  admin token: {}", head.token.as_str());
     println!(
         "  pass it as `Authorization: Bearer <token>`, or export {TOKEN_ENV}=<token>; the CLI on"
     );
-    println!("  this machine reads {} by itself.", token_path.display());
+    println!(
+        "  this machine reads {} by itself. More tokens (read-only, agents): berth token create",
+        token_path.display()
+    );
 }
 
 async fn run_head(options: &HeadOptions) -> anyhow::Result<()> {
@@ -238,7 +249,11 @@ async fn run_head(options: &HeadOptions) -> anyhow::Result<()> {
     let data_dir = config.data_dir.clone();
     let mut head = boot_head(config).await?;
     print_head(&head, &data_dir);
-    println!("  agents join with: berth start --address {} --token <token>", head.address);
+    println!(
+        "  agents join with: berth start --address {} --token <the agent token, in {}>",
+        head.address,
+        data_dir.join(AGENT_TOKEN_FILE).display()
+    );
     println!("Press Ctrl-C to stop (or run `berth stop`).");
     let outcome = tokio::select! {
         reason = head.stopped() => Err(anyhow!("the head stopped: {reason}")),
@@ -256,11 +271,16 @@ fn agent_config(
 ) -> anyhow::Result<AgentConfig> {
     let token = match &options.token {
         Some(token) => token.clone(),
-        None => match std::env::var(TOKEN_ENV) {
+        None => match std::env::var(AGENT_TOKEN_ENV) {
             Ok(token) if !token.trim().is_empty() => token.trim().to_string(),
-            _ => std::fs::read_to_string(data_dir.join(TOKEN_FILE))
+            _ => std::fs::read_to_string(data_dir.join(AGENT_TOKEN_FILE))
                 .map(|t| t.trim().to_string())
-                .map_err(|_| anyhow!("no token: pass --token, set {TOKEN_ENV}, or run on the head's machine (DATA_DIR/token)"))?,
+                .map_err(|_| {
+                    anyhow!(
+                        "no agent token: pass --token, set {AGENT_TOKEN_ENV}, or run on the \
+                         head's machine (DATA_DIR/{AGENT_TOKEN_FILE})"
+                    )
+                })?,
         },
     };
     let mut config = AgentConfig::new(address, token);
@@ -389,9 +409,13 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
             runner: RunnerKind::Process { root: agents_dir.clone(), grace: Duration::from_secs(5) },
             ..SimOptions::default()
         };
-        let started =
-            SimCluster::start_with(&head.address.to_string(), head.token.as_str(), nodes, options)
-                .map_err(|e| anyhow!("the local agents could not start: {e}"));
+        let started = SimCluster::start_with(
+            &head.address.to_string(),
+            head.agent_token.as_str(),
+            nodes,
+            options,
+        )
+        .map_err(|e| anyhow!("the local agents could not start: {e}"));
         let sim = match started {
             Ok(sim) => match sim.wait_registered(Duration::from_secs(30)).await {
                 Ok(()) => sim,

@@ -125,6 +125,19 @@ enum Command {
     #[command(after_help = "Examples:\n  berth drain gpu-1\n  berth drain 10.0.0.3")]
     Drain(client::drain::DrainArgs),
 
+    /// List, create and revoke the head's tokens (an admin token is needed).
+    ///
+    /// Roles: admin (the REST API and dashboard, tokens included), read (GETs and dry runs),
+    /// agent (the agent protocol only: a machine joins with it). A new token's secret is
+    /// printed once; the head keeps only its hash. Exit status: 0; 2 for bad flags; 1 when
+    /// the head cannot be reached or answers an error (403 without an admin token, 404 for
+    /// an unknown ID, 409 for the first-start tokens, which are rotated by deleting their
+    /// file and restarting the head).
+    #[command(after_help = "Examples:\n  berth token list\n  \
+        berth token create --role read --name grafana\n  \
+        berth token create --role agent --name rack-7\n  berth token revoke tok-3f2a9c1e")]
+    Token(client::token::TokenArgs),
+
     /// Print an actor's or task's output (stdout, or stderr with --stream err), read on its
     /// node and streamed through the head.
     ///
@@ -218,6 +231,7 @@ fn main() -> ExitCode {
         Command::Pg(args) => client::pg::run(args, &mut stdout.lock()),
         Command::Kill(args) => client::kill::run(args, &mut stdout.lock()),
         Command::Drain(args) => client::drain::run(args, &mut stdout.lock()),
+        Command::Token(args) => client::token::run(args, &mut stdout.lock()),
         Command::Logs(args) => client::logs::run(args, &mut stdout.lock()),
         Command::Start(args) => daemon::start(args),
         Command::Up(args) => daemon::up(args),

@@ -26,8 +26,9 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::handle::Command;
+use crate::keyring::Keyring;
 use crate::logs::LogStreams;
-use crate::token::Token;
+use berth_api::rest::Role;
 
 /// The request metadata naming the node of a `Logs` stream.
 pub(crate) const LOG_NODE_METADATA: &str = "berth-node-id";
@@ -86,7 +87,7 @@ impl AgentApi {
     /// The service, wrapped in the token check; log streams register in `logs`.
     pub(crate) fn server(
         commands: mpsc::Sender<Command>,
-        token: Token,
+        keyring: Keyring,
         logs: Arc<LogStreams>,
     ) -> tonic::service::interceptor::InterceptedService<
         AgentServiceServer<AgentApi>,
@@ -94,11 +95,17 @@ impl AgentApi {
     > {
         let check = move |request: Request<()>| -> Result<Request<()>, Status> {
             let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-            match header {
-                Some(value) if token.matches_header(value) => Ok(request),
-                _ => Err(Status::unauthenticated(
-                    "missing or wrong cluster token: send `authorization: Bearer <token>` (the \
-                     token is in the head's DATA_DIR/token)",
+            match keyring.check(header) {
+                Ok(Role::Agent) => Ok(request),
+                // A user token must not let its holder pose as a machine and receive others'
+                // work.
+                Ok(_) => Err(Status::permission_denied(
+                    "a user token cannot act as an agent: join with the agent token (the \
+                     head's DATA_DIR/agent-token)",
+                )),
+                Err(_) => Err(Status::unauthenticated(
+                    "missing, wrong or revoked agent token: send `authorization: Bearer \
+                     <token>` with the head's DATA_DIR/agent-token",
                 )),
             }
         };

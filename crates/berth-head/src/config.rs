@@ -24,8 +24,12 @@ pub struct HeadConfig {
     pub heartbeat_timeout: Duration,
     /// Seed of the head's RNG (ties among equal nodes, RANDOM).
     pub seed: u64,
-    /// A token to use instead of the token file (tests); `None` reads or creates the file.
+    /// An admin token to use instead of `DATA_DIR/token` (tests, embedding); `None` reads or
+    /// creates the file. Given, no token file is written.
     pub token: Option<String>,
+    /// An agent token to use instead of `DATA_DIR/agent-token`; with `token` given and this
+    /// `None`, a random one (see `RunningHead::agent_token`).
+    pub agent_token: Option<String>,
     /// How long, and how many, finished objects are kept before they are forgotten.
     pub retention: Retention,
 }
@@ -76,6 +80,7 @@ impl HeadConfig {
             heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
             seed: 0,
             token: None,
+            agent_token: None,
             retention: Retention::default(),
         }
     }

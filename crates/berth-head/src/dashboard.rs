@@ -42,7 +42,7 @@ use axum::Router;
 
 use crate::error::HeadError;
 use crate::handle::HeadHandle;
-use crate::token::Token;
+use crate::keyring::{Keyring, Refusal};
 use crate::view::QueryError;
 
 /// The largest form body the dashboard takes (a taint is a few hundred bytes at most).
@@ -62,7 +62,7 @@ pub(crate) struct Ui {
 /// The dashboard's routes: `/`, `/ui/assets/{file}` (both public) and the data fragments
 /// under `/ui/` (token required). No fallback: this router is merged into the REST router,
 /// whose fallback answers unknown paths.
-pub(crate) fn router(handle: HeadHandle, token: Token) -> Router {
+pub(crate) fn router(handle: HeadHandle, keyring: Keyring) -> Router {
     let data = Router::new()
         .route("/ui/overview", get(overview::overview))
         .route("/ui/nodes", get(nodes::page))
@@ -78,7 +78,7 @@ pub(crate) fn router(handle: HeadHandle, token: Token) -> Router {
         .route("/ui/groups", get(work::groups_page))
         .route("/ui/groups/rows", get(work::group_rows))
         .route("/ui/groups/{id}", get(work::group_detail))
-        .route_layer(middleware::from_fn_with_state(token, require_token))
+        .route_layer(middleware::from_fn_with_state(keyring, require_token))
         .with_state(Ui { handle });
     Router::new()
         .route("/", get(shell))
@@ -162,16 +162,30 @@ async fn security_headers(req: Request, next: Next) -> Response {
 // ---------------------------------------------------------------------------------------------
 // The token check and errors.
 
-/// 401 with an error fragment unless the request carries the token.
-async fn require_token(State(token): State<Token>, req: Request, next: Next) -> Response {
+/// 401 with an error fragment unless the request carries a token the head knows; 403 when
+/// its role may not do this (the REST API's rule: a read token views, an admin token edits).
+async fn require_token(State(keyring): State<Keyring>, req: Request, next: Next) -> Response {
     let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if presented.is_some_and(|h| token.matches_header(h)) {
-        return next.run(req).await;
-    }
-    let message = if presented.is_some() {
-        "the head does not know this token; it is in DATA_DIR/token (default ~/.berth/token)"
-    } else {
-        "no token was sent; it is in DATA_DIR/token (default ~/.berth/token)"
+    let message = match keyring.check(presented) {
+        Ok(role) => match crate::http::forbidden(role, req.method(), req.uri().path()) {
+            None => return next.run(req).await,
+            Some(message) => {
+                return UiError {
+                    status: StatusCode::FORBIDDEN,
+                    title: "Not allowed with this token",
+                    field: None,
+                    message,
+                }
+                .into_response();
+            }
+        },
+        Err(Refusal::Unknown) => {
+            "the head does not know this token (wrong, or revoked); the admin token is in \
+             DATA_DIR/token (default ~/.berth/token)"
+        }
+        Err(Refusal::Missing) => {
+            "no token was sent; the admin token is in DATA_DIR/token (default ~/.berth/token)"
+        }
     };
     let mut response = UiError {
         status: StatusCode::UNAUTHORIZED,

@@ -20,6 +20,7 @@ mod nodes;
 mod tasks;
 #[cfg(test)]
 mod tests;
+mod tokens;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,15 +38,18 @@ use utoipa::openapi::{RefOr, ResponseBuilder};
 use utoipa::OpenApi;
 
 use crate::handle::HeadHandle;
+use crate::keyring::{Keyring, Refusal};
 use crate::logs::LogStreams;
 use crate::metrics::Metrics;
-use crate::token::Token;
+use berth_api::rest::Role;
 use extract::{Failure, MAX_BODY_BYTES};
 
 /// What every handler shares.
 #[derive(Clone)]
 pub(crate) struct Api {
     handle: HeadHandle,
+    /// The tokens (`/api/v1/tokens`).
+    keyring: Keyring,
     metrics: Arc<Metrics>,
     /// The agents' log streams (`GET /api/v1/logs/{id}`).
     logs: Arc<LogStreams>,
@@ -55,8 +59,8 @@ pub(crate) struct Api {
 
 /// [`router_with_logs`] without agents: no node has a log stream (the HTTP mapping's tests).
 #[cfg(test)]
-pub(crate) fn router(handle: HeadHandle, token: Token, metrics: Arc<Metrics>) -> Router {
-    router_with_logs(handle, token, metrics, Arc::default())
+pub(crate) fn router(handle: HeadHandle, keyring: Keyring, metrics: Arc<Metrics>) -> Router {
+    router_with_logs(handle, keyring, metrics, Arc::default())
 }
 
 /// The REST routes, token check included (on these routes only, so routes merged in later,
@@ -70,12 +74,12 @@ pub(crate) fn router(handle: HeadHandle, token: Token, metrics: Arc<Metrics>) ->
 /// [`Router::reset_fallback`] on tonic's router first.
 pub(crate) fn router_with_logs(
     handle: HeadHandle,
-    token: Token,
+    keyring: Keyring,
     metrics: Arc<Metrics>,
     logs: Arc<LogStreams>,
 ) -> Router {
     let openapi = openapi_json();
-    let api = Api { handle, metrics: metrics.clone(), logs, openapi };
+    let api = Api { handle, keyring: keyring.clone(), metrics: metrics.clone(), logs, openapi };
     let protected = Router::new()
         .route("/metrics", get(cluster::metrics))
         .route("/api/v1/openapi.json", get(cluster::openapi))
@@ -95,8 +99,10 @@ pub(crate) fn router_with_logs(
         .route("/api/v1/explain", post(explain::dry_run))
         .route("/api/v1/explain/{id}", get(explain::explain))
         .route("/api/v1/logs/{id}", get(logs::logs))
+        .route("/api/v1/tokens", get(tokens::list_tokens).post(tokens::create_token))
+        .route("/api/v1/tokens/{id}", axum::routing::delete(tokens::revoke_token))
         .method_not_allowed_fallback(method_not_allowed)
-        .route_layer(middleware::from_fn_with_state(token, require_token))
+        .route_layer(middleware::from_fn_with_state(keyring, require_token))
         .with_state(api);
     Router::new()
         .route("/healthz", get(cluster::healthz))
@@ -107,18 +113,47 @@ pub(crate) fn router_with_logs(
         .layer(middleware::from_fn_with_state(metrics, record))
 }
 
-/// 401 unless the request carries the token.
-async fn require_token(State(token): State<Token>, req: Request, next: Next) -> Response {
-    let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if presented.is_some_and(|h| token.matches_header(h)) {
-        return next.run(req).await;
+/// What `role` may not do with `method` on `path`, if anything: agent tokens are for the agent
+/// protocol only; read tokens may read (GET, and dry runs, which change nothing) but neither
+/// change anything nor see the tokens.
+pub(crate) fn forbidden(role: Role, method: &Method, path: &str) -> Option<String> {
+    match role {
+        Role::Admin => None,
+        Role::Agent => Some(
+            "an agent token is for the agent protocol only: use an admin or read token (the \
+             CLI's is DATA_DIR/token)"
+                .to_string(),
+        ),
+        Role::Read if path.starts_with("/api/v1/tokens") => {
+            Some("a read-only token cannot see or change tokens: it needs an admin token".into())
+        }
+        Role::Read if *method == Method::GET || *method == Method::HEAD => None,
+        Role::Read if *method == Method::POST && path == "/api/v1/explain" => None,
+        Role::Read => {
+            Some(format!("a read-only token cannot {method} {path}: it needs an admin token"))
+        }
     }
-    let message = if presented.is_some() { "the token is wrong" } else { "no token given" };
+}
+
+/// 401 unless the request carries a token the head knows; 403 when its role may not do this.
+async fn require_token(State(keyring): State<Keyring>, req: Request, next: Next) -> Response {
+    let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let refused = match keyring.check(presented) {
+        Ok(role) => match forbidden(role, req.method(), req.uri().path()) {
+            None => return next.run(req).await,
+            Some(message) => {
+                let body = ApiError { error: ErrorKind::Forbidden, field: None, message };
+                return (StatusCode::FORBIDDEN, Json(body)).into_response();
+            }
+        },
+        Err(Refusal::Missing) => "no token given",
+        Err(Refusal::Unknown) => "the head does not know this token (wrong, or revoked)",
+    };
     let body = ApiError {
         error: ErrorKind::Unauthorized,
         field: None,
         message: format!(
-            "{message}: send the header `Authorization: Bearer <token>`; the token is in \
+            "{refused}: send the header `Authorization: Bearer <token>`; the admin token is in \
              DATA_DIR/token (default ~/.berth/token, or $BERTH_TOKEN)"
         ),
     };
@@ -225,6 +260,9 @@ async fn method_not_allowed(req: Request) -> Response {
         explain::explain,
         explain::dry_run,
         logs::logs,
+        tokens::list_tokens,
+        tokens::create_token,
+        tokens::revoke_token,
     ),
     components(schemas(
         rest::ApiError,
@@ -265,6 +303,7 @@ async fn method_not_allowed(req: Request) -> Response {
         (name = "placement_groups", description = "Atomic reservations of bundles"),
         (name = "explain", description = "Why something is where it is, or waits; dry runs"),
         (name = "logs", description = "The output of actors and tasks, from their nodes"),
+        (name = "tokens", description = "Who may do what: admin, read and agent tokens"),
     )
 )]
 pub(crate) struct ApiDoc;

@@ -19,6 +19,7 @@ mod dashboard;
 pub mod error;
 pub mod handle;
 mod http;
+pub mod keyring;
 mod logs;
 mod metrics;
 mod owner;
@@ -51,8 +52,8 @@ pub const LEASE_TTL: Duration = Duration::from_secs(10);
 /// Why a head could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The token file could not be read or created.
-    #[error("cannot read or create the token in {dir}: {source}")]
+    /// The token files could not be read or created.
+    #[error("cannot read or create the tokens in {dir}: {source}")]
     Token {
         /// The data directory.
         dir: String,
@@ -79,9 +80,11 @@ pub enum StartError {
 pub struct RunningHead {
     /// Where it listens (the real port when the configuration said 0).
     pub address: SocketAddr,
-    /// The cluster token.
+    /// The admin token (the CLI's: `DATA_DIR/token`).
     pub token: Token,
-    /// True when the token file was created by this start.
+    /// The agent token (machines join with it: `DATA_DIR/agent-token`).
+    pub agent_token: Token,
+    /// True when the token files were created by this start.
     pub token_created: bool,
     /// A handle for in-process callers.
     pub handle: HeadHandle,
@@ -174,19 +177,22 @@ pub async fn start_on(
             config.heartbeat_timeout, config.heartbeat_interval
         )));
     }
-    let (token, token_created) = match &config.token {
-        Some(text) => (Token::new(text.clone()), false),
-        None => Token::load_or_create(&config.data_dir).map_err(|source| StartError::Token {
-            dir: config.data_dir.display().to_string(),
-            source,
-        })?,
-    };
     if !config.data_dir.exists() {
         std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::Token {
             dir: config.data_dir.display().to_string(),
             source,
         })?;
     }
+    let keyring::Loaded { keyring, admin: token, agent: agent_token, created: token_created } =
+        keyring::Keyring::load(
+            &config.data_dir,
+            config.token.as_deref(),
+            config.agent_token.as_deref(),
+        )
+        .map_err(|source| StartError::Token {
+            dir: config.data_dir.display().to_string(),
+            source,
+        })?;
     let store = config.store.open().await?;
     let holder = format!("head@{}", hostname());
     let lease = store.acquire_lease(&holder, LEASE_TTL).await?;
@@ -244,13 +250,14 @@ pub async fn start_on(
     // answers unknown paths with a JSON 404).
     // The agents' log streams, shared by the agent protocol and the REST API (never the owner).
     let log_streams = Arc::new(logs::LogStreams::default());
-    let agents = AgentApi::server(commands_tx, token.clone(), log_streams.clone());
+    let agents = AgentApi::server(commands_tx, keyring.clone(), log_streams.clone());
     let grpc_path = format!(
         "/{}/{{*rest}}",
         <berth_api::agent::agent_service_server::AgentServiceServer<AgentApi> as tonic::server::NamedService>::NAME
     );
-    let rest = http::router_with_logs(handle.clone(), token.clone(), metrics.clone(), log_streams)
-        .merge(dashboard::router(handle.clone(), token.clone()));
+    let rest =
+        http::router_with_logs(handle.clone(), keyring.clone(), metrics.clone(), log_streams)
+            .merge(dashboard::router(handle.clone(), keyring));
     let router = rest.route_service(
         &grpc_path,
         tower::ServiceExt::map_request(agents, |req: axum::http::Request<axum::body::Body>| {
@@ -272,6 +279,7 @@ pub async fn start_on(
     Ok(RunningHead {
         address,
         token,
+        agent_token,
         token_created,
         handle,
         restored: summary,

@@ -28,7 +28,8 @@ async fn fixture(nodes: Vec<SimNode>) -> Fixture {
     config.heartbeat_timeout = Duration::from_millis(600);
     let head = berth_head::start(config).await.unwrap();
     let token = head.token.as_str().to_string();
-    let sim = SimCluster::start(&head.address.to_string(), &token, nodes).unwrap();
+    let sim =
+        SimCluster::start(&head.address.to_string(), head.agent_token.as_str(), nodes).unwrap();
     sim.wait_registered(Duration::from_secs(20)).await.unwrap();
     let base = format!("http://{}", head.address);
     Fixture { head, sim, http: reqwest::Client::new(), base, token, _dir: dir }
@@ -510,12 +511,15 @@ async fn agents_reconnect_to_a_restarted_head_and_nothing_restarts() {
     config.heartbeat_interval = Duration::from_millis(50);
     config.heartbeat_timeout = Duration::from_secs(5);
     let head = berth_head::start(config.clone()).await.unwrap();
-    let token = head.token.as_str().to_string();
+    let agent_token = head.agent_token.as_str().to_string();
     // Restart on the same port, so the agents find the new head where the old one was.
     config.bind = head.address;
-    let sim =
-        SimCluster::start(&head.address.to_string(), &token, vec![cpu("a", "4"), cpu("b", "4")])
-            .unwrap();
+    let sim = SimCluster::start(
+        &head.address.to_string(),
+        &agent_token,
+        vec![cpu("a", "4"), cpu("b", "4")],
+    )
+    .unwrap();
     sim.wait_registered(Duration::from_secs(20)).await.unwrap();
     let mut ids = Vec::new();
     for _ in 0..4 {

@@ -29,7 +29,7 @@ type Client =
 async fn client(head: &RunningHead) -> Client {
     let channel =
         Channel::from_shared(format!("http://{}", head.address)).unwrap().connect().await.unwrap();
-    let bearer: MetadataValue<_> = format!("Bearer {}", head.token.as_str()).parse().unwrap();
+    let bearer: MetadataValue<_> = format!("Bearer {}", head.agent_token.as_str()).parse().unwrap();
     let intercept: Intercept = Box::new(move |mut r: tonic::Request<()>| {
         r.metadata_mut().insert("authorization", bearer.clone());
         Ok(r)

@@ -64,9 +64,10 @@ async fn fixture(process_nodes: &[&str]) -> Fixture {
         },
         ..SimOptions::default()
     };
-    let processes = SimCluster::start_with(&address, &token, nodes, options).unwrap();
+    let agent_token = head.agent_token.as_str().to_string();
+    let processes = SimCluster::start_with(&address, &agent_token, nodes, options).unwrap();
     let ack_nodes = vec![SimNode::new("a1").resource("CPU", "4").label("runs", "nothing")];
-    let ack = SimCluster::start(&address, &token, ack_nodes).unwrap();
+    let ack = SimCluster::start(&address, &agent_token, ack_nodes).unwrap();
     processes.wait_registered(WAIT).await.unwrap();
     ack.wait_registered(WAIT).await.unwrap();
     let base = format!("http://{}", head.address);

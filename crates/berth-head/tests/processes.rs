@@ -36,9 +36,13 @@ async fn cluster(nodes: Vec<SimNode>) -> (RunningHead, SimCluster, Processes, te
         },
         ..SimOptions::default()
     };
-    let sim =
-        SimCluster::start_with(&head.address.to_string(), head.token.as_str(), nodes, options)
-            .unwrap();
+    let sim = SimCluster::start_with(
+        &head.address.to_string(),
+        head.agent_token.as_str(),
+        nodes,
+        options,
+    )
+    .unwrap();
     sim.wait_registered(Duration::from_secs(20)).await.unwrap();
     (head, sim, processes, data)
 }

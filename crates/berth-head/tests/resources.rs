@@ -27,7 +27,7 @@ async fn register(head: &RunningHead, node_id: &str, resources: &[(&str, &str)])
         resources: resources.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         ..Default::default()
     });
-    let bearer = format!("Bearer {}", head.token.as_str()).parse().unwrap();
+    let bearer = format!("Bearer {}", head.agent_token.as_str()).parse().unwrap();
     request.metadata_mut().insert("authorization", bearer);
     client.register(request).await.expect("registered");
 }

@@ -26,7 +26,7 @@ async fn agent(head: &RunningHead) -> AgentServiceClient<Channel> {
 
 fn with_token<T>(head: &RunningHead, message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
-    let bearer = format!("Bearer {}", head.token.as_str()).parse().unwrap();
+    let bearer = format!("Bearer {}", head.agent_token.as_str()).parse().unwrap();
     request.metadata_mut().insert("authorization", bearer);
     request
 }

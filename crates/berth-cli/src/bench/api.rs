@@ -142,7 +142,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         let nodes: Vec<SimNode> = (0..settings.nodes)
             .map(|i| SimNode::new(format!("bench-{i:05}")).resource("CPU", &per_node.to_string()))
             .collect();
-        let sim = SimCluster::start(&head.address.to_string(), &token, nodes)
+        let sim = SimCluster::start(&head.address.to_string(), head.agent_token.as_str(), nodes)
             .map_err(|e| anyhow!("{e}"))?;
         sim.wait_registered(Duration::from_secs(60)).await.map_err(|e| anyhow!("{e}"))?;
         let client = reqwest::Client::builder()

@@ -20,7 +20,7 @@ use tower::ServiceExt;
 use super::router;
 use crate::error::HeadError;
 use crate::handle::{Command, HeadHandle, Sequences};
-use crate::token::Token;
+
 use crate::view::{Kind, View, Waiting};
 
 const TOKEN: &str = "dashboard-test-token";
@@ -256,7 +256,11 @@ fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
             }
         }
     });
-    Harness { router: router(handle, Token::new(TOKEN)), asked, _view: view_tx }
+    Harness {
+        router: router(handle, crate::keyring::Keyring::in_memory(TOKEN, "agent-secret")),
+        asked,
+        _view: view_tx,
+    }
 }
 
 fn harness() -> Harness {

@@ -348,7 +348,6 @@ mod tests {
     use crate::agents::Liveness;
     use crate::handle::{HeadHandle, Sequences};
     use crate::metrics::Metrics;
-    use crate::token::Token;
 
     const TOKEN: &str = "test-token-0123456789";
     const WAIT: Duration = Duration::from_secs(20);
@@ -414,7 +413,7 @@ mod tests {
             HeadHandle { commands, view: view_rx, sequences: Arc::new(Sequences::default()) };
         let router = super::super::router_with_logs(
             handle,
-            Token::new(TOKEN),
+            crate::keyring::Keyring::in_memory(TOKEN, "agent-secret"),
             Arc::new(Metrics::new()),
             logs.clone(),
         );
