@@ -645,13 +645,24 @@ impl Cluster {
                 detail: reason.describe(self),
             }
         })?;
-        Ok(Allocation {
+        Ok(self.node_allocation(index, request, shares))
+    }
+
+    /// An allocation of `shares` from node `index`'s own pool, tagged with its slot's
+    /// generation.
+    fn node_allocation(
+        &self,
+        index: NodeIndex,
+        request: &ResourceSet,
+        shares: NodeShares,
+    ) -> Allocation {
+        Allocation {
             node: index,
             generation: self.generations[index.0 as usize],
             resources: request.clone(),
             shares,
             source: AllocationSource::Node,
-        })
+        }
     }
 
     fn reserve_with(
@@ -683,13 +694,7 @@ impl Cluster {
                 },
             }
         })?;
-        Ok(Allocation {
-            node: index,
-            generation: self.generations[index.0 as usize],
-            resources: request.clone(),
-            shares,
-            source: AllocationSource::Node,
-        })
+        Ok(self.node_allocation(index, request, shares))
     }
 
     /// Gives an allocation back to the ledger it came from: the node, or the group bundle. On a

@@ -132,6 +132,18 @@ pub struct Loaded {
     pub created: bool,
 }
 
+/// The entries of the two first-start tokens.
+fn bootstrap(admin: &str, agent: &str) -> Vec<Entry> {
+    let entry = |id: &str, role, secret: &str| Entry {
+        id: id.to_string(),
+        name: String::new(),
+        role,
+        created_at_ms: 0,
+        sha256: hash(secret),
+    };
+    vec![entry(ADMIN_ID, Role::Admin, admin), entry(AGENT_ID, Role::Agent, agent)]
+}
+
 /// Reads `dir/name`, or creates it with a new secret (mode 0600); returns it and whether it
 /// was created.
 fn load_or_create_secret(dir: &Path, name: &str) -> std::io::Result<(String, bool)> {
@@ -209,16 +221,7 @@ impl Keyring {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(err) => return Err(err),
         };
-        let entry = |id: &str, role, secret: &str| Entry {
-            id: id.to_string(),
-            name: String::new(),
-            role,
-            created_at_ms: 0,
-            sha256: hash(secret),
-        };
-        let bootstrap =
-            vec![entry(ADMIN_ID, Role::Admin, &admin), entry(AGENT_ID, Role::Agent, &agent)];
-        let inner = Inner { bootstrap, made, path: Some(path) };
+        let inner = Inner { bootstrap: bootstrap(&admin, &agent), made, path: Some(path) };
         Ok(Loaded {
             keyring: Keyring { inner: Arc::new(RwLock::new(inner)) },
             admin: Token::new(admin),
@@ -230,16 +233,8 @@ impl Keyring {
     /// A keyring of the two first-start secrets only, kept in memory (made tokens are not
     /// saved): for tests and embedding.
     pub fn in_memory(admin: &str, agent: &str) -> Keyring {
-        let entry = |id: &str, role, secret: &str| Entry {
-            id: id.to_string(),
-            name: String::new(),
-            role,
-            created_at_ms: 0,
-            sha256: hash(secret),
-        };
-        let bootstrap =
-            vec![entry(ADMIN_ID, Role::Admin, admin), entry(AGENT_ID, Role::Agent, agent)];
-        Keyring { inner: Arc::new(RwLock::new(Inner { bootstrap, made: Vec::new(), path: None })) }
+        let inner = Inner { bootstrap: bootstrap(admin, agent), made: Vec::new(), path: None };
+        Keyring { inner: Arc::new(RwLock::new(inner)) }
     }
 
     /// The role of the token an `Authorization` header carries.
