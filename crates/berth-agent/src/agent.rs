@@ -39,7 +39,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 use tracing::{debug, info, warn};
 
@@ -78,8 +78,8 @@ pub enum AgentError {
     Config(#[from] ConfigError),
     /// The head answered `UNAUTHENTICATED` or `PERMISSION_DENIED`.
     #[error(
-        "the head at {head} refused the token ({call}: {message}); give the agent the cluster's \
-         token"
+        "the head at {head} refused the token ({call}: {message}); give the agent the head's \
+         agent token (DATA_DIR/agent-token)"
     )]
     Unauthenticated {
         /// The head's address.
@@ -89,6 +89,9 @@ pub enum AgentError {
         /// The head's message.
         message: String,
     },
+    /// The CA given for TLS cannot be used.
+    #[error("cannot set up TLS to the head: {0}")]
+    Tls(String),
     /// The head answered `INVALID_ARGUMENT` to `Register`: it will not accept this node as
     /// described (a bad label file, a node ID in use, ...).
     #[error("the head at {head} refused to register this node: {message}")]
@@ -298,8 +301,16 @@ impl Agent {
     }
 
     fn client(&self) -> Result<Client, Ended> {
-        let endpoint = Endpoint::from_shared(self.url.clone())
-            .map_err(|e| Ended::Lost(format!("cannot use the head address {}: {e}", self.url)))?
+        let mut endpoint = Endpoint::from_shared(self.url.clone())
+            .map_err(|e| Ended::Lost(format!("cannot use the head address {}: {e}", self.url)))?;
+        if let Some(ca) = &self.config.ca {
+            // Only this CA: the head's certificate must chain to it.
+            let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| Ended::Fatal(AgentError::Tls(e.to_string())))?;
+        }
+        let endpoint = endpoint
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)

@@ -30,8 +30,12 @@ pub const DEFAULT_RECONNECT_BACKOFF: Duration = Duration::from_secs(1);
 /// How one agent reaches the head and describes its machine.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AgentConfig {
-    /// The head's gRPC address: `HOST:PORT` or `http://HOST:PORT` (TLS is not supported yet).
+    /// The head's gRPC address: `HOST:PORT`, `http://HOST:PORT`, or `https://HOST:PORT` for a
+    /// head serving TLS (then `ca` is needed).
     pub head: String,
+    /// The PEM certificate(s) of the CA that signed the head's certificate (`--ca FILE`): the
+    /// agent verifies the head with it, and only with it.
+    pub ca: Option<String>,
     /// The cluster token, sent as `authorization: Bearer <token>` on every call.
     pub token: String,
     /// The node's ID; `None` lets the head choose one. After the first registration the agent
@@ -94,6 +98,7 @@ impl AgentConfig {
     pub fn new(head: impl Into<String>, token: impl Into<String>) -> AgentConfig {
         AgentConfig {
             head: head.into(),
+            ca: None,
             token: token.into(),
             node_id: None,
             address: DEFAULT_ADDRESS.to_string(),
@@ -108,7 +113,24 @@ impl AgentConfig {
 
     /// Checks every field; the first one that is wrong is named in the error.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.head_url()?;
+        let url = self.head_url()?;
+        match (url.starts_with("https://"), &self.ca) {
+            (true, None) => {
+                return Err(ConfigError::new(
+                    "ca",
+                    "is needed for an https:// head: give the CA that signed its certificate \
+                     (--ca FILE)",
+                ))
+            }
+            (false, Some(_)) => {
+                return Err(ConfigError::new(
+                    "ca",
+                    "is given, but the head address is not https://; a head serving TLS is \
+                     reached at https://HOST:PORT",
+                ))
+            }
+            _ => {}
+        }
         self.authorization()?;
         if let Some(node_id) = &self.node_id {
             if !labels::is_valid_name(node_id) {
@@ -229,12 +251,14 @@ fn parse_head(text: &str) -> Result<String, &'static str> {
     if text.is_empty() {
         return Err("it is empty; expected HOST:PORT or http://HOST:PORT, e.g. 10.0.0.1:7070");
     }
-    if text.starts_with("https://") {
-        return Err("TLS (https://) is not supported yet; use http://HOST:PORT or HOST:PORT");
-    }
-    let rest = text.strip_prefix("http://").unwrap_or(text);
+    let (scheme, rest) = match text.strip_prefix("https://") {
+        Some(rest) => ("https", rest),
+        None => ("http", text.strip_prefix("http://").unwrap_or(text)),
+    };
     if rest.contains("://") {
-        return Err("only the http:// scheme is supported; expected HOST:PORT or http://HOST:PORT");
+        return Err(
+            "only http:// and https:// are supported; expected HOST:PORT or http://HOST:PORT",
+        );
     }
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     if rest.contains('/') || rest.contains('?') || rest.contains('#') {
@@ -270,7 +294,7 @@ fn parse_head(text: &str) -> Result<String, &'static str> {
         Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => {}
         _ => return Err("the port is not a number from 1 to 65535"),
     }
-    Ok(format!("http://{rest}"))
+    Ok(format!("{scheme}://{rest}"))
 }
 
 #[cfg(test)]
@@ -299,6 +323,20 @@ mod tests {
     }
 
     #[test]
+    fn an_https_head_needs_a_ca_and_only_it_takes_one() {
+        let mut c = config();
+        c.head = "https://head.example.com:8780".into();
+        assert_eq!(c.head_url().unwrap(), "https://head.example.com:8780");
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("ca") && err.contains("https://"), "{err}");
+        c.ca = Some("-----BEGIN CERTIFICATE-----".into());
+        c.validate().unwrap();
+        c.head = "head.example.com:8780".into();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("ca") && err.contains("not https://"), "{err}");
+    }
+
+    #[test]
     fn bad_heads_name_the_field_and_rule() {
         for (given, words) in [
             ("", "empty"),
@@ -307,8 +345,7 @@ mod tests {
             ("10.0.0.1:0", "port is not a number"),
             ("10.0.0.1:70000", "port is not a number"),
             ("10.0.0.1:+70", "port is not a number"),
-            ("https://h:1", "TLS"),
-            ("grpc://h:1", "only the http:// scheme"),
+            ("grpc://h:1", "only http:// and https://"),
             ("h:1/api", "no path"),
             (":7070", "not a host name"),
             ("bad host:1", "not a host name"),

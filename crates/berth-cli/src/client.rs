@@ -67,12 +67,18 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Where the head is: `--address` and `--data-dir`.
 #[derive(Clone, Debug, Default, Args)]
 pub struct HeadArgs {
-    /// The head's address, HOST:PORT (plain HTTP).
+    /// The head's address, HOST:PORT, or https://HOST:PORT for a head serving TLS (then
+    /// --ca is needed).
     ///
     /// Default: $BERTH_ADDRESS, else the address the running head wrote in
     /// DATA_DIR/head-address, else 127.0.0.1:8780. A port-less HOST gets port 8780.
     #[arg(long, value_name = "HOST:PORT", global = true)]
     pub address: Option<String>,
+
+    /// The CA certificate (PEM) that signed the head's certificate, for an https:// head: the
+    /// CLI trusts that CA and no other [default: $BERTH_CA].
+    #[arg(long, value_name = "FILE", global = true, env = "BERTH_CA")]
+    pub ca: Option<PathBuf>,
 
     /// The data directory, where the cluster token (`token`) and the running head's address
     /// (`head-address`) are read.
@@ -132,6 +138,18 @@ pub enum ClientError {
         /// What the operating system said, shortly.
         reason: String,
     },
+    /// The server at the address could not prove it is the head: its certificate does not
+    /// chain to the CA given (or TLS failed otherwise).
+    #[error(
+        "the server at {address} could not prove it is the head: {reason}\n  (is --ca the \
+         CA that signed the head's --tls-cert, and the address one of the certificate's names?)"
+    )]
+    Untrusted {
+        /// The address.
+        address: String,
+        /// What TLS reported.
+        reason: String,
+    },
     /// The head took the connection but did not answer in time.
     #[error("the head at {address} did not answer {call} within {seconds} s")]
     TimedOut {
@@ -170,12 +188,14 @@ pub enum ClientError {
         detail: String,
     },
     /// Anything else the HTTP client reports (the connection broke mid-answer, ...).
-    #[error("cannot talk to the head at {address} ({call})")]
+    #[error("cannot talk to the head at {address} ({call}){hint}")]
     Transport {
         /// The address.
         address: String,
         /// The call.
         call: String,
+        /// What the user may try, or empty.
+        hint: String,
         /// The HTTP client's error.
         #[source]
         source: reqwest::Error,
@@ -316,6 +336,8 @@ pub struct Endpoint {
     pub token: Option<Token>,
     /// The data directory in use.
     pub data_dir: PathBuf,
+    /// The CA to verify the head with, for an https:// address.
+    pub ca: Option<PathBuf>,
 }
 
 impl Endpoint {
@@ -336,6 +358,21 @@ impl Endpoint {
         let address = normalize_address(&text).map_err(|rule| {
             BadInput::new(format!("address {text:?} ({address_source}): {rule}"))
         })?;
+        let ca = match (is_https(&text), &args.ca) {
+            (true, None) => {
+                return Err(BadInput::new(format!(
+                    "address {text:?} ({address_source}) is https://: give --ca FILE (or \
+                     $BERTH_CA), the CA that signed the head's certificate"
+                )))
+            }
+            (false, Some(_)) => {
+                return Err(BadInput::new(format!(
+                    "--ca is given, but the head address {text:?} ({address_source}) is not \
+                     https://; a head serving TLS is reached at https://HOST:PORT"
+                )))
+            }
+            (_, ca) => ca.clone(),
+        };
         let token = match &env.token {
             Some(secret) => {
                 Some(Token { secret: secret.trim().to_string(), source: TokenSource::Env })
@@ -345,7 +382,7 @@ impl Endpoint {
                 read_trimmed(&file)?.map(|secret| Token { secret, source: TokenSource::File(file) })
             }
         };
-        Ok(Endpoint { address, address_source, token, data_dir })
+        Ok(Endpoint { address, address_source, token, data_dir, ca })
     }
 
     /// From the flags and the process environment.
@@ -355,7 +392,16 @@ impl Endpoint {
 
     /// A client for this endpoint.
     pub fn client(&self) -> Result<Client, BadInput> {
-        let mut client = Client::new(&self.address, self.token.clone())?;
+        let mut client = match &self.ca {
+            None => Client::new(&self.address, self.token.clone())?,
+            Some(ca) => {
+                let pem = std::fs::read(ca).map_err(|err| {
+                    BadInput::new(format!("--ca: cannot read {}: {err}", ca.display()))
+                })?;
+                Client::new_tls(&self.address, self.token.clone(), &pem)
+                    .map_err(|err| BadInput::new(format!("--ca {}: {}", ca.display(), err.0)))?
+            }
+        };
         client.address_source = Some(self.address_source.clone());
         client.token_file = Some(self.data_dir.join(TOKEN_FILE));
         Ok(client)
@@ -371,15 +417,38 @@ fn read_trimmed(path: &Path) -> Result<Option<String>, BadInput> {
     }
 }
 
-/// `HOST:PORT` from what a user (or a head-address file) wrote: `http://` is dropped, a
+/// An HTTP client's settings: the connect timeout, no proxy (the head is on this machine or
+/// the cluster's network), and `tls` for an https:// head.
+pub(crate) fn http_builder(tls: Option<&rustls::ClientConfig>) -> reqwest::blocking::ClientBuilder {
+    berth_head::tls::install_crypto_provider();
+    let builder = HttpClient::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .no_proxy()
+        .user_agent(concat!("berth-cli/", env!("CARGO_PKG_VERSION")));
+    match tls {
+        Some(tls) => builder.tls_backend_preconfigured(tls.clone()),
+        None => builder,
+    }
+}
+
+/// The crypto of the CLI's TLS: ring (pure Rust and C, nothing to install).
+fn ring_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    std::sync::Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// True when `text` names a head serving TLS (`https://…`).
+pub fn is_https(text: &str) -> bool {
+    text.trim().get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+}
+
+/// `HOST:PORT` from what a user (or a head-address file) wrote: the scheme is dropped, a
 /// port-less host gets the default port, and an unspecified host (`0.0.0.0`, `[::]`, where a
 /// head listens on every interface) becomes the loopback address.
 pub fn normalize_address(text: &str) -> Result<String, String> {
     let mut rest = text.trim();
-    if rest.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")) {
-        return Err("the head serves plain HTTP; give HOST:PORT".into());
-    }
-    if rest.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("http://")) {
+    if is_https(rest) {
+        rest = &rest[8..];
+    } else if rest.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("http://")) {
         rest = &rest[7..];
     }
     let rest = rest.strip_suffix('/').unwrap_or(rest);
@@ -436,7 +505,9 @@ const NO_QUERY: Option<&()> = None;
 /// anything else into a [`ClientError`].
 pub struct Client {
     http: HttpClient,
-    /// `http://HOST:PORT`.
+    /// The TLS settings of an https:// head, for the clients made beside `http`.
+    tls: Option<rustls::ClientConfig>,
+    /// `http://HOST:PORT` or `https://HOST:PORT`.
     base: String,
     address: String,
     token: Option<Token>,
@@ -450,19 +521,45 @@ impl Client {
     /// A client of the head at `address` (`HOST:PORT`; see [`normalize_address`]), presenting
     /// `token` on every call.
     pub fn new(address: &str, token: Option<Token>) -> Result<Client, BadInput> {
+        Client::build(address, token, None)
+    }
+
+    /// A client of a head serving TLS at `address`, trusting only the CA certificate(s) in
+    /// `ca_pem` (PEM).
+    pub fn new_tls(address: &str, token: Option<Token>, ca_pem: &[u8]) -> Result<Client, BadInput> {
+        use rustls_pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem) {
+            let cert = cert.map_err(|e| BadInput::new(format!("not a PEM certificate: {e}")))?;
+            roots.add(cert).map_err(|e| BadInput::new(format!("not a CA certificate: {e}")))?;
+        }
+        if roots.is_empty() {
+            return Err(BadInput::new("holds no certificate"));
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(ring_provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| BadInput::new(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Client::build(address, token, Some(tls))
+    }
+
+    fn build(
+        address: &str,
+        token: Option<Token>,
+        tls: Option<rustls::ClientConfig>,
+    ) -> Result<Client, BadInput> {
         let address = normalize_address(address)
             .map_err(|rule| BadInput::new(format!("address {address:?}: {rule}")))?;
-        let http = HttpClient::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let http = http_builder(tls.as_ref())
             .timeout(ANSWER_TIMEOUT)
-            // The head is on this machine or the cluster's network, never behind a proxy.
-            .no_proxy()
-            .user_agent(concat!("berth-cli/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|err| BadInput::new(format!("cannot set up the HTTP client: {err}")))?;
+            .map_err(|err| BadInput::new(format!("cannot set up the {scheme} client: {err}")))?;
         Ok(Client {
             http,
-            base: format!("http://{address}"),
+            tls,
+            base: format!("{scheme}://{address}"),
             address,
             token,
             address_source: None,
@@ -546,6 +643,9 @@ impl Client {
     }
 
     fn send_error(&self, call: &str, timeout: Duration, err: reqwest::Error) -> ClientError {
+        if let Some(tls) = tls_cause(&err) {
+            return ClientError::Untrusted { address: self.address.clone(), reason: tls };
+        }
         if err.is_connect() {
             return ClientError::Unreachable {
                 address: self.address.clone(),
@@ -563,9 +663,22 @@ impl Client {
                 seconds: timeout.as_secs(),
             };
         }
+        // Plain HTTP sent to a TLS port gets bytes back that do not parse as HTTP.
+        let garbled = self.base.starts_with("http://")
+            && chain(&err).any(|e| e.downcast_ref::<hyper::Error>().is_some_and(|h| h.is_parse()));
+        let hint = if garbled {
+            format!(
+                "; the answer was not HTTP: if the head serves TLS, reach it at https://{} \
+                 with --ca",
+                self.address
+            )
+        } else {
+            String::new()
+        };
         ClientError::Transport {
             address: self.address.clone(),
             call: call.to_string(),
+            hint,
             source: err,
         }
     }
@@ -638,6 +751,21 @@ impl fmt::Debug for Client {
 }
 
 /// The innermost cause of `err`, which is what says "Connection refused".
+/// `err` and its sources; an `io::Error`'s inner error counts as its source (std skips it).
+fn chain<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| match e.downcast_ref::<std::io::Error>() {
+        Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+        None => e.source(),
+    })
+}
+
+/// What rustls reported, when TLS is why `err` happened.
+fn tls_cause(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    chain(err).find_map(|e| e.downcast_ref::<rustls::Error>()).map(ToString::to_string)
+}
+
 fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = err;
     while let Some(next) = cause.source() {
@@ -748,7 +876,11 @@ mod tests {
     }
 
     fn args(address: Option<&str>, data_dir: Option<&Path>) -> HeadArgs {
-        HeadArgs { address: address.map(str::to_string), data_dir: data_dir.map(Path::to_path_buf) }
+        HeadArgs {
+            address: address.map(str::to_string),
+            data_dir: data_dir.map(Path::to_path_buf),
+            ca: None,
+        }
     }
 
     #[test]
@@ -835,6 +967,31 @@ mod tests {
     }
 
     #[test]
+    fn an_https_head_needs_a_ca_and_a_plain_one_takes_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut https = args(Some("https://head.example:9000"), Some(dir.path()));
+        let err = Endpoint::resolve(&https, &env(&[])).unwrap_err();
+        assert!(err.0.contains("--ca") && err.0.contains("https://"), "{err}");
+        https.ca = Some(dir.path().join("ca.pem"));
+        let e = Endpoint::resolve(&https, &env(&[])).unwrap();
+        assert_eq!(
+            (e.address.as_str(), e.ca.as_deref()),
+            ("head.example:9000", https.ca.as_deref())
+        );
+        // The CA file is read when the client is made: a missing one is named.
+        let err = e.client().expect_err("no such CA file").0;
+        assert!(err.contains("--ca") && err.contains("ca.pem"), "{err}");
+        std::fs::write(dir.path().join("ca.pem"), "not a certificate").unwrap();
+        let err = e.client().expect_err("not a PEM file").0;
+        assert!(err.contains("holds no certificate"), "{err}");
+
+        let mut plain = args(Some("head.example:9000"), Some(dir.path()));
+        plain.ca = https.ca.clone();
+        let err = Endpoint::resolve(&plain, &env(&[])).unwrap_err();
+        assert!(err.0.contains("--ca") && err.0.contains("not https://"), "{err}");
+    }
+
+    #[test]
     fn unreadable_files_are_bad_input() {
         let dir = tempfile::tempdir().unwrap();
         // A directory where the token file should be cannot be read as one.
@@ -850,6 +1007,7 @@ mod tests {
             ("localhost", "localhost:8780"),
             ("http://head.example:9000/", "head.example:9000"),
             ("HTTP://h:1", "h:1"),
+            ("https://head.example:9000", "head.example:9000"),
             (" 10.1.2.3:80 \n", "10.1.2.3:80"),
             ("0.0.0.0:8780", "127.0.0.1:8780"),
             ("[::]:8780", "[::1]:8780"),
@@ -862,7 +1020,6 @@ mod tests {
         }
         let bad = [
             ("", "expected HOST:PORT"),
-            ("https://h:1", "plain HTTP"),
             ("h:0", "not a port"),
             ("h:http", "not a port"),
             ("h:70000", "not a port"),

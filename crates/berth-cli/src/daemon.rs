@@ -42,6 +42,8 @@ pub struct StartArgs {
     #[command(flatten)]
     pub head_options: HeadOptions,
     #[command(flatten)]
+    pub tls: TlsOptions,
+    #[command(flatten)]
     pub agent: AgentOptions,
     #[command(flatten)]
     pub log: LogOptions,
@@ -80,6 +82,19 @@ pub struct HeadOptions {
     pub keep_finished: usize,
 }
 
+/// TLS of a head (`berth start --head`): REST, the dashboard and the agent protocol are then
+/// served over HTTPS only, on the same port. `berth up` has no TLS: its agents live in the
+/// same process and its port listens on loopback.
+#[derive(Debug, Args)]
+pub struct TlsOptions {
+    /// The head's certificate chain (PEM, leaf first); serves TLS with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key", conflicts_with = "address")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert", conflicts_with = "address")]
+    pub tls_key: Option<PathBuf>,
+}
+
 /// Options of an agent (`berth start --address`).
 #[derive(Debug, Args)]
 pub struct AgentOptions {
@@ -114,6 +129,10 @@ pub struct AgentOptions {
     /// GPU's model from `nvidia-smi -L`: NVIDIA A100-SXM4-80GB → nvidia-a100].
     #[arg(long, value_name = "TYPE")]
     pub accelerator_type: Option<String>,
+    /// The CA certificate (PEM) that signed the head's certificate, for a head serving TLS
+    /// (--address https://HOST:PORT): the agent trusts that CA and no other.
+    #[arg(long, value_name = "FILE", conflicts_with = "head")]
+    pub ca: Option<PathBuf>,
     /// The agent token the head gave [default: $BERTH_AGENT_TOKEN, else DATA_DIR/agent-token].
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
@@ -162,7 +181,7 @@ pub fn start(args: &StartArgs) -> anyhow::Result<()> {
     match (args.head, &args.address) {
         (true, _) => {
             let _log = logging::init(&args.log, &data_dir)?;
-            runtime()?.block_on(run_head(&args.head_options))
+            runtime()?.block_on(run_head(&args.head_options, &args.tls))
         }
         (false, Some(address)) => {
             let _log = logging::init(&args.log, &agent_dir(&data_dir, &args.agent))?;
@@ -217,12 +236,9 @@ async fn boot_head(config: HeadConfig) -> anyhow::Result<RunningHead> {
 }
 
 fn print_head(head: &RunningHead, data_dir: &Path) {
-    println!("Berth head listening on http://{}", head.address);
-    println!(
-        "  REST API: http://{}/api/v1  (OpenAPI: /api/v1/openapi.json, metrics: /metrics)",
-        head.address
-    );
-    println!("  dashboard: http://{}/  (it asks for the token below)", head.address);
+    println!("Berth head listening on {}", head.url);
+    println!("  REST API: {}/api/v1  (OpenAPI: /api/v1/openapi.json, metrics: /metrics)", head.url);
+    println!("  dashboard: {}/  (it asks for the token below)", head.url);
     println!("  reloaded: {}", head.restored);
     println!("  log: {}", data_dir.join(logging::LOG_FILE).display());
     let token_path = data_dir.join(TOKEN_FILE);
@@ -244,14 +260,19 @@ fn print_head(head: &RunningHead, data_dir: &Path) {
     );
 }
 
-async fn run_head(options: &HeadOptions) -> anyhow::Result<()> {
-    let config = head_config(options)?;
+async fn run_head(options: &HeadOptions, tls: &TlsOptions) -> anyhow::Result<()> {
+    let mut config = head_config(options)?;
+    if let (Some(cert), Some(key)) = (&tls.tls_cert, &tls.tls_key) {
+        config.tls = Some(berth_head::tls::TlsFiles { cert: cert.clone(), key: key.clone() });
+    }
+    let tls_note = config.tls.as_ref().map(|_| " --ca <the CA that signed --tls-cert>");
     let data_dir = config.data_dir.clone();
     let mut head = boot_head(config).await?;
     print_head(&head, &data_dir);
     println!(
-        "  agents join with: berth start --address {} --token <the agent token, in {}>",
-        head.address,
+        "  agents join with: berth start --address {}{} --token <the agent token, in {}>",
+        head.url,
+        tls_note.unwrap_or(""),
         data_dir.join(AGENT_TOKEN_FILE).display()
     );
     println!("Press Ctrl-C to stop (or run `berth stop`).");
@@ -284,6 +305,12 @@ fn agent_config(
         },
     };
     let mut config = AgentConfig::new(address, token);
+    if let Some(path) = &options.ca {
+        config.ca = Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--ca: cannot read {}", path.display()))?,
+        );
+    }
     config.node_id = options.node_id.clone();
     config.address = options.node_ip.clone();
     // Flags win; what they leave out comes from the machine (nvidia-smi for GPUs).

@@ -162,7 +162,9 @@ enum Command {
     #[command(after_help = "Examples:\n  \
         berth start --head\n  \
         berth start --head --bind 0.0.0.0 --port 8780 --store redis://10.0.0.9:6379\n  \
-        berth start --address 10.0.0.1:8780 --num-gpus 2 --labels zone=a --taints gpu_node=true")]
+        berth start --address 10.0.0.1:8780 --num-gpus 2 --labels zone=a --taints gpu_node=true\n  \
+        berth start --head --bind 0.0.0.0 --tls-cert head.pem --tls-key head.key\n  \
+        berth start --address https://10.0.0.1:8780 --ca ca.pem")]
     Start(daemon::StartArgs),
 
     /// Start a local cluster: a head and N local nodes (a mix of CPU and GPU nodes, zones,
@@ -217,6 +219,8 @@ const EXIT_BAD_INPUT: u8 = 2;
 fn main() -> ExitCode {
     // clap prints its own usage errors and exits with status 2, and with 0 for --help.
     let cli = Cli::parse();
+    // reqwest (every client here, the benchmarks' too) needs a rustls provider even for HTTP.
+    berth_head::tls::install_crypto_provider();
     let stdout = io::stdout();
     let result = match &cli.command {
         Command::Explain(args) => explain::run(args, &mut stdout.lock()),

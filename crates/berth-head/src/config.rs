@@ -32,6 +32,8 @@ pub struct HeadConfig {
     pub agent_token: Option<String>,
     /// How long, and how many, finished objects are kept before they are forgotten.
     pub retention: Retention,
+    /// Serve REST, the dashboard and the agent protocol over TLS with these files.
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 /// How long finished objects (DEAD actors; FINISHED, FAILED, CANCELLED tasks; REMOVED groups)
@@ -82,6 +84,7 @@ impl HeadConfig {
             token: None,
             agent_token: None,
             retention: Retention::default(),
+            tls: None,
         }
     }
 }

@@ -24,6 +24,7 @@ mod logs;
 mod metrics;
 mod owner;
 mod records;
+pub mod tls;
 pub mod token;
 pub mod view;
 
@@ -80,6 +81,8 @@ pub enum StartError {
 pub struct RunningHead {
     /// Where it listens (the real port when the configuration said 0).
     pub address: SocketAddr,
+    /// Its base URL: `http://ADDRESS`, or `https://ADDRESS` when it serves TLS.
+    pub url: String,
     /// The admin token (the CLI's: `DATA_DIR/token`).
     pub token: Token,
     /// The agent token (machines join with it: `DATA_DIR/agent-token`).
@@ -177,6 +180,14 @@ pub async fn start_on(
             config.heartbeat_timeout, config.heartbeat_interval
         )));
     }
+    tls::install_crypto_provider();
+    // Checked before anything is opened: a bad file is refused with its path and problem.
+    let tls = match &config.tls {
+        Some(files) => {
+            Some(tls::acceptor(files).map_err(|e| StartError::Config(format!("TLS: {e}")))?)
+        }
+        None => None,
+    };
     if !config.data_dir.exists() {
         std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::Token {
             dir: config.data_dir.display().to_string(),
@@ -265,19 +276,25 @@ pub async fn start_on(
         }),
     );
     let mut serve_shutdown = shutdown_rx.clone();
-    let server = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = serve_shutdown.wait_for(|stop| *stop).await;
-        };
-        if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
-            tracing::error!(error = %err, "the server stopped");
-        }
-    });
-    // Let the CLI on this machine find the head.
-    let _ =
-        std::fs::write(config.data_dir.join(berth_api::local::ADDRESS_FILE), address.to_string());
+    let tls_served = tls.is_some();
+    let url = format!("{}://{address}", if tls_served { "https" } else { "http" });
+    let server = match tls {
+        Some(acceptor) => tokio::spawn(tls::serve(listener, router, acceptor, serve_shutdown)),
+        None => tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = serve_shutdown.wait_for(|stop| *stop).await;
+            };
+            if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+                tracing::error!(error = %err, "the server stopped");
+            }
+        }),
+    };
+    // Let the CLI on this machine find the head (the scheme tells it to speak TLS).
+    let address_text = if tls_served { url.clone() } else { address.to_string() };
+    let _ = std::fs::write(config.data_dir.join(berth_api::local::ADDRESS_FILE), address_text);
     Ok(RunningHead {
         address,
+        url,
         token,
         agent_token,
         token_created,

@@ -60,6 +60,8 @@ async fn shutdown_answers_what_is_in_flight_and_loses_nothing_acknowledged() {
 
 #[tokio::test]
 async fn run_serves_on_the_callers_listener_until_its_shutdown_future_completes() {
+    // The client may ask before the head's start has installed the rustls provider.
+    berth_head::tls::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();

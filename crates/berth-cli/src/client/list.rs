@@ -257,7 +257,7 @@ mod tests {
     fn query_string() {
         // The query as the head's extractor reads it: unset filters left out.
         let q = ListQuery { label: Some("app=web".into()), limit: Some(2), ..ListQuery::default() };
-        let client = reqwest::blocking::Client::new();
+        let client = crate::client::http_builder(None).build().unwrap();
         let request = client.get("http://h:1/api/v1/actors").query(&q).build().unwrap();
         assert_eq!(request.url().query(), Some("label=app%3Dweb&limit=2"));
     }

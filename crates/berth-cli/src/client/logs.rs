@@ -11,13 +11,13 @@ use std::io::{self, Read, Write};
 use anyhow::Context;
 use berth_api::rest::{LogStream, LogsQuery};
 use clap::{Args, ValueEnum};
-use reqwest::blocking::{Client as HttpClient, Response};
+use reqwest::blocking::Response;
 use reqwest::header::AUTHORIZATION;
 use serde::Serialize;
 
 use super::{
-    api_path, BadInput, Client, ClientError, Endpoint, HeadArgs, ObjectKind, ANSWER_TIMEOUT,
-    CONNECT_TIMEOUT,
+    api_path, http_builder, BadInput, Client, ClientError, Endpoint, HeadArgs, ObjectKind,
+    ANSWER_TIMEOUT,
 };
 
 /// The bytes read from the answer at a time.
@@ -108,17 +108,14 @@ impl Client {
     ) -> Result<Response, ClientError> {
         let call = format!("GET {path}");
         let http = if endless {
-            HttpClient::builder()
-                .connect_timeout(CONNECT_TIMEOUT)
-                .timeout(None)
-                .no_proxy()
-                .user_agent(concat!("berth-cli/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .map_err(|source| ClientError::Transport {
+            http_builder(self.tls.as_ref()).timeout(None).build().map_err(|source| {
+                ClientError::Transport {
                     address: self.address.clone(),
                     call: call.clone(),
+                    hint: String::new(),
                     source,
-                })?
+                }
+            })?
         } else {
             self.http.clone()
         };

@@ -420,6 +420,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, router).await });
+        crate::tls::install_crypto_provider();
         Setup {
             base,
             http: reqwest::Client::new(),
