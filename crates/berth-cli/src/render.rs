@@ -14,7 +14,7 @@ use berth_core::cluster::AllocationSource;
 use berth_core::diagnosis::{alternative_suffix, ANY_EXPRESSION};
 use berth_core::pipeline::explain::{AttemptExplanation, Explanation, NodeExplanation};
 use berth_core::pipeline::filters::TaintsTolerated;
-use berth_core::pipeline::stage::{Filter, Verdict};
+use berth_core::pipeline::stage::{points_text, Filter, Score, Verdict};
 use berth_core::placement_group::PlacedGroup;
 use berth_core::request::GroupPlacement;
 use berth_core::selector::LabelSelector;
@@ -225,7 +225,7 @@ fn attempt_table(cluster: &Cluster, request: &Request, attempt: &AttemptExplanat
         if ranked {
             row.push(Cell::new(ranking_text(line)));
             row.push(
-                Cell::new(line.total.map_or(String::new(), |t| t.to_string()))
+                Cell::new(line.total.map_or(String::new(), points_text))
                     .set_alignment(CellAlignment::Right),
             );
         }
@@ -329,7 +329,7 @@ fn ranking_text(line: &NodeExplanation) -> String {
         .preferences
         .iter()
         .map(|(name, preferred)| format!("{name}: {}", if *preferred { "yes" } else { "no" }));
-    let scores = line.scores.iter().map(|s| format!("{} {}×{}", s.scorer, s.raw.get(), s.weight));
+    let scores = line.scores.iter().map(|s| format!("{} {}×{}", s.scorer, s.raw, s.weight));
     preferences.chain(scores).collect::<Vec<_>>().join("\n")
 }
 
@@ -925,7 +925,8 @@ struct NodeJson {
     rejections: Vec<ReasonJson>,
     preferences: Vec<PreferenceJson>,
     scores: Vec<ScoreJson>,
-    total: Option<u64>,
+    /// Σ weight × score, in points (as `raw`).
+    total: Option<serde_json::Number>,
 }
 
 /// A reason as a stable code and the sentence the table shows.
@@ -954,8 +955,20 @@ struct PreferenceJson {
 #[derive(Serialize)]
 struct ScoreJson {
     scorer: &'static str,
-    raw: u32,
+    /// Points, exact to a millionth: a whole number, or a decimal such as 46.666667.
+    raw: serde_json::Number,
     weight: u32,
+}
+
+/// Millionths of a point as a JSON number of points: `50`, `46.666667`.
+fn points_json(micros: u64) -> serde_json::Number {
+    let unit = u64::from(Score::UNIT);
+    if micros.is_multiple_of(unit) {
+        return serde_json::Number::from(micros / unit);
+    }
+    // The shortest decimal that reads back as this f64 is the six-decimal text itself.
+    serde_json::Number::from_f64(micros as f64 / unit as f64)
+        .unwrap_or_else(|| serde_json::Number::from(micros / unit))
 }
 
 fn attempt_json(cluster: &Cluster, request: &Request, attempt: &AttemptExplanation) -> AttemptJson {
@@ -1011,8 +1024,12 @@ fn node_json(cluster: &Cluster, request: &Request, line: &NodeExplanation) -> No
         scores: line
             .scores
             .iter()
-            .map(|s| ScoreJson { scorer: s.scorer, raw: s.raw.get(), weight: s.weight })
+            .map(|s| ScoreJson {
+                scorer: s.scorer,
+                raw: points_json(u64::from(s.raw.micros())),
+                weight: s.weight,
+            })
             .collect(),
-        total: line.total,
+        total: line.total.map(points_json),
     }
 }

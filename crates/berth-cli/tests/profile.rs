@@ -164,8 +164,10 @@ fn strategy_fit_packs_gpu_work_and_spreads_cpu_work() {
     assert_eq!(
         rows(&worker),
         [
-            "gpu-1: resource_strategy_fit 80×10 = 800",
-            "gpu-2: resource_strategy_fit 45×10 = 450",
+            // gpu-1: GPU 7/8 = 0.875, CPU 44/64 = 0.6875: 100 × (2 × 0.875 + 0.6875) / 3 = 81.25.
+            "gpu-1: resource_strategy_fit 81.25×10 = 812.5",
+            // gpu-2: GPU 2/8 = 0.25, CPU 56/64 = 0.875: 100 × 1.375 / 3 = 45.8333… (6 decimals).
+            "gpu-2: resource_strategy_fit 45.833333×10 = 458.33333",
             "cpu-1: insufficient_total:nvidia.com/gpu",
             "cpu-2: insufficient_total:nvidia.com/gpu",
         ]
@@ -181,9 +183,10 @@ fn strategy_fit_packs_gpu_work_and_spreads_cpu_work() {
     assert_eq!(
         rows(&master),
         [
-            "gpu-1: resource_strategy_fit 68×10, sra_retention 0×10 = 680",
-            "gpu-2: resource_strategy_fit 87×10, sra_retention 0×10 = 870",
-            "cpu-1: resource_strategy_fit 12×10, sra_retention 100×10 = 1120",
+            // CPU alone: free share after 4 more CPUs, 44/64, 56/64, 4/32 and 24/32.
+            "gpu-1: resource_strategy_fit 68.75×10, sra_retention 0×10 = 687.5",
+            "gpu-2: resource_strategy_fit 87.5×10, sra_retention 0×10 = 875",
+            "cpu-1: resource_strategy_fit 12.5×10, sra_retention 100×10 = 1125",
             "cpu-2: resource_strategy_fit 75×10, sra_retention 100×10 = 1750",
         ]
     );
@@ -211,8 +214,84 @@ fn nested_and_flat_profiles_explain_identically() {
 }
 
 #[test]
+fn volcanos_released_form_explains_like_the_design_form() {
+    for request in ["pytorch-master.yaml", "pytorch-worker.yaml"] {
+        let design = report("ai-cluster.yaml", request, "profile-ai.yaml");
+        let volcano = report("ai-cluster.yaml", request, "profile-volcano.yaml");
+        assert_eq!(design, volcano, "{request}");
+    }
+}
+
+#[test]
+fn scores_are_the_seed_formula_on_shares_that_are_not_whole_percents() {
+    // RSF: CPU LeastAllocated weight 2, memory MostAllocated weight 1, plugin weight 10;
+    // retention: a.com/x weight 1, a.com/y weight 2, policy weight 3. Node n: 500 CPU and
+    // memory, 200 of each used, a.com/x but no a.com/y; the request asks 100 of each.
+    //   RSF = 100 × (2 × (500 − 300)/500 + 1 × 300/500) / 3 = 46.6666…; × 10 = 466.666…
+    //   retention = 100 × (missing 2) / (sum 3) = 66.6666…; × 3 = 200
+    // Each raw score is rounded to a millionth; the total is within 10⁻⁴ of the formula's.
+    let dir = TempDir::new().unwrap();
+    let cluster = write(
+        &dir,
+        "cluster.yaml",
+        concat!(
+            "nodes:\n",
+            "  - id: n\n",
+            "    resources: {CPU: 500, memory: 500, a.com/x: 1}\n",
+            "    allocations: [{CPU: 200, memory: 200}]\n",
+        ),
+    );
+    let request = write(&dir, "request.yaml", "resources: {CPU: 100, memory: 100}\n");
+    let fit = concat!(
+        "resourceStrategyFitWeight: 10\n",
+        "resources:\n",
+        "  cpu: {type: LeastAllocated, weight: 2}\n",
+        "  memory: {type: MostAllocated, weight: 1}\n",
+    );
+    let volcano = write(
+        &dir,
+        "volcano.yaml",
+        &format!(
+            "{fit}sra:\n  enable: true\n  resources: a.com/x, a.com/y\n  weight: 3\n  \
+             resourceWeight: {{a.com/x: 1, a.com/y: 2}}\n"
+        ),
+    );
+    let design = write(
+        &dir,
+        "design.yaml",
+        &format!(
+            "{fit}sra.policy: retention\nsra.resources: a.com/x, a.com/y\n\
+             sra.retention.weight: 3\nsra.retention.a.com/x: 1\nsra.retention.a.com/y: 2\n"
+        ),
+    );
+    let json = |profile: &Path| -> Value {
+        let output = explain(&cluster, &request, profile, &["--output", "json"]);
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let report = json(&volcano);
+    assert_eq!(report, json(&design), "both forms give the same report");
+    assert_eq!(
+        rows(&report),
+        ["n: resource_strategy_fit 46.666667×10, sra_retention 66.666667×3 = 666.666671"]
+    );
+    let node = &report["attempts"][0]["nodes"][0];
+    let formula = 100.0 * (2.0 * 0.4 + 0.6) / 3.0 * 10.0 + 100.0 * 2.0 / 3.0 * 3.0;
+    let total = node["total"].as_f64().unwrap();
+    assert!((total - formula).abs() < 1e-4, "{total} against the formula's {formula}");
+    // The table shows the same exact numbers.
+    let table = explain(&cluster, &request, &volcano, &[]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("resource_strategy_fit 46.666667×10") && text.contains("666.666671"),
+        "{text}"
+    );
+}
+
+#[test]
 fn every_example_profile_loads() {
     for profile in [
+        "profile-volcano.yaml",
         "profile-retention.yaml",
         "profile-proportional.yaml",
         "profile-strategy-fit.yaml",

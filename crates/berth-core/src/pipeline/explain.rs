@@ -41,7 +41,8 @@ pub struct NodeExplanation {
     pub preferences: Vec<(&'static str, bool)>,
     /// Each scorer's raw score and weight.
     pub scores: Vec<ScoreLine>,
-    /// Σ weight × score, when the node passed and the attempt ranks nodes.
+    /// Σ weight × score in millionths of a point (see [`super::stage::points_text`]), when
+    /// the node passed and the attempt ranks nodes.
     pub total: Option<u64>,
 }
 

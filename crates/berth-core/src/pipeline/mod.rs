@@ -552,7 +552,8 @@ impl Scheduler {
                 }
                 for weighted in &scorers {
                     let raw = weighted.scorer.score(&cx, node);
-                    ranked.score += u64::from(raw.get()) * u64::from(weighted.weight);
+                    let points = u64::from(raw.micros()) * u64::from(weighted.weight);
+                    ranked.score = ranked.score.saturating_add(points);
                     if let Some(line) = line.as_mut() {
                         let scorer = weighted.scorer.name();
                         line.scores.push(ScoreLine { scorer, raw, weight: weighted.weight });

@@ -341,9 +341,10 @@ impl<T> ResourceRules<T> {
     }
 }
 
-/// `Some("nvidia.com/")` for `"nvidia.com/*"`; `None` for a name without the `/*` ending.
+/// `Some("nvidia.com/")` for `"nvidia.com/*"`: a non-empty prefix and one trailing `*`, as
+/// Volcano's plugin accepts (`nvidia.*` too); `None` for anything else.
 pub fn wildcard_prefix(name: &str) -> Option<&str> {
-    name.strip_suffix('*').filter(|prefix| prefix.ends_with('/'))
+    name.strip_suffix('*').filter(|prefix| !prefix.is_empty() && !prefix.contains('*'))
 }
 
 #[cfg(test)]

@@ -82,25 +82,71 @@ pub trait Preference: Send + Sync {
     fn prefers(&self, cx: &DecisionContext<'_>, node: &Node) -> bool;
 }
 
-/// A node score, 0 (worst) to 100 (best), before its weight is applied.
+/// A node score, 0 (worst) to 100 (best) points, before its weight is applied.
+///
+/// Kept in millionths of a point: a score defined as a ratio (seed 001's ResourceStrategyFit
+/// and retention) keeps six decimals instead of being cut to a whole point, so nodes that
+/// differ by a fraction of a point rank as the formula says. Scorers defined in whole points
+/// ([`Score::new`]) are unchanged by the scale: every score is multiplied by the same factor.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Score(u8);
+pub struct Score(u32);
 
 impl Score {
+    /// Millionths of a point per point.
+    pub const UNIT: u32 = 1_000_000;
     /// The best score.
-    pub const MAX: Score = Score(100);
+    pub const MAX: Score = Score(100 * Score::UNIT);
     /// The worst score.
     pub const MIN: Score = Score(0);
 
-    /// A score from `value`, clamped to 0..=100.
-    pub fn new(value: u32) -> Score {
-        Score(value.min(100) as u8)
+    /// A score of `points` whole points, clamped to 0..=100.
+    pub fn new(points: u32) -> Score {
+        Score(points.min(100) * Score::UNIT)
     }
 
-    /// The score as a number.
-    pub fn get(self) -> u32 {
-        u32::from(self.0)
+    /// `100 × numerator / denominator` points, to the nearest millionth of a point (halves
+    /// round up), clamped to 0..=100; 0 when `denominator` is 0. Exact to 5·10⁻⁷ of a point
+    /// for any operands up to 10³⁰ (every product of two quantities or weights Berth forms).
+    pub fn from_ratio(numerator: u128, denominator: u128) -> Score {
+        if denominator == 0 {
+            return Score::MIN;
+        }
+        let scale = 100 * u128::from(Score::UNIT);
+        // numerator × 10⁸ overflows u128 only past 3.4·10³⁰; split it then (same result).
+        let micros = match numerator.checked_mul(scale) {
+            Some(scaled) => (scaled + denominator / 2) / denominator,
+            None => {
+                let (whole, rest) = (numerator / denominator, numerator % denominator);
+                whole.saturating_mul(scale)
+                    + (rest.saturating_mul(scale) + denominator / 2) / denominator
+            }
+        };
+        Score(micros.min(u128::from(Score::MAX.0)) as u32)
     }
+
+    /// The score in millionths of a point, 0..=100,000,000.
+    pub fn micros(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Score {
+    /// Points with up to six decimals, trailing zeros dropped: `50`, `46.666667`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&points_text(u64::from(self.0)))
+    }
+}
+
+/// `micros` millionths of a point as text: `466.666667`, `200` (trailing zeros dropped). For
+/// scores and for totals (Σ weight × score, also in millionths).
+pub fn points_text(micros: u64) -> String {
+    let unit = u64::from(Score::UNIT);
+    let (whole, fraction) = (micros / unit, micros % unit);
+    if fraction == 0 {
+        return whole.to_string();
+    }
+    let decimals = format!("{fraction:06}");
+    format!("{whole}.{}", decimals.trim_end_matches('0'))
 }
 
 /// Ranks nodes that passed every filter.

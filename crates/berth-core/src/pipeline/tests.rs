@@ -487,7 +487,7 @@ fn explaining_records_every_filter_for_every_node() {
     assert!(b.passed());
     assert_eq!(b.preferences, [("avoid_gpu_nodes", false)]);
     assert_eq!(b.scores[0].scorer, "hybrid_utilization");
-    assert_eq!(b.total, Some(100));
+    assert_eq!(b.total, Some(100 * u64::from(Score::UNIT)), "100 points, in millionths");
     assert_eq!(attempt.nodes[2].excluded, Some(Reason::Dead));
     assert_eq!(attempt.chosen, Some(index(&c, "b")));
 }

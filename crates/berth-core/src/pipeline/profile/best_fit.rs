@@ -117,7 +117,7 @@ mod tests {
         let req = request(c, ask, Strategy::Default);
         let scorer = BestFit::new(cpu_gpu());
         let cx = DecisionContext { cluster: c, request: &req, prepared };
-        c.nodes().map(|(_, node)| scorer.score(&cx, node).get()).collect()
+        c.nodes().map(|(_, node)| scorer.score(&cx, node).micros() / Score::UNIT).collect()
     }
 
     #[test]
@@ -152,7 +152,8 @@ mod tests {
         let req = request(&mut c, "CPU=1", Strategy::Default);
         let scorer = BestFit::new(ResourceRules::new([("CPU".to_string(), 0)]));
         let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
-        let got: Vec<u32> = c.nodes().map(|(_, n)| scorer.score(&cx, n).get()).collect();
+        let got: Vec<u32> =
+            c.nodes().map(|(_, n)| scorer.score(&cx, n).micros() / Score::UNIT).collect();
         assert_eq!(got, [100, 100, 100]);
     }
 

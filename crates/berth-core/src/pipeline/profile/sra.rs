@@ -10,13 +10,11 @@
 //! Rules: the profile lists scarce resources with weights (`sra.retention.<name>`, the higher
 //! the scarcer) and a policy weight (`sra.retention.weight`). A node that cannot hold the
 //! request even when empty scores 0. Otherwise the node scores
-//! `⌊100 × (Σ weights of the scarce resources the node does NOT have) / (Σ all scarce weights)⌋`
-//! and the runner multiplies that by the policy weight: the seed's `MaxNodeScore ×
-//! retentionWeight × missing / weightSum`. The two agree exactly when `100 × missing /
-//! weightSum` is whole (every row of the seed's table); otherwise Berth's total is lower by
-//! less than the policy weight, because the raw score is a whole number 0..=100 that
-//! `berth explain` shows on its own. A node "has" a resource when its total is above 0,
-//! whether the request asks for that resource or not.
+//! `100 × (Σ weights of the scarce resources the node does NOT have) / (Σ all scarce weights)`
+//! points, exactly (to a millionth of a point, see [`Score::from_ratio`]), and the runner
+//! multiplies that by the policy weight: the seed's `MaxNodeScore × retentionWeight × missing
+//! / weightSum`. A node "has" a resource when its total is above 0, whether the request asks
+//! for that resource or not.
 //!
 //! Behaviour: nodes without scarce resources score highest, nodes with the scarcest lowest;
 //! it is a score, so a request still lands on a GPU node when no other node can take it.
@@ -79,18 +77,18 @@ impl Scorer for Retention {
             .filter_map(|(resource, _)| self.scarce.get(registry.name(resource)))
             .map(|weight| u64::from(*weight))
             .sum();
-        Score::new(retention_score(self.weight_sum, present))
+        retention_score(self.weight_sum, present)
     }
 }
 
-/// `⌊100 × (weight_sum − present) / weight_sum⌋`; 100 when nothing is scarce (every node is
-/// then equally free of scarce resources).
-pub fn retention_score(weight_sum: u64, present: u64) -> u32 {
+/// `100 × (weight_sum − present) / weight_sum` points; 100 when nothing is scarce (every node
+/// is then equally free of scarce resources).
+pub fn retention_score(weight_sum: u64, present: u64) -> Score {
     if weight_sum == 0 {
-        return 100;
+        return Score::MAX;
     }
     let missing = weight_sum.saturating_sub(present);
-    (u128::from(missing) * 100 / u128::from(weight_sum)) as u32
+    Score::from_ratio(u128::from(missing), u128::from(weight_sum))
 }
 
 /// The proportional filter. See the module documentation.
@@ -177,7 +175,7 @@ mod tests {
     use super::*;
     use crate::diagnosis::ReasonKind;
     use crate::pipeline::profile::{FilterSpec, Pick, Profile, ScorerSpec};
-    use crate::pipeline::stage::{DecisionContext, Prepared};
+    use crate::pipeline::stage::{points_text, DecisionContext, Prepared};
     use crate::pipeline::{Decision, Scheduler, SchedulerConfig};
     use crate::request::Strategy;
     use crate::testutil::{cluster, request, resources};
@@ -241,8 +239,9 @@ mod tests {
             let req = request(&mut c, task, Strategy::Default);
             let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
             let node = c.node(c.index_of(node).unwrap()).unwrap();
-            let total = weighted.scorer.score(&cx, node).get() * weighted.weight;
-            assert_eq!(total, expected, "{task} on {}", node.id());
+            let score = weighted.scorer.score(&cx, node);
+            let total = u64::from(score.micros()) * u64::from(weighted.weight);
+            assert_eq!(total, expected * u64::from(Score::UNIT), "{task} on {}", node.id());
         }
     }
 
@@ -261,8 +260,8 @@ mod tests {
             .map(|n| match n.total {
                 Some(total) => {
                     let s = &n.scores[0];
-                    assert_eq!(u64::from(s.raw.get() * s.weight), total);
-                    format!("{}×{}={total}", s.raw.get(), s.weight)
+                    assert_eq!(u64::from(s.raw.micros()) * u64::from(s.weight), total);
+                    format!("{}×{}={}", s.raw, s.weight, points_text(total))
                 }
                 None => n.reasons().next().unwrap().kind().code(&c),
             })
@@ -298,26 +297,28 @@ mod tests {
     fn retention_formula() {
         // (weight sum, weight of the scarce resources present, raw score)
         let cases = [
-            (2, 0, 100),
-            (2, 1, 50),
-            (2, 2, 0),
-            (4, 1, 75),
-            (4, 3, 25),
-            (3, 1, 66),
-            (3, 2, 33),
-            (0, 0, 100),
-            (1, 5, 0),
+            (2, 0, "100"),
+            (2, 1, "50"),
+            (2, 2, "0"),
+            (4, 1, "75"),
+            (4, 3, "25"),
+            (3, 1, "66.666667"), // 200/3, to the nearest millionth
+            (3, 2, "33.333333"),
+            (7, 1, "85.714286"), // 600/7 = 85.7142857…
+            (0, 0, "100"),
+            (1, 5, "0"),
         ];
         for (sum, present, expected) in cases {
-            assert_eq!(retention_score(sum, present), expected, "{sum} {present}");
+            let expected = expected.to_string();
+            assert_eq!(retention_score(sum, present).to_string(), expected, "{sum} {present}");
         }
         // Uneven weights: a10 three times as scarce as t4.
         let mut c = seed_retention_cluster();
         let scorer = Retention::new(rules(&[("nvidia.com/t4", 1), ("nvidia.com/a10", 3)]));
         let req = request(&mut c, CPU_TASK_0, Strategy::Default);
         let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
-        let scores: Vec<u32> = c.nodes().map(|(_, n)| scorer.score(&cx, n).get()).collect();
-        assert_eq!(scores, [100, 75, 0]);
+        let scores: Vec<Score> = c.nodes().map(|(_, n)| scorer.score(&cx, n)).collect();
+        assert_eq!(scores, [Score::new(100), Score::new(75), Score::new(0)]);
     }
 
     fn proportional_profile() -> Profile {

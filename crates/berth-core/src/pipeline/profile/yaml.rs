@@ -15,6 +15,15 @@
 //! panics. Absent keys have documented defaults: `resourceStrategyFitWeight` 10 (Volcano's),
 //! a resource's `weight` 1, `sra.retention.weight` 1, a scarce resource's weight 1.
 //!
+//! Volcano's released plugin reads the SRA settings in a third form, and that is read too, so
+//! a Volcano scheduler configmap's `arguments:` can be pasted as it is:
+//!
+//! - `sra: {enable, resources, weight, resourceWeight: {<name>: N}}` (retention) and
+//!   `proportional: {enable, resources, resourceProportion: {<name>.cpu: N, <name>.memory: N}}`,
+//!   with Volcano's defaults (see [`Settings::volcano`]).
+//!
+//! A file uses the design document's form or Volcano's for its SRA settings, not both.
+//!
 //! Resource names follow Berth's rules; `cpu`, the Kubernetes spelling the seed uses, means
 //! Berth's `CPU`.
 
@@ -55,6 +64,10 @@ impl fmt::Display for ProfileError {
 
 /// `resourceStrategyFitWeight` when the file lists `resources` without it (Volcano's default).
 pub const DEFAULT_STRATEGY_FIT_WEIGHT: u32 = 10;
+
+/// What ResourceStrategyFit scores when it runs without `resources` (Volcano's default): CPU
+/// and memory, each spread (LeastAllocated) with weight 1.
+pub const DEFAULT_STRATEGY_FIT_RESOURCES: [&str; 2] = ["CPU", "memory"];
 
 impl Profile {
     /// Reads a profile file. See the module documentation and `docs/file-formats.md`.
@@ -222,10 +235,11 @@ impl<'de> Deserialize<'de> for KeyText {
 // Flattening: both forms become dotted keys.
 
 /// The maps whose keys are joined to theirs with a dot: `sra: {policy: x}` is `sra.policy: x`.
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "sra",
     "sra.retention",
     "sra.proportional",
+    "proportional",
     scorers::BEST_FIT,
     scorers::FRAGMENTATION,
     scorers::CAPACITY,
@@ -289,8 +303,49 @@ struct Settings<'a> {
     retention: Vec<(String, u32, &'a Leaf<'a>)>,
     /// `sra.proportional.<name>.<cpu|memory>`: (name, secondary, amount, the setting).
     proportional: Vec<(String, Secondary, Quantity, &'a Leaf<'a>)>,
+    /// Volcano's released form: `sra.enable`, `sra.weight`, `sra.resourceWeight` and
+    /// `proportional.*`.
+    volcano: VolcanoSettings<'a>,
     /// `bestFit`, `fragmentation`, `pick` and `topKFraction`.
     more: scorers::MoreSettings<'a>,
+}
+
+/// `sra.resourceWeight`: (resource, weight, where).
+type ResourceWeights = Vec<(String, u32, Location)>;
+/// `proportional.resourceProportion`: (resource, secondary, amount, where).
+type Proportions = Vec<(String, Secondary, Quantity, Location)>;
+
+/// The settings only Volcano's released form has.
+#[derive(Default)]
+struct VolcanoSettings<'a> {
+    sra_enable: Option<(bool, &'a Leaf<'a>)>,
+    /// `sra.weight` as written: 0 or less leaves retention off, as in Volcano.
+    sra_weight: Option<(i128, &'a Leaf<'a>)>,
+    sra_resource_weight: Option<(ResourceWeights, &'a Leaf<'a>)>,
+    proportional_enable: Option<(bool, &'a Leaf<'a>)>,
+    proportional_resources: Option<(Vec<String>, &'a Leaf<'a>)>,
+    proportion: Option<(Proportions, &'a Leaf<'a>)>,
+}
+
+impl<'a> VolcanoSettings<'a> {
+    /// The first setting of this form, if any (for "mixes the forms" errors).
+    fn first(&self) -> Option<&'a Leaf<'a>> {
+        [
+            self.sra_enable.map(|(_, leaf)| leaf),
+            self.sra_weight.map(|(_, leaf)| leaf),
+            self.sra_resource_weight.as_ref().map(|(_, leaf)| *leaf),
+            self.proportional_enable.map(|(_, leaf)| leaf),
+            self.proportional_resources.as_ref().map(|(_, leaf)| *leaf),
+            self.proportion.as_ref().map(|(_, leaf)| *leaf),
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|leaf| (leaf.at.line(), leaf.at.column()))
+    }
+
+    fn sra_given(&self) -> bool {
+        self.sra_enable.is_some() || self.sra_weight.is_some() || self.sra_resource_weight.is_some()
+    }
 }
 
 /// Which SRA policies are on.
@@ -308,8 +363,9 @@ enum Secondary {
 }
 
 const TOP_LEVEL_KEYS: &str = "hybridWeight, resourceStrategyFitWeight, resources, sra \
-                              (nested, or as flat keys such as sra.policy), bestFit, \
-                              fragmentation, capacity, pick and topKFraction";
+                              (nested, or as flat keys such as sra.policy), proportional \
+                              (Volcano's form), bestFit, fragmentation, capacity, pick and \
+                              topKFraction";
 
 impl<'a> Settings<'a> {
     fn read(leaves: &'a [Leaf<'a>]) -> Result<Settings<'a>, ProfileError> {
@@ -319,12 +375,38 @@ impl<'a> Settings<'a> {
             match key {
                 "hybridWeight" => settings.hybrid_weight = Some(weight(leaf)?),
                 "resourceStrategyFitWeight" => {
-                    settings.strategy_fit_weight = Some((weight(leaf)?, leaf));
+                    // Volcano's rule: negative is the default; 0 turns the scorer off.
+                    let weight = match integer(leaf)? {
+                        0 => 0,
+                        _ => weight_or(leaf, DEFAULT_STRATEGY_FIT_WEIGHT)?,
+                    };
+                    settings.strategy_fit_weight = Some((weight, leaf));
                 }
                 "resources" => settings.resources = Some((strategies(leaf)?, leaf)),
                 "sra.policy" => settings.policy = Some((policies(leaf)?, leaf)),
                 "sra.resources" => settings.sra_resources = Some((scarce_names(leaf)?, leaf)),
                 "sra.retention.weight" => settings.retention_weight = Some((weight(leaf)?, leaf)),
+                "sra.enable" => settings.volcano.sra_enable = Some((boolean(leaf)?, leaf)),
+                "sra.weight" => settings.volcano.sra_weight = Some((integer(leaf)?, leaf)),
+                "sra.resourceWeight" => {
+                    settings.volcano.sra_resource_weight = Some((resource_weights(leaf)?, leaf));
+                }
+                "proportional.enable" => {
+                    settings.volcano.proportional_enable = Some((boolean(leaf)?, leaf));
+                }
+                "proportional.resources" => {
+                    settings.volcano.proportional_resources = Some((scarce_names(leaf)?, leaf));
+                }
+                "proportional.resourceProportion" => {
+                    settings.volcano.proportion = Some((resource_proportions(leaf)?, leaf));
+                }
+                _ if key.starts_with("proportional.") => {
+                    return Err(leaf_error(
+                        leaf,
+                        "unknown key; proportional (Volcano's form) takes enable, resources and \
+                         resourceProportion",
+                    ));
+                }
                 _ if settings.more.read(leaf)? => {}
                 _ => {
                     if let Some(name) = key.strip_prefix("sra.retention.") {
@@ -337,7 +419,9 @@ impl<'a> Settings<'a> {
                     } else if key.starts_with("sra.") {
                         return Err(leaf_error(
                             leaf,
-                            "unknown key; sra takes policy, resources, retention and proportional",
+                            "unknown key; sra takes policy, resources, retention and proportional \
+                             (the design document's form) or enable, resources, weight and \
+                             resourceWeight (Volcano's released form)",
                         ));
                     } else {
                         return Err(leaf_error(
@@ -353,28 +437,50 @@ impl<'a> Settings<'a> {
 
     /// Checks how the settings go together and builds the profile.
     fn into_profile(self) -> Result<Profile, ProfileError> {
+        let volcano = self.volcano.first();
+        if let (Some(theirs), Some(ours)) = (volcano, self.design_sra_first()) {
+            return Err(leaf_error(
+                theirs,
+                format!(
+                    "is Volcano's released form of the SRA settings, and {} (line {}) the design \
+                     document's; a profile uses one form",
+                    ours.key,
+                    ours.at.line()
+                ),
+            ));
+        }
         let mut profile = Profile::of_scorers(Vec::new());
         if let Some(weight) = self.hybrid_weight {
             profile.scorers.push(ScorerSpec::Hybrid { weight });
         }
-        match (self.strategy_fit_weight, self.resources.clone()) {
-            (None, None) => {}
-            (Some((_, leaf)), None) => {
-                return Err(error(
-                    "resources",
-                    "is required with resourceStrategyFitWeight: list the resources to pack or \
-                     spread, such as {nvidia.com/gpu: {type: MostAllocated, weight: 2}}",
-                    Some(leaf.at),
-                ));
-            }
-            (weight, Some((resources, _))) => {
+        // ResourceStrategyFit runs when the file configures it, and in Volcano's form always,
+        // as Volcano's plugin does (weight 10 and CPU and memory spread, unless given); a
+        // weight of 0 turns it off, as in Volcano.
+        if self.strategy_fit_weight.is_some() || self.resources.is_some() || volcano.is_some() {
+            let weight = self.strategy_fit_weight.map_or(DEFAULT_STRATEGY_FIT_WEIGHT, |(w, _)| w);
+            let resources = match self.resources.clone() {
+                Some((resources, _)) => resources,
+                None => DEFAULT_STRATEGY_FIT_RESOURCES
+                    .iter()
+                    .map(|name| {
+                        let spread =
+                            ResourceStrategy { kind: StrategyKind::LeastAllocated, weight: 1 };
+                        (name.to_string(), spread)
+                    })
+                    .collect(),
+            };
+            if weight > 0 {
                 profile.scorers.push(ScorerSpec::ResourceStrategyFit {
-                    weight: weight.map_or(DEFAULT_STRATEGY_FIT_WEIGHT, |(w, _)| w),
+                    weight,
                     resources: ResourceRules::new(resources),
-                })
+                });
             }
         }
-        self.sra(&mut profile)?;
+        if volcano.is_some() {
+            self.volcano_sra(&mut profile)?;
+        } else {
+            self.sra(&mut profile)?;
+        }
         self.more.apply(&mut profile)?;
         if profile.scorers.is_empty() && profile.filters.is_empty() {
             return Err(error(
@@ -385,6 +491,108 @@ impl<'a> Settings<'a> {
             ));
         }
         Ok(profile)
+    }
+
+    /// The first SRA setting only the design document's form has.
+    fn design_sra_first(&self) -> Option<&'a Leaf<'a>> {
+        [
+            self.policy.as_ref().map(|(_, leaf)| *leaf),
+            self.retention_weight.as_ref().map(|(_, leaf)| *leaf),
+            self.retention.first().map(|(_, _, leaf)| *leaf),
+            self.proportional.first().map(|(_, _, _, leaf)| *leaf),
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|leaf| (leaf.at.line(), leaf.at.column()))
+    }
+
+    /// Volcano's released SRA settings, with Volcano's defaults: a scarce resource's weight is
+    /// 1 unless given (a negative one is 1, as in Volcano), retention runs only with
+    /// `sra.enable: true` and `sra.weight` above 0 (Volcano's default weight is 0), and a
+    /// proportion not given, or negative, is 1. Where Volcano ignores a setting in silence
+    /// (no `enable`, a weight for a resource not listed), Berth refuses it with the key.
+    fn volcano_sra(&self, profile: &mut Profile) -> Result<(), ProfileError> {
+        let v = &self.volcano;
+        if v.sra_given() || self.sra_resources.is_some() {
+            let names = self.sra_resources.as_ref().map(|(names, _)| names.as_slice());
+            let enable = enabled("sra", v.sra_enable, v.first())?;
+            let weights: &[(String, u32, Location)] =
+                v.sra_resource_weight.as_ref().map_or(&[], |(w, _)| w.as_slice());
+            for (name, _, at) in weights {
+                if !names.unwrap_or(&[]).contains(name) {
+                    let rule = format!("{name} is not listed in sra.resources");
+                    return Err(error("sra.resourceWeight", rule, Some(*at)));
+                }
+            }
+            let weight = v.sra_weight.map_or(0, |(w, _)| w);
+            if enable && weight > 0 {
+                let Some(names) = names else {
+                    return Err(required("sra.resources", "sra.enable: true", v.sra_enable));
+                };
+                let weight = u32::try_from(weight).map_err(|_| {
+                    let (_, leaf) = v.sra_weight.expect("a weight above 0 was given");
+                    value_error(
+                        leaf,
+                        format!("{weight} is too large; weights are at most {}", u32::MAX),
+                    )
+                })?;
+                let scarce: Vec<(String, u32)> = names
+                    .iter()
+                    .map(|name| {
+                        let given = weights.iter().find(|(n, _, _)| n == name);
+                        (name.clone(), given.map_or(1, |(_, w, _)| *w))
+                    })
+                    .collect();
+                // All weights 0: every node scores alike, so it would only shift totals.
+                if scarce.iter().any(|(_, w)| *w > 0) {
+                    profile
+                        .scorers
+                        .push(ScorerSpec::Retention { weight, scarce: ResourceRules::new(scarce) });
+                }
+            }
+        }
+        let proportional_given = v.proportional_enable.is_some()
+            || v.proportional_resources.is_some()
+            || v.proportion.is_some();
+        if proportional_given {
+            let enable = enabled("proportional", v.proportional_enable, v.first())?;
+            let names = v.proportional_resources.as_ref().map(|(names, _)| names.as_slice());
+            let proportions: &[(String, Secondary, Quantity, Location)] =
+                v.proportion.as_ref().map_or(&[], |(p, _)| p.as_slice());
+            for (name, _, _, at) in proportions {
+                if !names.unwrap_or(&[]).contains(name) {
+                    let rule = format!("{name} is not listed in proportional.resources");
+                    return Err(error("proportional.resourceProportion", rule, Some(*at)));
+                }
+            }
+            if enable {
+                let Some(names) = names else {
+                    return Err(required(
+                        "proportional.resources",
+                        "proportional.enable: true",
+                        v.proportional_enable,
+                    ));
+                };
+                let one = Quantity::from_u64(1).expect("1 is a quantity");
+                let amount = |name: &str, secondary: Secondary| {
+                    proportions
+                        .iter()
+                        .find(|(n, s, _, _)| n == name && *s == secondary)
+                        .map_or(one, |(_, _, amount, _)| *amount)
+                };
+                let primaries = names.iter().map(|name| {
+                    let proportion = Proportion {
+                        cpu: amount(name, Secondary::Cpu),
+                        memory_gb: amount(name, Secondary::Memory),
+                    };
+                    (name.clone(), proportion)
+                });
+                profile
+                    .filters
+                    .push(FilterSpec::Proportional { primaries: ResourceRules::new(primaries) });
+            }
+        }
+        Ok(())
     }
 
     /// The SRA policies: checks `sra.*` together and adds their stages.
@@ -514,6 +722,127 @@ fn value_error(leaf: &Leaf<'_>, rule: impl Into<String>) -> ProfileError {
     error(leaf.key.clone(), rule, Some(leaf.value.referenced))
 }
 
+/// `section.enable` of Volcano's form: required once the section has any setting.
+fn enabled(
+    section: &str,
+    enable: Option<(bool, &Leaf<'_>)>,
+    first: Option<&Leaf<'_>>,
+) -> Result<bool, ProfileError> {
+    match enable {
+        Some((enable, _)) => Ok(enable),
+        None => Err(error(
+            format!("{section}.enable"),
+            format!(
+                "is required with the other {section} settings of Volcano's form: true turns \
+                 the policy on, false off (Volcano leaves it off without it)"
+            ),
+            first.map(|leaf| leaf.at),
+        )),
+    }
+}
+
+/// `key` is missing, and `with` (where it was written) needs it.
+fn required(key: &str, with: &str, leaf: Option<(bool, &Leaf<'_>)>) -> ProfileError {
+    error(
+        key,
+        format!("is required with {with}: list the scarce resources, such as nvidia.com/gpu"),
+        leaf.map(|(_, leaf)| leaf.at),
+    )
+}
+
+/// `true` or `false`.
+fn boolean(leaf: &Leaf<'_>) -> Result<bool, ProfileError> {
+    match &leaf.value.value {
+        Value::Bool(b) => Ok(*b),
+        other => {
+            Err(value_error(leaf, format!("expected true or false, found {}", other.describe())))
+        }
+    }
+}
+
+/// A whole number, negative allowed (Volcano gives negative weights a default).
+fn integer(leaf: &Leaf<'_>) -> Result<i128, ProfileError> {
+    match &leaf.value.value {
+        Value::Int(n) => Ok(*n),
+        other => {
+            Err(value_error(leaf, format!("expected a whole number, found {}", other.describe())))
+        }
+    }
+}
+
+/// A weight Volcano's way: a whole number; 0 or less is `default`.
+fn weight_or(leaf: &Leaf<'_>, default: u32) -> Result<u32, ProfileError> {
+    match integer(leaf)? {
+        n if n <= 0 => Ok(default),
+        n => u32::try_from(n).map_err(|_| {
+            value_error(leaf, format!("{n} is too large; weights are at most {}", u32::MAX))
+        }),
+    }
+}
+
+/// The entries of a map setting, each as its own leaf `key.<entry>`.
+fn entries<'v>(leaf: &Leaf<'v>, what: &str) -> Result<Vec<Leaf<'v>>, ProfileError> {
+    let Value::Map(entries) = &leaf.value.value else {
+        return Err(value_error(
+            leaf,
+            format!("expected a map of {what}, found {}", leaf.value.value.describe()),
+        ));
+    };
+    Ok(entries
+        .iter()
+        .map(|(key, value)| Leaf {
+            key: format!("{}.{}", leaf.key, key.value.0.trim()),
+            at: key.referenced,
+            value,
+        })
+        .collect())
+}
+
+/// `sra.resourceWeight`: resource name to weight; a negative weight is 1 (Volcano's rule), 0
+/// stays 0.
+fn resource_weights(leaf: &Leaf<'_>) -> Result<ResourceWeights, ProfileError> {
+    let mut out: ResourceWeights = Vec::new();
+    for entry in entries(leaf, "resource name to weight, such as {nvidia.com/gpu: 1}")? {
+        let written = entry.key[leaf.key.len() + 1..].to_string();
+        let name = key_resource_name(&written, &entry, false)?;
+        if out.iter().any(|(n, _, _)| *n == name) {
+            return Err(leaf_error(&entry, format!("names {name} twice")));
+        }
+        let weight = match integer(&entry)? {
+            n if n < 0 => 1,
+            n => u32::try_from(n).map_err(|_| {
+                value_error(&entry, format!("{n} is too large; weights are at most {}", u32::MAX))
+            })?,
+        };
+        out.push((name, weight, entry.at));
+    }
+    Ok(out)
+}
+
+/// `proportional.resourceProportion`: `<resource>.cpu` and `<resource>.memory` to amounts; a
+/// negative amount is 1 (Volcano's rule).
+fn resource_proportions(leaf: &Leaf<'_>) -> Result<Proportions, ProfileError> {
+    let mut out: Proportions = Vec::new();
+    let what = "<resource>.cpu and <resource>.memory to amounts, such as {nvidia.com/gpu.cpu: 8}";
+    for entry in entries(leaf, what)? {
+        let written = entry.key[leaf.key.len() + 1..].to_string();
+        let (name, secondary) = proportional_key(&written, &entry)?;
+        let name = key_resource_name(name, &entry, false)?;
+        if out.iter().any(|(n, s, _, _)| *n == name && *s == secondary) {
+            return Err(leaf_error(&entry, "is given twice"));
+        }
+        let negative = match &entry.value.value {
+            Value::Int(n) => *n < 0,
+            Value::Float(x) => *x < 0.0,
+            _ => false,
+        };
+        let amount =
+            if negative { Quantity::from_u64(1).expect("1 is a quantity") } else { ratio(&entry)? };
+        out.push((name, secondary, amount, entry.at));
+    }
+    Ok(out)
+}
+
 /// A weight: a whole number from 0 to 4294967295.
 fn weight(leaf: &Leaf<'_>) -> Result<u32, ProfileError> {
     weight_value(&leaf.value.value).map_err(|rule| value_error(leaf, rule))
@@ -603,7 +932,8 @@ fn strategy(entry: &Leaf<'_>) -> Result<ResourceStrategy, ProfileError> {
         };
         match key.value.0.trim() {
             "type" => kind = Some(strategy_kind(&field)?),
-            "weight" => weight_given = Some(weight(&field)?),
+            // Volcano's rule: a weight of 0 or less is 1.
+            "weight" => weight_given = Some(weight_or(&field, 1)?),
             _ => return Err(leaf_error(&field, "unknown key; a resource takes type and weight")),
         }
     }
@@ -733,8 +1063,8 @@ fn resource_name(written: &str, wildcard: bool) -> Result<String, String> {
         }
         None if written.contains('*') => {
             return Err(format!(
-                "{written:?} is not a valid wildcard: write a prefix ending in /*, such as \
-                 nvidia.com/*"
+                "{written:?} is not a valid wildcard: write a prefix and one trailing *, such \
+                 as nvidia.com/*"
             ))
         }
         None => written,

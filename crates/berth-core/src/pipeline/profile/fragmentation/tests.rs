@@ -107,7 +107,7 @@ fn score(c: &mut Cluster, shapes: &[Shape], ask: &str) -> u32 {
     };
     let cx = DecisionContext { cluster: c, request: &req, prepared: &Prepared::default() };
     let (_, node) = c.nodes().next().unwrap();
-    scorer.score(&cx, node).get()
+    scorer.score(&cx, node).micros() / Score::UNIT
 }
 
 #[test]

@@ -431,11 +431,12 @@ impl Generated {
         if let Some(weight) = self.hybrid {
             scorers.push(ScorerSpec::Hybrid { weight });
         }
-        if !self.strategies.is_empty() {
+        // A plugin weight of 0 turns the scorer off; a resource weight of 0 is 1 (Volcano).
+        if !self.strategies.is_empty() && self.strategy_fit_weight != Some(0) {
             let resources = self.strategies.iter().map(|(name, most, weight)| {
                 let name = if *name == "cpu" { "CPU" } else { name };
                 let kind = if *most { MostAllocated } else { LeastAllocated };
-                (name.to_string(), strategy(kind, weight.unwrap_or(1)))
+                (name.to_string(), strategy(kind, weight.filter(|w| *w > 0).unwrap_or(1)))
             });
             scorers.push(ScorerSpec::ResourceStrategyFit {
                 weight: self.strategy_fit_weight.unwrap_or(10),
@@ -520,8 +521,8 @@ fn invalid_profiles_name_the_key_and_the_rule() {
         ),
         // Negative and out-of-range numbers.
         ("hybridWeight: -1\n", "hybridWeight", "-1 is negative; weights are whole numbers from 0", Some(1)),
-        ("resourceStrategyFitWeight: -2\nresources: {CPU: {type: MostAllocated}}\n", "resourceStrategyFitWeight", "-2 is negative", Some(1)),
-        ("resources: {CPU: {type: MostAllocated, weight: -1}}\n", "resources.CPU.weight", "-1 is negative", Some(1)),
+        ("resourceStrategyFitWeight: 4294967296\n", "resourceStrategyFitWeight", "is too large", Some(1)),
+        ("resources: {CPU: {type: MostAllocated, weight: 1.5}}\n", "resources.CPU.weight", "expected a whole number, found 1.5", Some(1)),
         ("sra.policy: retention\nsra.resources: g.com/x\nsra.retention.weight: -3\n", "sra.retention.weight", "-3 is negative", Some(3)),
         ("sra.policy: retention\nsra.resources: g.com/x\nsra.retention.g.com/x: -0.5\n", "sra.retention.g.com/x", "-0.5 is negative", Some(3)),
         ("hybridWeight: 4294967296\n", "hybridWeight", "is too large; weights are at most 4294967295", Some(1)),
@@ -547,8 +548,8 @@ fn invalid_profiles_name_the_key_and_the_rule() {
         ("sra.policy: retention,\nsra.resources: g.com/x\n", "sra.policy", "has an empty policy name", Some(1)),
         // Resource names.
         ("resources: {\"G PU\": {type: MostAllocated}}\n", "resources.G PU", "resource name \"G PU\" is invalid", Some(1)),
-        ("resources: {\"*\": {type: MostAllocated}}\n", "resources.*", "is not a valid wildcard: write a prefix ending in /*", Some(1)),
-        ("resources: {nvidia.com/gpu*: {type: MostAllocated}}\n", "resources.nvidia.com/gpu*", "is not a valid wildcard: write a prefix ending in /*", Some(1)),
+        ("resources: {\"*\": {type: MostAllocated}}\n", "resources.*", "is not a valid wildcard: write a prefix and one trailing *", Some(1)),
+        ("resources: {nvidia.*/*: {type: MostAllocated}}\n", "resources.nvidia.*/*", "is not a valid wildcard: write a prefix and one trailing *", Some(1)),
         (
             "resources:\n  cpu: {type: MostAllocated}\n  CPU: {type: LeastAllocated}\n",
             "resources.CPU",
@@ -559,7 +560,6 @@ fn invalid_profiles_name_the_key_and_the_rule() {
         ("sra.policy: retention\nsra.resources: [g.com/x, \"b d\"]\n", "sra.resources", "resource name \"b d\" is invalid", Some(2)),
         ("sra.policy: retention\nsra.resources: g.com/x, g.com/x\n", "sra.resources", "lists g.com/x twice", Some(2)),
         // Settings that do not go together.
-        ("resourceStrategyFitWeight: 10\n", "resources", "is required with resourceStrategyFitWeight", Some(1)),
         ("sra.resources: g.com/x\n", "sra.policy", "is required when sra.resources is set", Some(1)),
         ("sra:\n  retention:\n    weight: 2\n", "sra.policy", "is required when sra.retention.weight is set", Some(3)),
         ("sra.policy: retention\n", "sra.resources", "is required with sra.policy", Some(1)),
@@ -792,6 +792,183 @@ fn invalid_placement_quality_keys_name_the_key_and_the_rule() {
             Some(3),
         ),
         ("pick: best\n", "", "configures nothing", None),
+    ];
+    for (text, key, rule, line) in cases {
+        let err = match Profile::from_yaml(text) {
+            Err(err) => err,
+            Ok(profile) => panic!("{text:?} loaded: {profile:?}"),
+        };
+        assert_eq!(err.key, *key, "{text:?}: {err}");
+        assert!(err.rule.contains(rule), "{text:?}: {err}");
+        assert_eq!(err.location.map(|l| l.0), *line, "{text:?}: {err}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Volcano's released form: `sra: {enable, resources, weight, resourceWeight}` and
+// `proportional: {enable, resources, resourceProportion}`, with Volcano's defaults.
+
+/// A Volcano scheduler configmap's `arguments:` for the plugin, both policies on.
+const VOLCANO_RELEASED: &str = "\
+resourceStrategyFitWeight: 10
+resources:
+  nvidia.com/gpu:
+    type: MostAllocated
+    weight: 2
+  cpu:
+    type: LeastAllocated
+    weight: 1
+sra:
+  enable: true
+  resources: nvidia.com/gpu
+  weight: 10
+  resourceWeight:
+    nvidia.com/gpu: 1
+proportional:
+  enable: true
+  resources: nvidia.com/gpu
+  resourceProportion:
+    nvidia.com/gpu.cpu: 4
+    nvidia.com/gpu.memory: 8
+";
+
+/// The same settings in the design document's form.
+const DESIGN_FORM: &str = "\
+resourceStrategyFitWeight: 10
+resources:
+  nvidia.com/gpu: {type: MostAllocated, weight: 2}
+  cpu: {type: LeastAllocated, weight: 1}
+sra:
+  policy: retention, proportional
+  resources: nvidia.com/gpu
+  retention: {weight: 10, nvidia.com/gpu: 1}
+  proportional: {nvidia.com/gpu.cpu: 4, nvidia.com/gpu.memory: 8}
+";
+
+#[test]
+fn volcano_released_form_reads_to_the_design_forms_profile() {
+    let volcano = load(VOLCANO_RELEASED);
+    assert_eq!(volcano, load(DESIGN_FORM));
+    let gpu = Proportion { cpu: q("4"), memory_gb: q("8") };
+    assert_eq!(
+        volcano.filters,
+        [FilterSpec::Proportional { primaries: rules(&[("nvidia.com/gpu", gpu)]) }]
+    );
+    assert_eq!(
+        volcano.scorers[1],
+        ScorerSpec::Retention { weight: 10, scarce: rules(&[("nvidia.com/gpu", 1)]) }
+    );
+}
+
+#[test]
+fn volcano_defaults_apply_in_volcanos_form() {
+    let spread = |name: &str| (name.to_string(), strategy(LeastAllocated, 1));
+    let default_fit = ScorerSpec::ResourceStrategyFit {
+        weight: 10,
+        resources: ResourceRules::new([spread("CPU"), spread("memory")]),
+    };
+    // No resources: Volcano's plugin still scores, CPU and memory spread, weight 10. A
+    // negative resource weight is 1, an absent one 1.
+    let profile = load(
+        "sra:\n  enable: true\n  resources: a.com/x, a.com/y\n  weight: 3\n  \
+         resourceWeight: {a.com/x: -2}\n",
+    );
+    assert_eq!(
+        profile.scorers,
+        [
+            default_fit.clone(),
+            ScorerSpec::Retention { weight: 3, scarce: rules(&[("a.com/x", 1), ("a.com/y", 1)]) },
+        ]
+    );
+    // sra.weight absent is Volcano's 0: retention off; RSF still runs.
+    let profile = load("sra: {enable: true, resources: a.com/x}\n");
+    assert_eq!(profile.scorers, [default_fit.clone()]);
+    // enable: false leaves a policy off.
+    let profile = load("sra: {enable: false, resources: a.com/x, weight: 5}\n");
+    assert_eq!(profile.scorers, [default_fit.clone()]);
+    // resourceStrategyFitWeight 0 turns RSF off, negative is 10; resource weights ≤ 0 are 1.
+    let profile =
+        load("resourceStrategyFitWeight: 0\nsra: {enable: true, resources: a.com/x, weight: 2}\n");
+    assert_eq!(
+        profile.scorers,
+        [ScorerSpec::Retention { weight: 2, scarce: rules(&[("a.com/x", 1)]) }]
+    );
+    let profile = load(
+        "resourceStrategyFitWeight: -5\nresources:\n  cpu: {type: MostAllocated, weight: 0}\n  \
+         memory: {type: LeastAllocated, weight: -3}\n",
+    );
+    assert_eq!(
+        profile.scorers,
+        [ScorerSpec::ResourceStrategyFit {
+            weight: 10,
+            resources: rules(&[
+                ("CPU", strategy(MostAllocated, 1)),
+                ("memory", strategy(LeastAllocated, 1))
+            ]),
+        }]
+    );
+    // Proportions: absent or negative are 1.
+    let profile = load(
+        "proportional:\n  enable: true\n  resources: a.com/x\n  resourceProportion: {a.com/x.cpu: -1}\n",
+    );
+    let one = Proportion { cpu: q("1"), memory_gb: q("1") };
+    assert_eq!(
+        profile.filters,
+        [FilterSpec::Proportional { primaries: rules(&[("a.com/x", one)]) }]
+    );
+    assert_eq!(profile.scorers, [default_fit]);
+    // A pasted Volcano wildcard without a slash.
+    let profile = load("resources: {\"nvidia.*\": {type: MostAllocated}}\n");
+    let [ScorerSpec::ResourceStrategyFit { resources, .. }] = profile.scorers.as_slice() else {
+        panic!("{profile:?}")
+    };
+    assert!(resources.get("nvidia.com/gpu").is_some());
+}
+
+#[test]
+fn volcanos_form_is_checked_and_not_mixed_with_the_design_form() {
+    let cases: &[(&str, &str, &str, Option<u64>)] = &[
+        (
+            "sra:\n  policy: retention\n  resources: a.com/x\n  weight: 2\n",
+            "sra.weight",
+            "is Volcano's released form of the SRA settings, and sra.policy (line 2) the design document's",
+            Some(4),
+        ),
+        (
+            "sra.policy: proportional\nsra.resources: a.com/x\nsra.proportional.a.com/x.cpu: 1\n\
+             sra.proportional.a.com/x.memory: 1\nproportional: {enable: true, resources: a.com/x}\n",
+            "proportional.enable",
+            "a profile uses one form",
+            Some(5),
+        ),
+        ("sra: {resources: a.com/x, weight: 2}\n", "sra.enable", "is required with the other sra settings", Some(1)),
+        ("proportional: {resources: a.com/x}\n", "proportional.enable", "is required", Some(1)),
+        ("sra: {enable: yes, weight: 1}\n", "sra.enable", "expected true or false", Some(1)),
+        ("sra: {enable: true, weight: 2}\n", "sra.resources", "is required with sra.enable: true", Some(1)),
+        (
+            "sra: {enable: true, resources: a.com/x, weight: 1, resourceWeight: {a.com/y: 2}}\n",
+            "sra.resourceWeight",
+            "a.com/y is not listed in sra.resources",
+            Some(1),
+        ),
+        ("sra: {enable: true, resources: a.com/x, weight: 1.5}\n", "sra.weight", "expected a whole number, found 1.5", Some(1)),
+        ("sra: {enable: true, resources: a.com/x, resourceWeight: [1]}\n", "sra.resourceWeight", "expected a map of resource name to weight", Some(1)),
+        (
+            "proportional:\n  enable: true\n  resources: a.com/x\n  resourceProportion: {a.com/y.cpu: 2}\n",
+            "proportional.resourceProportion",
+            "a.com/y is not listed in proportional.resources",
+            Some(4),
+        ),
+        (
+            "proportional:\n  enable: true\n  resources: a.com/x\n  resourceProportion: {a.com/x.gpu: 2}\n",
+            "proportional.resourceProportion.a.com/x.gpu",
+            "takes <resource>.cpu and <resource>.memory",
+            Some(4),
+        ),
+        ("proportional: {enable: true, resources: a.com/x, ratio: 2}\n", "proportional.ratio", "unknown key", Some(1)),
+        ("proportional: {enable: true}\n", "proportional.resources", "is required with proportional.enable: true", Some(1)),
+        // What Volcano turns into LeastAllocated in silence is an error here.
+        ("resources: {cpu: {type: Balanced}}\nsra: {enable: false}\n", "resources.cpu.type", "unknown strategy type \"Balanced\"", Some(1)),
     ];
     for (text, key, rule, line) in cases {
         let err = match Profile::from_yaml(text) {
