@@ -607,6 +607,11 @@ fn invalid_profiles_name_the_key_and_the_rule() {
             Some(4),
         ),
     ];
+    assert_refused(cases);
+}
+
+/// Each `(file, key, words of the rule, line)` is refused with that key, rule and line.
+fn assert_refused(cases: &[(&str, &str, &str, Option<u64>)]) {
     for (text, key, rule, line) in cases {
         let err = match Profile::from_yaml(text) {
             Err(err) => err,
@@ -793,15 +798,7 @@ fn invalid_placement_quality_keys_name_the_key_and_the_rule() {
         ),
         ("pick: best\n", "", "configures nothing", None),
     ];
-    for (text, key, rule, line) in cases {
-        let err = match Profile::from_yaml(text) {
-            Err(err) => err,
-            Ok(profile) => panic!("{text:?} loaded: {profile:?}"),
-        };
-        assert_eq!(err.key, *key, "{text:?}: {err}");
-        assert!(err.rule.contains(rule), "{text:?}: {err}");
-        assert_eq!(err.location.map(|l| l.0), *line, "{text:?}: {err}");
-    }
+    assert_refused(cases);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -970,13 +967,5 @@ fn volcanos_form_is_checked_and_not_mixed_with_the_design_form() {
         // What Volcano turns into LeastAllocated in silence is an error here.
         ("resources: {cpu: {type: Balanced}}\nsra: {enable: false}\n", "resources.cpu.type", "unknown strategy type \"Balanced\"", Some(1)),
     ];
-    for (text, key, rule, line) in cases {
-        let err = match Profile::from_yaml(text) {
-            Err(err) => err,
-            Ok(profile) => panic!("{text:?} loaded: {profile:?}"),
-        };
-        assert_eq!(err.key, *key, "{text:?}: {err}");
-        assert!(err.rule.contains(rule), "{text:?}: {err}");
-        assert_eq!(err.location.map(|l| l.0), *line, "{text:?}: {err}");
-    }
+    assert_refused(cases);
 }
