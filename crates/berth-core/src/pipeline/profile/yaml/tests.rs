@@ -879,10 +879,10 @@ fn volcano_defaults_apply_in_volcanos_form() {
     );
     // sra.weight absent is Volcano's 0: retention off; RSF still runs.
     let profile = load("sra: {enable: true, resources: a.com/x}\n");
-    assert_eq!(profile.scorers, [default_fit.clone()]);
+    assert_eq!(profile.scorers, std::slice::from_ref(&default_fit));
     // enable: false leaves a policy off.
     let profile = load("sra: {enable: false, resources: a.com/x, weight: 5}\n");
-    assert_eq!(profile.scorers, [default_fit.clone()]);
+    assert_eq!(profile.scorers, std::slice::from_ref(&default_fit));
     // resourceStrategyFitWeight 0 turns RSF off, negative is 10; resource weights ≤ 0 are 1.
     let profile =
         load("resourceStrategyFitWeight: 0\nsra: {enable: true, resources: a.com/x, weight: 2}\n");
