@@ -106,21 +106,27 @@ impl Score {
 
     /// `100 × numerator / denominator` points, to the nearest millionth of a point (halves
     /// round up), clamped to 0..=100; 0 when `denominator` is 0. Exact to 5·10⁻⁷ of a point
-    /// for any operands up to 10³⁰ (every product of two quantities or weights Berth forms).
+    /// for any operands; never overflows.
     pub fn from_ratio(numerator: u128, denominator: u128) -> Score {
         if denominator == 0 {
             return Score::MIN;
         }
+        // 100 points or more: clamped, whatever the operands.
+        if numerator >= denominator {
+            return Score::MAX;
+        }
         let scale = 100 * u128::from(Score::UNIT);
-        // numerator × 10⁸ overflows u128 only past 3.4·10³⁰; split it then (same result).
-        let micros = match numerator.checked_mul(scale) {
-            Some(scaled) => (scaled + denominator / 2) / denominator,
-            None => {
-                let (whole, rest) = (numerator / denominator, numerator % denominator);
-                whole.saturating_mul(scale)
-                    + (rest.saturating_mul(scale) + denominator / 2) / denominator
-            }
-        };
+        // numerator × 10⁸ overflows u128 only past 3.4·10³⁰: halve both until it fits (a
+        // relative change below 10⁻²⁰, far under the millionth kept).
+        let (mut numerator, mut denominator) = (numerator, denominator);
+        while numerator.checked_mul(scale).is_none() {
+            numerator >>= 1;
+            denominator >>= 1;
+        }
+        let scaled = numerator * scale;
+        // Round to nearest, halves up, without adding to `scaled` (it may be near u128::MAX).
+        let (quotient, rest) = (scaled / denominator, scaled % denominator);
+        let micros = quotient + u128::from(rest >= denominator - rest);
         Score(micros.min(u128::from(Score::MAX.0)) as u32)
     }
 
@@ -170,4 +176,29 @@ pub struct Weighted {
     pub scorer: Box<dyn Scorer>,
     /// Its weight.
     pub weight: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_round_to_the_nearest_millionth_and_never_overflow() {
+        let cases: [(u128, u128, &str); 8] = [
+            (1, 3, "33.333333"),
+            (2, 3, "66.666667"),
+            (1, 8, "12.5"),
+            (1, 200_000_000, "0.000001"), // exactly half a millionth: rounds up
+            (0, 0, "0"),
+            (5, 4, "100"), // above 100 points: clamped
+            (u128::MAX - 1, u128::MAX, "100"),
+            (u128::MAX / 3, u128::MAX, "33.333333"),
+        ];
+        for (numerator, denominator, points) in cases {
+            let score = Score::from_ratio(numerator, denominator);
+            assert_eq!(score.to_string(), points, "{numerator}/{denominator}");
+        }
+        assert_eq!(points_text(466_666_670), "466.66667");
+        assert_eq!(points_text(200_000_000), "200");
+    }
 }
