@@ -114,12 +114,31 @@ pub struct ProcessOptions {
     /// `BERTH_NODE_ID` until the agent registers ([`Runner::registered`] then gives the ID the
     /// head chose); `None` leaves it empty until then.
     pub node_id: Option<String>,
+    /// The head's URL as this agent reaches it (`http://HOST:PORT` or `https://…`), given to
+    /// every process as `BERTH_ADDRESS` so the SDKs' workers can reach the head.
+    pub head: Option<String>,
+    /// The CA file that signed a TLS head's certificate, given as `BERTH_CA`.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for ProcessOptions {
     fn default() -> ProcessOptions {
-        ProcessOptions { grace: DEFAULT_GRACE, node_id: None }
+        ProcessOptions { grace: DEFAULT_GRACE, node_id: None, head: None, ca_file: None }
     }
+}
+
+/// The variables that tell a process how to reach the head; `BERTH_WORK_KEY` (set per
+/// process) is its credential there.
+fn head_env(options: &ProcessOptions) -> Vec<(&'static str, std::ffi::OsString)> {
+    let mut env = Vec::new();
+    if let Some(head) = &options.head {
+        let url = if head.contains("://") { head.clone() } else { format!("http://{head}") };
+        env.push(("BERTH_ADDRESS", url.into()));
+    }
+    if let Some(ca) = &options.ca_file {
+        env.push(("BERTH_CA", ca.clone().into_os_string()));
+    }
+    env
 }
 
 /// Why a [`ProcessRunner`] could not be created.
@@ -294,6 +313,8 @@ impl Inner {
 struct Shared {
     dir: PathBuf,
     grace: Duration,
+    /// `BERTH_ADDRESS` and `BERTH_CA` for every process.
+    head_env: Vec<(&'static str, std::ffi::OsString)>,
     boot_id: Option<String>,
     runtime: Handle,
     inner: Mutex<Inner>,
@@ -370,6 +391,7 @@ impl ProcessRunner {
         let shared = Arc::new(Shared {
             dir: work_dir,
             grace: options.grace,
+            head_env: head_env(&options),
             boot_id,
             runtime,
             inner: Mutex::new(Inner {
@@ -685,6 +707,8 @@ impl Shared {
             .env(id_var, work_id)
             .env("BERTH_NAMESPACE", &start.namespace)
             .env("BERTH_ATTEMPT", attempt.to_string())
+            .envs(self.head_env.iter().map(|(k, v)| (k, v)))
+            .env("BERTH_WORK_KEY", &start.work_key)
             .env("CUDA_VISIBLE_DEVICES", visible_devices(&start))
             .stdin(Stdio::null())
             .stdout(out)

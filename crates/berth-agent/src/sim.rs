@@ -300,14 +300,19 @@ enum NodeRunner {
 }
 
 impl NodeRunner {
-    fn new(node: &SimNode, options: &SimOptions) -> Result<NodeRunner, SimError> {
+    fn new(node: &SimNode, head: &str, options: &SimOptions) -> Result<NodeRunner, SimError> {
         match &options.runner {
             RunnerKind::Ack => Ok(NodeRunner::Ack(Arc::new(
                 AckRunner::new().task_exit_code(node.task_exit_code).hold_tasks(options.hold_tasks),
             ))),
             #[cfg(unix)]
             RunnerKind::Process { root, grace } => {
-                let options = ProcessOptions { grace: *grace, node_id: Some(node.node_id.clone()) };
+                let options = ProcessOptions {
+                    grace: *grace,
+                    node_id: Some(node.node_id.clone()),
+                    head: Some(head.to_string()),
+                    ca_file: None,
+                };
                 ProcessRunner::new(root.join(&node.node_id), options)
                     .map(|runner| NodeRunner::Process(Arc::new(runner)))
                     .map_err(|source| SimError::Runner { node_id: node.node_id.clone(), source })
@@ -372,7 +377,7 @@ impl SimCluster {
             if agents.contains_key(&node.node_id) {
                 return Err(SimError::DuplicateNode(node.node_id));
             }
-            let runner = NodeRunner::new(&node, &options)?;
+            let runner = NodeRunner::new(&node, head, &options)?;
             let agent = Agent::new(node.config(head, token, &options), runner.as_dyn())
                 .map_err(|source| SimError::Agent { node_id: node.node_id.clone(), source })?;
             let status = agent.status();

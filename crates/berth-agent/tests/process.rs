@@ -28,7 +28,7 @@ const WAIT: Duration = Duration::from_secs(10);
 const NODE: &str = "node-a";
 
 fn runner(dir: &Path, grace: Duration) -> ProcessRunner {
-    let options = ProcessOptions { grace, node_id: Some(NODE.into()) };
+    let options = ProcessOptions { grace, node_id: Some(NODE.into()), ..ProcessOptions::default() };
     ProcessRunner::new(dir.to_path_buf(), options).unwrap()
 }
 

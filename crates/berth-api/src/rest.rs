@@ -287,12 +287,70 @@ pub struct Actor {
     /// Why it waits, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,
+    /// Where its current attempt's process listens, once that process said so
+    /// (`PUT /api/v1/actors/{id}/endpoint`); the SDKs' worker runtimes do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<Endpoint>,
     /// What happened to it, oldest first (the last 50 entries).
     pub history: Vec<Event>,
     /// When it was created.
     pub created_at_ms: u64,
     /// What it was created with.
     pub spec: ActorCreate,
+    /// The actor's work key (see [`ActorEndpoint::work_key`]): only in the answer to its
+    /// creation, never in later reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_key: Option<String>,
+}
+
+/// Where an actor's process listens for its callers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Endpoint {
+    /// `HOST:PORT` the process listens on.
+    pub address: String,
+    /// The attempt whose process this is (1 for the first start, then one more per restart).
+    pub attempt: u32,
+}
+
+/// An actor's process telling the head where it listens (`PUT /api/v1/actors/{id}/endpoint`,
+/// authorised by the work key its agent gave it in `BERTH_WORK_KEY`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointRegister {
+    /// The attempt the process belongs to (its `BERTH_ATTEMPT`).
+    pub attempt: u32,
+    /// `HOST:PORT` it listens on: an IP address or a host name, and a port from 1 to 65535.
+    pub address: String,
+}
+
+/// How a caller reaches an actor (`GET /api/v1/actors/{id}/endpoint`, admin tokens only).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ActorEndpoint {
+    /// The actor.
+    pub actor_id: String,
+    /// Its state.
+    pub state: ActorState,
+    /// Where its current attempt listens; absent when the actor is DEAD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<Endpoint>,
+    /// Why it is dead, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub death_reason: Option<String>,
+    /// The actor's work key: its processes are given it (`BERTH_WORK_KEY`) and callers present
+    /// it to them, so only those who may read this (admin tokens) can call the actor. 64 hex
+    /// digits, the same for every attempt.
+    pub work_key: String,
+}
+
+/// `GET /api/v1/actors/{id}/endpoint`'s query.
+#[derive(Clone, Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EndpointQuery {
+    /// Answer only with an endpoint of a later attempt than this one (the caller's last, when
+    /// that process stopped answering); default 0: any attempt's.
+    pub after_attempt: Option<u32>,
+    /// Seconds to wait at most (default 30, at most 600).
+    pub timeout_s: Option<f64>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,6 +370,13 @@ pub enum TaskState {
     Failed,
     /// Cancelled by a user.
     Cancelled,
+}
+
+impl TaskState {
+    /// FINISHED, FAILED or CANCELLED: nothing more will happen to it.
+    pub fn is_final(self) -> bool {
+        matches!(self, TaskState::Finished | TaskState::Failed | TaskState::Cancelled)
+    }
 }
 
 /// The body of `POST /api/v1/tasks`.
@@ -398,6 +463,35 @@ pub struct Task {
     pub created_at_ms: u64,
     /// What it was submitted with.
     pub spec: TaskSubmit,
+    /// The task's work key (its processes are given it as `BERTH_WORK_KEY`, so whoever
+    /// submitted it can tell its worker from an impostor): only in the answer to its
+    /// submission, never in later reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_key: Option<String>,
+}
+
+/// The most task IDs one `POST /api/v1/tasks:wait` may name.
+pub const MAX_WAIT_IDS: usize = 10_000;
+
+/// `POST /api/v1/tasks:wait`: wait until one of these tasks has ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TasksWait {
+    /// The tasks (1 to 10,000 IDs).
+    pub task_ids: Vec<String>,
+    /// Seconds to wait at most (default 30, at most 600).
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+}
+
+/// The answer to `POST /api/v1/tasks:wait`: at once when one of the tasks has ended or is
+/// unknown, else when one ends, else empty after the timeout.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TasksEnded {
+    /// The named tasks that are FINISHED, FAILED or CANCELLED.
+    pub ended: Vec<Task>,
+    /// The named IDs the head does not know (never submitted, or forgotten since they ended).
+    pub unknown: Vec<String>,
 }
 
 // ---------------------------------------------------------------------------------------------

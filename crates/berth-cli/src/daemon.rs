@@ -387,6 +387,8 @@ async fn run_agent(
     let process_options = ProcessOptions {
         grace: Duration::from_secs_f64(options.grace_period),
         node_id: options.node_id.clone(),
+        head: Some(config.head.clone()),
+        ca_file: options.ca.clone(),
     };
     let runner =
         ProcessRunner::new(work_dir.clone(), process_options).map_err(|e| anyhow!("{e}"))?;

@@ -233,6 +233,7 @@ impl From<HeadError> for UiError {
         let title = match &err {
             HeadError::Invalid { .. } => "Refused",
             HeadError::NotFound { .. } => "Not found",
+            HeadError::Unauthorized(_) => "Not allowed",
             HeadError::Conflict(_) => "Not possible now",
             HeadError::Timeout(_) => "Timed out",
             HeadError::Unavailable(_) => "The head could not make the change durable",

@@ -13,6 +13,9 @@ pub enum HeadError {
         /// The rule.
         message: String,
     },
+    /// 401: the credential is missing or wrong.
+    #[error("{0}")]
+    Unauthorized(String),
     /// 404: no such object.
     #[error("{what} {id} not found")]
     NotFound {
@@ -42,6 +45,7 @@ impl HeadError {
     pub fn status(&self) -> u16 {
         match self {
             HeadError::Invalid { .. } => 400,
+            HeadError::Unauthorized(_) => 401,
             HeadError::NotFound { .. } => 404,
             HeadError::Conflict(_) => 409,
             HeadError::Timeout(_) => 408,
@@ -54,6 +58,7 @@ impl HeadError {
         let (error, field) = match self {
             HeadError::Invalid { field, .. } => (ErrorKind::Invalid, Some(field.clone())),
             HeadError::NotFound { .. } => (ErrorKind::NotFound, None),
+            HeadError::Unauthorized(_) => (ErrorKind::Unauthorized, None),
             HeadError::Conflict(_) => (ErrorKind::Conflict, None),
             HeadError::Timeout(_) => (ErrorKind::Timeout, None),
             HeadError::Unavailable(_) => (ErrorKind::Unavailable, None),

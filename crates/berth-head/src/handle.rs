@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_api::rest::{
-    Actor, ActorCreate, DryRun, Group, GroupCreate, Node, StringMap, Task, TaskSubmit,
+    Actor, ActorCreate, ActorEndpoint, ActorState, DryRun, Endpoint, EndpointRegister, Group,
+    GroupCreate, Node, StringMap, Task, TaskSubmit, TasksEnded, MAX_WAIT_IDS,
 };
 use berth_api::spec::{FileKind, InputError, ParsedRequest};
 use serde_json::{Map, Value};
@@ -18,6 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::HeadError;
 use crate::view::{Kind, View};
+use crate::work_keys::WorkKeys;
 
 /// The longest a `wait` may ask for.
 pub const MAX_WAIT: Duration = Duration::from_secs(600);
@@ -29,6 +31,7 @@ pub(crate) enum Command {
     SubmitTask { seq: u64, body: Box<TaskSubmit>, parsed: ParsedRequest, reply: Reply<Task> },
     CreateGroup { seq: u64, body: Box<GroupCreate>, parsed: ParsedRequest, reply: Reply<Group> },
     KillActor { id: String, reply: Reply<Actor> },
+    RegisterEndpoint { id: String, endpoint: Endpoint, reply: Reply<Actor> },
     CancelTask { id: String, reply: Reply<Task> },
     RemoveGroup { id: String, reply: Reply<Group> },
     DrainNode { node: String, reply: Reply<Node> },
@@ -66,6 +69,7 @@ pub struct HeadHandle {
     pub(crate) commands: mpsc::Sender<Command>,
     pub(crate) view: watch::Receiver<Arc<View>>,
     pub(crate) sequences: Arc<Sequences>,
+    pub(crate) work_keys: Arc<WorkKeys>,
 }
 
 impl HeadHandle {
@@ -105,7 +109,9 @@ impl HeadHandle {
         let seq = self.sequences.next(Kind::Actor);
         let parsed = actor_document(seq, &body)?;
         let body = Box::new(body);
-        self.ask(|reply| Command::CreateActor { seq, body, parsed, reply }).await
+        let mut actor = self.ask(|reply| Command::CreateActor { seq, body, parsed, reply }).await?;
+        actor.work_key = Some(self.work_keys.key(&actor.actor_id));
+        Ok(actor)
     }
 
     /// Submits a task.
@@ -120,7 +126,9 @@ impl HeadHandle {
         let seq = self.sequences.next(Kind::Task);
         let parsed = task_document(&body)?;
         let body = Box::new(body);
-        self.ask(|reply| Command::SubmitTask { seq, body, parsed, reply }).await
+        let mut task = self.ask(|reply| Command::SubmitTask { seq, body, parsed, reply }).await?;
+        task.work_key = Some(self.work_keys.key(&task.task_id));
+        Ok(task)
     }
 
     /// Creates a placement group (reserved now, or pending).
@@ -175,6 +183,108 @@ impl HeadHandle {
         let parsed = ParsedRequest::parse(FileKind::Body, "POST /api/v1/explain", document)
             .map_err(|e| input_error(e, &[]))?;
         self.ask(|reply| Command::DryRun { parsed, reply }).await
+    }
+
+    /// An actor's process says where it listens; `key` must be the actor's work key.
+    pub async fn register_endpoint(
+        &self,
+        id: &str,
+        key: Option<&str>,
+        body: EndpointRegister,
+    ) -> Result<Actor, HeadError> {
+        if !key.is_some_and(|key| self.work_keys.verify(id, key)) {
+            return Err(HeadError::Unauthorized(format!(
+                "only a process of {id} may say where it listens: send its work key \
+                 ($BERTH_WORK_KEY) as `Authorization: Bearer <key>`"
+            )));
+        }
+        check_address("address", &body.address)?;
+        if body.attempt == 0 {
+            return Err(HeadError::invalid("attempt", "attempts count from 1 ($BERTH_ATTEMPT)"));
+        }
+        let endpoint = Endpoint { address: body.address, attempt: body.attempt };
+        let id = id.to_string();
+        self.ask(|reply| Command::RegisterEndpoint { id, endpoint, reply }).await
+    }
+
+    /// How to reach an actor: waits, at most `timeout`, until an attempt later than
+    /// `after_attempt` listens or the actor is dead.
+    pub async fn actor_endpoint(
+        &self,
+        id: &str,
+        after_attempt: u32,
+        timeout: Duration,
+    ) -> Result<ActorEndpoint, HeadError> {
+        let mut view = self.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
+        loop {
+            let current = view.borrow_and_update().clone();
+            let actor = current
+                .actor(id)
+                .ok_or(HeadError::NotFound { what: "actor", id: id.to_string() })?;
+            let listening = actor.endpoint.as_ref().filter(|e| e.attempt > after_attempt);
+            if listening.is_some() || actor.state == ActorState::Dead {
+                return Ok(ActorEndpoint {
+                    actor_id: actor.actor_id.clone(),
+                    state: actor.state,
+                    endpoint: listening.cloned(),
+                    death_reason: actor.death_reason.clone(),
+                    work_key: self.work_keys.key(&actor.actor_id),
+                });
+            }
+            match tokio::time::timeout_at(deadline, view.changed()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) => {
+                    return Err(HeadError::Unavailable("the head is shutting down".into()))
+                }
+                Err(_) => {
+                    return Err(HeadError::Timeout(format!(
+                        "actor {id} has no process listening after attempt {after_attempt} \
+                         after {:.1} s (it is {:?})",
+                        timeout.as_secs_f64(),
+                        actor.state
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Waits, at most `timeout`, until one of `ids` has ended or is unknown; answers with all
+    /// of them that have (empty at the timeout).
+    pub async fn wait_tasks(
+        &self,
+        ids: &[String],
+        timeout: Duration,
+    ) -> Result<TasksEnded, HeadError> {
+        if ids.is_empty() || ids.len() > MAX_WAIT_IDS {
+            return Err(HeadError::invalid(
+                "task_ids",
+                format!("give 1 to {MAX_WAIT_IDS} task IDs, not {}", ids.len()),
+            ));
+        }
+        let mut view = self.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
+        loop {
+            let current = view.borrow_and_update().clone();
+            let mut answer = TasksEnded { ended: Vec::new(), unknown: Vec::new() };
+            for id in ids {
+                match current.task(id) {
+                    None => answer.unknown.push(id.clone()),
+                    Some(task) if task.state.is_final() => answer.ended.push((*task).clone()),
+                    Some(_) => {}
+                }
+            }
+            if !answer.ended.is_empty() || !answer.unknown.is_empty() {
+                return Ok(answer);
+            }
+            match tokio::time::timeout_at(deadline, view.changed()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) => {
+                    return Err(HeadError::Unavailable("the head is shutting down".into()))
+                }
+                Err(_) => return Ok(answer),
+            }
+        }
     }
 
     /// Waits until the group is created (or removed), at most `timeout`.
@@ -299,6 +409,31 @@ fn check_name(field: &str, name: &str) -> Result<(), HeadError> {
     }
     if name.chars().any(|c| c.is_control()) {
         return Err(HeadError::invalid(field, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// `HOST:PORT`: a host name or IP address (IPv6 in brackets) and a port from 1 to 65535.
+fn check_address(field: &str, address: &str) -> Result<(), HeadError> {
+    let rule = "must be HOST:PORT (a host name or IP address, IPv6 in brackets, and a port \
+                from 1 to 65535)";
+    if address.parse::<std::net::SocketAddr>().is_ok_and(|a| a.port() != 0) {
+        return Ok(());
+    }
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return Err(HeadError::invalid(field, rule));
+    };
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|part| {
+            !part.is_empty()
+                && part.len() <= 63
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        });
+    if !host_ok || !port.parse::<u16>().is_ok_and(|p| p != 0) {
+        return Err(HeadError::invalid(field, rule));
     }
     Ok(())
 }

@@ -90,7 +90,12 @@ pub(crate) fn router_with_logs(
         .route("/api/v1/nodes/{node}/taints", post(nodes::add_taints).delete(nodes::remove_taints))
         .route("/api/v1/actors", post(actors::create_actor).get(actors::list_actors))
         .route("/api/v1/actors/{id}", get(actors::get_actor).delete(actors::kill_actor))
+        .route(
+            "/api/v1/actors/{id}/endpoint",
+            get(actors::actor_endpoint).put(actors::register_endpoint),
+        )
         .route("/api/v1/tasks", post(tasks::submit_task).get(tasks::list_tasks))
+        .route("/api/v1/tasks:wait", post(tasks::wait_tasks))
         .route("/api/v1/tasks/{id}", get(tasks::get_task))
         .route("/api/v1/tasks/{id}/cancel", post(tasks::cancel_task))
         .route("/api/v1/placement_groups", post(groups::create_group).get(groups::list_groups))
@@ -127,7 +132,11 @@ pub(crate) fn forbidden(role: Role, method: &Method, path: &str) -> Option<Strin
         Role::Read if path.starts_with("/api/v1/tokens") => {
             Some("a read-only token cannot see or change tokens: it needs an admin token".into())
         }
+        Role::Read if path.starts_with("/api/v1/actors/") && path.ends_with("/endpoint") => {
+            Some("a read-only token cannot see an actor's work key: it needs an admin token".into())
+        }
         Role::Read if *method == Method::GET || *method == Method::HEAD => None,
+        Role::Read if *method == Method::POST && path == "/api/v1/tasks:wait" => None,
         Role::Read if *method == Method::POST && path == "/api/v1/explain" => None,
         Role::Read => {
             Some(format!("a read-only token cannot {method} {path}: it needs an admin token"))
@@ -137,6 +146,10 @@ pub(crate) fn forbidden(role: Role, method: &Method, path: &str) -> Option<Strin
 
 /// 401 unless the request carries a token the head knows; 403 when its role may not do this.
 async fn require_token(State(keyring): State<Keyring>, req: Request, next: Next) -> Response {
+    // An actor's process registers with its work key, which the handler checks.
+    if req.method() == Method::PUT && is_endpoint_path(req.uri().path()) {
+        return next.run(req).await;
+    }
     let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let refused = match keyring.check(presented) {
         Ok(role) => match forbidden(role, req.method(), req.uri().path()) {
@@ -160,6 +173,13 @@ async fn require_token(State(keyring): State<Keyring>, req: Request, next: Next)
     let mut response = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
     response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response
+}
+
+/// `/api/v1/actors/{id}/endpoint`.
+fn is_endpoint_path(path: &str) -> bool {
+    path.strip_prefix("/api/v1/actors/")
+        .and_then(|rest| rest.strip_suffix("/endpoint"))
+        .is_some_and(|id| !id.is_empty() && !id.contains('/'))
 }
 
 /// Records method, route template, status and latency of every answer.
@@ -248,10 +268,13 @@ async fn method_not_allowed(req: Request) -> Response {
         actors::list_actors,
         actors::get_actor,
         actors::kill_actor,
+        actors::register_endpoint,
+        actors::actor_endpoint,
         tasks::submit_task,
         tasks::list_tasks,
         tasks::get_task,
         tasks::cancel_task,
+        tasks::wait_tasks,
         groups::create_group,
         groups::list_groups,
         groups::get_group,
@@ -276,6 +299,11 @@ async fn method_not_allowed(req: Request) -> Response {
         rest::Actor,
         rest::ActorState,
         rest::ActorCreate,
+        rest::Endpoint,
+        rest::EndpointRegister,
+        rest::ActorEndpoint,
+        rest::TasksWait,
+        rest::TasksEnded,
         rest::Task,
         rest::TaskState,
         rest::TaskSubmit,

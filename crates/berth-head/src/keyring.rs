@@ -59,11 +59,11 @@ fn hash(secret: &str) -> String {
 }
 
 /// Equal in time independent of where the strings differ.
-fn same(a: &str, b: &str) -> bool {
+pub(crate) fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn random_secret() -> String {
+pub(crate) fn random_secret() -> String {
     let mut bytes = [0u8; 32];
     // ThreadRng is a CSPRNG seeded from the OS.
     rand::rng().fill_bytes(&mut bytes);

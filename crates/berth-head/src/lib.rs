@@ -27,6 +27,7 @@ mod records;
 pub mod tls;
 pub mod token;
 pub mod view;
+mod work_keys;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -208,10 +209,12 @@ pub async fn start_on(
     let holder = format!("head@{}", hostname());
     let lease = store.acquire_lease(&holder, LEASE_TTL).await?;
     let snapshot = store.load().await?;
+    let (work_keys, new_secret) = work_keys::WorkKeys::load(&snapshot);
+    let work_keys = Arc::new(work_keys);
 
     let metrics = Arc::new(Metrics::new());
     let sequences = Arc::new(Sequences::default());
-    let mut owner = Owner::new(config.clone(), metrics.clone());
+    let mut owner = Owner::new(config.clone(), metrics.clone(), work_keys.clone());
     let restored = owner.restore(&snapshot, &sequences);
     for skipped in &restored.skipped {
         tracing::warn!(record = %skipped, "not reloaded");
@@ -232,14 +235,17 @@ pub async fn start_on(
     let (commands_tx, commands_rx) = mpsc::channel::<Command>(65_536);
     let (cycles_tx, cycles_rx) = mpsc::channel(4);
     // The restored state is durable and visible before the head serves anyone.
-    let (first_batch, first_view) = owner.first_cycle();
+    let (mut first_batch, first_view) = owner.first_cycle();
+    if let Some(secret) = new_secret {
+        first_batch.append(secret);
+    }
     if !first_batch.is_empty() {
         store.commit(lease.epoch(), first_batch).await?;
     }
     let (view_tx, view_rx) = watch::channel(first_view);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (stopped_tx, stopped_rx) = watch::channel(None::<String>);
-    let handle = HeadHandle { commands: commands_tx.clone(), view: view_rx, sequences };
+    let handle = HeadHandle { commands: commands_tx.clone(), view: view_rx, sequences, work_keys };
 
     let epoch = lease.epoch();
     let stopped = stopped_tx.clone();

@@ -40,6 +40,7 @@ use crate::handle::Command;
 use crate::metrics::Metrics;
 use crate::records::encode;
 use crate::view::{Kind, View};
+use crate::work_keys::WorkKeys;
 
 pub(crate) use work::WorkKey;
 
@@ -100,6 +101,8 @@ pub(crate) struct Owner {
     pub(crate) finished: retention::Finished,
     pub(crate) config: HeadConfig,
     pub(crate) metrics: Arc<Metrics>,
+    /// Derives the key each Start gives the work's process.
+    pub(crate) work_keys: Arc<WorkKeys>,
 }
 
 /// Objects changed this cycle: to write and show, or (derived changes such as a new
@@ -117,7 +120,11 @@ pub(crate) struct Dirty {
 }
 
 impl Owner {
-    pub(crate) fn new(config: HeadConfig, metrics: Arc<Metrics>) -> Owner {
+    pub(crate) fn new(
+        config: HeadConfig,
+        metrics: Arc<Metrics>,
+        work_keys: Arc<WorkKeys>,
+    ) -> Owner {
         let seed = config.seed;
         let mut owner = Owner {
             cluster: Cluster::new(ResourceRegistry::default()),
@@ -143,6 +150,7 @@ impl Owner {
             finished: retention::Finished::default(),
             config,
             metrics,
+            work_keys,
         };
         owner.show_retention();
         owner
@@ -190,6 +198,10 @@ impl Owner {
             }
             Command::KillActor { id, reply } => {
                 let answer = self.kill_actor(&id);
+                self.reply(reply, answer);
+            }
+            Command::RegisterEndpoint { id, endpoint, reply } => {
+                let answer = self.register_endpoint(&id, endpoint);
                 self.reply(reply, answer);
             }
             Command::CancelTask { id, reply } => {

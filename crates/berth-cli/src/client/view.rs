@@ -685,6 +685,8 @@ pub mod fixtures {
 
     pub fn actor() -> Actor {
         Actor {
+            endpoint: None,
+            work_key: None,
             actor_id: "actor-12".into(),
             name: Some("web".into()),
             namespace: "default".into(),
@@ -724,6 +726,7 @@ pub mod fixtures {
 
     pub fn pending_task() -> Task {
         Task {
+            work_key: None,
             task_id: "task-3".into(),
             name: None,
             namespace: "default".into(),

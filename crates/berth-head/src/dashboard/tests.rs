@@ -80,6 +80,8 @@ fn gpu_diagnosis() -> Diagnosis {
 
 fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)]) -> Actor {
     Actor {
+        endpoint: None,
+        work_key: None,
         actor_id: format!("actor-{seq}"),
         name: Some(format!("web-{seq}")),
         namespace: "default".into(),
@@ -108,6 +110,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
 
 fn task(seq: u64, state: TaskState) -> Task {
     Task {
+        work_key: None,
         task_id: format!("task-{seq}"),
         name: None,
         namespace: "batch".into(),
@@ -208,6 +211,7 @@ fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
         commands: commands_tx,
         view: view_rx.clone(),
         sequences: Arc::new(Sequences::default()),
+        work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
     };
     let asked: Asked = Arc::default();
     let record = asked.clone();

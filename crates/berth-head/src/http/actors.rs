@@ -1,11 +1,15 @@
 //! `/api/v1/actors`: create, list, get, kill.
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use berth_api::rest::{Actor, ActorCreate, ApiError, List, ListQuery};
+use berth_api::rest::{
+    Actor, ActorCreate, ActorEndpoint, ApiError, EndpointQuery, EndpointRegister, List, ListQuery,
+};
 
 use super::extract::{created, Failure, JsonBody, PathId, Query};
+use super::groups::wait_timeout;
 use super::Api;
 use crate::error::HeadError;
 
@@ -81,4 +85,62 @@ pub(crate) async fn kill_actor(
     PathId(id): PathId,
 ) -> Result<Json<Actor>, Failure> {
     Ok(Json(api.handle.kill_actor(&id).await?))
+}
+
+/// An actor's process says where it listens (the SDKs' worker runtimes call this once they
+/// listen). Authorised by the actor's work key (the process's `BERTH_WORK_KEY`), not by a
+/// token; only the attempt placed now may register.
+#[utoipa::path(
+    put, path = "/api/v1/actors/{id}/endpoint", tag = "actors", operation_id = "register_endpoint",
+    params(("id" = String, Path, description = "The actor's ID (`actor-17`)")),
+    request_body(content = EndpointRegister, description = "The process's attempt and address"),
+    responses(
+        (status = 200, description = "The actor, with its endpoint", body = Actor),
+        (status = 400, description = "A bad field; `field` names it", body = ApiError),
+        (status = 401, description = "Not the actor's work key", body = ApiError),
+        (status = 404, description = "No such actor", body = ApiError),
+        (status = 409, description = "The actor is DEAD, or that attempt is not the current one", body = ApiError),
+        (status = 503, description = "The change could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn register_endpoint(
+    State(api): State<Api>,
+    PathId(id): PathId,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<EndpointRegister>,
+) -> Result<Json<Actor>, Failure> {
+    let key = bearer(&headers);
+    Ok(Json(api.handle.register_endpoint(&id, key, body).await?))
+}
+
+/// How to call an actor: where its current attempt listens and its work key. Waits (long
+/// poll, at most `timeout_s`) until an attempt later than `after_attempt` listens or the actor
+/// is DEAD. Admin tokens only: the work key lets its holder call the actor.
+#[utoipa::path(
+    get, path = "/api/v1/actors/{id}/endpoint", tag = "actors", operation_id = "actor_endpoint",
+    params(("id" = String, Path, description = "The actor's ID (`actor-17`)"), EndpointQuery),
+    responses(
+        (status = 200, description = "Where it listens, or DEAD with the reason", body = ActorEndpoint),
+        (status = 400, description = "A bad `timeout_s` or `after_attempt`", body = ApiError),
+        (status = 403, description = "A read token", body = ApiError),
+        (status = 404, description = "No such actor", body = ApiError),
+        (status = 408, description = "No such attempt listens yet after `timeout_s`", body = ApiError),
+        (status = 503, description = "The head is shutting down", body = ApiError),
+    )
+)]
+pub(crate) async fn actor_endpoint(
+    State(api): State<Api>,
+    PathId(id): PathId,
+    Query(query): Query<EndpointQuery>,
+) -> Result<Json<ActorEndpoint>, Failure> {
+    let timeout = wait_timeout(query.timeout_s)?;
+    let after = query.after_attempt.unwrap_or(0);
+    Ok(Json(api.handle.actor_endpoint(&id, after, timeout).await?))
+}
+
+/// The secret of an `Authorization: Bearer …` header.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, secret) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| secret.trim())
 }

@@ -363,6 +363,8 @@ mod tests {
 
     fn actor(state: ActorState) -> Actor {
         Actor {
+            endpoint: None,
+            work_key: None,
             actor_id: "actor-1".into(),
             name: None,
             namespace: "default".into(),
@@ -409,8 +411,12 @@ mod tests {
         let to_agent = logs.attach("n1".into(), 1, liveness, inbound).unwrap();
         let (commands, _) = mpsc::channel(1);
         let (view_tx, view_rx) = watch::channel(view(ActorState::Alive));
-        let handle =
-            HeadHandle { commands, view: view_rx, sequences: Arc::new(Sequences::default()) };
+        let handle = HeadHandle {
+            commands,
+            view: view_rx,
+            sequences: Arc::new(Sequences::default()),
+            work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
+        };
         let router = super::super::router_with_logs(
             handle,
             crate::keyring::Keyring::in_memory(TOKEN, "agent-secret"),

@@ -3,9 +3,10 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use berth_api::rest::{ApiError, List, ListQuery, Task, TaskSubmit};
+use berth_api::rest::{ApiError, List, ListQuery, Task, TaskSubmit, TasksEnded, TasksWait};
 
 use super::extract::{created, Failure, JsonBody, PathId, Query};
+use super::groups::wait_timeout;
 use super::Api;
 use crate::error::HeadError;
 
@@ -81,4 +82,25 @@ pub(crate) async fn cancel_task(
     PathId(id): PathId,
 ) -> Result<Json<Task>, Failure> {
     Ok(Json(api.handle.cancel_task(&id).await?))
+}
+
+/// Wait until one of these tasks ends (long poll): answers at once with every named task that
+/// is FINISHED, FAILED or CANCELLED and every ID the head does not know; when there is none,
+/// as soon as one ends, or with empty lists after `timeout_s`. An SDK's driver watches the
+/// tasks it awaits with one such call instead of one per task.
+#[utoipa::path(
+    post, path = "/api/v1/tasks:wait", tag = "tasks", operation_id = "wait_tasks",
+    request_body(content = TasksWait, description = "The tasks (1 to 10,000 IDs) and the longest wait"),
+    responses(
+        (status = 200, description = "The tasks that ended and the IDs not known (both empty after the timeout)", body = TasksEnded),
+        (status = 400, description = "A bad field; `field` names it", body = ApiError),
+        (status = 503, description = "The head is shutting down", body = ApiError),
+    )
+)]
+pub(crate) async fn wait_tasks(
+    State(api): State<Api>,
+    JsonBody(body): JsonBody<TasksWait>,
+) -> Result<Json<TasksEnded>, Failure> {
+    let timeout = wait_timeout(body.timeout_s)?;
+    Ok(Json(api.handle.wait_tasks(&body.task_ids, timeout).await?))
 }

@@ -42,6 +42,8 @@ fn node(id: &str, address: &str, state: NodeState, labels: &[(&str, &str)]) -> N
 
 fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)]) -> Actor {
     Actor {
+        endpoint: None,
+        work_key: None,
         actor_id: format!("actor-{seq}"),
         name: None,
         namespace: "default".into(),
@@ -64,6 +66,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
 
 fn task(seq: u64) -> Task {
     Task {
+        work_key: None,
         task_id: format!("task-{seq}"),
         name: None,
         namespace: "default".into(),
@@ -125,6 +128,7 @@ fn harness() -> Harness {
         commands: commands_tx,
         view: view_rx,
         sequences: Arc::new(Sequences::default()),
+        work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
     };
     let metrics = Arc::new(Metrics::new());
     let router =
@@ -283,10 +287,22 @@ fn routes() -> Vec<(Method, &'static str, &'static str, Option<&'static str>)> {
         (Method::GET, "/api/v1/actors", "/api/v1/actors", None),
         (Method::GET, "/api/v1/actors/actor-1", "/api/v1/actors/{id}", None),
         (Method::DELETE, "/api/v1/actors/actor-1", "/api/v1/actors/{id}", None),
+        (
+            Method::GET,
+            "/api/v1/actors/actor-1/endpoint?timeout_s=0",
+            "/api/v1/actors/{id}/endpoint",
+            None,
+        ),
         (Method::POST, "/api/v1/tasks", "/api/v1/tasks", Some(actor)),
         (Method::GET, "/api/v1/tasks", "/api/v1/tasks", None),
         (Method::GET, "/api/v1/tasks/task-1", "/api/v1/tasks/{id}", None),
         (Method::POST, "/api/v1/tasks/task-1/cancel", "/api/v1/tasks/{id}/cancel", None),
+        (
+            Method::POST,
+            "/api/v1/tasks:wait",
+            "/api/v1/tasks:wait",
+            Some(r#"{"task_ids": ["task-1"], "timeout_s": 0}"#),
+        ),
         (Method::POST, "/api/v1/placement_groups", "/api/v1/placement_groups", Some(group)),
         (Method::GET, "/api/v1/placement_groups", "/api/v1/placement_groups", None),
         (Method::GET, "/api/v1/placement_groups/pg-1", "/api/v1/placement_groups/{id}", None),
@@ -346,9 +362,9 @@ async fn http_every_route_answers_with_the_token() {
     for (method, uri, _, body) in routes() {
         let body = body.map(|b| b.as_bytes().to_vec());
         let answer = send(&h.router, method.clone(), uri, Some(TOKEN), body).await;
-        // The wait times out (the group is PENDING); no agent has a log stream here (409);
-        // everything else succeeds.
-        let expected: &[u16] = if uri.contains("/wait") {
+        // The waits time out (the group is PENDING, no actor process listens); no agent has a
+        // log stream here (409); everything else succeeds.
+        let expected: &[u16] = if uri.contains("/wait") || uri.contains("/endpoint") {
             &[408]
         } else if uri.contains("/logs/") {
             &[409]
@@ -382,6 +398,8 @@ async fn http_openapi_lists_every_route_and_the_token_scheme() {
     let mut templates: Vec<(&str, String)> =
         routes().iter().map(|(m, _, t, _)| (*t, m.as_str().to_ascii_lowercase())).collect();
     templates.push(("/healthz", "get".into()));
+    // Authorised by the actor's work key (a bearer secret too), not by a token.
+    templates.push(("/api/v1/actors/{id}/endpoint", "put".into()));
     for (template, method) in &templates {
         let op = &paths[*template][method.as_str()];
         assert!(op.is_object(), "{method} {template} missing from {}", paths.keys().len());
@@ -693,7 +711,8 @@ async fn http_head_errors_map_to_statuses() {
                 send(&h.router, method.clone(), uri, Some(TOKEN), body.map(|b| b.into())).await;
             // Tokens are not the owner's: its errors do not reach them.
             let changes = !matches!(method, Method::GET) && !uri.contains("/tokens");
-            if changes && !uri.ends_with("/wait") {
+            // Waits read the view; the owner's errors do not reach them.
+            if changes && !uri.ends_with("/wait") && !uri.ends_with(":wait") {
                 let field = matches!(error, HeadError::Invalid { .. }).then_some("resources.GPU");
                 let json = answer.error(status, word, field);
                 assert_eq!(json["message"], error.body().message, "{method} {uri}");

@@ -4,7 +4,7 @@ use berth_api::agent::{Assignment, InstanceIds, Start, Stop, WorkKind};
 use std::collections::BTreeMap;
 
 use berth_api::rest::{
-    Actor, ActorCreate, ActorState, Event, StringMap, Task, TaskState, TaskSubmit,
+    Actor, ActorCreate, ActorState, Endpoint, Event, StringMap, Task, TaskState, TaskSubmit,
 };
 use berth_api::spec::{LoadedRequest, ParsedRequest};
 use berth_core::actors::ActorAffinity;
@@ -18,6 +18,7 @@ use crate::error::HeadError;
 use crate::handle::input_error;
 use crate::records::{ActorRecord, Placement, TaskRecord};
 use crate::view::{Kind, Waiting};
+use crate::work_keys::WorkKeys;
 
 /// Events kept per object.
 pub(crate) const HISTORY: usize = 50;
@@ -124,6 +125,8 @@ impl WorkObject for Actor {
     }
     fn set_placed(&mut self, node: Option<String>, instances: BTreeMap<String, Vec<u32>>) {
         (self.node_id, self.instances) = (node, instances);
+        // A new attempt's process has not said where it listens yet.
+        self.endpoint = None;
     }
     fn set_diagnosis(&mut self, diagnosis: Option<berth_api::rest::Diagnosis>) {
         self.diagnosis = diagnosis;
@@ -262,6 +265,8 @@ impl Owner {
         }
         let request = build(self, parsed)?;
         let mut api = Actor {
+            endpoint: None,
+            work_key: None,
             actor_id: Kind::Actor.id(seq),
             name: body.name.clone(),
             namespace,
@@ -292,6 +297,7 @@ impl Owner {
     ) -> Result<Task, HeadError> {
         let request = build(self, parsed)?;
         let mut api = Task {
+            work_key: None,
             task_id: Kind::Task.id(seq),
             name: body.name.clone(),
             namespace: body.namespace.clone().unwrap_or_else(|| "default".to_string()),
@@ -428,7 +434,14 @@ impl Owner {
             e.api.set_placed(Some(node_id.clone()), instances.clone());
             let text = convert::instances_text(&instances);
             push_event(e.api.history(), "placed", Some(&node_id), text);
-            start_message(&e.api, e.attempt, &self.cluster, &allocation, &instances)
+            start_message(
+                &e.api,
+                e.attempt,
+                &self.cluster,
+                &allocation,
+                &instances,
+                &self.work_keys,
+            )
         });
         if matches!(key, WorkKey::Actor(_)) {
             self.trigger(Trigger::ActorsChanged);
@@ -451,14 +464,18 @@ impl Owner {
 
     /// The Start message of `key`'s current attempt (sent again when an agent reconnects).
     pub(crate) fn start_of(&self, key: WorkKey) -> Option<Assignment> {
-        fn start<A: WorkObject>(e: &Work<A>, cluster: &berth_core::Cluster) -> Option<Assignment> {
+        fn start<A: WorkObject>(
+            e: &Work<A>,
+            cluster: &berth_core::Cluster,
+            keys: &WorkKeys,
+        ) -> Option<Assignment> {
             let allocation = e.allocation.as_ref()?;
             let instances = e.placement.as_ref().map(|p| p.instances.clone()).unwrap_or_default();
-            Some(start_message(&e.api, e.attempt, cluster, allocation, &instances))
+            Some(start_message(&e.api, e.attempt, cluster, allocation, &instances, keys))
         }
         match key {
-            WorkKey::Actor(seq) => start(self.actors.get(&seq)?, &self.cluster),
-            WorkKey::Task(seq) => start(self.tasks.get(&seq)?, &self.cluster),
+            WorkKey::Actor(seq) => start(self.actors.get(&seq)?, &self.cluster, &self.work_keys),
+            WorkKey::Task(seq) => start(self.tasks.get(&seq)?, &self.cluster, &self.work_keys),
         }
     }
 
@@ -493,6 +510,8 @@ impl Owner {
                 if e.api.state == ActorState::Dead {
                     return;
                 }
+                // That process no longer listens; the next attempt's will say where it does.
+                e.api.endpoint = None;
                 push_event(&mut e.api.history, event_kind(&ending), node.as_deref(), text.clone());
                 let restart_allowed = e.api.spec.max_restarts < 0
                     || (e.api.restarts as i64) < e.api.spec.max_restarts;
@@ -637,6 +656,40 @@ impl Owner {
         }
     }
 
+    /// An actor's process says where it listens. Only the current attempt's may, while it is
+    /// placed: a late word from a process that has since stopped must not hide the new one.
+    pub(crate) fn register_endpoint(
+        &mut self,
+        id: &str,
+        endpoint: Endpoint,
+    ) -> Result<Actor, HeadError> {
+        let seq = match Kind::parse(id) {
+            Some((Kind::Actor, seq)) if self.actors.contains_key(&seq) => seq,
+            _ => return Err(HeadError::NotFound { what: "actor", id: id.to_string() }),
+        };
+        let e = self.actors.get_mut(&seq).expect("known");
+        if e.api.state == ActorState::Dead {
+            return Err(HeadError::Conflict(format!("actor {id} is DEAD")));
+        }
+        if e.placement.is_none() || e.attempt != endpoint.attempt {
+            return Err(HeadError::Conflict(format!(
+                "attempt {} of actor {id} is not the one placed now ({})",
+                endpoint.attempt,
+                match &e.placement {
+                    Some(_) => format!("that is attempt {}", e.attempt),
+                    None => "it waits to be placed".to_string(),
+                }
+            )));
+        }
+        if e.api.endpoint.as_ref() != Some(&endpoint) {
+            let node = e.api.node_id.clone();
+            push_event(&mut e.api.history, "listening", node.as_deref(), endpoint.address.clone());
+            e.api.endpoint = Some(endpoint);
+            self.mark(WorkKey::Actor(seq));
+        }
+        Ok(self.actors[&seq].api.clone())
+    }
+
     pub(crate) fn kill_actor(&mut self, id: &str) -> Result<Actor, HeadError> {
         let seq = match Kind::parse(id) {
             Some((Kind::Actor, seq)) if self.actors.contains_key(&seq) => seq,
@@ -653,6 +706,7 @@ impl Owner {
         let e = self.actors.get_mut(&seq).expect("known");
         e.api.state = ActorState::Dead;
         e.api.diagnosis = None;
+        e.api.endpoint = None;
         e.api.death_reason = Some("killed by a user".to_string());
         push_event(&mut e.api.history, "killed", node.as_deref(), "killed by a user".into());
         self.mark(key);
@@ -796,6 +850,7 @@ fn start_message<A: WorkObject>(
     cluster: &berth_core::Cluster,
     allocation: &Allocation,
     instances: &BTreeMap<String, Vec<u32>>,
+    keys: &WorkKeys,
 ) -> Assignment {
     let (command, args, env) = api.command();
     Assignment {
@@ -812,6 +867,7 @@ fn start_message<A: WorkObject>(
                 .iter()
                 .map(|(name, ids)| (name.clone(), InstanceIds { ids: ids.clone() }))
                 .collect(),
+            work_key: keys.key(api.id()),
         })),
     }
 }
