@@ -1,0 +1,162 @@
+"""Object references: the future result of a task, an actor call or a placement group."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+# One condition for every object: berth.wait wakes when any of them resolves.
+_resolved = threading.Condition()
+
+_PENDING = object()
+
+
+class ObjectState:
+    """Where a result lands: set once, by whichever side learns it first."""
+
+    __slots__ = ("value", "error", "event", "work_id", "describe", "bound")
+
+    def __init__(self, describe: str) -> None:
+        self.value: Any = _PENDING
+        self.error: Optional[BaseException] = None
+        self.event = threading.Event()
+        self.work_id: Optional[str] = None
+        self.describe = describe
+        # Set once the head accepted the work (``work_id`` known).
+        self.bound = threading.Event()
+
+    @property
+    def done(self) -> bool:
+        return self.event.is_set()
+
+    def set_value(self, value: Any) -> bool:
+        """Resolves with a value; False when it was already resolved."""
+        return self._set(value, None)
+
+    def set_error(self, error: BaseException) -> bool:
+        """Resolves with an error; False when it was already resolved."""
+        return self._set(None, error)
+
+    def _set(self, value: Any, error: Optional[BaseException]) -> bool:
+        with _resolved:
+            if self.event.is_set():
+                return False
+            self.value, self.error = value, error
+            self.event.set()
+            _resolved.notify_all()
+        return True
+
+
+class ObjectRef:
+    """A reference to a result that may not exist yet: pass it to :func:`berth.get`."""
+
+    __slots__ = ("_state", "_id", "__weakref__")
+
+    def __init__(self, state: ObjectState) -> None:
+        self._state = state
+        self._id = uuid.uuid4().hex
+
+    def hex(self) -> str:
+        """A unique ID of this reference (driver-local)."""
+        return self._id
+
+    @property
+    def work_id(self) -> Optional[str]:
+        """The task or actor that produces it (``task-7``), once the head accepted it."""
+        return self._state.work_id
+
+    def future(self):
+        """A ``concurrent.futures.Future`` resolved with the result."""
+        import concurrent.futures
+
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def watch() -> None:
+            self._state.event.wait()
+            if self._state.error is not None:
+                fut.set_exception(self._state.error)
+            else:
+                fut.set_result(self._state.value)
+
+        threading.Thread(target=watch, daemon=True, name="berth-future").start()
+        return fut
+
+    def __repr__(self) -> str:
+        where = f", {self._state.work_id}" if self._state.work_id else ""
+        return f"ObjectRef({self._state.describe}{where})"
+
+    def __reduce__(self):
+        raise TypeError(
+            "an ObjectRef cannot be sent inside another value: pass it as a top-level argument "
+            "(it is resolved first) or get() it"
+        )
+
+
+def get(refs, timeout: Optional[float] = None):
+    """The value of one reference, or a list of values for a list of references; waits at
+    most ``timeout`` seconds in all (``GetTimeoutError``). A failed task's exception is
+    raised again, with the remote traceback."""
+    from .exceptions import GetTimeoutError
+
+    single = isinstance(refs, ObjectRef)
+    items: Sequence[Any] = [refs] if single else refs
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"get() takes an ObjectRef or a list of them, not {type(refs).__name__}")
+    for ref in items:
+        if not isinstance(ref, ObjectRef):
+            raise TypeError(f"get() takes ObjectRefs, not {type(ref).__name__}")
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout: {timeout} is negative")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out: List[Any] = []
+    for ref in items:
+        state = ref._state
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not state.event.wait(left):
+            raise GetTimeoutError(f"get() timed out after {timeout} s waiting for {ref!r}")
+        if state.error is not None:
+            raise state.error
+        out.append(state.value)
+    return out[0] if single else out
+
+
+def wait(refs: List[ObjectRef], *, num_returns: int = 1, timeout: Optional[float] = None,
+         fetch_local: bool = True) -> Tuple[List[ObjectRef], List[ObjectRef]]:
+    """Waits until ``num_returns`` of ``refs`` are ready (resolved with a value or an error) or
+    ``timeout`` passed; returns (ready, not ready), each in the order given."""
+    if not isinstance(refs, (list, tuple)) or not all(isinstance(r, ObjectRef) for r in refs):
+        raise TypeError("wait() takes a list of ObjectRefs")
+    if len({id(r) for r in refs}) != len(refs):
+        raise ValueError("refs: wait() takes each ObjectRef once")
+    if not 0 <= num_returns <= len(refs):
+        raise ValueError(f"num_returns: {num_returns} is not between 0 and {len(refs)}")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with _resolved:
+        while True:
+            ready = [r for r in refs if r._state.done]
+            if len(ready) >= num_returns:
+                break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            _resolved.wait(left)
+    ready = ready[: max(num_returns, 0)] if len(ready) > num_returns else ready
+    chosen = {id(r) for r in ready}
+    return ready, [r for r in refs if id(r) not in chosen]
+
+
+def resolved_ref(describe: str, produce: Callable[[], Any]) -> ObjectRef:
+    """A reference resolved by ``produce()`` run in a background thread (its exception, if
+    any, is the reference's error)."""
+    state = ObjectState(describe)
+
+    def run() -> None:
+        try:
+            state.set_value(produce())
+        except BaseException as e:  # noqa: BLE001 - handed to whoever gets the ref
+            state.set_error(e)
+
+    threading.Thread(target=run, daemon=True, name=f"berth-{describe}").start()
+    return ObjectRef(state)

@@ -1,0 +1,156 @@
+"""The owner service: every driver runs one, and the workers of its tasks and actors fetch
+their function (or class) and arguments from it and hand their results back to it.
+
+User data never passes through the head: the head only tells a worker who its owner is
+(``BERTH_OWNER``, ``BERTH_CALL`` in its environment) and gives it the work key, which the
+owner checks on every message, so only that work's processes can fetch its arguments or
+set its result.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import socket
+import threading
+import uuid
+from typing import Callable, Dict, List, Optional
+
+from . import _protocol
+from ._objects import ObjectState
+from ._serialize import CODEC, error_from, loads
+
+log = logging.getLogger("berth")
+
+# How long a worker's fetch waits for its driver to learn the work's ID and key (the head
+# may start the worker before the driver has read the answer to its submission).
+BIND_WAIT_S = 120.0
+
+
+class Call:
+    """One task or actor creation this driver owns."""
+
+    def __init__(self, kind: str, payload: bytes, states: List[ObjectState], name: str) -> None:
+        self.id = uuid.uuid4().hex
+        self.kind = kind
+        self.payload: Optional[bytes] = payload
+        self.states = states
+        self.name = name
+        self.work_id: Optional[str] = None
+        self.key: Optional[str] = None
+        self.bound = threading.Event()
+        # Actors: called with the creation error when the constructor raised.
+        self.on_failed: Optional[Callable[[BaseException], None]] = None
+
+    def matches(self, work_id: object, key: object) -> bool:
+        return (
+            isinstance(work_id, str) and isinstance(key, str) and work_id == self.work_id
+            and self.key is not None and hmac.compare_digest(key.lower(), self.key.lower())
+        )
+
+
+class OwnerServer:
+    """Listens on every interface, port chosen by the OS; ``address`` is what workers dial."""
+
+    def __init__(self, advertise_host: str) -> None:
+        self._calls: Dict[str, Call] = {}
+        self._lock = threading.Lock()
+        self._sock = socket.create_server(("0.0.0.0", 0), backlog=512)
+        self.address = f"{advertise_host}:{self._sock.getsockname()[1]}"
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name="berth-owner").start()
+
+    def add(self, call: Call) -> None:
+        with self._lock:
+            self._calls[call.id] = call
+
+    def bind(self, call: Call, work_id: str, key: str) -> None:
+        """The head accepted the call as ``work_id`` with ``key``."""
+        call.work_id, call.key = work_id, key
+        for state in call.states:
+            state.work_id = work_id
+            state.bound.set()
+        call.bound.set()
+
+    def forget(self, call: Call) -> None:
+        with self._lock:
+            self._calls.pop(call.id, None)
+        call.payload = None
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True, name="berth-owner-conn").start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            while True:
+                try:
+                    header, payload = _protocol.recv(conn)
+                except (EOFError, OSError, _protocol.ProtocolError):
+                    return
+                try:
+                    reply, body = self._handle(header, payload)
+                except Exception as e:  # noqa: BLE001 - answered, never fatal to the driver
+                    reply, body = {"ok": False, "error": f"the owner failed: {e}"}, b""
+                try:
+                    _protocol.send(conn, reply, body)
+                except OSError:
+                    return
+
+    def _handle(self, header: dict, payload: bytes):
+        op = header.get("op")
+        with self._lock:
+            call = self._calls.get(str(header.get("call")))
+        if call is None:
+            return {"ok": False, "error": "this driver does not own that call (it ended or was cancelled)"}, b""
+        if not call.bound.wait(BIND_WAIT_S):
+            return {"ok": False, "error": "the driver never learned the work's ID"}, b""
+        if not call.matches(header.get("work_id"), header.get("key")):
+            return {"ok": False, "error": "wrong work ID or key"}, b""
+        if op == "fetch":
+            data = call.payload
+            if data is None:
+                return {"ok": False, "error": f"{call.work_id} already has its result"}, b""
+            return {"ok": True, "codec": CODEC, "kind": call.kind}, data
+        if op == "result":
+            ok = header.get("status") == "ok"
+            if call.kind == "actor":
+                # Only a failed constructor reports to the owner; the actor is then killed.
+                if not ok and call.on_failed is not None:
+                    call.on_failed(error_from(payload))
+                return {"ok": True}, b""
+            try:
+                if ok:
+                    value = loads(payload)
+                    if len(call.states) == 1:
+                        call.states[0].set_value(value)
+                    else:
+                        values = list(value)
+                        if len(values) != len(call.states):
+                            raise ValueError(
+                                f"{call.name} returned {len(values)} values, not num_returns={len(call.states)}"
+                            )
+                        for state, v in zip(call.states, values):
+                            state.set_value(v)
+                else:
+                    error = error_from(payload)
+                    for state in call.states:
+                        state.set_error(error)
+            except Exception as e:  # noqa: BLE001 - a result this driver cannot read
+                for state in call.states:
+                    state.set_error(e)
+            self.forget(call)
+            return {"ok": True}, b""
+        return {"ok": False, "error": f"unknown op {op!r}"}, b""

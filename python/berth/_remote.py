@@ -1,0 +1,491 @@
+"""``@berth.remote``: functions that run as tasks, classes whose instances live in actors, and
+the handles through which a driver calls them."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import socket
+import threading
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+from . import _options, _protocol, _runtime
+from ._objects import ObjectRef, ObjectState, get
+from ._owner import Call
+from ._serialize import dumps, error_from, loads, ship_by_value
+from .exceptions import (
+    ActorDiedError,
+    ActorUnavailableError,
+    BerthError,
+    NotFoundError,
+    RequestError,
+)
+
+WORKER_ARGS = ["-m", "berth.worker"]
+
+
+def _worker_env(runtime, call: Call) -> Dict[str, str]:
+    return {"BERTH_OWNER": runtime.owner.address, "BERTH_CALL": call.id}
+
+
+def _has_refs(args: tuple, kwargs: dict) -> bool:
+    return any(isinstance(a, ObjectRef) for a in itertools.chain(args, kwargs.values()))
+
+
+def _resolve(args: tuple, kwargs: dict) -> Tuple[tuple, dict]:
+    """Top-level ObjectRef arguments replaced by their values (their errors raised)."""
+    args = tuple(get(a) if isinstance(a, ObjectRef) else a for a in args)
+    kwargs = {k: get(v) if isinstance(v, ObjectRef) else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+# ---------------------------------------------------------------------------------------------
+# Tasks.
+
+
+class RemoteFunction:
+    """A function that runs as a Berth task: ``f.remote(...)`` returns an ``ObjectRef``."""
+
+    def __init__(self, function: Callable, options: Dict[str, Any]) -> None:
+        self._function = function
+        self._options = _options.validate_options(dict(options), "task")
+        self._pickled: Optional[bytes] = None
+        functools.update_wrapper(self, function)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"remote function {self._function.__qualname__} cannot be called directly: use "
+            f"{self._function.__name__}.remote(...)"
+        )
+
+    def options(self, **options: Any) -> "RemoteFunction":
+        """The same function with these options changed (``num_cpus``, ``label_selector``...)."""
+        merged = dict(self._options)
+        merged.update(options)
+        clone = RemoteFunction(self._function, merged)
+        clone._pickled = self._pickled
+        return clone
+
+    def remote(self, *args: Any, **kwargs: Any):
+        """Submits one run; returns its ``ObjectRef`` (a list of ``num_returns`` refs when that
+        is more than 1). Options are checked here, before anything is sent."""
+        runtime = _runtime.current()
+        name = self._function.__qualname__
+        num_returns = int(self._options.get("num_returns", 1) or 1)
+        states = [ObjectState(name) for _ in range(num_returns)]
+        refs = [ObjectRef(s) for s in states]
+        if self._pickled is None:
+            ship_by_value(self._function)
+            self._pickled = dumps(self._function)
+        call = Call("task", b"", states, name)
+        body = _options.task_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call))
+        body.setdefault("name", name[:253])
+        body.setdefault("namespace", runtime.namespace)
+        pickled = self._pickled
+        if _has_refs(args, kwargs):
+            payload = None
+        else:
+            payload = dumps({"function": loads(pickled), "args": args, "kwargs": kwargs})
+        runtime.submitter.submit(_submit_task, runtime, call, body, payload, pickled, args, kwargs)
+        return refs[0] if num_returns == 1 else refs
+
+
+def _submit_task(runtime, call: Call, body: dict, payload: Optional[bytes], pickled: bytes,
+                 args: tuple, kwargs: dict) -> None:
+    try:
+        if payload is None:
+            args, kwargs = _resolve(args, kwargs)
+            payload = dumps({"function": loads(pickled), "args": args, "kwargs": kwargs})
+        call.payload = payload
+        runtime.owner.add(call)
+        task = runtime.client.post("/api/v1/tasks", body)
+    except BaseException as e:  # noqa: BLE001 - the caller sees it in get()
+        runtime.owner.forget(call)
+        for state in call.states:
+            state.set_error(e)
+        return
+    runtime.owner.bind(call, task["task_id"], task["work_key"])
+    runtime.watch(call)
+
+
+# ---------------------------------------------------------------------------------------------
+# Actors.
+
+
+def _method_names(cls: type) -> List[str]:
+    return [n for n, m in inspect.getmembers(cls) if callable(m) and not n.startswith("__")]
+
+
+class ActorClass:
+    """A class whose instances live in Berth actors: ``Cls.remote(...)`` returns an
+    ``ActorHandle``."""
+
+    def __init__(self, cls: type, options: Dict[str, Any]) -> None:
+        self._cls = cls
+        self._options = _options.validate_options(dict(options), "actor")
+        self._pickled: Optional[bytes] = None
+        self.__name__ = cls.__name__
+        self.__qualname__ = cls.__qualname__
+        self.__doc__ = cls.__doc__
+        self.__module__ = cls.__module__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"actor class {self._cls.__qualname__} cannot be instantiated directly: use "
+            f"{self._cls.__name__}.remote(...)"
+        )
+
+    def options(self, **options: Any) -> "ActorClass":
+        """The same class with these options changed (``labels``, ``scheduling_strategy``...)."""
+        merged = dict(self._options)
+        merged.update(options)
+        clone = ActorClass(self._cls, merged)
+        clone._pickled = self._pickled
+        return clone
+
+    def remote(self, *args: Any, **kwargs: Any) -> "ActorHandle":
+        """Creates the actor (accepted by the head on return; placed now or when it can be)."""
+        runtime = _runtime.current()
+        if self._pickled is None:
+            ship_by_value(self._cls)
+            self._pickled = dumps(self._cls)
+        args, kwargs = _resolve(args, kwargs)
+        name = self._cls.__qualname__
+        spec = {"cls": loads(self._pickled), "args": args, "kwargs": kwargs,
+                "max_concurrency": self._options.get("max_concurrency", 1)}
+        call = Call("actor", dumps(spec), [], name)
+        body = _options.actor_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call))
+        body.setdefault("namespace", runtime.namespace)
+        runtime.owner.add(call)
+        try:
+            actor = runtime.client.post("/api/v1/actors", body)
+        except BaseException:
+            runtime.owner.forget(call)
+            raise
+        runtime.owner.bind(call, actor["actor_id"], actor["work_key"])
+        if self._options.get("lifetime") != "detached":
+            runtime.owns_actor(actor["actor_id"])
+        handle = ActorHandle(actor["actor_id"], actor["work_key"], name, _method_names(self._cls),
+                             actor.get("namespace", runtime.namespace), actor.get("name"))
+        connection = handle._connection()
+
+        def constructor_failed(error: BaseException) -> None:
+            connection.fail(ActorDiedError(actor["actor_id"], f"its constructor raised: {error}", cause=error))
+            runtime.submitter.submit(_kill_quietly, runtime, actor["actor_id"])
+
+        call.on_failed = constructor_failed
+        return handle
+
+
+def _kill_quietly(runtime, actor_id: str) -> None:
+    try:
+        runtime.client.request("DELETE", f"/api/v1/actors/{actor_id}", allow=(404,))
+    except BerthError:
+        pass
+
+
+class ActorMethod:
+    """``handle.method``: call it with ``.remote(...)``."""
+
+    def __init__(self, handle: "ActorHandle", name: str, num_returns: int = 1) -> None:
+        self._handle, self._name, self._num_returns = handle, name, num_returns
+
+    def remote(self, *args: Any, **kwargs: Any):
+        """Sends the call (after every earlier call of this handle); returns its ``ObjectRef``."""
+        if _has_refs(args, kwargs):
+            args, kwargs = _resolve(args, kwargs)
+        return self._handle._connection().call(self._name, args, kwargs, self._num_returns)
+
+    def options(self, num_returns: int = 1, **unknown: Any) -> "ActorMethod":
+        """Per-call options: ``num_returns``."""
+        if unknown:
+            from .exceptions import InvalidRequestError
+
+            raise InvalidRequestError("options", f"unknown method option(s) {sorted(unknown)}; known: num_returns")
+        if not isinstance(num_returns, int) or num_returns < 1:
+            from .exceptions import InvalidRequestError
+
+            raise InvalidRequestError("num_returns", f"{num_returns!r} is not an integer of at least 1")
+        return ActorMethod(self._handle, self._name, num_returns)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"actor method {self._name} cannot be called directly: use .{self._name}.remote(...)")
+
+
+class ActorHandle:
+    """A handle on an actor: ``handle.method.remote(...)``. Calls through one handle run in the
+    order they were made. The handle follows the actor across restarts."""
+
+    def __init__(self, actor_id: str, key: str, class_name: str, methods: Optional[List[str]],
+                 namespace: str, name: Optional[str]) -> None:
+        self._actor_id, self._key, self._class_name = actor_id, key, class_name
+        self._methods = methods
+        self._namespace, self._name = namespace, name
+
+    @property
+    def actor_id(self) -> str:
+        """The actor's ID (``actor-3``)."""
+        return self._actor_id
+
+    def _connection(self) -> "ActorConnection":
+        return connection_for(self._actor_id, self._key)
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if self._methods is not None and name not in self._methods:
+            raise AttributeError(
+                f"actor {self._class_name} ({self._actor_id}) has no method {name!r}; it has "
+                f"{', '.join(sorted(self._methods)) or 'none'}"
+            )
+        return ActorMethod(self, name)
+
+    def __repr__(self) -> str:
+        return f"ActorHandle({self._class_name}, {self._actor_id})"
+
+    def __reduce__(self):
+        return (ActorHandle, (self._actor_id, self._key, self._class_name, self._methods,
+                              self._namespace, self._name))
+
+
+_connections: Dict[str, "ActorConnection"] = {}
+_connections_lock = threading.Lock()
+
+
+def connection_for(actor_id: str, key: str) -> "ActorConnection":
+    with _connections_lock:
+        conn = _connections.get(actor_id)
+        if conn is None:
+            conn = _connections[actor_id] = ActorConnection(actor_id, key)
+        return conn
+
+
+def actor_died(actor_id: str, error: BaseException) -> None:
+    """Fails every call of this driver on ``actor_id`` (it was killed here)."""
+    with _connections_lock:
+        conn = _connections.get(actor_id)
+    if conn is not None:
+        conn.fail(error)
+
+
+def close_connections() -> None:
+    with _connections_lock:
+        conns = list(_connections.values())
+        _connections.clear()
+    for conn in conns:
+        conn.close()
+
+
+class ActorConnection:
+    """The calls of this driver to one actor: sent in order over one TCP connection, answered
+    by sequence number. When the actor's process stops, calls not yet sent wait for the next
+    attempt; calls already sent fail (they may or may not have run)."""
+
+    def __init__(self, actor_id: str, key: str) -> None:
+        self.actor_id, self.key = actor_id, key
+        self._cond = threading.Condition()
+        self._queue: Deque[Tuple[int, str, bytes, List[ObjectState]]] = deque()
+        self._inflight: Dict[int, List[ObjectState]] = {}
+        self._seq = itertools.count(1)
+        self._sock: Optional[socket.socket] = None
+        self._attempt = 0
+        self._dead: Optional[BaseException] = None
+        self._closed = False
+        threading.Thread(target=self._send_loop, daemon=True, name=f"berth-{actor_id}").start()
+
+    def call(self, method: str, args: tuple, kwargs: dict, num_returns: int):
+        payload = dumps((args, kwargs))
+        states = [ObjectState(f"{self.actor_id}.{method}") for _ in range(num_returns)]
+        for s in states:
+            s.work_id = self.actor_id
+            s.bound.set()
+        with self._cond:
+            if self._dead is not None:
+                for s in states:
+                    s.set_error(self._dead)
+            else:
+                self._queue.append((next(self._seq), method, payload, states))
+                self._cond.notify_all()
+        refs = [ObjectRef(s) for s in states]
+        return refs[0] if num_returns == 1 else refs
+
+    def fail(self, error: BaseException) -> None:
+        """The actor is gone for good: every call, queued or sent, fails with ``error``."""
+        with self._cond:
+            if self._dead is None:
+                self._dead = error
+            pending = [states for _, _, _, states in self._queue] + list(self._inflight.values())
+            self._queue.clear()
+            self._inflight.clear()
+            self._cond.notify_all()
+        for states in pending:
+            for s in states:
+                s.set_error(error)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            sock, self._sock = self._sock, None
+            self._cond.notify_all()
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _connect(self) -> bool:
+        """Finds the current attempt's endpoint at the head and connects; False when the actor
+        is dead (then every call has failed)."""
+        runtime = _runtime.current()
+        while not self._closed:
+            try:
+                _, answer = runtime.client.request(
+                    "GET", f"/api/v1/actors/{self.actor_id}/endpoint",
+                    query={"after_attempt": self._attempt, "timeout_s": 30}, timeout=60, allow=(408,))
+            except NotFoundError:
+                self.fail(ActorDiedError(self.actor_id, "the head does not know it (it ended and was forgotten)"))
+                return False
+            except RequestError as e:
+                self.fail(ActorUnavailableError(f"cannot find {self.actor_id}: {e}"))
+                return False
+            except BerthError as e:
+                self.fail(ActorUnavailableError(f"cannot find {self.actor_id}: {e}"))
+                return False
+            if not isinstance(answer, dict) or "state" not in answer:
+                continue  # 408: not listening yet; ask again
+            if answer["state"] == "DEAD":
+                self.fail(ActorDiedError(self.actor_id, answer.get("death_reason") or "dead"))
+                return False
+            endpoint = answer["endpoint"]
+            self._attempt = int(endpoint["attempt"])
+            try:
+                sock = _protocol.connect(endpoint["address"])
+                _protocol.send(sock, {"op": "hello", "key": self.key, "version": _protocol.VERSION})
+                reply, _ = _protocol.recv(sock)
+            except (OSError, EOFError, _protocol.ProtocolError):
+                continue  # that process is gone already: wait for a later attempt
+            if not reply.get("ok"):
+                self.fail(ActorUnavailableError(f"{self.actor_id} refused this driver: {reply.get('error')}"))
+                return False
+            with self._cond:
+                self._sock = sock
+            threading.Thread(target=self._receive_loop, args=(sock,), daemon=True,
+                             name=f"berth-{self.actor_id}-replies").start()
+            return True
+        return False
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and self._dead is None and not self._queue:
+                    self._cond.wait()
+                if self._closed or self._dead is not None:
+                    return
+                sock = self._sock
+            if sock is None:
+                if not self._connect():
+                    return
+                continue
+            with self._cond:
+                if self._sock is not sock or not self._queue:
+                    continue
+                seq, method, payload, states = self._queue.popleft()
+                self._inflight[seq] = states
+            try:
+                _protocol.send(sock, {"op": "call", "seq": seq, "method": method}, payload)
+            except OSError:
+                self._broken(sock)
+
+    def _receive_loop(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                header, payload = _protocol.recv(sock)
+            except (EOFError, OSError, _protocol.ProtocolError):
+                self._broken(sock)
+                return
+            with self._cond:
+                states = self._inflight.pop(header.get("seq"), None)
+            if states is None:
+                continue
+            try:
+                if header.get("status") == "ok":
+                    value = loads(payload)
+                    if len(states) == 1:
+                        states[0].set_value(value)
+                    else:
+                        for s, v in zip(states, list(value)):
+                            s.set_value(v)
+                else:
+                    error = error_from(payload)
+                    for s in states:
+                        s.set_error(error)
+            except Exception as e:  # noqa: BLE001 - a reply this driver cannot read
+                for s in states:
+                    s.set_error(e)
+
+    def _broken(self, sock: socket.socket) -> None:
+        with self._cond:
+            if self._sock is not sock:
+                return
+            self._sock = None
+            lost = list(self._inflight.values())
+            self._inflight.clear()
+            self._cond.notify_all()
+        try:
+            sock.close()
+        except OSError:
+            pass
+        if not lost:
+            return
+        error: BaseException = ActorUnavailableError(
+            f"{self.actor_id}'s process (attempt {self._attempt}) stopped before answering; later "
+            "calls go to its next attempt if the head restarts it"
+        )
+        try:
+            actor = _runtime.current().client.get(f"/api/v1/actors/{self.actor_id}")
+            if actor["state"] == "DEAD":
+                error = ActorDiedError(self.actor_id, actor.get("death_reason") or "dead")
+        except BerthError:
+            pass
+        for states in lost:
+            for s in states:
+                s.set_error(error)
+
+
+# ---------------------------------------------------------------------------------------------
+# The decorator.
+
+
+def remote(*args: Any, **options: Any):
+    """``@berth.remote`` or ``@berth.remote(**options)`` on a function (a task) or a class (an
+    actor)."""
+    if len(args) == 1 and not options and (inspect.isfunction(args[0]) or inspect.isclass(args[0])):
+        return _make(args[0], {})
+    if args:
+        raise TypeError("use @berth.remote or @berth.remote(option=value, ...)")
+
+    def decorate(target: Any):
+        return _make(target, options)
+
+    return decorate
+
+
+def _make(target: Any, options: Dict[str, Any]):
+    if inspect.isclass(target):
+        return ActorClass(target, options)
+    if callable(target):
+        return RemoteFunction(target, options)
+    raise TypeError(f"@berth.remote takes a function or a class, not {type(target).__name__}")
+
+
+def method(num_returns: int = 1):
+    """``@berth.method(num_returns=N)`` on an actor method (accepted; per-call
+    ``.options(num_returns=...)`` sets it)."""
+
+    def decorate(fn: Callable) -> Callable:
+        fn.__berth_num_returns__ = num_returns
+        return fn
+
+    return decorate

@@ -1,0 +1,191 @@
+"""The driver's connection to a cluster: the REST client, the owner service, the threads that
+submit work and watch it, and what ``berth.shutdown()`` cleans up."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, List, Optional
+
+from . import _protocol
+from ._client import Client, discover
+from ._owner import Call, OwnerServer
+from .exceptions import (
+    BerthError,
+    HeadUnreachableError,
+    NotInitializedError,
+    TaskCancelledError,
+    WorkerCrashedError,
+)
+
+log = logging.getLogger("berth")
+
+_lock = threading.RLock()
+_current: Optional["Runtime"] = None
+
+# The driver asks the head about its unfinished tasks at most this long per call: a task whose
+# worker died for good is noticed within that time.
+WATCH_S = 2.0
+
+
+class Runtime:
+    """One driver's session with one head."""
+
+    def __init__(self, client: Client, namespace: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.owner = OwnerServer(_protocol.outward_ip(client.url))
+        # The worker runs the driver's Python unless told otherwise (another path on the nodes).
+        self.python = os.environ.get("BERTH_WORKER_PYTHON") or sys.executable
+        self.submitter = ThreadPoolExecutor(8, thread_name_prefix="berth-submit")
+        self._watched: Dict[str, Call] = {}
+        self._watch = threading.Condition()
+        self._owned_actors: List[str] = []
+        self._closed = False
+        threading.Thread(target=self._monitor, daemon=True, name="berth-monitor").start()
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    def watch(self, call: Call) -> None:
+        """Watches a submitted task at the head until its result arrives."""
+        with self._watch:
+            self._watched[call.work_id] = call
+            self._watch.notify_all()
+
+    def _monitor(self) -> None:
+        while not self._closed:
+            with self._watch:
+                for work_id in [w for w, c in self._watched.items() if all(s.done for s in c.states)]:
+                    del self._watched[work_id]
+                while not self._watched and not self._closed:
+                    self._watch.wait()
+                ids = list(self._watched)[:10_000]
+            if self._closed:
+                return
+            try:
+                _, answer = self.client.request(
+                    "POST", "/api/v1/tasks:wait", {"task_ids": ids, "timeout_s": WATCH_S}, timeout=WATCH_S + 30
+                )
+            except BerthError as e:
+                log.warning("berth: cannot watch tasks at the head: %s", e)
+                time.sleep(1.0)
+                continue
+            for task in answer.get("ended", []):
+                self._ended(task["task_id"], task)
+            for work_id in answer.get("unknown", []):
+                self._ended(work_id, None)
+
+    def _ended(self, work_id: str, task: Optional[dict]) -> None:
+        with self._watch:
+            call = self._watched.pop(work_id, None)
+        if call is None or all(s.done for s in call.states):
+            return
+        if task is None:
+            error: BaseException = WorkerCrashedError(
+                f"{work_id} ({call.name}) is no longer known to the head (forgotten after it ended)"
+            )
+        elif task["state"] == "CANCELLED":
+            error = TaskCancelledError(f"{work_id} ({call.name}) was cancelled")
+        elif task["state"] == "FAILED":
+            error = WorkerCrashedError(f"{work_id} ({call.name}) failed: {task.get('failure', 'no reason given')}")
+        else:
+            error = WorkerCrashedError(
+                f"{work_id} ({call.name}) finished without handing back a result (its process "
+                f"exited with code {task.get('exit_code')} before returning)"
+            )
+        for state in call.states:
+            state.set_error(error)
+        self.owner.forget(call)
+
+    # -- actors -------------------------------------------------------------------------------
+
+    def owns_actor(self, actor_id: str) -> None:
+        """An actor this driver created and ends on shutdown (not detached)."""
+        with _lock:
+            self._owned_actors.append(actor_id)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._watch:
+            self._watch.notify_all()
+        for actor_id in self._owned_actors:
+            try:
+                self.client.request("DELETE", f"/api/v1/actors/{actor_id}", timeout=5, allow=(404,))
+            except BerthError:
+                pass
+        from . import _remote
+
+        _remote.close_connections()
+        self.submitter.shutdown(wait=False)
+        self.owner.close()
+
+
+def init(address: Optional[str] = None, token: Optional[str] = None, *, namespace: Optional[str] = None,
+         ca: Optional[str] = None, ignore_reinit_error: bool = False) -> dict:
+    """Connects this process (the driver) to a Berth head.
+
+    ``address``: ``HOST:PORT`` or a URL; default ``$BERTH_ADDRESS``, else the head this machine
+    runs (the data directory's ``head-address``). ``token``: default ``$BERTH_TOKEN``, else the
+    data directory's ``token``. ``namespace``: of the actors this driver creates and looks up
+    (default ``default``). ``ca``: the CA file of a head serving TLS (default ``$BERTH_CA``).
+    Raises ``ConnectionError`` (``HeadUnreachableError``) when no head answers.
+    """
+    global _current
+    with _lock:
+        if _current is not None:
+            if ignore_reinit_error:
+                return _context(_current)
+            raise RuntimeError("berth.init() was called already; call berth.shutdown() first")
+        if namespace is not None and (not isinstance(namespace, str) or not namespace or len(namespace) > 253):
+            from .exceptions import InvalidRequestError
+
+            raise InvalidRequestError("namespace", "must be 1 to 253 characters")
+        url, token, ca = discover(address, token, ca)
+        client = Client(url, token, ca)
+        client.request("GET", "/api/v1/cluster/status", timeout=10)
+        _current = Runtime(client, namespace or "default")
+        return _context(_current)
+
+
+def _context(runtime: Runtime) -> dict:
+    return {"address": runtime.client.url, "namespace": runtime.namespace, "owner": runtime.owner.address}
+
+
+def shutdown() -> None:
+    """Disconnects: kills the actors this driver created (unless ``lifetime="detached"``) and
+    stops its threads. Tasks already submitted keep running."""
+    global _current
+    with _lock:
+        runtime, _current = _current, None
+    if runtime is not None:
+        runtime.close()
+
+
+def is_initialized() -> bool:
+    """True between ``init()`` and ``shutdown()``."""
+    return _current is not None
+
+
+def current() -> Runtime:
+    """The session, connecting with the defaults on first use (as Ray does)."""
+    runtime = _current
+    if runtime is not None:
+        return runtime
+    try:
+        init(ignore_reinit_error=True)
+    except HeadUnreachableError:
+        raise
+    runtime = _current
+    if runtime is None:
+        raise NotInitializedError("berth.init() did not connect")
+    return runtime
+
+
+atexit.register(shutdown)

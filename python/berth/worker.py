@@ -1,0 +1,206 @@
+"""The worker entry point the agents start for Python tasks and actors:
+``python -m berth.worker``.
+
+It reads who it is from its environment (``BERTH_TASK_ID`` or ``BERTH_ACTOR_ID``,
+``BERTH_ATTEMPT``, ``BERTH_WORK_KEY``, set by the agent; ``BERTH_OWNER`` and ``BERTH_CALL``, set
+by the driver that submitted it), fetches its function or class and arguments from the owner,
+and then:
+
+- a task runs the function, hands the result (or the exception, with its traceback) to the
+  owner and exits 0; a worker killed before that is retried by the head (``max_retries``) and
+  the next attempt fetches the same call again;
+- an actor builds its instance, listens on a TCP port, tells the head where
+  (``PUT /api/v1/actors/{id}/endpoint``, with its work key) and serves method calls, one at a
+  time in the order they arrive (``max_concurrency`` > 1: that many at once).
+"""
+
+from __future__ import annotations
+
+# Imports are kept to what a task needs: a task's worker is a new process per run, and its
+# start-up is most of a small task's cost. Actors import the rest when they start serving.
+import os
+import socket
+import sys
+
+from . import _protocol
+from ._serialize import CODEC, dumps, error_payload, loads
+
+# Exit codes: the head retries or restarts on any non-zero code within its limits.
+EXIT_SETUP = 3
+
+
+def _env(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        print(f"berth.worker: ${name} is not set: this program is started by a Berth agent", file=sys.stderr)
+        sys.exit(EXIT_SETUP)
+    return value
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.owner_conn = None
+        self.work_id = os.environ.get("BERTH_ACTOR_ID") or _env("BERTH_TASK_ID")
+        self.is_actor = bool(os.environ.get("BERTH_ACTOR_ID"))
+        self.attempt = int(_env("BERTH_ATTEMPT"))
+        self.key = _env("BERTH_WORK_KEY")
+        self.owner = _env("BERTH_OWNER")
+        self.call = _env("BERTH_CALL")
+
+    def ask_owner(self, header, payload: bytes = b""):
+        if self.owner_conn is None:
+            try:
+                self.owner_conn = _protocol.connect(self.owner, timeout=30)
+            except OSError as e:
+                print(f"berth.worker: cannot reach the driver that owns {self.work_id} at {self.owner}: {e}",
+                      file=sys.stderr)
+                sys.exit(EXIT_SETUP)
+        header = dict(header, call=self.call, work_id=self.work_id, key=self.key, attempt=self.attempt)
+        _protocol.send(self.owner_conn, header, payload)
+        reply, body = _protocol.recv(self.owner_conn)
+        if not reply.get("ok"):
+            print(f"berth.worker: the driver refused {header['op']}: {reply.get('error')}", file=sys.stderr)
+            sys.exit(EXIT_SETUP)
+        return reply, body
+
+    def run(self) -> None:
+        reply, body = self.ask_owner({"op": "fetch"})
+        if reply.get("codec") != CODEC:
+            print(f"berth.worker: cannot read codec {reply.get('codec')!r}", file=sys.stderr)
+            sys.exit(EXIT_SETUP)
+        spec = loads(body)
+        if self.is_actor:
+            self.run_actor(spec)
+        else:
+            self.run_task(spec)
+
+    def run_task(self, spec) -> None:
+        function = spec["function"]
+        name = getattr(function, "__qualname__", repr(function))
+        try:
+            value = function(*spec["args"], **spec["kwargs"])
+            header, payload = {"op": "result", "status": "ok"}, dumps(value)
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
+            if isinstance(e, (SystemExit, KeyboardInterrupt)) and not isinstance(e, Exception):
+                e = RuntimeError(f"{name} raised {type(e).__name__}({e})")
+            header, payload = {"op": "result", "status": "error"}, error_payload(e, name)
+        self.ask_owner(header, payload)
+
+    def run_actor(self, spec) -> None:
+        import traceback
+
+        cls = spec["cls"]
+        name = getattr(cls, "__qualname__", repr(cls))
+        try:
+            instance = cls(*spec["args"], **spec["kwargs"])
+        except BaseException as e:  # noqa: BLE001 - reported to the owner, which kills the actor
+            traceback.print_exc()
+            self.ask_owner({"op": "result", "status": "error"}, error_payload(e, f"{name}.__init__"))
+            sys.exit(1)
+        server = ActorServer(instance, name, self.key, int(spec.get("max_concurrency") or 1))
+        head = _env("BERTH_ADDRESS")
+        address = f"{_protocol.outward_ip(head)}:{server.port}"
+        register(head, self.work_id, self.attempt, self.key, address)
+        server.serve_forever()
+
+
+def register(head: str, actor_id: str, attempt: int, key: str, address: str) -> None:
+    """Tells the head where this actor's process listens."""
+    import json
+    import ssl
+    import urllib.request
+
+    url = f"{head.rstrip('/')}/api/v1/actors/{actor_id}/endpoint"
+    body = json.dumps({"attempt": attempt, "address": address}).encode()
+    request = urllib.request.Request(url, data=body, method="PUT", headers={
+        "Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    context = None
+    if url.startswith("https://"):
+        context = ssl.create_default_context(cafile=os.environ.get("BERTH_CA") or None)
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as answer:
+            answer.read()
+    except Exception as e:  # noqa: BLE001 - without it no caller can reach us: stop
+        detail = e.read().decode(errors="replace") if hasattr(e, "read") else ""
+        print(f"berth.worker: the head refused {actor_id}'s endpoint: {e} {detail}", file=sys.stderr)
+        sys.exit(EXIT_SETUP)
+
+
+class ActorServer:
+    """Serves method calls of one instance; callers must present the actor's work key."""
+
+    def __init__(self, instance, name: str, key: str, concurrency: int) -> None:
+        import queue
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.instance, self.name, self.key = instance, name, key
+        self.sock = socket.create_server(("0.0.0.0", 0), backlog=512)
+        self.port = self.sock.getsockname()[1]
+        # One thread runs calls in arrival order; max_concurrency > 1 runs that many at once.
+        self.calls = queue.Queue()
+        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="berth-actor") if concurrency > 1 else None
+        threading.Thread(target=self._run_calls, daemon=True, name="berth-actor-calls").start()
+
+    def serve_forever(self) -> None:
+        import threading
+
+        while True:
+            conn, _ = self.sock.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True, name="berth-actor-conn").start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        import threading
+
+        send_lock = threading.Lock()
+        with conn:
+            try:
+                hello, _ = _protocol.recv(conn)
+                key = hello.get("key")
+                if hello.get("op") != "hello" or not isinstance(key, str) or key.lower() != self.key.lower():
+                    _protocol.send(conn, {"ok": False, "error": "wrong work key"})
+                    return
+                _protocol.send(conn, {"ok": True, "attempt": int(os.environ.get("BERTH_ATTEMPT", "0"))})
+                while True:
+                    header, payload = _protocol.recv(conn)
+                    self.calls.put((conn, send_lock, header, payload))
+            except (EOFError, OSError, _protocol.ProtocolError):
+                return
+
+    def _run_calls(self) -> None:
+        while True:
+            item = self.calls.get()
+            if self.pool is not None:
+                self.pool.submit(self._call, *item)
+            else:
+                self._call(*item)
+
+    def _call(self, conn: socket.socket, send_lock, header: dict, payload: bytes) -> None:
+        seq = header.get("seq")
+        method_name = str(header.get("method"))
+        full = f"{self.name}.{method_name}"
+        try:
+            args, kwargs = loads(payload)
+            method = getattr(self.instance, method_name)
+            value = method(*args, **kwargs)
+            reply, body = {"seq": seq, "status": "ok"}, dumps(value)
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
+            if isinstance(e, SystemExit):
+                # An actor that exits ends its process (the head may restart it).
+                os._exit(int(e.code) if isinstance(e.code, int) else 1)
+            reply, body = {"seq": seq, "status": "error"}, error_payload(e, full)
+        try:
+            with send_lock:
+                _protocol.send(conn, reply, body)
+        except OSError:
+            pass
+
+
+def main() -> None:
+    """Runs the worker; never returns for actors."""
+    Worker().run()
+
+
+if __name__ == "__main__":
+    main()
