@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import queue
 from typing import Dict, List, Optional
 
 from . import _protocol
@@ -42,7 +42,7 @@ class Runtime:
         self.owner = OwnerServer(_protocol.outward_ip(client.url))
         # The worker runs the driver's Python unless told otherwise (another path on the nodes).
         self.python = os.environ.get("BERTH_WORKER_PYTHON") or sys.executable
-        self.submitter = ThreadPoolExecutor(8, thread_name_prefix="berth-submit")
+        self.submitter = Submitter(8)
         self._watched: Dict[str, Call] = {}
         self._watch = threading.Condition()
         self._owned_actors: List[str] = []
@@ -123,8 +123,38 @@ class Runtime:
         from . import _remote
 
         _remote.close_connections()
-        self.submitter.shutdown(wait=False)
+        self.submitter.close()
         self.owner.close()
+
+
+class Submitter:
+    """Runs submissions in the background on daemon threads: a submission waiting for an
+    argument that never resolves must not keep the interpreter from exiting (as a
+    ``ThreadPoolExecutor``'s threads would)."""
+
+    def __init__(self, threads: int) -> None:
+        self._jobs: "queue.Queue" = queue.Queue()
+        self._threads = threads
+        for i in range(threads):
+            threading.Thread(target=self._run, daemon=True, name=f"berth-submit-{i}").start()
+
+    def submit(self, fn, *args) -> None:
+        self._jobs.put((fn, args))
+
+    def close(self) -> None:
+        for _ in range(self._threads):
+            self._jobs.put(None)
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, args = job
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - each job reports its own errors
+                log.exception("berth: a background submission failed")
 
 
 def init(address: Optional[str] = None, token: Optional[str] = None, *, namespace: Optional[str] = None,

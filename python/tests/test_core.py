@@ -246,3 +246,25 @@ def test_bad_input_is_refused_before_anything_is_sent(berth_session):
     with pytest.raises(ValueError, match="bundle_label_selector"):
         berth.util.placement_group([{"CPU": 1}], bundle_label_selector=[{}, {}])
     assert counts() == before
+
+
+def test_only_holders_of_the_work_key_reach_an_actor(berth_session):
+    from berth import _protocol
+
+    counter = Counter.remote()
+    assert berth.get(counter.incr.remote()) == 1
+    client = berth._runtime.current().client
+    endpoint = client.get(f"/api/v1/actors/{counter.actor_id}/endpoint")
+    assert endpoint["work_key"] == counter._key
+    sock = _protocol.connect(endpoint["endpoint"]["address"])
+    with sock:
+        _protocol.send(sock, {"op": "hello", "key": "0" * 64, "version": 1})
+        reply, _ = _protocol.recv(sock)
+    assert reply == {"ok": False, "error": "wrong work key"}
+    # A read token may see the actor but not its key.
+    made = client.post("/api/v1/tokens", {"role": "read", "name": "viewer"})
+    reader = berth._client.Client(client.url, made["secret"])
+    assert reader.get(f"/api/v1/actors/{counter.actor_id}")["state"] == "ALIVE"
+    with pytest.raises(berth.exceptions.RequestError) as info:
+        reader.get(f"/api/v1/actors/{counter.actor_id}/endpoint")
+    assert info.value.status == 403

@@ -510,6 +510,14 @@ pub fn actor_detail(actor: &Actor) -> String {
             format!("{} (at most {})", actor.restarts, max_restarts(spec.max_restarts)),
         )
         .add("death reason", actor.death_reason.clone().unwrap_or_default())
+        .add(
+            "listening",
+            actor
+                .endpoint
+                .as_ref()
+                .map(|e| format!("{} (attempt {})", e.address, e.attempt))
+                .unwrap_or_default(),
+        )
         .add("created", time(actor.created_at_ms))
         .add("command", command_line(&spec.command, &spec.args))
         .add("env", pairs(&spec.env))
