@@ -1,5 +1,6 @@
-"""A real local cluster for the tests: `berth up --config cluster.yaml` on a free port, in its
-own data directory, stopped when the session ends. No mock of the head anywhere."""
+"""A real local cluster for the tests: `berth up --config examples/local/sdk-tests.yaml` on a
+free port, in its own data directory, stopped when the session ends. No mock of the head
+anywhere."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def cluster(tmp_path_factory) -> Cluster:
     for var in ("BERTH_ADDRESS", "BERTH_TOKEN", "BERTH_DATA_DIR"):
         env.pop(var, None)
     proc = subprocess.Popen(
-        [berth_binary(), "up", "--config", str(HERE / "cluster.yaml"), "--port", "0",
+        [berth_binary(), "up", "--config", str(REPO / "examples" / "local" / "sdk-tests.yaml"), "--port", "0",
          "--data-dir", str(data), "--heartbeat-timeout", "3", "--log-level", "warn"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
     )

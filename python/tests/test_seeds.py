@@ -2,7 +2,7 @@
 for `import ray` (and `berth.io/` for the `ray.io/` label prefix), on a real cluster; each
 checks where the work went.
 
-The test cluster (cluster.yaml): cpu-a (zone us-west4-a, spot, m5.16xlarge), cpu-b (zone
+The test cluster (examples/local/sdk-tests.yaml): cpu-a (zone us-west4-a, spot, m5.16xlarge), cpu-b (zone
 us-central2-b, on-demand), gpu-a (4 A100, us-west4-a) and gpu-b (4 H100, custom_resource 2,
 us-central2-b); both GPU nodes carry the taint gpu_node=true.
 """

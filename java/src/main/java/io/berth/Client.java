@@ -1,0 +1,105 @@
+package io.berth;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.IOException;
+import java.net.ConnectException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+
+/** The head's REST API; finds the head and token as the CLI does. */
+final class Client {
+  final String url;
+  private final String token;
+  private final HttpClient http =
+      HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).version(HttpClient.Version.HTTP_1_1).build();
+
+  Client(String address, String token) {
+    Path dir = dataDir();
+    if (address == null || address.isEmpty()) {
+      address = System.getenv("BERTH_ADDRESS");
+    }
+    if (address == null || address.isEmpty()) {
+      try {
+        address = Files.readString(dir.resolve("head-address")).trim();
+      } catch (IOException e) {
+        throw new BerthException("no Berth head to connect to: give Berth.init(address), set $BERTH_ADDRESS, "
+            + "or start one (berth up); looked at $BERTH_ADDRESS and " + dir.resolve("head-address"));
+      }
+    }
+    if (token == null || token.isEmpty()) {
+      token = System.getenv("BERTH_TOKEN");
+    }
+    if (token == null || token.isEmpty()) {
+      try {
+        token = Files.readString(dir.resolve("token")).trim();
+      } catch (IOException e) {
+        token = null;
+      }
+    }
+    this.url = (address.contains("://") ? address : "http://" + address).replaceAll("/+$", "");
+    this.token = token;
+  }
+
+  static Path dataDir() {
+    String env = System.getenv("BERTH_DATA_DIR");
+    if (env != null && !env.isEmpty()) {
+      return Path.of(env);
+    }
+    String home = System.getenv("HOME");
+    return home == null ? Path.of(".berth") : Path.of(home, ".berth");
+  }
+
+  JsonNode call(String method, String path, Object body) {
+    return call(method, path, body, Duration.ofSeconds(60), false);
+  }
+
+  /** Sends one request; a 408 answers null when {@code allowTimeout}. */
+  JsonNode call(String method, String path, Object body, Duration timeout, boolean allowTimeout) {
+    var request = HttpRequest.newBuilder(URI.create(url + path)).timeout(timeout).header("Accept", "application/json");
+    if (token != null) {
+      request.header("Authorization", "Bearer " + token);
+    }
+    if (body != null) {
+      request.header("Content-Type", "application/json");
+      request.method(method, HttpRequest.BodyPublishers.ofByteArray(Frames.json(body)));
+    } else {
+      request.method(method, HttpRequest.BodyPublishers.noBody());
+    }
+    HttpResponse<byte[]> response;
+    try {
+      response = http.send(request.build(), HttpResponse.BodyHandlers.ofByteArray());
+    } catch (ConnectException e) {
+      throw new BerthException(null, "cannot reach the Berth head at " + url + ": " + e.getMessage()
+          + "; is it running (berth up)?", e);
+    } catch (IOException e) {
+      throw new BerthException(null, "the head at " + url + " did not answer " + method + " " + path + ": " + e, e);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new BerthException(null, "interrupted", e);
+    }
+    int status = response.statusCode();
+    JsonNode answer;
+    try {
+      answer = response.body().length == 0 ? null : Frames.JSON.readTree(response.body());
+    } catch (IOException e) {
+      answer = null;
+    }
+    if (status >= 200 && status < 300) {
+      return answer;
+    }
+    if (status == 408 && allowTimeout) {
+      return null;
+    }
+    String message = answer != null && answer.has("message") ? answer.get("message").asText() : "HTTP " + status;
+    String field = answer != null && answer.hasNonNull("field") ? answer.get("field").asText() : null;
+    if (status == 401) {
+      message += " (Berth.init(address, token) or $BERTH_TOKEN)";
+    }
+    throw new BerthException(field, message, null);
+  }
+}

@@ -1,0 +1,195 @@
+package io.berth;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.io.PrintWriter;
+import java.io.StringWriter;
+import java.lang.invoke.MethodType;
+import java.lang.reflect.Constructor;
+import java.lang.reflect.Executable;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.lang.reflect.Type;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+
+/**
+ * The JVM worker the agents start for Java actors: {@code java -cp CLASSPATH io.berth.Worker}.
+ * Fetches its class, constructor and arguments from the driver's owner service, builds the
+ * object, listens, registers its endpoint with the head and runs method calls one at a time in
+ * arrival order (docs/worker-protocol.md; codec {@code json}).
+ */
+public final class Worker {
+  private static final int EXIT_SETUP = 3;
+
+  private Worker() {}
+
+  /** Runs the worker (never returns while the actor lives). */
+  public static void main(String[] args) throws Exception {
+    String actorId = env("BERTH_ACTOR_ID");
+    int attempt = Integer.parseInt(env("BERTH_ATTEMPT"));
+    String key = env("BERTH_WORK_KEY");
+    String owner = env("BERTH_OWNER");
+    String call = env("BERTH_CALL");
+    int colon = owner.lastIndexOf(':');
+    Socket ownerSocket = new Socket();
+    ownerSocket.connect(new InetSocketAddress(owner.substring(0, colon), Integer.parseInt(owner.substring(colon + 1))), 30_000);
+    var in = new DataInputStream(new BufferedInputStream(ownerSocket.getInputStream()));
+    var out = new DataOutputStream(new BufferedOutputStream(ownerSocket.getOutputStream()));
+    var header = new LinkedHashMap<String, Object>(Map.of("call", call, "work_id", actorId, "key", key, "attempt", attempt));
+    header.put("op", "fetch");
+    Frames.send(out, header, new byte[0]);
+    Frames.Frame reply = Frames.recv(in);
+    if (!Boolean.TRUE.equals(reply.header().get("ok"))) {
+      System.err.println("berth worker: the driver refused fetch: " + reply.header().get("error"));
+      System.exit(EXIT_SETUP);
+    }
+    JsonNode spec = Frames.JSON.readTree(reply.payload());
+    Object instance;
+    try {
+      Class<?> cls = Class.forName(spec.get("class").asText());
+      Constructor<?> constructor = (Constructor<?>) find(cls, "<init>", spec.get("signature").asText());
+      constructor.setAccessible(true);
+      instance = constructor.newInstance(convert(constructor, spec.get("args")));
+    } catch (Throwable e) {
+      Throwable cause = e instanceof InvocationTargetException ite ? ite.getCause() : e;
+      cause.printStackTrace();
+      header.put("op", "result");
+      header.put("status", "error");
+      Frames.send(out, header, Frames.json(error(cause)));
+      Frames.recv(in);
+      System.exit(1);
+      return;
+    }
+    ServerSocket server = new ServerSocket();
+    server.bind(new InetSocketAddress("0.0.0.0", 0), 512);
+    String head = env("BERTH_ADDRESS");
+    register(head, actorId, attempt, key, Berth.outwardIp(head) + ":" + server.getLocalPort());
+    ExecutorService calls = Executors.newSingleThreadExecutor();
+    while (true) {
+      Socket socket = server.accept();
+      socket.setTcpNoDelay(true);
+      Thread t = new Thread(() -> serve(socket, instance, key, attempt, calls), "berth-actor-conn");
+      t.setDaemon(true);
+      t.start();
+    }
+  }
+
+  private static String env(String name) {
+    String value = System.getenv(name);
+    if (value == null || value.isEmpty()) {
+      System.err.println("berth worker: $" + name + " is not set: this program is started by a Berth agent");
+      System.exit(EXIT_SETUP);
+    }
+    return value;
+  }
+
+  private static void register(String head, String actorId, int attempt, String key, String address)
+      throws IOException, InterruptedException {
+    var body = Frames.json(Map.of("attempt", attempt, "address", address));
+    var request = HttpRequest.newBuilder(URI.create(head.replaceAll("/+$", "") + "/api/v1/actors/" + actorId + "/endpoint"))
+        .header("Authorization", "Bearer " + key).header("Content-Type", "application/json")
+        .PUT(HttpRequest.BodyPublishers.ofByteArray(body)).build();
+    var response = HttpClient.newHttpClient().send(request, HttpResponse.BodyHandlers.ofString());
+    if (response.statusCode() != 200) {
+      System.err.println("berth worker: the head refused the endpoint: " + response.body());
+      System.exit(EXIT_SETUP);
+    }
+  }
+
+  private static void serve(Socket socket, Object instance, String key, int attempt, ExecutorService calls) {
+    try (socket) {
+      var in = new DataInputStream(new BufferedInputStream(socket.getInputStream()));
+      var out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream()));
+      Frames.Frame hello = Frames.recv(in);
+      if (!"hello".equals(hello.header().get("op")) || !(hello.header().get("key") instanceof String k)
+          || !k.equalsIgnoreCase(key)) {
+        Frames.send(out, Map.of("ok", false, "error", "wrong work key"), new byte[0]);
+        return;
+      }
+      Frames.send(out, Map.of("ok", true, "attempt", attempt), new byte[0]);
+      while (true) {
+        Frames.Frame frame = Frames.recv(in);
+        calls.submit(() -> run(instance, frame, out));
+      }
+    } catch (IOException e) {
+      // the caller closed the connection
+    }
+  }
+
+  private static void run(Object instance, Frames.Frame frame, DataOutputStream out) {
+    Object seq = frame.header().get("seq");
+    Map<String, Object> reply = new LinkedHashMap<>();
+    reply.put("seq", seq);
+    byte[] payload;
+    try {
+      Executable method = find(instance.getClass(), String.valueOf(frame.header().get("method")),
+          String.valueOf(frame.header().get("signature")));
+      ((Method) method).setAccessible(true);
+      Object value = ((Method) method).invoke(instance, convert(method, Frames.JSON.readTree(frame.payload())));
+      reply.put("status", "ok");
+      payload = Frames.json(value);
+    } catch (Throwable e) {
+      Throwable cause = e instanceof InvocationTargetException ite ? ite.getCause() : e;
+      reply.put("status", "error");
+      payload = Frames.json(error(cause));
+    }
+    try {
+      Frames.send(out, reply, payload);
+    } catch (IOException ignored) {
+      // the caller is gone
+    }
+  }
+
+  static Executable find(Class<?> cls, String name, String signature) throws NoSuchMethodException {
+    if (name.equals("<init>")) {
+      for (Constructor<?> c : cls.getDeclaredConstructors()) {
+        if (MethodType.methodType(void.class, c.getParameterTypes()).toMethodDescriptorString().equals(signature)) {
+          return c;
+        }
+      }
+    } else {
+      for (Class<?> c = cls; c != null; c = c.getSuperclass()) {
+        for (Method m : c.getDeclaredMethods()) {
+          if (m.getName().equals(name)
+              && MethodType.methodType(m.getReturnType(), m.getParameterTypes()).toMethodDescriptorString().equals(signature)) {
+            return m;
+          }
+        }
+      }
+    }
+    throw new NoSuchMethodException(cls.getName() + "." + name + signature);
+  }
+
+  private static Object[] convert(Executable method, JsonNode args) {
+    Type[] types = method.getGenericParameterTypes();
+    if (args == null || args.size() != types.length) {
+      throw new IllegalArgumentException(method + " takes " + types.length + " arguments, got "
+          + (args == null ? 0 : args.size()));
+    }
+    Object[] out = new Object[types.length];
+    for (int i = 0; i < types.length; i++) {
+      out[i] = Frames.JSON.convertValue(args.get(i), Frames.JSON.constructType(types[i]));
+    }
+    return out;
+  }
+
+  private static Map<String, Object> error(Throwable e) {
+    var trace = new StringWriter();
+    e.printStackTrace(new PrintWriter(trace));
+    return Map.of("type", e.getClass().getName(), "message", String.valueOf(e.getMessage()), "traceback", trace.toString());
+  }
+}
