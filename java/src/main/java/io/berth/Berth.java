@@ -39,6 +39,9 @@ public final class Berth {
       this.client = client;
       this.namespace = namespace;
       this.owner = new Owner(outwardIp(client.url));
+      Thread monitor = new Thread(this::monitor, "berth-monitor");
+      monitor.setDaemon(true);
+      monitor.start();
       // The workers load the driver's classes from the same path (on other machines: set
       // $BERTH_JAVA_CLASSPATH to where the jars are there).
       String cp = System.getenv("BERTH_JAVA_CLASSPATH");
@@ -56,6 +59,62 @@ public final class Berth {
       return String.join(File.pathSeparator, out);
     }
 
+    List<String> workerArgs() {
+      return List.of("-cp", classpath, "io.berth.Worker");
+    }
+
+    private final java.util.Map<String, Owner.Call> watched = new java.util.concurrent.ConcurrentHashMap<>();
+    private volatile boolean closed;
+
+    /** Watches a task at the head until its result arrives: one long poll for all of them. */
+    void watch(Owner.Call call) {
+      watched.put(call.workId, call);
+      synchronized (watched) {
+        watched.notifyAll();
+      }
+    }
+
+    void monitor() {
+      while (!closed) {
+        watched.values().removeIf(c -> c.ref.future.isDone());
+        if (watched.isEmpty()) {
+          synchronized (watched) {
+            try {
+              watched.wait(1000);
+            } catch (InterruptedException e) {
+              return;
+            }
+          }
+          continue;
+        }
+        var ids = new ArrayList<>(watched.keySet());
+        com.fasterxml.jackson.databind.JsonNode answer;
+        try {
+          answer = client.call("POST", "/api/v1/tasks:wait",
+              java.util.Map.of("task_ids", ids.subList(0, Math.min(ids.size(), 10_000)), "timeout_s", 2.0),
+              java.time.Duration.ofSeconds(40), false);
+        } catch (BerthException e) {
+          continue;
+        }
+        for (var task : answer.path("ended")) {
+          Owner.Call call = watched.remove(task.path("task_id").asText());
+          if (call != null && !call.ref.future.isDone()) {
+            String state = task.path("state").asText();
+            String why = state.equals("FAILED") ? task.path("failure").asText()
+                : state.equals("CANCELLED") ? "it was cancelled"
+                : "its process exited without handing back a result";
+            call.ref.future.completeExceptionally(new BerthException(call.workId + " failed: " + why));
+          }
+        }
+        for (var id : answer.path("unknown")) {
+          Owner.Call call = watched.remove(id.asText());
+          if (call != null) {
+            call.ref.future.completeExceptionally(new BerthException(id.asText() + " is no longer known to the head"));
+          }
+        }
+      }
+    }
+
     void killQuietly(String id) {
       try {
         client.call("DELETE", "/api/v1/actors/" + id, null);
@@ -68,6 +127,11 @@ public final class Berth {
   /** Connects to the local head (as the CLI finds it: $BERTH_ADDRESS, $BERTH_TOKEN, ~/.berth). */
   public static synchronized void init() {
     init(null, null);
+  }
+
+  /** Connects to the head at {@code address} ({@code HOST:PORT}), with the token found as the CLI finds it. */
+  public static synchronized void init(String address) {
+    init(address, null);
   }
 
   /** Connects to the head at {@code address} ({@code HOST:PORT}) with {@code token}. */
@@ -93,6 +157,7 @@ public final class Berth {
       session.killQuietly(id);
     }
     session.owner.close();
+    session.closed = true;
     session = null;
   }
 
@@ -116,6 +181,31 @@ public final class Berth {
   /** An actor built by a constructor with two arguments. */
   public static <T0, T1, A> ActorCreator<A> actor(BerthFunc.F2<T0, T1, A> constructor, T0 a0, T1 a1) {
     return new ActorCreator<>(session(), Lambdas.of(constructor), Arrays.asList(a0, a1));
+  }
+
+  /** A static method without arguments, to run as a task. */
+  public static <R> TaskCaller<R> task(BerthFunc.F0<R> method) {
+    return new TaskCaller<>(session(), Lambdas.of(method), List.of());
+  }
+
+  /** A static method with one argument, to run as a task: {@code Berth.task(Tasks::square, 3)}. */
+  public static <T0, R> TaskCaller<R> task(BerthFunc.F1<T0, R> method, T0 a0) {
+    return new TaskCaller<>(session(), Lambdas.of(method), Arrays.asList(a0));
+  }
+
+  /** A static method with two arguments, to run as a task. */
+  public static <T0, T1, R> TaskCaller<R> task(BerthFunc.F2<T0, T1, R> method, T0 a0, T1 a1) {
+    return new TaskCaller<>(session(), Lambdas.of(method), Arrays.asList(a0, a1));
+  }
+
+  /** A placement group of these bundles (resource name to amount). */
+  public static PlacementGroup.Creator placementGroup(List<java.util.Map<String, Double>> bundles) {
+    return new PlacementGroup.Creator(session(), bundles);
+  }
+
+  /** Removes a placement group; what runs in its bundles is stopped. */
+  public static void removePlacementGroup(PlacementGroup group) {
+    session().client.call("DELETE", "/api/v1/placement_groups/" + group.getId(), null);
   }
 
   /** Kills an actor for good; its calls fail with {@link BerthException.ActorDiedException}. */

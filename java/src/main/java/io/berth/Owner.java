@@ -22,17 +22,29 @@ import java.util.function.Consumer;
  * report a failed constructor to it, proving with the work key which work they are.
  */
 final class Owner {
-  /** One actor creation this driver owns. */
+  /** One actor creation or task this driver owns. */
   static final class Call {
     final String id = UUID.randomUUID().toString().replace("-", "");
+    final String kind;
     final byte[] payload;
     volatile String workId;
     volatile String key;
     final CountDownLatch bound = new CountDownLatch(1);
+    /** Actors: called with the error when the constructor threw. */
     volatile Consumer<String> onFailed;
+    /** Tasks: where the result goes, and its type. */
+    final ObjectRef<Object> ref;
+    final java.lang.reflect.Type type;
 
     Call(byte[] payload) {
+      this("actor", payload, null, null);
+    }
+
+    Call(String kind, byte[] payload, ObjectRef<Object> ref, java.lang.reflect.Type type) {
+      this.kind = kind;
       this.payload = payload;
+      this.ref = ref;
+      this.type = type;
     }
   }
 
@@ -114,6 +126,20 @@ final class Owner {
         k.toLowerCase().getBytes(StandardCharsets.UTF_8), call.key.toLowerCase().getBytes(StandardCharsets.UTF_8));
   }
 
+  private static void complete(Call call, boolean ok, byte[] payload) {
+    try {
+      if (ok) {
+        call.ref.future.complete(Frames.JSON.readValue(payload, Frames.JSON.constructType(call.type)));
+      } else {
+        var error = Frames.JSON.readTree(payload);
+        call.ref.future.completeExceptionally(new BerthException.TaskException(
+            error.path("type").asText(), error.path("message").asText(), error.path("traceback").asText()));
+      }
+    } catch (IOException e) {
+      call.ref.future.completeExceptionally(new BerthException(null, "cannot read the result: " + e, e));
+    }
+  }
+
   private Map<String, Object> handle(Map<String, Object> header, byte[] payload) {
     Call call = calls.get(String.valueOf(header.get("call")));
     if (call == null) {
@@ -124,10 +150,14 @@ final class Owner {
     }
     Object op = header.get("op");
     if ("fetch".equals(op)) {
-      return Map.of("ok", true, "codec", Frames.CODEC, "kind", "actor");
+      return Map.of("ok", true, "codec", Frames.CODEC, "kind", call.kind);
     }
     if ("result".equals(op)) {
-      if (!"ok".equals(header.get("status")) && call.onFailed != null) {
+      boolean ok = "ok".equals(header.get("status"));
+      if (call.ref != null) {
+        complete(call, ok, payload);
+        calls.remove(call.id);
+      } else if (!ok && call.onFailed != null) {
         call.onFailed.accept(Frames.text(payload));
       }
       return Map.of("ok", true);

@@ -39,7 +39,7 @@ public final class Worker {
 
   /** Runs the worker (never returns while the actor lives). */
   public static void main(String[] args) throws Exception {
-    String actorId = env("BERTH_ACTOR_ID");
+    String actorId = System.getenv("BERTH_ACTOR_ID") != null ? env("BERTH_ACTOR_ID") : env("BERTH_TASK_ID");
     int attempt = Integer.parseInt(env("BERTH_ATTEMPT"));
     String key = env("BERTH_WORK_KEY");
     String owner = env("BERTH_OWNER");
@@ -58,6 +58,10 @@ public final class Worker {
       System.exit(EXIT_SETUP);
     }
     JsonNode spec = Frames.JSON.readTree(reply.payload());
+    if (System.getenv("BERTH_TASK_ID") != null && System.getenv("BERTH_ACTOR_ID") == null) {
+      runTask(spec, header, in, out);
+      return;
+    }
     Object instance;
     try {
       Class<?> cls = Class.forName(spec.get("class").asText());
@@ -86,6 +90,28 @@ public final class Worker {
       t.setDaemon(true);
       t.start();
     }
+  }
+
+  /** A task: runs the static method, hands the result to the owner, exits 0. */
+  private static void runTask(JsonNode spec, Map<String, Object> header, DataInputStream in, DataOutputStream out)
+      throws IOException {
+    byte[] payload;
+    try {
+      Class<?> cls = Class.forName(spec.get("class").asText());
+      Method method = (Method) find(cls, spec.get("method").asText(), spec.get("signature").asText());
+      method.setAccessible(true);
+      Object value = method.invoke(null, convert(method, spec.get("args")));
+      header.put("status", "ok");
+      payload = Frames.json(value);
+    } catch (Throwable e) {
+      Throwable cause = e instanceof InvocationTargetException ite ? ite.getCause() : e;
+      header.put("status", "error");
+      payload = Frames.json(error(cause));
+    }
+    header.put("op", "result");
+    Frames.send(out, header, payload);
+    Frames.Frame ack = Frames.recv(in);
+    System.exit(Boolean.TRUE.equals(ack.header().get("ok")) ? 0 : EXIT_SETUP);
   }
 
   private static String env(String name) {

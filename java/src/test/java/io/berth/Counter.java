@@ -25,6 +25,17 @@ public class Counter {
     return System.getenv("BERTH_NODE_ID");
   }
 
+  /** This worker's process ID. */
+  public long pid() {
+    return ProcessHandle.current().pid();
+  }
+
+  /** Sleeps, then answers. */
+  public int sleep(int millis) throws InterruptedException {
+    Thread.sleep(millis);
+    return millis;
+  }
+
   /** Always throws. */
   public int fail() {
     throw new IllegalStateException("no such state");

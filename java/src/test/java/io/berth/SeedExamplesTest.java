@@ -150,8 +150,9 @@ class SeedExamplesTest {
     assertThrows(BerthException.class,
         () -> ActorAffinityMatchExpression.in("location", new ArrayList<>(), false));
     assertThrows(BerthException.class, () -> Berth.actor(Counter::new, 1).setMaxRestarts(-2));
+    // What only the head can check comes back with its field and rule too.
     var refused = assertThrows(BerthException.class,
-        () -> Berth.actor(Counter::new, 1).setResource("GPU", 1.5).remote());
-    assertEquals("resources.GPU", refused.field(), "the head's rule comes back with its field");
+        () -> Berth.actor(Counter::new, 1).setLabelSelector(Map.of("zone", "in(a,")).remote());
+    assertEquals("label_selector.zone", refused.field());
   }
 }

@@ -1,0 +1,114 @@
+package io.berth;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/** Restarts, timeouts, tasks and placement groups from Java, on a real cluster. */
+class ActorsAndTasksTest {
+  private static LocalCluster cluster;
+
+  @BeforeAll
+  static void start() throws Exception {
+    cluster = new LocalCluster();
+  }
+
+  @AfterAll
+  static void stop() throws Exception {
+    cluster.close();
+  }
+
+  @BeforeEach
+  void connect() {
+    Berth.init(cluster.address, cluster.token);
+  }
+
+  @AfterEach
+  void disconnect() {
+    Berth.shutdown();
+  }
+
+  @Test
+  void aRestartedActorIsReachedThroughTheSameHandle() throws Exception {
+    ActorHandle<Counter> counter = Berth.actor(Counter::new, 5).setMaxRestarts(1).remote();
+    assertEquals(6, counter.task(Counter::increase, 1).remote().get(60_000));
+    long first = counter.task(Counter::pid).remote().get(60_000);
+    ProcessHandle.of(first).orElseThrow().destroyForcibly();
+    long second = -1;
+    for (int i = 0; i < 100 && second < 0; i++) {
+      try {
+        second = counter.task(Counter::pid).remote().get(60_000);
+      } catch (BerthException e) {
+        // the call in flight when the process died fails; the next goes to the restarted one
+      }
+    }
+    assertNotEquals(first, second);
+    assertEquals(6, counter.task(Counter::increase, 1).remote().get(60_000), "the constructor ran again");
+  }
+
+  @Test
+  void getTimesOut() {
+    ActorHandle<Counter> counter = Berth.actor(Counter::new, 0).remote();
+    assertEquals(0, counter.task(Counter::getValue).remote().get(60_000));
+    var slow = counter.task(Counter::sleep, 3000).remote();
+    assertThrows(BerthException.GetTimeoutException.class, () -> slow.get(200));
+    assertEquals(3000, slow.get(60_000));
+  }
+
+  @Test
+  void staticMethodsRunAsTasks() {
+    List<ObjectRef<Integer>> refs = new ArrayList<>();
+    for (int i = 0; i < 5; i++) {
+      refs.add(Berth.task(Tasks::square, i).remote());
+    }
+    for (int i = 0; i < 5; i++) {
+      assertEquals(i * i, refs.get(i).get(60_000));
+    }
+    assertEquals("cpu-a", Berth.task(Tasks::node).setLabelSelector(Map.of("berth.io/market-type", "spot"))
+        .remote().get(60_000));
+    var error = assertThrows(BerthException.TaskException.class,
+        () -> Berth.task(Tasks::fail, "on purpose").setMaxRetries(0).remote().get(60_000));
+    assertEquals("java.lang.IllegalArgumentException", error.remoteType());
+    assertTrue(error.getMessage().contains("on purpose"));
+  }
+
+  @Test
+  void placementGroupsWithBundleSelectorsAndTolerations() {
+    PlacementGroup group = Berth.placementGroup(List.of(Map.of("CPU", 1.0), Map.of("GPU", 1.0), Map.of("GPU", 1.0)))
+        .setStrategy("PACK")
+        .setBundleLabelSelector(List.of(Map.of("berth.io/market-type", "spot"),
+            Map.of("berth.io/accelerator-type", "nvidia-h100"), Map.of("berth.io/accelerator-type", "nvidia-h100")))
+        .setTolerations(Map.of("gpu_node", "exists()"))
+        .create();
+    assertTrue(group.wait(60));
+    assertEquals(List.of("cpu-a", "gpu-b", "gpu-b"), group.bundleNodes());
+    ActorHandle<Counter> inside = Berth.actor(Counter::new, 0).setResource("GPU", 1)
+        .setSchedulingStrategy(group.bundle(1)).remote();
+    assertEquals("gpu-b", inside.task(Counter::node).remote().get(60_000));
+    Berth.removePlacementGroup(group);
+    var bad = assertThrows(BerthException.class, () -> Berth.placementGroup(List.of(Map.of("GPU", 1.0)))
+        .setBundleLabelSelector(List.of(Map.of(), Map.of())));
+    assertEquals("bundle_label_selector", bad.field());
+  }
+
+  @Test
+  void badAmountsAreRefusedBeforeAnythingIsSent() {
+    var error = assertThrows(BerthException.class, () -> Berth.actor(Counter::new, 1).setResource("GPU", 1.5));
+    assertEquals("resources.GPU", error.field());
+    assertTrue(error.getMessage().contains("shared per instance"), error.getMessage());
+    assertEquals("resources.CPU", assertThrows(BerthException.class,
+        () -> Berth.task(Tasks::node).setResource("CPU", -1)).field());
+    assertEquals("resources.CPU", assertThrows(BerthException.class,
+        () -> Berth.task(Tasks::node).setResource("CPU", 0.12345)).field());
+  }
+}
