@@ -150,9 +150,19 @@ class SeedExamplesTest {
     assertThrows(BerthException.class,
         () -> ActorAffinityMatchExpression.in("location", new ArrayList<>(), false));
     assertThrows(BerthException.class, () -> Berth.actor(Counter::new, 1).setMaxRestarts(-2));
-    // What only the head can check comes back with its field and rule too.
-    var refused = assertThrows(BerthException.class,
-        () -> Berth.actor(Counter::new, 1).setLabelSelector(Map.of("zone", "in(a,")).remote());
-    assertEquals("label_selector.zone", refused.field());
+    var selector = assertThrows(BerthException.class,
+        () -> Berth.actor(Counter::new, 1).setLabelSelector(Map.of("zone", "in(a,")));
+    assertEquals("label_selector.zone", selector.field());
+    assertTrue(selector.getMessage().contains("a '(' is not closed with ')'"), selector.getMessage());
+    var operator = assertThrows(BerthException.class,
+        () -> Berth.task(Tasks::node).setTolerations(Map.of("gpu_node", "near(a)")));
+    assertTrue(operator.getMessage().contains("unknown operator \"near\""), operator.getMessage());
+    for (String ok : List.of("a", "!a", "in(a, b)", "!IN(a)", "exists()", "!exists()", "exists(),!in(a,b)", "")) {
+      Berth.task(Tasks::node).setLabelSelector(Map.of("k", ok));
+    }
+    // What only the head can check (the cluster's state) comes back with its field and rule too.
+    Berth.actor(Counter::new, 1).setName("taken").remote();
+    var refused = assertThrows(BerthException.class, () -> Berth.actor(Counter::new, 1).setName("taken").remote());
+    assertTrue(refused.getMessage().contains("is alive in namespace"), refused.getMessage());
   }
 }
