@@ -207,6 +207,31 @@ impl HeadHandle {
         self.ask(|reply| Command::RegisterEndpoint { id, endpoint, reply }).await
     }
 
+    /// Re-checks the published view on every change until `check` answers, at most
+    /// `timeout` (capped at [`MAX_WAIT`]): the long polls' one mechanism. `Ok(None)` when the
+    /// time ran out; `check`'s error ends the wait at once.
+    async fn wait_until<T>(
+        &self,
+        timeout: Duration,
+        mut check: impl FnMut(&View) -> Result<Option<T>, HeadError>,
+    ) -> Result<Option<T>, HeadError> {
+        let mut view = self.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
+        loop {
+            let current = view.borrow_and_update().clone();
+            if let Some(answer) = check(&current)? {
+                return Ok(Some(answer));
+            }
+            match tokio::time::timeout_at(deadline, view.changed()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) => {
+                    return Err(HeadError::Unavailable("the head is shutting down".into()))
+                }
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+
     /// How to reach an actor: waits, at most `timeout`, until an attempt later than
     /// `after_attempt` listens or the actor is dead.
     pub async fn actor_endpoint(
@@ -215,38 +240,32 @@ impl HeadHandle {
         after_attempt: u32,
         timeout: Duration,
     ) -> Result<ActorEndpoint, HeadError> {
-        let mut view = self.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
-        loop {
-            let current = view.borrow_and_update().clone();
-            let actor = current
-                .actor(id)
-                .ok_or(HeadError::NotFound { what: "actor", id: id.to_string() })?;
-            let listening = actor.endpoint.as_ref().filter(|e| e.attempt > after_attempt);
-            if listening.is_some() || actor.state == ActorState::Dead {
-                return Ok(ActorEndpoint {
-                    actor_id: actor.actor_id.clone(),
-                    state: actor.state,
-                    endpoint: listening.cloned(),
-                    death_reason: actor.death_reason.clone(),
-                    work_key: self.work_keys.key(&actor.actor_id),
-                });
-            }
-            match tokio::time::timeout_at(deadline, view.changed()).await {
-                Ok(Ok(())) => continue,
-                Ok(Err(_)) => {
-                    return Err(HeadError::Unavailable("the head is shutting down".into()))
-                }
-                Err(_) => {
-                    return Err(HeadError::Timeout(format!(
-                        "actor {id} has no process listening after attempt {after_attempt} \
-                         after {:.1} s (it is {:?})",
-                        timeout.as_secs_f64(),
-                        actor.state
-                    )))
-                }
-            }
-        }
+        let mut state = ActorState::Pending;
+        let answer = self
+            .wait_until(timeout, |view| {
+                let actor = view
+                    .actor(id)
+                    .ok_or(HeadError::NotFound { what: "actor", id: id.to_string() })?;
+                state = actor.state;
+                let listening = actor.endpoint.as_ref().filter(|e| e.attempt > after_attempt);
+                Ok((listening.is_some() || actor.state == ActorState::Dead).then(|| {
+                    ActorEndpoint {
+                        actor_id: actor.actor_id.clone(),
+                        state: actor.state,
+                        endpoint: listening.cloned(),
+                        death_reason: actor.death_reason.clone(),
+                        work_key: self.work_keys.key(&actor.actor_id),
+                    }
+                }))
+            })
+            .await?;
+        answer.ok_or_else(|| {
+            HeadError::Timeout(format!(
+                "actor {id} has no process listening after attempt {after_attempt} after {:.1} s \
+                 (it is {state:?})",
+                timeout.as_secs_f64()
+            ))
+        })
     }
 
     /// Waits, at most `timeout`, until one of `ids` has ended or is unknown; answers with all
@@ -262,56 +281,39 @@ impl HeadHandle {
                 format!("give 1 to {MAX_WAIT_IDS} task IDs, not {}", ids.len()),
             ));
         }
-        let mut view = self.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
-        loop {
-            let current = view.borrow_and_update().clone();
-            let mut answer = TasksEnded { ended: Vec::new(), unknown: Vec::new() };
-            for id in ids {
-                match current.task(id) {
-                    None => answer.unknown.push(id.clone()),
-                    Some(task) if task.state.is_final() => answer.ended.push((*task).clone()),
-                    Some(_) => {}
+        let answer = self
+            .wait_until(timeout, |view| {
+                let mut answer = TasksEnded { ended: Vec::new(), unknown: Vec::new() };
+                for id in ids {
+                    match view.task(id) {
+                        None => answer.unknown.push(id.clone()),
+                        Some(task) if task.state.is_final() => answer.ended.push((*task).clone()),
+                        Some(_) => {}
+                    }
                 }
-            }
-            if !answer.ended.is_empty() || !answer.unknown.is_empty() {
-                return Ok(answer);
-            }
-            match tokio::time::timeout_at(deadline, view.changed()).await {
-                Ok(Ok(())) => continue,
-                Ok(Err(_)) => {
-                    return Err(HeadError::Unavailable("the head is shutting down".into()))
-                }
-                Err(_) => return Ok(answer),
-            }
-        }
+                Ok((!answer.ended.is_empty() || !answer.unknown.is_empty()).then_some(answer))
+            })
+            .await?;
+        Ok(answer.unwrap_or(TasksEnded { ended: Vec::new(), unknown: Vec::new() }))
     }
 
     /// Waits until the group is created (or removed), at most `timeout`.
     pub async fn wait_group(&self, id: &str, timeout: Duration) -> Result<Group, HeadError> {
-        let mut view = self.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
-        loop {
-            let current = view.borrow_and_update().clone();
-            let group = current
-                .group(id)
-                .ok_or(HeadError::NotFound { what: "placement_group", id: id.to_string() })?;
-            if !matches!(group.state, berth_api::rest::GroupState::Pending) {
-                return Ok((*group).clone());
-            }
-            match tokio::time::timeout_at(deadline, view.changed()).await {
-                Ok(Ok(())) => continue,
-                Ok(Err(_)) => {
-                    return Err(HeadError::Unavailable("the head is shutting down".into()))
-                }
-                Err(_) => {
-                    return Err(HeadError::Timeout(format!(
-                        "placement group {id} is still PENDING after {:.1} s",
-                        timeout.as_secs_f64()
-                    )))
-                }
-            }
-        }
+        let answer = self
+            .wait_until(timeout, |view| {
+                let group = view
+                    .group(id)
+                    .ok_or(HeadError::NotFound { what: "placement_group", id: id.to_string() })?;
+                Ok((!matches!(group.state, berth_api::rest::GroupState::Pending))
+                    .then(|| (*group).clone()))
+            })
+            .await?;
+        answer.ok_or_else(|| {
+            HeadError::Timeout(format!(
+                "placement group {id} is still PENDING after {:.1} s",
+                timeout.as_secs_f64()
+            ))
+        })
     }
 }
 

@@ -3,58 +3,26 @@
 //! listens, callers find the current attempt's endpoint (waiting for a restart), and a
 //! driver waits for many tasks with one call.
 
-use std::time::Duration;
-
-use berth_agent::{RunnerKind, SimCluster, SimNode, SimOptions};
+use berth_agent::{SimCluster, SimNode};
 use berth_api::rest::ActorState;
-use berth_head::{HeadConfig, RunningHead, View};
+use berth_head::RunningHead;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-/// Kills whatever the runner directories still record when the test ends, pass or fail.
-struct Processes(tempfile::TempDir);
-
-impl Drop for Processes {
-    fn drop(&mut self) {
-        for entry in std::fs::read_dir(self.0.path()).into_iter().flatten().flatten() {
-            berth_agent::process::kill_recorded(&entry.path());
-        }
-    }
-}
+mod common;
 
 struct Cluster {
     head: RunningHead,
     _sim: SimCluster,
-    _processes: Processes,
+    _processes: common::Processes,
     _data: tempfile::TempDir,
     http: reqwest::Client,
     base: String,
 }
 
 async fn cluster() -> Cluster {
-    let data = tempfile::tempdir().unwrap();
-    let mut config = HeadConfig::new(data.path());
-    config.bind = "127.0.0.1:0".parse().unwrap();
-    config.heartbeat_interval = Duration::from_millis(50);
-    config.heartbeat_timeout = Duration::from_secs(10);
-    let head = berth_head::start(config).await.unwrap();
-    let processes = Processes(tempfile::tempdir().unwrap());
-    let options = SimOptions {
-        runner: RunnerKind::Process {
-            root: processes.0.path().to_path_buf(),
-            grace: Duration::from_millis(500),
-        },
-        ..SimOptions::default()
-    };
-    let nodes = vec![SimNode::new("n1").resource("CPU", "8")];
-    let sim = SimCluster::start_with(
-        &head.address.to_string(),
-        head.agent_token.as_str(),
-        nodes,
-        options,
-    )
-    .unwrap();
-    sim.wait_registered(Duration::from_secs(20)).await.unwrap();
+    let (head, sim, processes, data) =
+        common::cluster(vec![SimNode::new("n1").resource("CPU", "8")]).await;
     let base = format!("http://{}", head.address);
     Cluster {
         head,
@@ -90,20 +58,6 @@ impl Cluster {
     async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
         let token = self.head.token.as_str().to_string();
         self.call(method, path, &token, body).await
-    }
-
-    async fn until(&self, what: &str, done: impl Fn(&View) -> bool) {
-        let mut view = self.head.handle.subscribe();
-        tokio::time::timeout(Duration::from_secs(30), async {
-            loop {
-                if done(&view.borrow_and_update().clone()) {
-                    return;
-                }
-                view.changed().await.unwrap();
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting until {what}"));
     }
 }
 
@@ -201,7 +155,7 @@ async fn an_actor_process_registers_and_callers_follow_it_across_a_restart() {
     assert_eq!(dead["state"], "DEAD");
     assert!(dead.get("endpoint").is_none(), "{dead}");
     assert_eq!(dead["death_reason"], "killed by a user");
-    c.until("the actor is dead in the view", |v| {
+    common::until(&c.head, "the actor is dead in the view", |v| {
         v.actor(&id).is_some_and(|a| a.state == ActorState::Dead && a.endpoint.is_none())
     })
     .await;

@@ -8,35 +8,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 /** Restarts, timeouts, tasks and placement groups from Java, on a real cluster. */
-class ActorsAndTasksTest {
-  private static LocalCluster cluster;
-
-  @BeforeAll
-  static void start() throws Exception {
-    cluster = new LocalCluster();
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    cluster.close();
-  }
-
-  @BeforeEach
-  void connect() {
-    Berth.init(cluster.address, cluster.token);
-  }
-
-  @AfterEach
-  void disconnect() {
-    Berth.shutdown();
-  }
+class ActorsAndTasksTest extends ClusterTest {
 
   @Test
   void aRestartedActorIsReachedThroughTheSameHandle() throws Exception {

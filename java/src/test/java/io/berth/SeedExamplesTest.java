@@ -10,10 +10,6 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -21,28 +17,7 @@ import org.junit.jupiter.api.Test;
  * cluster (examples/local/sdk-tests.yaml: CPU nodes cpu-a and cpu-b, tainted GPU nodes); each
  * checks where the actor went.
  */
-class SeedExamplesTest {
-  private static LocalCluster cluster;
-
-  @BeforeAll
-  static void start() throws Exception {
-    cluster = new LocalCluster();
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    cluster.close();
-  }
-
-  @BeforeEach
-  void connect() {
-    Berth.init(cluster.address, cluster.token);
-  }
-
-  @AfterEach
-  void disconnect() {
-    Berth.shutdown();
-  }
+class SeedExamplesTest extends ClusterTest {
 
   private static String node(ActorHandle<Counter> actor) {
     return actor.task(Counter::node).remote().get(60_000);
