@@ -114,8 +114,10 @@ def _submit_task(runtime, call: Call, body: dict, payload: Optional[bytes], pick
 # Actors.
 
 
-def _method_names(cls: type) -> List[str]:
-    return [n for n, m in inspect.getmembers(cls) if callable(m) and not n.startswith("__")]
+def _method_names(cls: type) -> Dict[str, int]:
+    """Public method names and their ``num_returns`` (``@berth.method``)."""
+    return {n: getattr(m, "__berth_num_returns__", 1)
+            for n, m in inspect.getmembers(cls) if callable(m) and not n.startswith("__")}
 
 
 class ActorClass:
@@ -218,7 +220,7 @@ class ActorHandle:
     """A handle on an actor: ``handle.method.remote(...)``. Calls through one handle run in the
     order they were made. The handle follows the actor across restarts."""
 
-    def __init__(self, actor_id: str, key: str, class_name: str, methods: Optional[List[str]],
+    def __init__(self, actor_id: str, key: str, class_name: str, methods: Optional[Dict[str, int]],
                  namespace: str, name: Optional[str]) -> None:
         self._actor_id, self._key, self._class_name = actor_id, key, class_name
         self._methods = methods
@@ -240,7 +242,7 @@ class ActorHandle:
                 f"actor {self._class_name} ({self._actor_id}) has no method {name!r}; it has "
                 f"{', '.join(sorted(self._methods)) or 'none'}"
             )
-        return ActorMethod(self, name)
+        return ActorMethod(self, name, self._methods.get(name, 1) if self._methods else 1)
 
     def __repr__(self) -> str:
         return f"ActorHandle({self._class_name}, {self._actor_id})"
@@ -415,7 +417,11 @@ class ActorConnection:
                     if len(states) == 1:
                         states[0].set_value(value)
                     else:
-                        for s, v in zip(states, list(value)):
+                        values = list(value)
+                        if len(values) != len(states):
+                            raise ValueError(f"a call on {self.actor_id} returned "
+                                             f"{len(values)} values, not num_returns={len(states)}")
+                        for s, v in zip(states, values):
                             s.set_value(v)
                 else:
                     error = error_from(payload)
@@ -481,8 +487,12 @@ def _make(target: Any, options: Dict[str, Any]):
 
 
 def method(num_returns: int = 1):
-    """``@berth.method(num_returns=N)`` on an actor method (accepted; per-call
-    ``.options(num_returns=...)`` sets it)."""
+    """``@berth.method(num_returns=N)`` on an actor method: its calls return N ``ObjectRef``s
+    (per call, ``.options(num_returns=...)`` overrides it)."""
+    if not isinstance(num_returns, int) or isinstance(num_returns, bool) or num_returns < 1:
+        from .exceptions import InvalidRequestError
+
+        raise InvalidRequestError("num_returns", f"{num_returns!r} is not an integer of at least 1")
 
     def decorate(fn: Callable) -> Callable:
         fn.__berth_num_returns__ = num_returns

@@ -17,7 +17,6 @@ from ._client import Client, discover
 from ._owner import Call, OwnerServer
 from .exceptions import (
     BerthError,
-    HeadUnreachableError,
     NotInitializedError,
     TaskCancelledError,
     WorkerCrashedError,
@@ -208,10 +207,7 @@ def current() -> Runtime:
     runtime = _current
     if runtime is not None:
         return runtime
-    try:
-        init(ignore_reinit_error=True)
-    except HeadUnreachableError:
-        raise
+    init(ignore_reinit_error=True)
     runtime = _current
     if runtime is None:
         raise NotInitializedError("berth.init() did not connect")

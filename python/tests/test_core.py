@@ -268,3 +268,23 @@ def test_only_holders_of_the_work_key_reach_an_actor(berth_session):
     with pytest.raises(berth.exceptions.RequestError) as info:
         reader.get(f"/api/v1/actors/{counter.actor_id}/endpoint")
     assert info.value.status == 403
+
+
+def test_methods_with_several_returns(berth_session):
+    @berth.remote
+    class Pair:
+        @berth.method(num_returns=2)
+        def split(self, a, b):
+            return a, b
+
+        def both(self, a, b):
+            return a, b
+
+    pair = Pair.remote()
+    first, second = pair.split.remote(1, 2)
+    assert berth.get([first, second]) == [1, 2]
+    assert berth.get(pair.both.remote(1, 2)) == (1, 2)
+    refs = pair.both.options(num_returns=3).remote(1, 2)
+    assert len(refs) == 3
+    with pytest.raises(ValueError, match="returned 2 values, not num_returns=3"):
+        berth.get(refs, timeout=60)

@@ -92,9 +92,15 @@ final class ActorConnection {
           return false;
         }
       }
-      JsonNode answer = session.client.call("GET",
-          "/api/v1/actors/" + actorId + "/endpoint?after_attempt=" + attempt + "&timeout_s=30", null,
-          Duration.ofSeconds(60), true);
+      JsonNode answer;
+      try {
+        answer = session.client.call("GET",
+            "/api/v1/actors/" + actorId + "/endpoint?after_attempt=" + attempt + "&timeout_s=30", null,
+            Duration.ofSeconds(60), true);
+      } catch (BerthException e) {
+        fail(new BerthException(null, "cannot find " + actorId + ": " + e.getMessage(), e));
+        return false;
+      }
       if (answer == null) {
         continue;
       }
