@@ -81,6 +81,7 @@ class RemoteFunction:
             self._pickled = dumps(self._function)
         call = Call("task", b"", states, name)
         body = _options.task_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call))
+        body["fork_server"] = runtime.fork_server
         body.setdefault("name", name[:253])
         body.setdefault("namespace", runtime.namespace)
         pickled = self._pickled
@@ -159,6 +160,7 @@ class ActorClass:
                 "max_concurrency": self._options.get("max_concurrency", 1)}
         call = Call("actor", dumps(spec), [], name)
         body = _options.actor_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call))
+        body["fork_server"] = runtime.fork_server
         body.setdefault("namespace", runtime.namespace)
         runtime.owner.add(call)
         try:

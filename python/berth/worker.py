@@ -198,7 +198,21 @@ class ActorServer:
 
 
 def main() -> None:
-    """Runs the worker; never returns for actors."""
+    """Runs the worker; never returns for actors. Started by an agent as a fork server
+    (``BERTH_FORK_SERVER=1``), serves forks of itself instead (see ``_fork_server``)."""
+    if os.environ.get("BERTH_FORK_SERVER") == "1":
+        # What a task's worker would import on its first connection, done once here so that
+        # every child has it for free (the IDNA codec is imported by the first getaddrinfo of
+        # a name: ~1 ms per child otherwise). Actors' heavier imports (urllib) are left to
+        # them: each module in the server makes every fork slower.
+        import encodings.idna  # noqa: F401
+        import traceback  # noqa: F401
+
+        socket.getaddrinfo("localhost", 0)
+        from . import _fork_server
+
+        _fork_server.serve(lambda: Worker().run())
+        return
     Worker().run()
 
 

@@ -42,7 +42,7 @@ class Cluster:
     def cli(self, *args: str) -> str:
         """Runs the berth CLI against this cluster; its stdout."""
         return subprocess.run(
-            [self.bin, "--address", self.address, "--data-dir", str(self.data_dir), *args],
+            [self.bin, *args, "--address", self.address, "--data-dir", str(self.data_dir)],
             check=True, capture_output=True, text=True, timeout=60,
         ).stdout
 

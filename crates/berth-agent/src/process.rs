@@ -47,10 +47,12 @@
 //! Only one runner may use a directory at a time: [`ProcessRunner::new`] takes an exclusive
 //! lock on `work_dir/lock` and fails when another runner (agent) holds it.
 
+mod fork_server;
 mod logs;
 mod state;
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -67,12 +69,13 @@ use nix::unistd::Pid;
 use thiserror::Error;
 use tokio::process::Child;
 use tokio::runtime::Handle;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::runner::{Events, Runner, WorkEvent, WorkStatus};
 
+pub use fork_server::FORK_SERVER_DIR;
 pub use logs::{LOG_DIR, WORK_DIR};
 pub use state::STATE_FILE;
 
@@ -246,6 +249,14 @@ impl Proc {
     }
 }
 
+/// How a started attempt is watched.
+enum Watched {
+    /// A child of this runner.
+    Child(Child),
+    /// Forked by a fork server, which reports its exit status here.
+    Forked(oneshot::Receiver<fork_server::ExitStatus>),
+}
+
 /// A newer attempt waiting for the older one to end.
 #[derive(Debug)]
 struct Pending {
@@ -318,6 +329,8 @@ struct Shared {
     boot_id: Option<String>,
     runtime: Handle,
     inner: Mutex<Inner>,
+    /// Locked after `inner`, never before.
+    forks: Mutex<fork_server::ForkServers>,
     activity: watch::Sender<Activity>,
     detached: watch::Sender<bool>,
 }
@@ -388,16 +401,20 @@ impl ProcessRunner {
         let boot_id = state::boot_id();
         let (activity, _) = watch::channel(Activity::default());
         let (detached, _) = watch::channel(false);
+        let head_env = head_env(&options);
+        let server_env = head_env.iter().map(|(k, v)| (k.into(), v.clone())).collect();
+        let forks = fork_server::ForkServers::new(work_dir.join(FORK_SERVER_DIR), server_env);
         let shared = Arc::new(Shared {
             dir: work_dir,
             grace: options.grace,
-            head_env: head_env(&options),
+            head_env,
             boot_id,
             runtime,
             inner: Mutex::new(Inner {
                 node_id: options.node_id.unwrap_or_default(),
                 ..Inner::default()
             }),
+            forks: Mutex::new(forks),
             activity,
             detached,
         });
@@ -602,7 +619,7 @@ impl Shared {
                     },
                 );
                 let guard = WatcherGuard::new(self);
-                self.runtime.spawn(watch_adopted(self.clone(), id, entry, stop_rx, guard));
+                self.runtime.spawn(watch_other(self.clone(), id, entry, None, stop_rx, guard));
             } else {
                 info!(work_id = %entry.work_id, attempt = entry.attempt, pid = entry.pid, "a process of the previous agent ended while no agent watched it");
                 logs::note(
@@ -696,20 +713,40 @@ impl Shared {
                 return;
             }
         };
-        let (id_var, other_var) = kind.id_vars();
+        let env = self.attempt_env(inner, &start, kind);
+        // The protocol speaks JSON: an environment that is not UTF-8 is spawned as it is.
+        let utf8_env = || -> Option<BTreeMap<String, String>> {
+            env.iter()
+                .map(|(k, v)| Some((k.to_str()?.to_owned(), v.to_str()?.to_owned())))
+                .collect()
+        };
+        if let Some(fork_env) = start.fork_server.then(utf8_env).flatten() {
+            let request = fork_server::ForkRequest {
+                env: fork_env,
+                cwd: cwd.clone(),
+                stdout: out_path.clone(),
+                stderr: err_path.clone(),
+            };
+            let key = fork_server::Key::of(&start);
+            let outcome = self.forks.lock().unwrap_or_else(|p| p.into_inner()).fork(&key, request);
+            match outcome {
+                fork_server::Outcome::Forked { pid, exit } => {
+                    let watched = Watched::Forked(exit);
+                    self.watch_locked(inner, &start, kind, pid, watched, events);
+                    return;
+                }
+                fork_server::Outcome::Spawn { why: Some(why) } => {
+                    debug!(%work_id, attempt, "spawned, not forked: {why}");
+                }
+                fork_server::Outcome::Spawn { why: None } => {}
+            }
+        }
         let mut command = tokio::process::Command::new(&start.command);
         command
             .args(&start.args)
             .current_dir(&cwd)
-            .envs(&start.env)
-            .env_remove(other_var)
-            .env("BERTH_NODE_ID", &inner.node_id)
-            .env(id_var, work_id)
-            .env("BERTH_NAMESPACE", &start.namespace)
-            .env("BERTH_ATTEMPT", attempt.to_string())
-            .envs(self.head_env.iter().map(|(k, v)| (k, v)))
-            .env("BERTH_WORK_KEY", &start.work_key)
-            .env("CUDA_VISIBLE_DEVICES", visible_devices(&start))
+            .env_clear()
+            .envs(env)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -731,30 +768,83 @@ impl Shared {
             }
         };
         let pid = child.id().unwrap_or(0);
+        self.watch_locked(inner, &start, kind, pid, Watched::Child(child), events);
+    }
+
+    /// The whole environment of an attempt: the agent's, then the start's `env`, then Berth's
+    /// own variables, which win.
+    fn attempt_env(
+        &self,
+        inner: &Inner,
+        start: &Start,
+        kind: Kind,
+    ) -> BTreeMap<OsString, OsString> {
+        let (id_var, other_var) = kind.id_vars();
+        let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+        env.extend(start.env.iter().map(|(k, v)| (k.into(), v.into())));
+        env.remove(OsStr::new(other_var));
+        let own = [
+            ("BERTH_NODE_ID", inner.node_id.as_str().into()),
+            (id_var, start.work_id.as_str().into()),
+            ("BERTH_NAMESPACE", start.namespace.as_str().into()),
+            ("BERTH_ATTEMPT", start.attempt.to_string().into()),
+        ];
+        env.extend(
+            own.into_iter().chain(self.head_env.iter().cloned()).map(|(k, v)| (k.into(), v)),
+        );
+        env.insert("BERTH_WORK_KEY".into(), start.work_key.as_str().into());
+        env.insert("CUDA_VISIBLE_DEVICES".into(), visible_devices(start).into());
+        env
+    }
+
+    /// Records the attempt now running as `pid`, reports `Started` and watches it.
+    fn watch_locked(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        start: &Start,
+        kind: Kind,
+        pid: u32,
+        watched: Watched,
+        events: Events,
+    ) {
+        let (work_id, attempt) = (start.work_id.as_str(), start.attempt);
         let pgid = pid as i32;
         let start_time = state::stat(pid).map(|s| s.start_time).unwrap_or(0);
         let (stop, stop_rx) = watch::channel(false);
         let id = inner.next_id;
         inner.next_id += 1;
-        inner.procs.insert(
-            id,
-            Proc {
-                work_id: work_id.to_string(),
-                attempt,
-                kind,
-                pid,
-                pgid,
-                start_time,
-                stopping: false,
-                stop,
-                events: Some(events.clone()),
-            },
-        );
+        let proc = Proc {
+            work_id: work_id.to_string(),
+            attempt,
+            kind,
+            pid,
+            pgid,
+            start_time,
+            stopping: false,
+            stop,
+            events: Some(events.clone()),
+        };
+        let entry = proc.entry();
+        inner.procs.insert(id, proc);
         self.persist(inner);
-        debug!(%work_id, attempt, pid, "started");
+        debug!(%work_id, attempt, pid, forked = matches!(watched, Watched::Forked(_)), "started");
         events.started(work_id, attempt, pid);
         let guard = WatcherGuard::new(self);
-        self.runtime.spawn(watch_child(self.clone(), id, child, pgid, stop_rx, guard));
+        match watched {
+            Watched::Child(child) => {
+                self.runtime.spawn(watch_child(self.clone(), id, child, pgid, stop_rx, guard));
+            }
+            Watched::Forked(exit) => {
+                self.runtime.spawn(watch_other(
+                    self.clone(),
+                    id,
+                    entry,
+                    Some(exit),
+                    stop_rx,
+                    guard,
+                ));
+            }
+        }
     }
 
     fn stop(&self, stop: Stop, events: Events) {
@@ -938,11 +1028,14 @@ async fn finish_group(
     }
 }
 
-/// Watches a process adopted from an earlier runner (not a child: polled in `/proc`).
-async fn watch_adopted(
+/// Watches a process that is not this runner's child: forked by a fork server (which reports
+/// its exit status on `exit`) or adopted from an earlier runner (`None`: polled in `/proc`,
+/// exit status unknown). A forked one whose server dies is polled from then on.
+async fn watch_other(
     shared: Arc<Shared>,
     id: u64,
     entry: state::Entry,
+    mut exit: Option<oneshot::Receiver<fork_server::ExitStatus>>,
     mut stop: watch::Receiver<bool>,
     _guard: WatcherGuard,
 ) {
@@ -950,22 +1043,25 @@ async fn watch_adopted(
     let mut escalation = Escalation::new(entry.pgid, shared.grace);
     let mut poll = tokio::time::interval(ADOPTED_POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
+    let (code, signal) = loop {
         let kill_at = escalation.kill_at();
         tokio::select! {
             biased;
             () = raised(&mut detached) => return,
+            status = async { exit.as_mut().expect("guarded").await }, if exit.is_some() => match status {
+                Ok(status) => break (status.code, status.signal),
+                Err(_) => exit = None,
+            },
             () = raised(&mut stop), if escalation.termed_at.is_none() => escalation.terminate(),
             () = sleep_until(kill_at), if kill_at.is_some() => escalation.kill(),
-            _ = poll.tick() => {
+            _ = poll.tick(), if exit.is_none() => {
                 if !state::is_same_process(&entry) {
-                    break;
+                    break (None, escalation.signal());
                 }
             }
         }
-    }
-    let signal = escalation.signal();
-    finish_group(shared, id, escalation, detached, None, signal).await;
+    };
+    finish_group(shared, id, escalation, detached, code, signal).await;
 }
 
 #[cfg(test)]

@@ -483,3 +483,176 @@ async fn the_runner_needs_a_usable_directory() {
     assert!(matches!(err, ProcessError::Directory { .. }), "{err}");
     assert!(err.to_string().contains("cannot use the agent directory"), "{err}");
 }
+
+// ---- Fork servers ------------------------------------------------------------------------
+
+/// A command speaking the fork-server protocol: the SDK's own server (`python/berth/
+/// _fork_server.py`, standard library only) with a `run` that reports who it is and then
+/// exits with `$BERTH_TEST_CODE` or sleeps (`BERTH_TEST_SLEEP`). Without `BERTH_FORK_SERVER`
+/// it runs the same `run` once, as a spawned attempt.
+fn fork_server_task(work_id: &str, attempt: u32) -> Start {
+    let sdk = concat!(env!("CARGO_MANIFEST_DIR"), "/../../python/berth");
+    let script = format!(
+        r#"
+import os, sys, time
+sys.path.insert(0, {sdk:?})
+def run():
+    print("ppid", os.getppid(), "cwd", os.getcwd(), flush=True)
+    print("FOO=" + os.environ.get("FOO", ""), "BERTH_TASK_ID=" + os.environ.get("BERTH_TASK_ID", ""))
+    print("to-stderr", file=sys.stderr)
+    if os.environ.get("BERTH_TEST_SLEEP"):
+        time.sleep(1000)
+    sys.exit(int(os.environ.get("BERTH_TEST_CODE", "0")))
+if os.environ.get("BERTH_FORK_SERVER") == "1":
+    import _fork_server
+    _fork_server.serve(run)
+else:
+    run()
+"#
+    );
+    let mut start = start(work_id, attempt, WorkKind::Task, "python3", &["-c", &script]);
+    start.fork_server = true;
+    start.env.insert("FOO".into(), "bar".into());
+    start
+}
+
+/// The parent PID an attempt printed.
+fn parent_of(runner: &ProcessRunner, work_id: &str) -> u32 {
+    let text = log(&runner.log_paths(work_id).0);
+    let line = text.lines().find(|l| l.starts_with("ppid ")).unwrap_or_else(|| panic!("{text}"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Runs attempts `prefix-0`, `prefix-1`… of `fork_server_task` (exit 0) until one is forked (its parent is not this
+/// process, the runner's); returns its work ID and the server's PID. The first is always
+/// spawned: it starts the server, which is used once it says it is ready.
+async fn until_forked(
+    prefix: &str,
+    runner: &ProcessRunner,
+    events: &Events,
+    rx: &mut UnboundedReceiver<WorkEvent>,
+) -> (String, u32) {
+    let deadline = Instant::now() + WAIT;
+    let mut i = 0;
+    loop {
+        let work_id = format!("{prefix}-{i}");
+        runner.start(fork_server_task(&work_id, 1), events.clone());
+        started(rx, &work_id, 1).await;
+        assert_eq!(next_of(rx, &work_id, 1).await, exited(Some(0), None));
+        let parent = parent_of(runner, &work_id);
+        if parent != std::process::id() {
+            return (work_id, parent);
+        }
+        assert!(Instant::now() < deadline, "never forked within {WAIT:?}");
+        // A bounded poll on observable state: the server says ready within ~100 ms.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        i += 1;
+    }
+}
+
+#[tokio::test]
+async fn attempts_are_forked_from_a_warm_server_with_their_own_environment_logs_and_exit_code() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+    assert_eq!(parent_of_first(&runner, &events, &mut rx).await, std::process::id());
+    let (_, server) = until_forked("warm", &runner, &events, &mut rx).await;
+
+    let mut task = fork_server_task("task-f", 4);
+    task.env.insert("BERTH_TEST_CODE".into(), "3".into());
+    runner.start(task, events.clone());
+    let pid = started(&mut rx, "task-f", 4).await;
+    assert_eq!(next_of(&mut rx, "task-f", 4).await, exited(Some(3), None));
+    assert_ne!(pid, server);
+    assert_eq!(parent_of(&runner, "task-f"), server, "forked by the same server");
+    let (out, err) = runner.log_paths("task-f");
+    let text = log(&out);
+    assert!(text.starts_with("=== berth: task-f attempt 4 starting at "), "{text}");
+    let cwd = dir.path().join("work/task-f-4").canonicalize().unwrap();
+    assert!(text.contains(&format!("cwd {}", cwd.display())), "{text}");
+    assert!(text.contains("FOO=bar BERTH_TASK_ID=task-f"), "{text}");
+    let err_text = log(&err);
+    assert!(err_text.contains("to-stderr"), "{err_text}");
+    assert!(err_text.contains("=== berth: task-f attempt 4 exited with code 3"), "{err_text}");
+    assert!(runner.running().is_empty());
+
+    // Dropping the runner ends its servers (their stdin closes).
+    drop(runner);
+    eventually("the fork server ends with its runner", || {
+        nix::sys::signal::kill(Pid::from_raw(server as i32), None) == Err(Errno::ESRCH)
+    })
+    .await;
+}
+
+/// Runs the first attempt: spawned, so its parent is this process.
+async fn parent_of_first(
+    runner: &ProcessRunner,
+    events: &Events,
+    rx: &mut UnboundedReceiver<WorkEvent>,
+) -> u32 {
+    runner.start(fork_server_task("first", 1), events.clone());
+    started(rx, "first", 1).await;
+    assert_eq!(next_of(rx, "first", 1).await, exited(Some(0), None));
+    parent_of(runner, "first")
+}
+
+#[tokio::test]
+async fn a_forked_attempt_is_stopped_with_its_group_and_is_watched_after_its_server_dies() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+    let (_, server) = until_forked("warm", &runner, &events, &mut rx).await;
+
+    // A stop: SIGTERM to its group, reported by the server as the signal.
+    let mut sleeper = fork_server_task("task-s", 1);
+    sleeper.env.insert("BERTH_TEST_SLEEP".into(), "1".into());
+    runner.start(sleeper.clone(), events.clone());
+    let pid = started(&mut rx, "task-s", 1).await;
+    assert_eq!(runner.running(), vec![RunningWork { work_id: "task-s".into(), attempt: 1 }]);
+    assert_eq!(recorded(dir.path()), vec![("task-s".to_string(), 1, u64::from(pid))]);
+    runner.stop(stop("task-s", 1), events.clone());
+    assert_eq!(next_of(&mut rx, "task-s", 1).await, exited(None, Some(15)));
+    group_gone(pid).await;
+
+    // Its server dies while it runs: the runner watches it through /proc from then on, and
+    // the next attempt starts a new server (spawned meanwhile).
+    sleeper.work_id = "task-t".into();
+    runner.start(sleeper, events.clone());
+    let pid = started(&mut rx, "task-t", 1).await;
+    eventually("the attempt has printed", || {
+        std::fs::read_to_string(runner.log_paths("task-t").0)
+            .is_ok_and(|t| t.lines().any(|l| l.starts_with("ppid ")))
+    })
+    .await;
+    assert_eq!(parent_of(&runner, "task-t"), server);
+    nix::sys::signal::kill(Pid::from_raw(server as i32), Signal::SIGKILL).unwrap();
+    eventually("the server is gone", || {
+        nix::sys::signal::kill(Pid::from_raw(server as i32), None) == Err(Errno::ESRCH)
+    })
+    .await;
+    assert_eq!(runner.running(), vec![RunningWork { work_id: "task-t".into(), attempt: 1 }]);
+    killpg(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    assert_eq!(
+        next_of(&mut rx, "task-t", 1).await,
+        exited(None, None),
+        "status unknown without the server"
+    );
+    let (_, new_server) = until_forked("rewarm", &runner, &events, &mut rx).await;
+    assert_ne!(new_server, server);
+}
+
+#[tokio::test]
+async fn a_command_that_does_not_serve_forks_is_spawned_every_time() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+    for i in 0..4 {
+        let work_id = format!("plain-{i}");
+        let mut task = sh(&work_id, 1, WorkKind::Task, "echo hello; exit 2");
+        task.fork_server = true;
+        runner.start(task, events.clone());
+        started(&mut rx, &work_id, 1).await;
+        assert_eq!(next_of(&mut rx, &work_id, 1).await, exited(Some(2), None));
+        assert!(log(&runner.log_paths(&work_id).0).contains("hello"));
+    }
+}

@@ -236,6 +236,11 @@ pub struct ActorCreate {
     /// Extra environment variables.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: StringMap,
+    /// The command speaks the fork-server protocol (`docs/worker-protocol.md`): the agent may
+    /// keep a warm copy of it and fork each attempt from that copy instead of starting the
+    /// program anew. Default false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fork_server: bool,
     /// How many times it is restarted after its process or node dies; -1 for always.
     #[serde(default)]
     pub max_restarts: i64,
@@ -397,6 +402,9 @@ pub struct TaskSubmit {
     /// Extra environment variables.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: StringMap,
+    /// As for actors.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fork_server: bool,
     /// How many times it is run again after a failure (non-zero exit, node death); default 3.
     #[serde(default = "default_retries")]
     pub max_retries: u32,
@@ -426,6 +434,10 @@ pub const DEFAULT_TASK_RETRIES: u32 = 3;
 
 fn default_retries() -> u32 {
     DEFAULT_TASK_RETRIES
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }
 
 /// A task.

@@ -93,6 +93,8 @@ pub(crate) trait WorkObject {
     const KIND: WorkKind;
     fn id(&self) -> &str;
     fn command(&self) -> (&str, &[String], &StringMap);
+    /// The command may be forked from a warm copy (see `fork_server` in the REST bodies).
+    fn fork_server(&self) -> bool;
     fn namespace(&self) -> &str;
     fn selectors(&self) -> (Option<&Value>, Option<&Value>);
     fn history(&mut self) -> &mut Vec<Event>;
@@ -110,6 +112,9 @@ impl WorkObject for Actor {
     }
     fn command(&self) -> (&str, &[String], &StringMap) {
         (&self.spec.command, &self.spec.args, &self.spec.env)
+    }
+    fn fork_server(&self) -> bool {
+        self.spec.fork_server
     }
     fn namespace(&self) -> &str {
         &self.namespace
@@ -143,6 +148,9 @@ impl WorkObject for Task {
     }
     fn command(&self) -> (&str, &[String], &StringMap) {
         (&self.spec.command, &self.spec.args, &self.spec.env)
+    }
+    fn fork_server(&self) -> bool {
+        self.spec.fork_server
     }
     fn namespace(&self) -> &str {
         &self.namespace
@@ -868,6 +876,7 @@ fn start_message<A: WorkObject>(
                 .map(|(name, ids)| (name.clone(), InstanceIds { ids: ids.clone() }))
                 .collect(),
             work_key: keys.key(api.id()),
+            fork_server: api.fork_server(),
         })),
     }
 }

@@ -1,0 +1,114 @@
+"""Workers forked from the agents' warm fork servers (``fork_server`` in the create bodies):
+each attempt is still a process of its own, with its own environment, working directory,
+logs and exit, and what a spawned worker would do (retry after a kill, actors) still holds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import berth
+
+
+def _server_of(pid: int) -> bool:
+    """True when ``pid`` is a fork server (``BERTH_FORK_SERVER=1`` in its environment)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return b"BERTH_FORK_SERVER=1" in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+@berth.remote(num_cpus=0.1, label_selector={"instance_type": "m5.16xlarge"})
+def whoami(tag):
+    return {
+        "tag": tag,
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "task": os.environ.get("BERTH_TASK_ID"),
+        "attempt": os.environ.get("BERTH_ATTEMPT"),
+        "cwd": os.getcwd(),
+        "x": os.environ.get("X"),
+        "pgid": os.getpgid(0),
+    }
+
+
+def _until_forked(fn, deadline_s: float = 60.0):
+    """Runs ``fn`` (one node) until an attempt was forked; the first ones are spawned while
+    the node's server warms up. Returns every answer."""
+    answers = []
+    deadline = time.monotonic() + deadline_s
+    while not answers or not _server_of(answers[-1]["ppid"]):
+        assert time.monotonic() < deadline, f"no forked attempt within {deadline_s} s: {answers}"
+        answers.append(berth.get(fn.remote(len(answers)), timeout=60))
+    return answers
+
+
+def test_tasks_are_forked_once_the_server_is_warm_and_are_processes_of_their_own(berth_session):
+    answers = _until_forked(whoami)
+    forked = berth.get([whoami.remote(i) for i in range(20)], timeout=60)
+    servers = {a["ppid"] for a in forked if _server_of(a["ppid"])}
+    assert servers, f"none of 20 tasks on a warm node was forked: {forked}"
+    for answer in answers + forked:
+        # Its own process, its own group, its own ID, attempt and working directory.
+        assert answer["pgid"] == answer["pid"]
+        assert answer["attempt"] == "1"
+        assert answer["task"] and answer["cwd"].endswith(f"/work/{answer['task']}-1")
+    assert len({a["pid"] for a in answers + forked}) == len(answers + forked)
+    assert len({a["task"] for a in answers + forked}) == len(answers + forked)
+
+
+def test_environments_that_differ_get_their_own_server_and_are_applied(berth_session):
+    with_x = whoami.options(runtime_env={"env_vars": {"X": "one"}})
+    answers = _until_forked(with_x)
+    assert {a["x"] for a in answers} == {"one"}
+    other = _until_forked(whoami.options(runtime_env={"env_vars": {"X": "two"}}))
+    assert {a["x"] for a in other} == {"two"}
+    assert answers[-1]["ppid"] != other[-1]["ppid"], "one server per environment"
+
+
+def test_a_forked_worker_that_is_killed_is_retried_and_its_logs_are_kept(berth_session, tmp_path):
+    _until_forked(whoami)
+    marker = tmp_path / "first-attempt"
+
+    @berth.remote(num_cpus=0.1, max_retries=2, label_selector={"instance_type": "m5.16xlarge"})
+    def dies_once(path):
+        import pathlib
+
+        p = pathlib.Path(path)
+        print("attempt", os.environ["BERTH_ATTEMPT"], "says hello", flush=True)
+        if not p.exists():
+            p.write_text(f"{os.getpid()} {os.getppid()}")
+            time.sleep(120)  # killed with -9 below
+        return int(os.environ["BERTH_ATTEMPT"]), os.environ["BERTH_TASK_ID"]
+
+    ref = dies_once.remote(str(marker))
+    deadline = time.monotonic() + 60
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, "the first attempt never started"
+        time.sleep(0.05)
+    pid, parent = map(int, marker.read_text().split())
+    assert _server_of(parent), "the first attempt was forked"
+    os.kill(pid, signal.SIGKILL)
+    attempt, task_id = berth.get(ref, timeout=120)
+    assert attempt == 2
+    logs = berth_session.cli("logs", task_id)
+    assert "attempt 1 says hello" in logs and "attempt 2 says hello" in logs, logs
+
+
+def test_actors_are_forked_too(berth_session):
+    @berth.remote(num_cpus=0.1, label_selector={"instance_type": "m5.16xlarge"})
+    class Where:
+        def where(self):
+            return os.getppid(), os.environ["BERTH_ACTOR_ID"]
+
+    deadline = time.monotonic() + 60
+    while True:
+        actor = Where.remote()
+        parent, actor_id = berth.get(actor.where.remote(), timeout=60)
+        berth.kill(actor)
+        if _server_of(parent):
+            break
+        assert time.monotonic() < deadline, "no actor was forked"
+    assert actor_id
