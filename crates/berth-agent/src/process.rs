@@ -12,7 +12,13 @@
 //!   logs/<work_id>.out, .err     stdout and stderr of every attempt, appended, a header each
 //!                                (read by `berth logs` through [`Runner::log_file`])
 //!   work/<work_id>-<attempt>/    each attempt's working directory
+//!   fork-servers/<agent pid>.err stderr of the fork servers
 //! ```
+//!
+//! A start with `fork_server` set may instead be forked from a warm copy of its command (see
+//! the `fork_server` module): the attempt is a process of its own all the same, in its own
+//! group, with the same logs, environment and reports; only its exit status comes from the
+//! server (its parent) rather than from `wait`.
 //!
 //! The command gets the agent's environment, then the `env` of its `Start`, then Berth's own
 //! variables, which win: `BERTH_NODE_ID`, `BERTH_ACTOR_ID` or `BERTH_TASK_ID`,
