@@ -1,5 +1,5 @@
-"""The worker as a fork server (``BERTH_FORK_SERVER=1``): a warm interpreter, with everything a
-worker imports already imported, from which the agent forks each attempt instead of starting
+"""The worker as a fork server (``BERTH_FORK_SERVER=1``): a warm interpreter, with what a
+task's worker imports already imported, from which the agent forks each attempt instead of starting
 Python anew (about 1 ms instead of 50). The protocol is described in
 ``docs/worker-protocol.md`` (§ Fork servers); the agent's side is
 ``crates/berth-agent/src/process/fork_server.rs``.
@@ -60,6 +60,8 @@ def _child(request: dict, wake_fds, run: Callable[[], None]) -> None:
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, int) and e.code is not None:
+            print(e.code, file=sys.stderr)  # as the interpreter does for sys.exit("message")
     except BaseException:  # noqa: BLE001 - reported in the attempt's stderr, as Python would
         traceback.print_exc()
     finally:

@@ -208,7 +208,10 @@ def main() -> None:
         import encodings.idna  # noqa: F401
         import traceback  # noqa: F401
 
-        socket.getaddrinfo("localhost", 0)
+        try:
+            socket.getaddrinfo("localhost", 0)
+        except OSError:
+            pass  # no name resolution here: children pay for it themselves, as spawned ones do
         from . import _fork_server
 
         _fork_server.serve(lambda: Worker().run())

@@ -287,11 +287,7 @@ impl Server {
         Ok(Server { key, pid, stdin: Mutex::new(stdin), link })
     }
 
-    fn fork(
-        &self,
-        request: u64,
-        fork: ForkRequest,
-    ) -> Result<(u32, oneshot::Receiver<ExitStatus>), String> {
+    fn fork(&self, request: u64, fork: ForkRequest) -> Reply {
         let (tx, rx) = sync_channel(1);
         self.link.lock().waiting.insert(request, tx);
         let order = Order::Fork {
@@ -356,6 +352,15 @@ fn read(stdout: BufReader<ChildStdout>, link: &Link, pid: u32) {
         let mut state = link.lock();
         match message {
             Message::Ready => state.ready = true,
+            Message::Forked { request, pid: child } if !is_child_of(child, pid) => {
+                // The runner signals the group it is told of: never one that is not the
+                // server's own child (pid 0 would be the agent's own group).
+                warn!(pid, child, "the fork server named a process that is not its child");
+                if let Some(waiting) = state.waiting.remove(&request) {
+                    let _ = waiting.send(Err(format!("it named process {child}, not its child")));
+                }
+                break;
+            }
             Message::Forked { request, pid: child } => {
                 // Registered before anyone learns the PID: its exit cannot come first, the
                 // server reports it on a later line.
@@ -364,7 +369,7 @@ fn read(stdout: BufReader<ChildStdout>, link: &Link, pid: u32) {
                 if let Some(waiting) = state.waiting.remove(&request) {
                     if waiting.send(Ok((child, rx))).is_err() {
                         // Nobody waits any more (timed out): the attempt was spawned instead.
-                        kill_group(child);
+                        super::signal_group(child as i32, nix::sys::signal::Signal::SIGKILL);
                     }
                 }
             }
@@ -387,11 +392,13 @@ fn read(stdout: BufReader<ChildStdout>, link: &Link, pid: u32) {
     state.children.clear();
 }
 
-fn kill_group(pid: u32) {
-    let _ = nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+/// True when `child` can be the server `server`'s child: a real PID whose parent is the
+/// server, or one already gone from `/proc` (it ended and was reaped before this line was
+/// read; its exit follows).
+fn is_child_of(child: u32, server: u32) -> bool {
+    child > 1
+        && i32::try_from(child).is_ok()
+        && super::state::stat(child).is_none_or(|stat| stat.ppid == server as i32)
 }
 
 #[cfg(test)]
@@ -414,6 +421,17 @@ mod tests {
         assert_eq!(Key::of(&a), Key::of(&b));
         b.env.insert("PYTHONPATH".into(), "/y".into());
         assert_ne!(Key::of(&a), Key::of(&b));
+    }
+
+    #[test]
+    fn only_the_servers_own_children_are_accepted() {
+        let me = std::process::id();
+        let parent = std::os::unix::process::parent_id();
+        assert!(is_child_of(me, parent));
+        assert!(!is_child_of(me, me), "a live process with another parent");
+        assert!(!is_child_of(0, parent), "0 names the caller's own group");
+        assert!(!is_child_of(1, 0));
+        assert!(!is_child_of(u32::MAX, parent), "not a PID");
     }
 
     #[test]
