@@ -290,6 +290,13 @@ pub async fn start_on(
             let shutdown = async move {
                 let _ = serve_shutdown.wait_for(|stop| *stop).await;
             };
+            // Without TCP_NODELAY a small write (an agent's assignment, a REST answer) that
+            // follows an unacknowledged one waits for the peer's delayed ACK: ~40 ms each.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                if let Err(err) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %err, "cannot set TCP_NODELAY");
+                }
+            });
             if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
                 tracing::error!(error = %err, "the server stopped");
             }

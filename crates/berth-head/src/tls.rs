@@ -105,6 +105,10 @@ pub async fn serve(
             },
             () = &mut stop => break,
         };
+        // As on the plain port: small writes must not wait for a delayed ACK.
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, error = %err, "cannot set TCP_NODELAY");
+        }
         let (acceptor, router, builder) = (acceptor.clone(), router.clone(), builder.clone());
         let watcher = graceful.watcher();
         tokio::spawn(async move {
