@@ -5,10 +5,18 @@ Python anew (about 1 ms instead of 50). The protocol is described in
 ``crates/berth-agent/src/process/fork_server.rs``.
 
 The server stays single-threaded (forking a threaded process is unsafe): one loop reads the
-agent's requests from stdin and learns of ended children through ``SIGCHLD`` written to a
-wake-up pipe. Each child becomes exactly what a spawned worker would be: its own process
-group, its log files as stdout and stderr, its working directory, its environment, and then
-the worker's ``run``.
+agent's requests from stdin, its children's messages from one socket per child, and learns of
+ended children through ``SIGCHLD`` written to a wake-up pipe. Each child becomes exactly what a
+spawned worker would be: its own process group, its log files as stdout and stderr, its working
+directory, its environment, and then the worker's ``run``.
+
+A child whose ``run`` returns ``True`` may be *reused*: if it is still alone (one thread, no
+child processes) and ran no GPU attempt, it tells the server it is done instead of exiting,
+the server reports the attempt as ended with code 0, and once the agent releases it, the
+child waits (its stdio on ``/dev/null``) for the server to hand it the next attempt. Reuse
+saves the fork, the exit and the copy-on-write faults of a fresh child: most of a small
+task's cost. Idle children beyond ``MAX_IDLE`` or idle longer than ``IDLE_TIMEOUT_S`` are
+told to exit (their socket is closed).
 """
 
 from __future__ import annotations
@@ -16,15 +24,28 @@ from __future__ import annotations
 # Standard library only: the agent's tests run this server with their own `run`.
 import json
 import os
-import select
+import selectors
 import signal
+import socket
 import sys
+import threading
+import time
 import traceback
-from typing import Callable
+from typing import Callable, Dict, List, Optional
 
 # The agent reads replies from here: stdout as it was given, moved off fd 1 so that nothing
 # printed by accident can break a line.
 _replies = -1
+
+# Idle children kept for reuse per server, and how long one may wait for an attempt. A burst
+# of small tasks is served by as many children as ran at once; they exit once it is over.
+MAX_IDLE = 32
+IDLE_TIMEOUT_S = 10.0
+# Attempts one child runs before it exits anyway (what a long-lived worker may accumulate).
+MAX_ATTEMPTS = 10_000
+
+# The working directory of a reused child's last attempt.
+_last_cwd: Optional[str] = None
 
 
 def _send(message: dict) -> None:
@@ -33,36 +54,39 @@ def _send(message: dict) -> None:
         data = data[os.write(_replies, data):]
 
 
-def _child(request: dict, wake_fds, run: Callable[[], None]) -> None:
-    """In the forked child: become the attempt, run the worker, never return."""
+class _Child:
+    """The server's view of one child: its socket (None: it cannot be reused), and whether it
+    runs an attempt, has said it is done (waiting for the agent's release) or is idle."""
+
+    def __init__(self, pid: int, sock: Optional[socket.socket]) -> None:
+        self.pid = pid
+        self.sock = sock
+        self.state = "running"
+        self.idle_since = 0.0
+        self.pending = b""
+
+
+def _child(request: dict, sock: Optional[socket.socket], run: Callable[[], object]) -> None:
+    """In the forked child (the server's descriptors closed): become the attempt and run the
+    worker; between attempts (when reusable), wait on ``sock`` for the next one. Never
+    returns."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for fd in (*wake_fds, _replies):
-            os.close(fd)
         os.setpgid(0, 0)
-        null = os.open(os.devnull, os.O_RDONLY)
-        out = os.open(request["stdout"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        err = os.open(request["stderr"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        for fd, target in ((null, 0), (out, 1), (err, 2)):
-            os.dup2(fd, target)
-            os.close(fd)
         server_dir = os.getcwd()
-        os.chdir(request["cwd"])
-        # `python -m` put the server's directory first on the path; a spawned worker would
-        # have had its own working directory there.
-        if sys.path and sys.path[0] == server_dir:
-            sys.path[0] = request["cwd"]
-        _replace_environment(request["env"])
-        run()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, int) and e.code is not None:
-            print(e.code, file=sys.stderr)  # as the interpreter does for sys.exit("message")
-    except BaseException:  # noqa: BLE001 - reported in the attempt's stderr, as Python would
+        attempts = 0
+        while True:
+            attempts += 1
+            code, reusable = _attempt(request, server_dir, run)
+            if sock is None or not (reusable and attempts < MAX_ATTEMPTS):
+                break
+            request = _next_request(sock)
+            if request is None:
+                code = 0
+                break
+    except BaseException:  # noqa: BLE001 - the attempt's stderr is the only place to say it
         traceback.print_exc()
     finally:
         try:
@@ -70,6 +94,72 @@ def _child(request: dict, wake_fds, run: Callable[[], None]) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _attempt(request: dict, server_dir: str, run: Callable[[], object]):
+    """Runs one attempt as a spawned worker would; returns its exit code and whether this
+    process may run another."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(request["stdout"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    err = os.open(request["stderr"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    for fd, target in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    # `python -m` put the server's directory first on the path; a spawned worker would have
+    # had its own working directory there (a reused child: the last attempt's).
+    global _last_cwd
+    if sys.path and sys.path[0] in (server_dir, _last_cwd):
+        sys.path[0] = request["cwd"]
+    _last_cwd = request["cwd"]
+    _replace_environment(request["env"])
+    try:
+        again = run()
+    except SystemExit as e:
+        if not isinstance(e.code, int) and e.code is not None:
+            print(e.code, file=sys.stderr)  # as the interpreter does for sys.exit("message")
+        return (e.code if isinstance(e.code, int) else (0 if e.code is None else 1)), False
+    except BaseException:  # noqa: BLE001 - reported in the attempt's stderr, as Python would
+        traceback.print_exc()
+        return 1, False
+    return 0, again is True and _alone() and not request["env"].get("CUDA_VISIBLE_DEVICES")
+
+
+def _alone() -> bool:
+    """True when nothing of the attempt outlives it in this process: no other thread, no
+    child process (a GPU attempt is never reused either: its CUDA context is bound to the
+    devices it was given)."""
+    if threading.active_count() != 1:
+        return False
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/children") as f:
+            return not f.read().strip()
+    except OSError:
+        return False  # cannot tell: do not reuse
+
+
+def _next_request(sock: socket.socket) -> Optional[dict]:
+    """Says the attempt is done and waits for the next one; None when told to exit."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(null, target)
+    os.close(null)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        sock.sendall(b'{"type":"done"}\n')
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                return None
+            data += chunk
+        return json.loads(data)
+    except (OSError, ValueError):
+        return None
 
 
 def _replace_environment(env: dict) -> None:
@@ -82,41 +172,138 @@ def _replace_environment(env: dict) -> None:
             os.environ[name] = value
 
 
-def _reap() -> None:
-    while True:
+class _Server:
+    def __init__(self, run: Callable[[], object], wake_fds) -> None:
+        self.run = run
+        self.wake_fds = wake_fds
+        self.selector = selectors.DefaultSelector()
+        self.children: Dict[int, _Child] = {}
+        # Idle children, the most recently used last (it is taken first: warmest caches).
+        self.idle: List[_Child] = []
+        # Done children the agent has not released yet, oldest first.
+        self.unreleased: List[_Child] = []
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is not None:
+                self.forget(child)
+            # Reported even for an idle child: the agent ignores PIDs it does not watch.
+            if os.WIFSIGNALED(status):
+                _send({"type": "exited", "pid": pid, "code": None, "signal": os.WTERMSIG(status)})
+            elif os.WIFEXITED(status):
+                _send({"type": "exited", "pid": pid, "code": os.WEXITSTATUS(status), "signal": None})
+
+    def forget(self, child: _Child) -> None:
+        """Stops talking to ``child``: an idle one then exits; its exit is reaped as any."""
+        for waiting in (self.idle, self.unreleased):
+            if child in waiting:
+                waiting.remove(child)
+        if child.sock is not None:
+            self.selector.unregister(child.sock)
+            child.sock.close()
+            child.sock = None
+
+    def fork(self, request: dict) -> None:
+        number = request.get("request")
+        line = (json.dumps(request, separators=(",", ":")) + "\n").encode()
+        while self.idle:
+            child = self.idle.pop()
+            try:
+                child.sock.sendall(line)
+            except OSError:
+                self.forget(child)  # it is ending; its exit is reported when reaped
+                continue
+            child.state = "running"
+            _send({"type": "forked", "request": number, "pid": child.pid})
+            return
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
+            ours, theirs = socket.socketpair()
+        except OSError:
+            ours = theirs = None  # out of descriptors: this child will not be reused
+        try:
+            pid = os.fork()
+        except OSError as e:
+            for sock in (ours, theirs):
+                if sock is not None:
+                    sock.close()
+            _send({"type": "failed", "request": number, "error": str(e)})
             return
         if pid == 0:
+            # Nothing of the server's stays open in the child.
+            self.selector.close()
+            for sock in [ours, *(c.sock for c in self.children.values())]:
+                if sock is not None:
+                    sock.close()
+            for fd in (*self.wake_fds, _replies):
+                os.close(fd)
+            _child(request, theirs, self.run)
+        if theirs is not None:
+            theirs.close()
+        try:
+            # Also here, so that the agent never signals a group that does not exist yet.
+            os.setpgid(pid, pid)
+        except OSError:
+            pass  # the child did it first, or already ended (its exit is reported)
+        child = _Child(pid, ours)
+        self.children[pid] = child
+        if ours is not None:
+            self.selector.register(ours, selectors.EVENT_READ, child)
+        _send({"type": "forked", "request": number, "pid": pid})
+
+    def from_child(self, child: _Child) -> None:
+        try:
+            chunk = child.sock.recv(4096)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.forget(child)  # it is ending (its exit comes through SIGCHLD)
             return
-        if os.WIFSIGNALED(status):
-            _send({"type": "exited", "pid": pid, "code": None, "signal": os.WTERMSIG(status)})
-        elif os.WIFEXITED(status):
-            _send({"type": "exited", "pid": pid, "code": os.WEXITSTATUS(status), "signal": None})
+        child.pending += chunk
+        *lines, child.pending = child.pending.split(b"\n")
+        for line in lines:
+            if line.strip() == b'{"type":"done"}' and child.state == "running":
+                child.state = "done"
+                child.idle_since = time.monotonic()
+                self.unreleased.append(child)
+                _send({"type": "done", "pid": child.pid, "code": 0})
+
+    def release(self, pid: object) -> None:
+        child = self.children.get(pid) if isinstance(pid, int) else None
+        if child is None or child.sock is None or child.state != "done":
+            return  # ended meanwhile, or not one to release
+        self.unreleased.remove(child)
+        child.state = "idle"
+        child.idle_since = time.monotonic()
+        self.idle.append(child)
+        if len(self.idle) > MAX_IDLE:
+            self.forget(self.idle[0])
+
+    def expire(self) -> Optional[float]:
+        """Ends children idle (or waiting for a release that did not come) too long; returns
+        how long until the next one may expire."""
+        now = time.monotonic()
+        next_in = None
+        for waiting in (self.idle, self.unreleased):
+            while waiting and now - waiting[0].idle_since >= IDLE_TIMEOUT_S:
+                self.forget(waiting[0])
+            if waiting:
+                left = IDLE_TIMEOUT_S - (now - waiting[0].idle_since)
+                next_in = left if next_in is None else min(next_in, left)
+        return next_in
 
 
-def _fork(request: dict, wake_fds, run: Callable[[], None]) -> None:
-    number = request.get("request")
-    try:
-        pid = os.fork()
-    except OSError as e:
-        _send({"type": "failed", "request": number, "error": str(e)})
-        return
-    if pid == 0:
-        _child(request, wake_fds, run)
-    try:
-        # Also here, so that the agent never signals a group that does not exist yet.
-        os.setpgid(pid, pid)
-    except OSError:
-        pass  # the child did it first, or already ended (its exit is reported)
-    _send({"type": "forked", "request": number, "pid": pid})
-
-
-def serve(run: Callable[[], None]) -> None:
+def serve(run: Callable[[], object]) -> None:
     """Serves forks until stdin closes, each child calling ``run`` as the attempt (its return
-    is exit code 0, ``SystemExit`` its code, an exception 1); children keep running after the
-    server ends. Import what ``run`` needs before calling this: children inherit it."""
+    is exit code 0, ``SystemExit`` its code, an exception 1; returning ``True`` offers the
+    process for reuse); children keep running after the server ends, and idle ones exit.
+    Import what ``run`` needs before calling this: children inherit it."""
     global _replies
     sys.stdout.flush()
     _replies = os.dup(1)
@@ -128,32 +315,47 @@ def serve(run: Callable[[], None]) -> None:
     signal.set_wakeup_fd(wake_w)
     # The agent's Ctrl-C and stops are not for the server.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    server = _Server(run, (wake_r, wake_w))
+    server.selector.register(0, selectors.EVENT_READ, "agent")
+    server.selector.register(wake_r, selectors.EVENT_READ, "wake")
     _send({"type": "ready"})
     pending = b""
     while True:
-        readable, _, _ = select.select([0, wake_r], [], [])
-        if wake_r in readable:
-            try:
-                while os.read(wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
-            _reap()
-        if 0 in readable:
-            chunk = os.read(0, 1 << 16)
-            if not chunk:
-                return
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if not line.strip():
-                    continue
+        for key, _ in server.selector.select(server.expire()):
+            if key.data == "wake":
                 try:
-                    request = json.loads(line)
-                except ValueError as e:
-                    print(f"berth fork server: unreadable request ({e}): {line[:200]!r}", file=sys.stderr)
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                server.reap()
+            elif key.data == "agent":
+                chunk = os.read(0, 1 << 16)
+                if not chunk:
                     return
-                if request.get("type") != "fork":
-                    print(f"berth fork server: unknown request {request.get('type')!r}", file=sys.stderr)
-                    return
-                _fork(request, (wake_r, wake_w), run)
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip() and not _order(server, line):
+                        return
+            elif isinstance(key.data, _Child) and key.data.sock is not None:
+                server.from_child(key.data)
+
+
+def _order(server: _Server, line: bytes) -> bool:
+    """Carries out one request of the agent's; False when it is unreadable (the server ends,
+    and the agent gives it up)."""
+    try:
+        request = json.loads(line)
+    except ValueError as e:
+        print(f"berth fork server: unreadable request ({e}): {line[:200]!r}", file=sys.stderr)
+        return False
+    kind = request.get("type")
+    if kind == "fork":
+        server.fork(request)
+    elif kind == "release":
+        server.release(request.get("pid"))
+    else:
+        print(f"berth fork server: unknown request {kind!r}", file=sys.stderr)
+        return False
+    return True

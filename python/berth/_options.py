@@ -11,7 +11,7 @@ from .util import scheduling_strategies
 
 COMMON = {"num_cpus", "num_gpus", "memory", "resources", "label_selector", "fallback_strategy",
           "tolerations", "scheduling_strategy", "name", "namespace", "runtime_env"}
-KNOWN_TASK_OPTIONS = COMMON | {"max_retries", "num_returns"}
+KNOWN_TASK_OPTIONS = COMMON | {"max_retries", "num_returns", "max_calls"}
 KNOWN_ACTOR_OPTIONS = COMMON | {"labels", "max_restarts", "lifetime", "max_concurrency"}
 GROUP_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 # The head's limits (crates/berth-head/src/handle.rs).
@@ -145,6 +145,8 @@ def task_body(options: Mapping[str, Any], command: str, args: List[str], env: Ma
         body["max_retries"] = _number("max_retries", retries, 0)
     if options.get("num_returns") is not None:
         _number("num_returns", options["num_returns"], 1)
+    if options.get("max_calls") is not None:
+        _number("max_calls", options["max_calls"], 0)
     return body
 
 

@@ -88,17 +88,25 @@ class RemoteFunction:
         if _has_refs(args, kwargs):
             payload = None
         else:
-            payload = dumps({"function": loads(pickled), "args": args, "kwargs": kwargs})
-        runtime.submitter.submit(_submit_task, runtime, call, body, payload, pickled, args, kwargs)
+            payload = _task_payload(pickled, args, kwargs, self._options)
+        runtime.submitter.submit(_submit_task, runtime, call, body, payload, pickled, args, kwargs,
+                                 self._options)
         return refs[0] if num_returns == 1 else refs
 
 
+def _task_payload(pickled: bytes, args: tuple, kwargs: dict, options: Dict[str, Any]) -> bytes:
+    """What the task's worker fetches: the function, its arguments, and how many calls its
+    process may run (``max_calls``, 0 for no limit) before it must exit."""
+    return dumps({"function": loads(pickled), "args": args, "kwargs": kwargs,
+                  "max_calls": options.get("max_calls", 0)})
+
+
 def _submit_task(runtime, call: Call, body: dict, payload: Optional[bytes], pickled: bytes,
-                 args: tuple, kwargs: dict) -> None:
+                 args: tuple, kwargs: dict, options: Dict[str, Any]) -> None:
     try:
         if payload is None:
             args, kwargs = _resolve(args, kwargs)
-            payload = dumps({"function": loads(pickled), "args": args, "kwargs": kwargs})
+            payload = _task_payload(pickled, args, kwargs, options)
         call.payload = payload
         runtime.owner.add(call)
         task = runtime.client.post("/api/v1/tasks", body)

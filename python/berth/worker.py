@@ -7,8 +7,9 @@ by the driver that submitted it), fetches its function or class and arguments fr
 and then:
 
 - a task runs the function, hands the result (or the exception, with its traceback) to the
-  owner and exits 0; a worker killed before that is retried by the head (``max_retries``) and
-  the next attempt fetches the same call again;
+  owner and exits 0 (forked by a fork server, its process may instead be reused for a later
+  task: ``max_calls``); a worker killed before that is retried by the head (``max_retries``)
+  and the next attempt fetches the same call again;
 - an actor builds its instance, listens on a TCP port, tells the head where
   (``PUT /api/v1/actors/{id}/endpoint``, with its work key) and serves method calls, one at a
   time in the order they arrive (``max_concurrency`` > 1: that many at once).
@@ -37,6 +38,30 @@ def _env(name: str) -> str:
     return value
 
 
+# Connections to owners, kept by a worker process that its fork server reuses for another
+# attempt (most of a driver's tasks share one owner).
+_owner_conns = {}
+# Calls of each function this process ran, for `max_calls`.
+_calls = {}
+
+
+def _cached_conn(owner: str):
+    """A kept connection to ``owner`` that the other side has not closed (a closed one reads
+    as ready: EOF)."""
+    import select
+
+    conn = _owner_conns.pop(owner, None)
+    if conn is None:
+        return None
+    try:
+        if not select.select([conn], [], [], 0)[0]:
+            return conn
+    except (OSError, ValueError):
+        pass
+    conn.close()
+    return None
+
+
 class Worker:
     def __init__(self) -> None:
         self.owner_conn = None
@@ -48,6 +73,8 @@ class Worker:
         self.call = _env("BERTH_CALL")
 
     def ask_owner(self, header, payload: bytes = b""):
+        if self.owner_conn is None:
+            self.owner_conn = _cached_conn(self.owner)
         if self.owner_conn is None:
             try:
                 self.owner_conn = _protocol.connect(self.owner, timeout=30)
@@ -63,7 +90,9 @@ class Worker:
             sys.exit(EXIT_SETUP)
         return reply, body
 
-    def run(self) -> None:
+    def run(self) -> bool:
+        """Runs the task (True after it: this process may run another) or the actor (never
+        returns)."""
         reply, body = self.ask_owner({"op": "fetch"})
         if reply.get("codec") != CODEC:
             print(f"berth.worker: cannot read codec {reply.get('codec')!r}", file=sys.stderr)
@@ -71,12 +100,19 @@ class Worker:
         spec = loads(body)
         if self.is_actor:
             self.run_actor(spec)
-        else:
-            self.run_task(spec)
+            return False
+        again = self.run_task(spec)
+        _owner_conns[self.owner] = self.owner_conn
+        return again
 
-    def run_task(self, spec) -> None:
+    def run_task(self, spec) -> bool:
+        """Runs the function and hands back its result; True when this process may run
+        another task (``max_calls`` not reached)."""
         function = spec["function"]
         name = getattr(function, "__qualname__", repr(function))
+        key = (getattr(function, "__module__", None), name)
+        _calls[key] = _calls.get(key, 0) + 1
+        max_calls = spec.get("max_calls") or 0
         try:
             value = function(*spec["args"], **spec["kwargs"])
             header, payload = {"op": "result", "status": "ok"}, dumps(value)
@@ -85,6 +121,7 @@ class Worker:
                 e = RuntimeError(f"{name} raised {type(e).__name__}({e})")
             header, payload = {"op": "result", "status": "error"}, error_payload(e, name)
         self.ask_owner(header, payload)
+        return max_calls == 0 or _calls[key] < max_calls
 
     def run_actor(self, spec) -> None:
         import traceback

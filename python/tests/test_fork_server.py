@@ -1,6 +1,7 @@
 """Workers forked from the agents' warm fork servers (``fork_server`` in the create bodies):
-each attempt is still a process of its own, with its own environment, working directory,
-logs and exit, and what a spawned worker would do (retry after a kill, actors) still holds."""
+each attempt has its own process group, environment, working directory, logs and exit, and
+what a spawned worker would do (retry after a kill, actors) still holds. A task's process is
+reused for later tasks when it ended cleanly (``max_calls`` limits that)."""
 
 from __future__ import annotations
 
@@ -51,12 +52,50 @@ def test_tasks_are_forked_once_the_server_is_warm_and_are_processes_of_their_own
     servers = {a["ppid"] for a in forked if _server_of(a["ppid"])}
     assert servers, f"none of 20 tasks on a warm node was forked: {forked}"
     for answer in answers + forked:
-        # Its own process, its own group, its own ID, attempt and working directory.
+        # Its own process group, its own ID, attempt and working directory.
         assert answer["pgid"] == answer["pid"]
         assert answer["attempt"] == "1"
         assert answer["task"] and answer["cwd"].endswith(f"/work/{answer['task']}-1")
-    assert len({a["pid"] for a in answers + forked}) == len(answers + forked)
     assert len({a["task"] for a in answers + forked}) == len(answers + forked)
+
+
+def test_a_task_process_is_reused_for_the_next_task_unless_max_calls_says_otherwise(berth_session):
+    _until_forked(whoami)
+    # One at a time: a task mostly finds an earlier one's process idle in the server (not
+    # always: the driver may submit the next before the agent has released the last).
+    answers = [berth.get(whoami.remote(i), timeout=60) for i in range(6)]
+    assert len({a["pid"] for a in answers}) < 6, f"not reused: {answers}"
+    for answer in answers:
+        assert answer["cwd"].endswith(f"/work/{answer['task']}-1"), answer
+        assert answer["pgid"] == answer["pid"]
+    assert len({a["task"] for a in answers}) == 6
+
+    once = whoami.options(max_calls=1)
+    answers = [berth.get(once.remote(i), timeout=60) for i in range(4)]
+    assert len({a["pid"] for a in answers}) == 4, f"max_calls=1 ran two tasks in one process: {answers}"
+
+    @berth.remote(num_cpus=0.1, label_selector={"instance_type": "m5.16xlarge"})
+    def leaves_a_thread(_):
+        import threading
+
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+        return os.getpid()
+
+    pids = [berth.get(leaves_a_thread.remote(i), timeout=60) for i in range(3)]
+    assert len(set(pids)) == 3, "a process with a thread still running is not reused"
+
+
+def test_a_reused_process_keeps_nothing_of_the_last_tasks_environment(berth_session):
+    @berth.remote(num_cpus=0.1, label_selector={"instance_type": "m5.16xlarge"})
+    def env_of(name, value):
+        seen = os.environ.get(name)
+        os.environ[name] = value  # a task that changes its environment
+        return os.getpid(), seen
+
+    _until_forked(whoami)
+    answers = [berth.get(env_of.remote("SCRATCH", f"set-by-{i}"), timeout=60) for i in range(6)]
+    assert len({pid for pid, _ in answers}) < 6, f"not reused: {answers}"
+    assert [seen for _, seen in answers] == [None] * 6
 
 
 def test_environments_that_differ_get_their_own_server_and_are_applied(berth_session):

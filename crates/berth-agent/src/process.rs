@@ -260,7 +260,14 @@ enum Watched {
     /// A child of this runner.
     Child(Child),
     /// Forked by a fork server, which reports its exit status here.
-    Forked(oneshot::Receiver<fork_server::ExitStatus>),
+    Forked(Forked),
+}
+
+/// What the runner holds of a forked attempt: where its end is reported, and how to let the
+/// server reuse its process after it.
+struct Forked {
+    exit: oneshot::Receiver<fork_server::ExitStatus>,
+    release: fork_server::Release,
 }
 
 /// A newer attempt waiting for the older one to end.
@@ -736,8 +743,8 @@ impl Shared {
             let key = fork_server::Key::of(&start);
             let outcome = self.forks.lock().unwrap_or_else(|p| p.into_inner()).fork(&key, request);
             match outcome {
-                fork_server::Outcome::Forked { pid, exit } => {
-                    let watched = Watched::Forked(exit);
+                fork_server::Outcome::Forked { pid, exit, release } => {
+                    let watched = Watched::Forked(Forked { exit, release });
                     self.watch_locked(inner, &start, kind, pid, watched, events);
                     return;
                 }
@@ -840,12 +847,12 @@ impl Shared {
             Watched::Child(child) => {
                 self.runtime.spawn(watch_child(self.clone(), id, child, pgid, stop_rx, guard));
             }
-            Watched::Forked(exit) => {
+            Watched::Forked(forked) => {
                 self.runtime.spawn(watch_other(
                     self.clone(),
                     id,
                     entry,
-                    Some(exit),
+                    Some(forked),
                     stop_rx,
                     guard,
                 ));
@@ -880,15 +887,27 @@ impl Shared {
         }
     }
 
-    /// Process `id` ended (and, for a stop, its group too): forget it, report its exit, and
-    /// start the newer attempt of its work if one waits.
-    fn finish(self: &Arc<Self>, id: u64, code: Option<i32>, signal: Option<i32>) {
+    /// Process `id` ended (and, for a stop, its group too), or only its attempt did (`reuse`:
+    /// the process lives on in its fork server): forget it, let the server reuse the process,
+    /// report the exit, and start the newer attempt of its work if one waits.
+    fn finish(
+        self: &Arc<Self>,
+        id: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+        reuse: Option<fork_server::Release>,
+    ) {
         let mut inner = self.lock();
         if inner.detached {
             return;
         }
         let Some(proc) = inner.procs.remove(&id) else { return };
         self.persist(&inner);
+        if let Some(release) = reuse {
+            // Forgotten first, so no stop of this attempt can reach the process; released
+            // before the exit is reported, so the next attempt may already find it idle.
+            release.send();
+        }
         let how = match (code, signal) {
             (Some(code), _) => format!("exited with code {code}"),
             (None, Some(signal)) => format!("ended by signal {signal}"),
@@ -1026,22 +1045,22 @@ async fn finish_group(
 ) {
     if escalation.termed_at.is_some() {
         if escalation.clear(&mut detached).await {
-            shared.finish(id, code, signal);
+            shared.finish(id, code, signal, None);
         }
     } else {
-        shared.finish(id, code, signal);
+        shared.finish(id, code, signal, None);
         escalation.clear(&mut detached).await;
     }
 }
 
 /// Watches a process that is not this runner's child: forked by a fork server (which reports
-/// its exit status on `exit`) or adopted from an earlier runner (`None`: polled in `/proc`,
-/// exit status unknown). A forked one whose server dies is polled from then on.
+/// its exit status) or adopted from an earlier runner (`None`: polled in `/proc`, exit status
+/// unknown). A forked one whose server dies is polled from then on.
 async fn watch_other(
     shared: Arc<Shared>,
     id: u64,
     entry: state::Entry,
-    mut exit: Option<oneshot::Receiver<fork_server::ExitStatus>>,
+    mut forked: Option<Forked>,
     mut stop: watch::Receiver<bool>,
     _guard: WatcherGuard,
 ) {
@@ -1054,13 +1073,20 @@ async fn watch_other(
         tokio::select! {
             biased;
             () = raised(&mut detached) => return,
-            status = async { exit.as_mut().expect("guarded").await }, if exit.is_some() => match status {
+            status = async { (&mut forked.as_mut().expect("guarded").exit).await }, if forked.is_some() => match status {
+                Ok(status) if status.lives_on && escalation.termed_at.is_none() => {
+                    // The attempt is over; its process idles in the server, to be reused.
+                    let release = forked.map(|f| f.release);
+                    shared.finish(id, status.code, None, release);
+                    return;
+                }
+                // Stopped meanwhile: the process is ending by our signal, clear its group.
                 Ok(status) => break (status.code, status.signal),
-                Err(_) => exit = None,
+                Err(_) => forked = None,
             },
             () = raised(&mut stop), if escalation.termed_at.is_none() => escalation.terminate(),
             () = sleep_until(kill_at), if kill_at.is_some() => escalation.kill(),
-            _ = poll.tick(), if exit.is_none() => {
+            _ = poll.tick(), if forked.is_none() => {
                 if !state::is_same_process(&entry) {
                     break (None, escalation.signal());
                 }

@@ -488,8 +488,9 @@ async fn the_runner_needs_a_usable_directory() {
 
 /// A command speaking the fork-server protocol: the SDK's own server (`python/berth/
 /// _fork_server.py`, standard library only) with a `run` that reports who it is and then
-/// exits with `$BERTH_TEST_CODE` or sleeps (`BERTH_TEST_SLEEP`). Without `BERTH_FORK_SERVER`
-/// it runs the same `run` once, as a spawned attempt.
+/// sleeps (`BERTH_TEST_SLEEP`), offers its process for reuse (`BERTH_TEST_REUSE`, after
+/// leaving a thread running with `BERTH_TEST_THREAD`) or exits with `$BERTH_TEST_CODE`.
+/// Without `BERTH_FORK_SERVER` it runs the same `run` once, as a spawned attempt.
 fn fork_server_task(work_id: &str, attempt: u32) -> Start {
     let sdk = concat!(env!("CARGO_MANIFEST_DIR"), "/../../python/berth");
     let script = format!(
@@ -502,6 +503,11 @@ def run():
     print("to-stderr", file=sys.stderr)
     if os.environ.get("BERTH_TEST_SLEEP"):
         time.sleep(1000)
+    if os.environ.get("BERTH_TEST_THREAD"):
+        import threading
+        threading.Thread(target=time.sleep, args=(1000,), daemon=True).start()
+    if os.environ.get("BERTH_TEST_REUSE"):
+        return True
     sys.exit(int(os.environ.get("BERTH_TEST_CODE", "0")))
 if os.environ.get("BERTH_FORK_SERVER") == "1":
     import _fork_server
@@ -639,6 +645,81 @@ async fn a_forked_attempt_is_stopped_with_its_group_and_is_watched_after_its_ser
     );
     let (_, new_server) = until_forked("rewarm", &runner, &events, &mut rx).await;
     assert_ne!(new_server, server);
+}
+
+/// `fork_server_task` that offers its process for reuse, with `extra` in its environment.
+fn reusing(work_id: &str, extra: &[(&str, &str)]) -> Start {
+    let mut task = fork_server_task(work_id, 1);
+    task.env.insert("BERTH_TEST_REUSE".into(), "1".into());
+    task.env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    task
+}
+
+/// Runs `task` to its exit with code 0; returns its PID.
+async fn run_to_end(
+    runner: &ProcessRunner,
+    events: &Events,
+    rx: &mut UnboundedReceiver<WorkEvent>,
+    task: Start,
+) -> u32 {
+    let work_id = task.work_id.clone();
+    runner.start(task, events.clone());
+    let pid = started(rx, &work_id, 1).await;
+    assert_eq!(next_of(rx, &work_id, 1).await, exited(Some(0), None));
+    pid
+}
+
+#[tokio::test]
+async fn a_process_whose_attempt_ended_cleanly_is_reused_as_a_new_attempt() {
+    let dir = RunnerDir::new();
+    let runner = runner(dir.path(), Duration::from_secs(10));
+    let (events, mut rx) = Events::channel();
+    let (_, server) = until_forked("warm", &runner, &events, &mut rx).await;
+
+    // The attempt ends (code 0) while its process lives on, idle in the server...
+    let first = run_to_end(&runner, &events, &mut rx, reusing("task-r1", &[])).await;
+    assert_eq!(parent_of(&runner, "task-r1"), server);
+    assert!(runner.running().is_empty());
+    assert!(recorded(dir.path()).is_empty(), "an ended attempt is not recorded");
+    assert_eq!(nix::sys::signal::kill(Pid::from_raw(first as i32), None), Ok(()));
+    // ...and runs the next attempt as the attempt it is: its own logs, directory, environment.
+    let second = run_to_end(&runner, &events, &mut rx, reusing("task-r2", &[])).await;
+    assert_eq!(second, first, "the idle process was reused");
+    let text = log(&runner.log_paths("task-r2").0);
+    let cwd = dir.path().join("work/task-r2-1").canonicalize().unwrap();
+    assert!(text.contains(&format!("cwd {}", cwd.display())), "{text}");
+    assert!(text.contains("FOO=bar BERTH_TASK_ID=task-r2"), "{text}");
+    let earlier = log(&runner.log_paths("task-r1").0);
+    assert!(
+        !earlier.contains("task-r2"),
+        "nothing of the next attempt in the last one's log: {earlier}"
+    );
+    assert!(log(&runner.log_paths("task-r2").1)
+        .contains("=== berth: task-r2 attempt 1 exited with code 0"));
+
+    // A stop of an attempt in a reused process ends the process, as any stop does.
+    let mut sleeper = reusing("task-r3", &[("BERTH_TEST_SLEEP", "1")]);
+    sleeper.attempt = 1;
+    runner.start(sleeper, events.clone());
+    assert_eq!(started(&mut rx, "task-r3", 1).await, first);
+    eventually("the attempt has printed", || {
+        std::fs::read_to_string(runner.log_paths("task-r3").0)
+            .is_ok_and(|t| t.lines().any(|l| l.starts_with("ppid ")))
+    })
+    .await;
+    runner.stop(stop("task-r3", 1), events.clone());
+    assert_eq!(next_of(&mut rx, "task-r3", 1).await, exited(None, Some(15)));
+    group_gone(first).await;
+
+    // Not reused: a process that left a thread running, or ran a GPU attempt.
+    let threaded = reusing("task-r4", &[("BERTH_TEST_THREAD", "1")]);
+    let pid = run_to_end(&runner, &events, &mut rx, threaded).await;
+    group_gone(pid).await;
+    let mut gpu = reusing("task-r5", &[]);
+    gpu.instances.insert("GPU".into(), InstanceIds { ids: vec![0] });
+    let pid = run_to_end(&runner, &events, &mut rx, gpu).await;
+    group_gone(pid).await;
+    assert_eq!(parent_of(&runner, "task-r5"), server);
 }
 
 #[tokio::test]

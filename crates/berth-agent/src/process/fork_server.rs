@@ -16,6 +16,8 @@
 //! agent → server  {"type":"fork","request":7,"env":{…},"cwd":"…","stdout":"…","stderr":"…"}
 //! server → agent  {"type":"forked","request":7,"pid":4242}   or {"type":"failed","request":7,"error":"…"}
 //! server → agent  {"type":"exited","pid":4242,"code":0}     or {"type":"exited","pid":4242,"signal":9}
+//! server → agent  {"type":"done","pid":4242,"code":0}       the attempt ended, the process lives on
+//! agent → server  {"type":"release","pid":4242}             it may run another attempt
 //! ```
 //!
 //! The child sets its own process group, opens its log files for appending, changes to its
@@ -23,6 +25,12 @@
 //! attempt would get). The server reports each child's exit status, which only it, the parent,
 //! can read. A server ends when its stdin closes (the agent dropped it or died); its children
 //! keep running, and their watchers fall back to polling `/proc` as for adopted processes.
+//!
+//! A child may be *reused*: when its attempt ended well and left nothing behind in it, the
+//! server says `done` instead of waiting for an exit, and hands the same process the next
+//! attempt of its key once the agent has released it. The release is what makes this safe:
+//! until the watcher of the ended attempt has forgotten it (so no stop of that attempt can
+//! signal the process any more), the server never gives the process another attempt.
 //!
 //! Anything unexpected (a server that never says ready, a fork that takes longer than
 //! [`FORK_TIMEOUT`], a malformed line) costs the server, never the attempt: the runner spawns
@@ -54,13 +62,37 @@ const FORK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Set in a server's environment: the command should serve forks.
 const SERVER_VAR: &str = "BERTH_FORK_SERVER";
 
-/// How a forked process ended, as its parent (the server) saw it: exit code or signal.
+/// How a forked attempt ended, as its parent (the server) saw it: exit code or signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExitStatus {
     /// The exit code, when it exited.
     pub code: Option<i32>,
     /// The signal, when one ended it.
     pub signal: Option<i32>,
+    /// The attempt ended but its process lives on, to be reused once [`Release`]d.
+    pub lives_on: bool,
+}
+
+/// Lets the server reuse a forked process whose attempt has ended (`ExitStatus::lives_on`).
+/// Sent only once nothing can signal the process for that attempt any more; never sent, the
+/// process is simply not reused (the server ends it when idle or when it ends).
+#[derive(Debug)]
+pub struct Release {
+    /// Weak: a server dropped by the runner must end, whoever still holds a release.
+    stdin: std::sync::Weak<Mutex<ChildStdin>>,
+    pid: u32,
+}
+
+impl Release {
+    /// Tells the server the process may run another attempt.
+    pub fn send(self) {
+        let Some(stdin) = self.stdin.upgrade() else { return };
+        let mut line = serde_json::to_vec(&Order::Release { pid: self.pid }).unwrap_or_default();
+        line.push(b'\n');
+        let mut stdin = stdin.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // A server that cannot be written to has ended: its children end when idle.
+        let _ = stdin.write_all(&line).and_then(|()| stdin.flush());
+    }
 }
 
 /// What a server is started for: attempts with the same command, arguments and environment
@@ -113,6 +145,8 @@ pub enum Outcome {
         pid: u32,
         /// Its exit status, from the server.
         exit: oneshot::Receiver<ExitStatus>,
+        /// For when the status says the process lives on.
+        release: Release,
     },
     /// No server can fork it now: spawn it. `why` is set when a server failed.
     Spawn {
@@ -166,8 +200,9 @@ impl ForkServers {
         self.next_request += 1;
         match server.fork(self.next_request, request) {
             Ok((pid, exit)) => {
+                let release = Release { stdin: Arc::downgrade(&server.stdin), pid };
                 self.servers.push(server);
-                Outcome::Forked { pid, exit }
+                Outcome::Forked { pid, exit, release }
             }
             Err(why) => {
                 warn!(pid = server.pid, command = %key.command, "fork server given up: {why}");
@@ -198,8 +233,8 @@ impl ForkServers {
 struct Server {
     key: Key,
     pid: u32,
-    /// Requests go here; dropping it ends the server.
-    stdin: Mutex<ChildStdin>,
+    /// Requests go here; dropping it ends the server (releases hold it weakly).
+    stdin: Arc<Mutex<ChildStdin>>,
     link: Arc<Link>,
 }
 
@@ -234,6 +269,7 @@ enum Message {
     Forked { request: u64, pid: u32 },
     Failed { request: u64, error: String },
     Exited { pid: u32, code: Option<i32>, signal: Option<i32> },
+    Done { pid: u32, code: i32 },
 }
 
 /// A line to a server.
@@ -246,6 +282,9 @@ enum Order<'a> {
         cwd: &'a std::path::Path,
         stdout: &'a std::path::Path,
         stderr: &'a std::path::Path,
+    },
+    Release {
+        pid: u32,
     },
 }
 
@@ -284,7 +323,7 @@ impl Server {
             // Reap it: it is this thread's child.
             let _ = child.wait();
         })?;
-        Ok(Server { key, pid, stdin: Mutex::new(stdin), link })
+        Ok(Server { key, pid, stdin: Arc::new(Mutex::new(stdin)), link })
     }
 
     fn fork(&self, request: u64, fork: ForkRequest) -> Reply {
@@ -380,7 +419,13 @@ fn read(stdout: BufReader<ChildStdout>, link: &Link, pid: u32) {
             }
             Message::Exited { pid: child, code, signal } => {
                 if let Some(watcher) = state.children.remove(&child) {
-                    let _ = watcher.send(ExitStatus { code, signal });
+                    let _ = watcher.send(ExitStatus { code, signal, lives_on: false });
+                }
+            }
+            Message::Done { pid: child, code } => {
+                if let Some(watcher) = state.children.remove(&child) {
+                    let _ =
+                        watcher.send(ExitStatus { code: Some(code), signal: None, lives_on: true });
                 }
             }
         }
@@ -438,6 +483,10 @@ mod tests {
     fn messages_parse_and_unknown_ones_do_not() {
         let m: Message = serde_json::from_str(r#"{"type":"exited","pid":5,"signal":9}"#).unwrap();
         assert!(matches!(m, Message::Exited { pid: 5, code: None, signal: Some(9) }));
+        let m: Message = serde_json::from_str(r#"{"type":"done","pid":5,"code":0}"#).unwrap();
+        assert!(matches!(m, Message::Done { pid: 5, code: 0 }));
+        let order = serde_json::to_string(&Order::Release { pid: 5 }).unwrap();
+        assert_eq!(order, r#"{"type":"release","pid":5}"#);
         assert!(serde_json::from_str::<Message>(r#"{"type":"forked","request":1}"#).is_err());
         assert!(serde_json::from_str::<Message>(r#"{"type":"reboot"}"#).is_err());
     }
