@@ -198,6 +198,22 @@ pub struct Node {
 #[serde(transparent)]
 pub struct TaintsBody(pub StringMap);
 
+/// Node labels to add or change, key to value: `{"zone": "us-west4-a"}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(transparent)]
+pub struct LabelsBody(pub StringMap);
+
+/// Node label keys to remove: `["zone"]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(transparent)]
+pub struct LabelKeysBody(pub Vec<String>);
+
+/// Resource totals to set on a node, name to amount (`{"GPU": "4", "my_res": "0"}`): the named
+/// resources get these totals, others stay as they are; `"0"` deletes a resource.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(transparent)]
+pub struct ResourcesBody(pub StringMap);
+
 // ---------------------------------------------------------------------------------------------
 // Actors.
 
@@ -719,6 +735,10 @@ pub struct ClusterStatus {
     pub pending_total: u64,
     /// Waiting requests grouped by shape, selector and tolerations, largest first.
     pub demand: Vec<Demand>,
+    /// Resources under rare-resource isolation (seed 004): their nodes carry the taint
+    /// `berth.io/rare-NAME=true`.
+    #[serde(default)]
+    pub rare_resources: Vec<String>,
 }
 
 /// Counts by name.

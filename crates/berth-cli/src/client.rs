@@ -28,8 +28,10 @@ pub mod explain;
 mod flags;
 pub mod get;
 pub mod kill;
+pub mod label;
 pub mod list;
 pub mod logs;
+pub mod node;
 pub mod pg;
 pub mod status;
 pub mod taint;
@@ -602,6 +604,15 @@ impl Client {
         T: DeserializeOwned,
     {
         self.call(Method::POST, path, body, NO_QUERY, ANSWER_TIMEOUT)
+    }
+
+    /// `PUT path` with `body` as JSON.
+    pub fn put<B, T>(&self, path: &str, body: &B) -> Result<T, ClientError>
+    where
+        B: Serialize + ?Sized,
+        T: DeserializeOwned,
+    {
+        self.call(Method::PUT, path, Some(body), NO_QUERY, ANSWER_TIMEOUT)
     }
 
     /// `DELETE path` with `body` as JSON (or no body).

@@ -80,6 +80,12 @@ pub struct HeadOptions {
     /// Finished objects kept per kind at most; the oldest-finished are forgotten first.
     #[arg(long, default_value_t = berth_head::config::DEFAULT_KEEP_FINISHED, value_name = "N")]
     pub keep_finished: usize,
+    /// Rare-resource isolation (seed 004): nodes with any of these resources get the taint
+    /// `berth.io/rare-NAME=true`, so only work that asks for the resource (or tolerates the
+    /// taint) goes there. Kept in the store: a later start without the flag keeps the list;
+    /// `--rare-resource-isolation ''` turns it off.
+    #[arg(long, value_name = "NAME,...")]
+    pub rare_resource_isolation: Option<String>,
 }
 
 /// TLS of a head (`berth start --head`): REST, the dashboard and the agent protocol are then
@@ -223,7 +229,24 @@ fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
         keep_for: Duration::from_secs(options.keep_finished_for),
         keep_count: options.keep_finished,
     };
+    if let Some(list) = &options.rare_resource_isolation {
+        config.rare_resources = Some(rare_resources(list)?);
+    }
     Ok(config)
+}
+
+/// The names of `--rare-resource-isolation`, checked as resource names; empty for `''`.
+fn rare_resources(list: &str) -> anyhow::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        berth_core::ResourceRegistry::default()
+            .intern(name)
+            .map_err(|e| anyhow!("--rare-resource-isolation: {e}"))?;
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_string());
+        }
+    }
+    Ok(names)
 }
 
 async fn boot_head(config: HeadConfig) -> anyhow::Result<RunningHead> {

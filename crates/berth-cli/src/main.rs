@@ -108,6 +108,20 @@ enum Command {
         berth taint --node-ip 10.0.0.3 --delete '{\"gpu_node\": \"true\"}'")]
     Taint(client::taint::TaintArgs),
 
+    /// Set or remove labels of a running node: `key=value` sets, `key-` removes.
+    ///
+    /// Work waiting for the labels is placed; work already running stays where it is.
+    /// Removing a label that overrode a `berth.io/` default brings the default back. Prints
+    /// the node's labels after. Exit status: 0; 2 for a malformed change; 1 when the head
+    /// cannot be reached or answers an error (400 names the label and the rule).
+    #[command(after_help = "Examples:\n  \
+        berth label gpu-1 zone=us-west4-a tier=gold\n  \
+        berth label 10.0.0.3 tier-")]
+    Label(client::label::LabelArgs),
+
+    /// Change a running node: `berth node set-resources NODE NAME=AMOUNT…`.
+    Node(client::node::NodeArgs),
+
     /// Create actors on the running head.
     Actor(client::actor::ActorArgs),
 
@@ -230,6 +244,8 @@ fn main() -> ExitCode {
         Command::List(args) => client::list::run(args, &mut stdout.lock()),
         Command::Get(args) => client::get::run(args, &mut stdout.lock()),
         Command::Taint(args) => client::taint::run(args, &mut stdout.lock()),
+        Command::Label(args) => client::label::run(args, &mut stdout.lock()),
+        Command::Node(args) => client::node::run(args, &mut stdout.lock()),
         Command::Actor(args) => client::actor::run(args, &mut stdout.lock()),
         Command::Task(args) => client::task::run(args, &mut stdout.lock()),
         Command::Pg(args) => client::pg::run(args, &mut stdout.lock()),

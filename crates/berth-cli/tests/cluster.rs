@@ -360,3 +360,51 @@ fn head_restart_keeps_actor_group_and_taint() {
         assert!(status.contains(part), "{part:?} in:\n{status}");
     }
 }
+
+/// `berth label`, `berth node set-resources` and `--rare-resource-isolation` on `berth up`,
+/// with their bad input: exit 2 before anything is sent, 1 with the head's field and rule.
+#[test]
+fn node_labels_resources_and_rare_isolation_from_the_cli() {
+    let cluster = Cluster::new();
+    let mut up = cluster
+        .spawn("up", &["up", "--nodes", "2", "--port", "0", "--rare-resource-isolation", "my_res"]);
+    cluster.wait_head(&mut up);
+    wait_for("2 alive nodes", WAIT, || {
+        let run = cluster.run(&["status"]);
+        match run.code {
+            Some(0) if run.stdout.contains("Nodes: 2 alive") => Ok(run.stdout),
+            _ => Err(run.to_string()),
+        }
+    });
+    let status = cluster.ok(&["status"]);
+    assert!(status.contains("Rare-resource isolation: my_res"), "{status}");
+    let node = ids(&cluster.nodes())[0].clone();
+
+    let changed = cluster.ok(&["label", &node, "zone=a", "tier=gold"]);
+    assert!(changed.contains("tier=gold") && changed.contains("zone=a"), "{changed}");
+    let changed = cluster.ok(&["label", &node, "tier-"]);
+    assert!(!changed.contains("tier=") && changed.contains("zone=a"), "{changed}");
+    let shown = cluster.json(&["get", "node", &node]);
+    assert_eq!(shown["labels"]["zone"], "a", "{shown}");
+
+    let changed = cluster.ok(&["node", "set-resources", &node, "my_res=2"]);
+    assert!(changed.contains("my_res 0/2"), "{changed}");
+    let shown = cluster.json(&["get", "node", &node]);
+    assert!(taints(&shown).contains(&"berth.io/rare-my_res=true".into()), "{shown}");
+
+    // Malformed: 2, nothing sent.
+    let err = cluster.run(&["label", &node, "zone"]).fails(2);
+    assert!(err.contains("expected key=value (set) or key- (remove)"), "{err}");
+    let err = cluster.run(&["node", "set-resources", &node, "GPU"]).fails(2);
+    assert!(err.contains("not KEY=VALUE"), "{err}");
+    // Refused by the head: 1, with the field and the rule.
+    let err = cluster.run(&["label", &node, "bad key!=v"]).fails(1);
+    assert!(err.contains("400") && err.contains("bad key!"), "{err}");
+    let err = cluster.run(&["node", "set-resources", &node, "GPU=1.5"]).fails(1);
+    assert!(err.contains("400") && err.contains("GPU") && err.contains("whole"), "{err}");
+    let err = cluster.run(&["node", "set-resources", "ghost", "CPU=1"]).fails(1);
+    assert!(err.contains("not found") && err.contains("ghost"), "{err}");
+    let other = Cluster::new();
+    let err = other.run(&["up", "--port", "0", "--rare-resource-isolation", "bad name!"]).fails(1);
+    assert!(err.contains("--rare-resource-isolation"), "{err}");
+}

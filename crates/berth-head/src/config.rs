@@ -34,6 +34,10 @@ pub struct HeadConfig {
     pub retention: Retention,
     /// Serve REST, the dashboard and the agent protocol over TLS with these files.
     pub tls: Option<crate::tls::TlsFiles>,
+    /// Rare-resource isolation (seed 004): nodes with these resources are tainted
+    /// `berth.io/rare-NAME=true`. `None` keeps what the store holds (nothing at first); a list
+    /// (empty: none) replaces it and is kept for later restarts.
+    pub rare_resources: Option<Vec<String>>,
 }
 
 /// How long finished objects (DEAD actors; FINISHED, FAILED, CANCELLED tasks; REMOVED groups)
@@ -85,6 +89,7 @@ impl HeadConfig {
             agent_token: None,
             retention: Retention::default(),
             tls: None,
+            rare_resources: None,
         }
     }
 }

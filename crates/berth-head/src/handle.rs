@@ -36,6 +36,8 @@ pub(crate) enum Command {
     RemoveGroup { id: String, reply: Reply<Group> },
     DrainNode { node: String, reply: Reply<Node> },
     Taints { node: String, taints: StringMap, add: bool, reply: Reply<Node> },
+    Labels { node: String, set: StringMap, remove: Vec<String>, reply: Reply<Node> },
+    Resources { node: String, resources: StringMap, reply: Reply<Node> },
     DryRun { parsed: ParsedRequest, reply: Reply<DryRun> },
     Agent(crate::agents::AgentCommand),
     Tick,
@@ -175,6 +177,35 @@ impl HeadHandle {
         check_taints(&taints)?;
         let node = node.to_string();
         self.ask(|reply| Command::Taints { node, taints, add: false, reply }).await
+    }
+
+    /// Adds or changes user labels of a node (by ID or address); waiting work is re-decided,
+    /// running work stays.
+    pub async fn set_labels(&self, node: &str, labels: StringMap) -> Result<Node, HeadError> {
+        if labels.is_empty() {
+            return Err(HeadError::invalid("", "give at least one label: {\"key\": \"value\"}"));
+        }
+        let node = node.to_string();
+        self.ask(|reply| Command::Labels { node, set: labels, remove: Vec::new(), reply }).await
+    }
+
+    /// Removes user labels of a node (by ID or address); keys it does not have are ignored.
+    pub async fn remove_labels(&self, node: &str, keys: Vec<String>) -> Result<Node, HeadError> {
+        if keys.is_empty() {
+            return Err(HeadError::invalid("", "give at least one label key: [\"key\"]"));
+        }
+        let node = node.to_string();
+        self.ask(|reply| Command::Labels { node, set: StringMap::new(), remove: keys, reply }).await
+    }
+
+    /// Sets resource totals of a node (by ID or address; `"0"` deletes a resource); waiting
+    /// work is re-decided, running work stays.
+    pub async fn set_resources(&self, node: &str, resources: StringMap) -> Result<Node, HeadError> {
+        if resources.is_empty() {
+            return Err(HeadError::invalid("", "give at least one resource: {\"GPU\": \"4\"}"));
+        }
+        let node = node.to_string();
+        self.ask(|reply| Command::Resources { node, resources, reply }).await
     }
 
     /// Decides `document` (a request file's content, JSON) against the live cluster without

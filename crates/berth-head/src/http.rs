@@ -30,7 +30,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use berth_api::rest::{self, ApiError, ErrorKind};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
@@ -88,6 +88,8 @@ pub(crate) fn router_with_logs(
         .route("/api/v1/nodes/{node}", get(nodes::get_node))
         .route("/api/v1/nodes/{node}/drain", post(nodes::drain_node))
         .route("/api/v1/nodes/{node}/taints", post(nodes::add_taints).delete(nodes::remove_taints))
+        .route("/api/v1/nodes/{node}/labels", post(nodes::set_labels).delete(nodes::remove_labels))
+        .route("/api/v1/nodes/{node}/resources", put(nodes::set_resources))
         .route("/api/v1/actors", post(actors::create_actor).get(actors::list_actors))
         .route("/api/v1/actors/{id}", get(actors::get_actor).delete(actors::kill_actor))
         .route(
@@ -264,6 +266,9 @@ async fn method_not_allowed(req: Request) -> Response {
         nodes::drain_node,
         nodes::add_taints,
         nodes::remove_taints,
+        nodes::set_labels,
+        nodes::remove_labels,
+        nodes::set_resources,
         actors::create_actor,
         actors::list_actors,
         actors::get_actor,
@@ -296,6 +301,9 @@ async fn method_not_allowed(req: Request) -> Response {
         rest::NodeState,
         rest::Taint,
         rest::TaintsBody,
+        rest::LabelsBody,
+        rest::LabelKeysBody,
+        rest::ResourcesBody,
         rest::Actor,
         rest::ActorState,
         rest::ActorCreate,

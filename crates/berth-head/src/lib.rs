@@ -181,6 +181,11 @@ pub async fn start_on(
             config.heartbeat_timeout, config.heartbeat_interval
         )));
     }
+    for name in config.rare_resources.iter().flatten() {
+        berth_core::ResourceRegistry::default()
+            .intern(name)
+            .map_err(|e| StartError::Config(format!("rare-resource isolation: {e}")))?;
+    }
     tls::install_crypto_provider();
     // Checked before anything is opened: a bad file is refused with its path and problem.
     let tls = match &config.tls {

@@ -10,16 +10,20 @@
 //!
 //! - `owner/work.rs`: actors and tasks (create, place, start, exit, restart, kill).
 //! - `owner/groups.rs`: placement groups.
-//! - `owner/nodes.rs`: agents (register, sessions, liveness), taints, drain, node death.
+//! - `owner/nodes.rs`: agents (register, sessions, liveness), node death.
+//! - `owner/node_edits.rs`: taints, labels, capacity and drain of a running node.
 //! - `owner/convert.rs`: core values → API values.
 //! - `owner/restore.rs`: rebuilding the state from the store after a restart.
 //! - `owner/retention.rs`: forgetting finished objects after their time.
+//! - `owner/settings.rs`: cluster-wide settings kept in the store (rare-resource isolation).
 
 mod convert;
 mod groups;
+mod node_edits;
 mod nodes;
 mod restore;
 mod retention;
+mod settings;
 mod work;
 
 use std::collections::{BTreeSet, HashMap};
@@ -103,6 +107,8 @@ pub(crate) struct Owner {
     pub(crate) metrics: Arc<Metrics>,
     /// Derives the key each Start gives the work's process.
     pub(crate) work_keys: Arc<WorkKeys>,
+    /// The settings changed and must be written with this cycle.
+    pub(crate) settings_changed: bool,
 }
 
 /// Objects changed this cycle: to write and show, or (derived changes such as a new
@@ -151,6 +157,7 @@ impl Owner {
             config,
             metrics,
             work_keys,
+            settings_changed: false,
         };
         owner.show_retention();
         owner
@@ -218,6 +225,14 @@ impl Owner {
             }
             Command::Taints { node, taints, add, reply } => {
                 let answer = self.change_taints(&node, &taints, add);
+                self.reply(reply, answer);
+            }
+            Command::Labels { node, set, remove, reply } => {
+                let answer = self.change_labels(&node, &set, &remove);
+                self.reply(reply, answer);
+            }
+            Command::Resources { node, resources, reply } => {
+                let answer = self.set_resources(&node, &resources);
                 self.reply(reply, answer);
             }
             Command::DryRun { parsed, reply } => {
@@ -288,6 +303,7 @@ impl Owner {
         if self.finished.write(&mut batch) {
             self.show_retention();
         }
+        self.write_settings(&mut batch);
         let dirty = std::mem::take(&mut self.dirty);
         for seq in &dirty.actors {
             if let Some(entry) = self.actors.get(seq) {

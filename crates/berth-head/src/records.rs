@@ -63,6 +63,20 @@ pub(crate) struct NodeRecord {
     pub taints: Vec<(String, String)>,
 }
 
+impl NodeRecord {
+    /// The facts behind the node's default labels, as the core takes them.
+    pub(crate) fn node_facts(&self) -> berth_core::labels::NodeFacts {
+        let fact = |key: &str| self.facts.get(key).cloned();
+        berth_core::labels::NodeFacts {
+            accelerator_type: fact("accelerator-type"),
+            market_type: fact("market-type"),
+            node_group: fact("node-group"),
+            availability_zone: fact("availability-zone"),
+            availability_region: fact("region").or_else(|| fact("availability-region")),
+        }
+    }
+}
+
 /// Serializes a record (never fails for these types).
 pub(crate) fn encode<T: Serialize>(record: &T) -> Vec<u8> {
     serde_json::to_vec(record).expect("records serialize")

@@ -113,6 +113,8 @@ pub struct View {
     pub generation: u64,
     /// Finished objects forgotten so far and what is kept, by [`Kind::index`].
     pub forgotten: [Forgotten; 3],
+    /// Resources under rare-resource isolation.
+    pub rare_resources: Vec<String>,
 }
 
 /// Why a query parameter was refused.
@@ -409,6 +411,7 @@ impl View {
         status.pending =
             self.waiting.values().take(STATUS_PENDING_SHOWN).map(|w| w.item.clone()).collect();
         status.demand = demand(self.waiting.values().map(|w| &**w));
+        status.rare_resources = self.rare_resources.clone();
         status
     }
 }

@@ -1,6 +1,7 @@
 //! A head killed and restarted on the same store loses no accepted object: actors (with their
-//! placement and GPU instances), groups, tasks, node labels and taints. Run on the embedded
-//! store and on a real `redis-server`.
+//! placement and GPU instances), groups, tasks, node labels, taints and resources changed at run
+//! time, and the rare-resource isolation it was started with. Run on the embedded store and on
+//! a real `redis-server`.
 
 use std::time::Duration;
 
@@ -44,7 +45,9 @@ fn registration() -> RegisterRequest {
 }
 
 async fn survives_a_crash(config: HeadConfig) {
-    let head = boot(&config).await;
+    let mut first = config.clone();
+    first.rare_resources = Some(vec!["GPU".into()]);
+    let head = boot(&first).await;
     let mut a = agent(&head).await;
     let reg = a.register(with_token(&head, registration())).await.unwrap().into_inner();
     let mut stream = a
@@ -91,6 +94,8 @@ async fn survives_a_crash(config: HeadConfig) {
         .add_taints("10.0.0.7", [("maintenance".into(), "soon".into())].into())
         .await
         .unwrap();
+    head.handle.set_labels("gpu-1", [("tier".into(), "gold".into())].into()).await.unwrap();
+    head.handle.set_resources("gpu-1", [("my_res".into(), "3".into())].into()).await.unwrap();
     let start = match stream.message().await.unwrap().unwrap().kind.unwrap() {
         assignment::Kind::Start(s) => s,
         other => panic!("{other:?}"),
@@ -112,10 +117,15 @@ async fn survives_a_crash(config: HeadConfig) {
     let before = head.handle.view();
     head.crash().await;
 
+    // Started without the flag: the isolation it had is kept.
     let head = boot(&config).await;
     let after = head.handle.view();
     let node = after.node("gpu-1").expect("the node is back");
     assert_eq!(node.labels.get("team").map(String::as_str), Some("ml"));
+    assert_eq!(node.labels.get("tier").map(String::as_str), Some("gold"));
+    assert_eq!(node.resources["my_res"].total, "3");
+    assert!(node.taints.iter().any(|t| t.key == "berth.io/rare-GPU"), "{:?}", node.taints);
+    assert_eq!(after.status().rare_resources, ["GPU"]);
     assert_eq!(
         node.labels.get("berth.io/accelerator-type").map(String::as_str),
         Some("nvidia-a100")

@@ -42,6 +42,13 @@ pub fn render(address: &str, status: &ClusterStatus) -> String {
     let mut out = format!("Berth cluster at {address}\n\n");
     let n = &status.nodes;
     let _ = writeln!(out, "Nodes: {} alive, {} draining, {} dead", n.alive, n.draining, n.dead);
+    if !status.rare_resources.is_empty() {
+        let names = status.rare_resources.join(", ");
+        let _ = writeln!(
+            out,
+            "Rare-resource isolation: {names} (their nodes take only work that asks for them)"
+        );
+    }
 
     out.push_str("\nResources (alive and draining nodes):\n");
     if status.resources.is_empty() {
@@ -174,6 +181,7 @@ mod tests {
                 count: 2,
                 infeasible: 0,
             }],
+            rare_resources: vec!["GPU".into()],
         }
     }
 
@@ -183,6 +191,7 @@ mod tests {
         let want = [
             "Berth cluster at 127.0.0.1:8780\n",
             "Nodes: 3 alive, 1 draining, 0 dead\n",
+            "Rare-resource isolation: GPU (their nodes take only work that asks for them)\n",
             "  CPU           8/32  █████░░░░░░░░░░░░░░░   25%\n",
             "  GPU            4/4  ████████████████████  100%\n",
             "  memory  32Gi/128Gi  █████░░░░░░░░░░░░░░░   25%\n",
@@ -206,5 +215,6 @@ mod tests {
         assert!(text.contains("Resources (alive and draining nodes):\n  (none)"), "{text}");
         assert!(!text.contains("Pending"), "{text}");
         assert!(!text.contains("Demand"), "{text}");
+        assert!(!text.contains("Rare-resource"), "{text}");
     }
 }

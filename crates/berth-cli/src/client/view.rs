@@ -173,7 +173,7 @@ pub fn pairs(map: &StringMap) -> String {
 
 /// A node's labels without the ones that say nothing in a list: `berth.io/node-id` (the ID
 /// column) and Berth's labels left empty.
-fn node_labels(labels: &StringMap) -> String {
+pub fn node_labels(labels: &StringMap) -> String {
     let shown: StringMap = labels
         .iter()
         .filter(|(k, v)| *k != "berth.io/node-id" && !(k.starts_with("berth.io/") && v.is_empty()))

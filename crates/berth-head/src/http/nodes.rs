@@ -1,9 +1,11 @@
-//! `/api/v1/nodes`: list, get, drain, taints.
+//! `/api/v1/nodes`: list, get, drain, taints, labels, resources.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use berth_api::rest::{ApiError, List, ListQuery, Node, TaintsBody};
+use berth_api::rest::{
+    ApiError, LabelKeysBody, LabelsBody, List, ListQuery, Node, ResourcesBody, TaintsBody,
+};
 
 use super::extract::{Failure, JsonBody, PathId, Query};
 use super::Api;
@@ -103,4 +105,75 @@ pub(crate) async fn remove_taints(
     JsonBody(TaintsBody(taints)): JsonBody<TaintsBody>,
 ) -> Result<Json<Node>, Failure> {
     Ok(Json(api.handle.remove_taints(&node, taints).await?))
+}
+
+/// Add or change node labels: `{"zone": "us-west4-a"}`. Work waiting for them is decided
+/// again; work already running stays (labels are not checked again once placed).
+#[utoipa::path(
+    post, path = "/api/v1/nodes/{node}/labels", tag = "nodes", operation_id = "set_labels",
+    params(("node" = String, Path, description = "The node's ID, or its address")),
+    request_body(content = LabelsBody, description = "Label key to value"),
+    responses(
+        (status = 200, description = "The node with its labels", body = Node),
+        (status = 400, description = "A bad label; `field` names its key", body = ApiError),
+        (status = 404, description = "No such node", body = ApiError),
+        (status = 409, description = "The node is dead", body = ApiError),
+        (status = 413, description = "The body is over 1 MiB", body = ApiError),
+        (status = 503, description = "The change could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn set_labels(
+    State(api): State<Api>,
+    PathId(node): PathId,
+    JsonBody(LabelsBody(labels)): JsonBody<LabelsBody>,
+) -> Result<Json<Node>, Failure> {
+    Ok(Json(api.handle.set_labels(&node, labels).await?))
+}
+
+/// Remove node labels by key: `["zone"]` (a key the node does not have is ignored; removing
+/// an override of a `berth.io/` default brings the default back).
+#[utoipa::path(
+    delete, path = "/api/v1/nodes/{node}/labels", tag = "nodes", operation_id = "remove_labels",
+    params(("node" = String, Path, description = "The node's ID, or its address")),
+    request_body(content = LabelKeysBody, description = "Label keys"),
+    responses(
+        (status = 200, description = "The node with its labels", body = Node),
+        (status = 400, description = "A bad body", body = ApiError),
+        (status = 404, description = "No such node", body = ApiError),
+        (status = 409, description = "The node is dead", body = ApiError),
+        (status = 413, description = "The body is over 1 MiB", body = ApiError),
+        (status = 503, description = "The change could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn remove_labels(
+    State(api): State<Api>,
+    PathId(node): PathId,
+    JsonBody(LabelKeysBody(keys)): JsonBody<LabelKeysBody>,
+) -> Result<Json<Node>, Failure> {
+    Ok(Json(api.handle.remove_labels(&node, keys).await?))
+}
+
+/// Set resource totals of a node (seed 002's dynamic resources): `{"GPU": "2", "my_res":
+/// "0"}`. The named resources get these totals, the others stay; `"0"` deletes one. GPUs
+/// shrink from the highest instance. Work waiting for capacity is decided again; work already
+/// running stays, and a total below what it holds leaves nothing available until it ends.
+#[utoipa::path(
+    put, path = "/api/v1/nodes/{node}/resources", tag = "nodes", operation_id = "set_resources",
+    params(("node" = String, Path, description = "The node's ID, or its address")),
+    request_body(content = ResourcesBody, description = "Resource name to total"),
+    responses(
+        (status = 200, description = "The node with its resources", body = Node),
+        (status = 400, description = "A bad amount or name; `field` names the resource", body = ApiError),
+        (status = 404, description = "No such node", body = ApiError),
+        (status = 409, description = "The node is dead", body = ApiError),
+        (status = 413, description = "The body is over 1 MiB", body = ApiError),
+        (status = 503, description = "The change could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn set_resources(
+    State(api): State<Api>,
+    PathId(node): PathId,
+    JsonBody(ResourcesBody(resources)): JsonBody<ResourcesBody>,
+) -> Result<Json<Node>, Failure> {
+    Ok(Json(api.handle.set_resources(&node, resources).await?))
 }

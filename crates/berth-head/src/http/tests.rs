@@ -171,7 +171,10 @@ fn owner(
                 Command::RemoveGroup { reply, .. } => {
                     let _ = reply.send(err.map_or_else(|| Ok(group(1, GroupState::Removed)), Err));
                 }
-                Command::DrainNode { reply, .. } | Command::Taints { reply, .. } => {
+                Command::DrainNode { reply, .. }
+                | Command::Taints { reply, .. }
+                | Command::Labels { reply, .. }
+                | Command::Resources { reply, .. } => {
                     let _ = reply.send(err.map_or_else(
                         || Ok(node("node-1", "10.0.0.1", NodeState::Draining, &[])),
                         Err,
@@ -283,6 +286,24 @@ fn routes() -> Vec<(Method, &'static str, &'static str, Option<&'static str>)> {
             "/api/v1/nodes/{node}/taints",
             Some(r#"{"gpu_node": "true"}"#),
         ),
+        (
+            Method::POST,
+            "/api/v1/nodes/node-1/labels",
+            "/api/v1/nodes/{node}/labels",
+            Some(r#"{"zone": "a"}"#),
+        ),
+        (
+            Method::DELETE,
+            "/api/v1/nodes/node-1/labels",
+            "/api/v1/nodes/{node}/labels",
+            Some(r#"["zone"]"#),
+        ),
+        (
+            Method::PUT,
+            "/api/v1/nodes/node-1/resources",
+            "/api/v1/nodes/{node}/resources",
+            Some(r#"{"GPU": "2"}"#),
+        ),
         (Method::POST, "/api/v1/actors", "/api/v1/actors", Some(actor)),
         (Method::GET, "/api/v1/actors", "/api/v1/actors", None),
         (Method::GET, "/api/v1/actors/actor-1", "/api/v1/actors/{id}", None),
@@ -382,9 +403,9 @@ async fn http_every_route_answers_with_the_token() {
     }
     drop(h.router);
     drop(h.view);
-    // 10 commands: drain, 2 taints, create actor, kill, submit, cancel, create group, remove,
-    // dry run.
-    assert_eq!(owner.await.unwrap(), 10);
+    // 13 commands: drain, 2 taints, 2 labels, resources, create actor, kill, submit, cancel,
+    // create group, remove, dry run.
+    assert_eq!(owner.await.unwrap(), 13);
 }
 
 #[tokio::test]

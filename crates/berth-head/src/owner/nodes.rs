@@ -1,5 +1,5 @@
 //! Nodes: agents registering (sessions), assignment streams, heartbeats and liveness, status
-//! reports, taints, drain and node death.
+//! reports and node death. What operators change on a node is in `node_edits.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,12 +21,11 @@ use super::convert;
 use super::work::{Ending, WorkKey};
 use super::{AgentLink, Owner};
 use crate::agents::{now_ms, AgentCommand, Liveness};
-use crate::error::HeadError;
 use crate::records::NodeRecord;
 use crate::view::Kind;
 
 /// Most resources, labels or taints one registration may carry.
-const MAX_ENTRIES: usize = 1024;
+pub(crate) const MAX_ENTRIES: usize = 1024;
 
 /// A node as the owner holds it.
 pub(crate) struct NodeEntry {
@@ -266,7 +265,7 @@ impl Owner {
     }
 
     /// The work whose current attempt is placed on `node`.
-    fn work_on(&self, node: &str) -> Vec<WorkKey> {
+    pub(crate) fn work_on(&self, node: &str) -> Vec<WorkKey> {
         let mut out: Vec<WorkKey> = self
             .actors
             .iter()
@@ -427,103 +426,5 @@ impl Owner {
             entry.tasks,
         );
         self.view.nodes.insert(node_id.to_string(), Arc::new(node));
-    }
-
-    /// The node named `id_or_ip` (an ID, else the one live node with that address).
-    fn find_node(&self, id_or_ip: &str) -> Result<String, HeadError> {
-        if self.nodes.contains_key(id_or_ip) {
-            return Ok(id_or_ip.to_string());
-        }
-        let matches: Vec<&String> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| {
-                n.record.node.address == id_or_ip && n.record.node.state != ApiNodeState::Dead
-            })
-            .map(|(id, _)| id)
-            .collect();
-        match matches.as_slice() {
-            [one] => Ok((*one).clone()),
-            [] => Err(HeadError::NotFound { what: "node", id: id_or_ip.to_string() }),
-            _ => Err(HeadError::Conflict(format!(
-                "{} live nodes have address {id_or_ip}; name the node by ID",
-                matches.len()
-            ))),
-        }
-    }
-
-    pub(crate) fn change_taints(
-        &mut self,
-        node: &str,
-        taints: &StringMap,
-        add: bool,
-    ) -> Result<rest::Node, HeadError> {
-        let id = self.find_node(node)?;
-        let entry = self.nodes.get(&id).expect("found");
-        let index = entry.index;
-        if entry.record.node.state == ApiNodeState::Dead {
-            return Err(HeadError::Conflict(format!("node {id} is dead")));
-        }
-        if add {
-            // Check every taint first: all or nothing.
-            for (key, value) in taints {
-                if key.starts_with(berth_core::labels::BERTH_PREFIX) {
-                    return Err(HeadError::invalid(
-                        key.clone(),
-                        "taint keys under berth.io/ are Berth's own (rare-resource isolation)",
-                    ));
-                }
-                let _ = value;
-            }
-            for (key, value) in taints {
-                self.cluster
-                    .add_taint(index, key, value)
-                    .map_err(|e| HeadError::invalid(key.clone(), e.to_string()))?;
-                let record = &mut self.nodes.get_mut(&id).expect("found").record;
-                if !record.taints.iter().any(|(k, v)| k == key && v == value) {
-                    record.taints.push((key.clone(), value.clone()));
-                }
-            }
-        } else {
-            for (key, value) in taints {
-                let record = &mut self.nodes.get_mut(&id).expect("found").record;
-                let before = record.taints.len();
-                record.taints.retain(|(k, v)| !(k == key && v == value));
-                if record.taints.len() != before {
-                    let _ = self.cluster.remove_taint(index, key, value);
-                }
-            }
-            self.trigger(Trigger::NodeChanged(index));
-        }
-        self.mark_node(&id);
-        self.refresh_node(&id);
-        Ok((*self.view.nodes[&id]).clone())
-    }
-
-    pub(crate) fn drain_node(&mut self, node: &str) -> Result<rest::Node, HeadError> {
-        let id = self.find_node(node)?;
-        let entry = self.nodes.get_mut(&id).expect("found");
-        match entry.record.node.state {
-            ApiNodeState::Dead => return Err(HeadError::Conflict(format!("node {id} is dead"))),
-            ApiNodeState::Draining => {
-                self.refresh_node(&id);
-                return Ok((*self.view.nodes[&id]).clone());
-            }
-            ApiNodeState::Alive => {}
-        }
-        entry.record.node.state = ApiNodeState::Draining;
-        let index = entry.index;
-        let _ = self.cluster.set_state(index, NodeState::Draining);
-        self.trigger(Trigger::NodeLost(index));
-        // Actors move (a move is not a restart); tasks run to completion.
-        let actors: Vec<WorkKey> =
-            self.work_on(&id).into_iter().filter(|k| matches!(k, WorkKey::Actor(_))).collect();
-        for key in actors {
-            self.stop(key, "node draining");
-            self.ended(key, Ending::Moved(format!("moved off draining node {id}")));
-        }
-        self.mark_node(&id);
-        self.refresh_node(&id);
-        Ok((*self.view.nodes[&id]).clone())
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use berth_api::rest::{ActorState, GroupState, NodeState as ApiNodeState, TaskState};
 use berth_core::cluster::NodeSpec;
-use berth_core::labels::{Labels, NodeFacts};
+use berth_core::labels::Labels;
 use berth_core::{Allocation, NodeId, NodeState, Quantity, ResourceSet};
 use berth_store::{Snapshot, Table};
 
@@ -55,6 +55,7 @@ impl Owner {
     pub(crate) fn restore(&mut self, snapshot: &Snapshot, sequences: &Sequences) -> Restored {
         let mut out = Restored::default();
         self.restore_nodes(snapshot, &mut out);
+        self.restore_settings(snapshot, &mut out.skipped);
         self.restore_groups(snapshot, &mut out);
         let waiting = self.restore_work(snapshot, &mut out);
         for key in waiting {
@@ -111,17 +112,7 @@ impl Owner {
             total.set(r, q);
         }
         let labels = Labels::from_pairs(record.user_labels.iter()).map_err(|e| e.to_string())?;
-        let facts = NodeFacts {
-            accelerator_type: record.facts.get("accelerator-type").cloned(),
-            market_type: record.facts.get("market-type").cloned(),
-            node_group: record.facts.get("node-group").cloned(),
-            availability_zone: record.facts.get("availability-zone").cloned(),
-            availability_region: record
-                .facts
-                .get("region")
-                .or(record.facts.get("availability-region"))
-                .cloned(),
-        };
+        let facts = record.node_facts();
         let spec = NodeSpec { id, total, labels, facts, taints: record.taints.clone() };
         let index = self.cluster.add_node_with(spec).map_err(|e| e.to_string())?;
         let state = record.node.state;

@@ -1,0 +1,206 @@
+//! What operators change on a running node: taints (seed 004), labels, resource capacity
+//! (seed 002's dynamic resources), and drain.
+//!
+//! Each change is checked whole before anything changes (all or nothing), is durable with its
+//! cycle like every other change, is shown at once, and re-decides the work waiting for it.
+//! Work already running stays where it is, whatever the node now says: Kubernetes'
+//! `IgnoredDuringExecution` for labels and taints, and for capacity, a total below what runs
+//! leaves nothing available until enough of it ends.
+
+use berth_api::rest::{self, NodeState as ApiNodeState, StringMap};
+use berth_api::spec::label_error_text;
+use berth_core::labels::Labels;
+use berth_core::{NodeIndex, NodeState, Quantity, Trigger};
+
+use super::nodes::MAX_ENTRIES;
+use super::work::{Ending, WorkKey};
+use super::Owner;
+use crate::error::HeadError;
+
+impl Owner {
+    /// The node named `id_or_ip` (an ID, else the one live node with that address).
+    fn find_node(&self, id_or_ip: &str) -> Result<String, HeadError> {
+        if self.nodes.contains_key(id_or_ip) {
+            return Ok(id_or_ip.to_string());
+        }
+        let matches: Vec<&String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| {
+                n.record.node.address == id_or_ip && n.record.node.state != ApiNodeState::Dead
+            })
+            .map(|(id, _)| id)
+            .collect();
+        match matches.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(HeadError::NotFound { what: "node", id: id_or_ip.to_string() }),
+            _ => Err(HeadError::Conflict(format!(
+                "{} live nodes have address {id_or_ip}; name the node by ID",
+                matches.len()
+            ))),
+        }
+    }
+
+    /// The node named `id_or_ip` and its index, when it is not dead.
+    fn editable_node(&self, id_or_ip: &str) -> Result<(String, NodeIndex), HeadError> {
+        let id = self.find_node(id_or_ip)?;
+        let entry = &self.nodes[&id];
+        if entry.record.node.state == ApiNodeState::Dead {
+            return Err(HeadError::Conflict(format!("node {id} is dead")));
+        }
+        Ok((id, entry.index))
+    }
+
+    /// Shows and writes the changed node, wakes what waits for it, and answers with it.
+    fn edited(&mut self, id: &str, index: NodeIndex) -> rest::Node {
+        self.trigger(Trigger::NodeChanged(index));
+        self.mark_node(id);
+        self.refresh_node(id);
+        (*self.view.nodes[id]).clone()
+    }
+
+    pub(crate) fn change_taints(
+        &mut self,
+        node: &str,
+        taints: &StringMap,
+        add: bool,
+    ) -> Result<rest::Node, HeadError> {
+        let (id, index) = self.editable_node(node)?;
+        if add {
+            // Check every taint first: all or nothing.
+            if let Some(key) =
+                taints.keys().find(|k| k.starts_with(berth_core::labels::BERTH_PREFIX))
+            {
+                return Err(HeadError::invalid(
+                    key.clone(),
+                    "taint keys under berth.io/ are Berth's own (rare-resource isolation)",
+                ));
+            }
+            for (key, value) in taints {
+                self.cluster
+                    .add_taint(index, key, value)
+                    .map_err(|e| HeadError::invalid(key.clone(), e.to_string()))?;
+                let record = &mut self.nodes.get_mut(&id).expect("found").record;
+                if !record.taints.iter().any(|(k, v)| k == key && v == value) {
+                    record.taints.push((key.clone(), value.clone()));
+                }
+            }
+        } else {
+            for (key, value) in taints {
+                let record = &mut self.nodes.get_mut(&id).expect("found").record;
+                let before = record.taints.len();
+                record.taints.retain(|(k, v)| !(k == key && v == value));
+                if record.taints.len() != before {
+                    let _ = self.cluster.remove_taint(index, key, value);
+                }
+            }
+        }
+        Ok(self.edited(&id, index))
+    }
+
+    /// Sets (`set`) and removes (`remove`) user labels of a node. Removing a key the node does
+    /// not have is not an error; removing a user label that overrode a `berth.io/` default
+    /// brings the default back.
+    pub(crate) fn change_labels(
+        &mut self,
+        node: &str,
+        set: &StringMap,
+        remove: &[String],
+    ) -> Result<rest::Node, HeadError> {
+        let (id, index) = self.editable_node(node)?;
+        let record = &self.nodes[&id].record;
+        let mut user = record.user_labels.clone();
+        for key in remove {
+            user.remove(key);
+        }
+        user.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if user.len() > MAX_ENTRIES {
+            return Err(HeadError::invalid("", format!("a node has at most {MAX_ENTRIES} labels")));
+        }
+        let mut labels = Labels::new();
+        for (key, value) in &user {
+            labels
+                .insert(key, value)
+                .map_err(|e| HeadError::invalid(key.clone(), label_error_text("label", &e)))?;
+        }
+        let facts = record.node_facts();
+        self.cluster
+            .set_labels(index, facts, labels)
+            .map_err(|e| HeadError::invalid(berth_core::labels::NODE_ID, e.to_string()))?;
+        self.nodes.get_mut(&id).expect("found").record.user_labels = user;
+        Ok(self.edited(&id, index))
+    }
+
+    /// Sets the totals of the named resources of a node (`"0"` deletes one); the others stay.
+    /// GPUs (resources counted in instances) shrink from the highest instance.
+    pub(crate) fn set_resources(
+        &mut self,
+        node: &str,
+        resources: &StringMap,
+    ) -> Result<rest::Node, HeadError> {
+        let (id, index) = self.editable_node(node)?;
+        let record = &self.nodes[&id].record;
+        // Check everything first: all or nothing.
+        let mut changes = Vec::with_capacity(resources.len());
+        for (name, amount) in resources {
+            let invalid = |rule: String| HeadError::invalid(name.clone(), rule);
+            if name.starts_with(berth_core::labels::BERTH_PREFIX) {
+                return Err(invalid("resource names under berth.io/ are Berth's own".into()));
+            }
+            let total = Quantity::parse(amount).map_err(|e| invalid(e.to_string()))?;
+            if total.is_zero() && !record.resources.contains_key(name) {
+                return Err(invalid(format!("node {id} has no resource {name} to delete")));
+            }
+            let resource =
+                self.cluster.registry_mut().intern(name).map_err(|e| invalid(e.to_string()))?;
+            if self.cluster.registry().is_unit_instance(resource) && !total.is_whole() {
+                return Err(invalid(format!(
+                    "{name} is counted in whole instances; {amount} is not whole"
+                )));
+            }
+            changes.push((name, resource, total));
+        }
+        let names: std::collections::BTreeSet<&String> =
+            record.resources.keys().chain(resources.keys()).collect();
+        if names.len() > MAX_ENTRIES {
+            return Err(HeadError::invalid(
+                "",
+                format!("a node has at most {MAX_ENTRIES} resources"),
+            ));
+        }
+        for (name, resource, total) in changes {
+            self.cluster
+                .set_capacity(index, resource, total)
+                .map_err(|e| HeadError::invalid(name.clone(), e.to_string()))?;
+            let record = &mut self.nodes.get_mut(&id).expect("found").record;
+            if total.is_zero() {
+                record.resources.remove(name);
+            } else {
+                record.resources.insert(name.clone(), total.to_string());
+            }
+        }
+        Ok(self.edited(&id, index))
+    }
+
+    pub(crate) fn drain_node(&mut self, node: &str) -> Result<rest::Node, HeadError> {
+        let (id, index) = self.editable_node(node)?;
+        let entry = self.nodes.get_mut(&id).expect("found");
+        if entry.record.node.state == ApiNodeState::Draining {
+            self.refresh_node(&id);
+            return Ok((*self.view.nodes[&id]).clone());
+        }
+        entry.record.node.state = ApiNodeState::Draining;
+        let _ = self.cluster.set_state(index, NodeState::Draining);
+        self.trigger(Trigger::NodeLost(index));
+        // Actors move (a move is not a restart); tasks run to completion.
+        let actors: Vec<WorkKey> =
+            self.work_on(&id).into_iter().filter(|k| matches!(k, WorkKey::Actor(_))).collect();
+        for key in actors {
+            self.stop(key, "node draining");
+            self.ended(key, Ending::Moved(format!("moved off draining node {id}")));
+        }
+        self.mark_node(&id);
+        self.refresh_node(&id);
+        Ok((*self.view.nodes[&id]).clone())
+    }
+}
