@@ -53,8 +53,14 @@ pub(crate) struct GroupRecord {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct NodeRecord {
     pub node: Node,
-    /// Resource totals as registered, name to quantity text.
+    /// Resource totals now (as registered, then as changed at run time), name to quantity
+    /// text.
     pub resources: StringMap,
+    /// The totals the agent reported when it last registered: a later registration changes
+    /// only what differs from these, so run-time changes of other resources stay. Absent in
+    /// records written before it existed: `resources` stands in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported: Option<StringMap>,
     /// The user's labels (without the `berth.io/` defaults).
     pub user_labels: StringMap,
     /// The facts behind the default labels.

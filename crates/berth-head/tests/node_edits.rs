@@ -239,3 +239,50 @@ async fn a_bad_rare_resource_name_stops_the_head_from_starting() {
     let Err(err) = berth_head::start(config).await else { panic!("a bad name is refused") };
     assert!(err.to_string().contains("rare-resource isolation"), "{err}");
 }
+
+/// Registers `node_id` over the agent protocol, as an agent (re)starting does.
+async fn register(
+    head: &RunningHead,
+    node_id: &str,
+    resources: &[(&str, &str)],
+) -> Result<(), tonic::Status> {
+    let address = format!("http://{}", head.address);
+    let channel = tonic::transport::Channel::from_shared(address).unwrap().connect().await.unwrap();
+    let mut client = berth_api::agent::agent_service_client::AgentServiceClient::new(channel);
+    let mut request = tonic::Request::new(berth_api::agent::RegisterRequest {
+        node_id: node_id.into(),
+        address: "10.0.0.9".into(),
+        resources: resources.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Default::default()
+    });
+    let bearer = format!("Bearer {}", head.agent_token.as_str()).parse().unwrap();
+    request.metadata_mut().insert("authorization", bearer);
+    client.register(request).await.map(|_| ())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_registering_again_reports_what_changed_on_its_machine() {
+    let f = fixture(vec![], None).await;
+    register(&f.head, "m1", &[("CPU", "8"), ("GPU", "4")]).await.unwrap();
+    f.ok(Method::PUT, "/api/v1/nodes/m1/resources", json!({"CPU": "16", "my_res": "2"})).await;
+    let totals = |f: &Fixture| -> Vec<(String, String)> {
+        let view = f.head.handle.view();
+        let node = view.node("m1").unwrap();
+        node.resources.iter().map(|(k, u)| (k.clone(), u.total.clone())).collect()
+    };
+    let pairs = |items: &[(&str, &str)]| -> Vec<(String, String)> {
+        items.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    // The agent comes back with two GPUs fewer: GPU follows; CPU (which it reports as before)
+    // and my_res keep their run-time totals.
+    register(&f.head, "m1", &[("CPU", "8"), ("GPU", "2")]).await.unwrap();
+    assert_eq!(totals(&f), pairs(&[("CPU", "16"), ("GPU", "2"), ("my_res", "2")]));
+    // Now its CPU changed too, and the GPUs are gone.
+    register(&f.head, "m1", &[("CPU", "4")]).await.unwrap();
+    assert_eq!(totals(&f), pairs(&[("CPU", "4"), ("my_res", "2")]));
+    // A registration that is bad input is refused, and changes nothing.
+    let err = register(&f.head, "m1", &[("CPU", "4"), ("GPU", "1.5")]).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("resources.GPU"), "{err:?}");
+    assert_eq!(totals(&f), pairs(&[("CPU", "4"), ("my_res", "2")]));
+}

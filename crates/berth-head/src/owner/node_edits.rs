@@ -182,6 +182,50 @@ impl Owner {
         Ok(self.edited(&id, index))
     }
 
+    /// A known node's agent registered again reporting `now` (name to normalized total):
+    /// every resource it reports differently from its last registration takes the new total
+    /// (absent: deleted); the others keep what they have, run-time changes included.
+    pub(crate) fn capacity_reported(&mut self, node_id: &str, now: StringMap) {
+        let entry = &self.nodes[node_id];
+        let index = entry.index;
+        let before =
+            entry.record.reported.clone().unwrap_or_else(|| entry.record.resources.clone());
+        let names: std::collections::BTreeSet<String> =
+            before.keys().chain(now.keys()).cloned().collect();
+        let mut changed = false;
+        for name in names {
+            let new = now.get(&name);
+            if before.get(&name) == new {
+                continue;
+            }
+            // Both were checked as a registration: they parse and intern.
+            let total = new.map_or(Ok(Quantity::ZERO), |amount| Quantity::parse(amount));
+            let resource = self.cluster.registry_mut().intern(&name);
+            let applied = match (total, resource) {
+                (Ok(total), Ok(resource)) => {
+                    self.cluster.set_capacity(index, resource, total).map_err(|e| e.to_string())
+                }
+                (Err(e), _) => Err(e.to_string()),
+                (_, Err(e)) => Err(e.to_string()),
+            };
+            if let Err(err) = applied {
+                tracing::warn!(node = node_id, resource = %name, "reported capacity not applied: {err}");
+                continue;
+            }
+            let record = &mut self.nodes.get_mut(node_id).expect("known").record;
+            match new {
+                Some(amount) => record.resources.insert(name, amount.clone()),
+                None => record.resources.remove(&name),
+            };
+            changed = true;
+        }
+        self.nodes.get_mut(node_id).expect("known").record.reported = Some(now);
+        if changed {
+            self.trigger(Trigger::NodeChanged(index));
+        }
+        self.mark_node(node_id);
+    }
+
     pub(crate) fn drain_node(&mut self, node: &str) -> Result<rest::Node, HeadError> {
         let (id, index) = self.editable_node(node)?;
         let entry = self.nodes.get_mut(&id).expect("found");

@@ -196,6 +196,7 @@ impl Owner {
             };
             let record = NodeRecord {
                 node: base,
+                reported: Some(registration.resources.clone()),
                 resources: registration.resources,
                 user_labels: registration.user_labels,
                 facts: registration.facts,
@@ -204,8 +205,11 @@ impl Owner {
             self.nodes.insert(node_id.clone(), NodeEntry { index, record, actors: 0, tasks: 0 });
             self.trigger(Trigger::NodeJoined(index));
         } else {
-            // A known node (the agent or the head restarted): the head's record wins
-            // (taints added through the API stay); only the address may change.
+            // A known node (the agent or the head restarted): the head's record wins (labels
+            // and taints changed through the API stay), except for the resources the agent
+            // now reports differently (the machine changed: a GPU lost, memory added).
+            let registration = self.check_registration(&request, &node_id)?;
+            self.capacity_reported(&node_id, registration.resources);
             let entry = self.nodes.get_mut(&node_id).expect("known");
             entry.record.node.address = request.address.clone();
             entry.record.node.registered_at_ms = now_ms();
