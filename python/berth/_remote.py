@@ -95,9 +95,10 @@ class RemoteFunction:
 
 
 def _task_payload(pickled: bytes, args: tuple, kwargs: dict, options: Dict[str, Any]) -> bytes:
-    """What the task's worker fetches: the function, its arguments, and how many calls its
-    process may run (``max_calls``, 0 for no limit) before it must exit."""
-    return dumps({"function": loads(pickled), "args": args, "kwargs": kwargs,
+    """What the task's worker fetches: the function (as pickled once per function: a reused
+    worker unpickles it only the first time), its arguments, and how many calls its process
+    may run (``max_calls``, 0 for no limit) before it must exit."""
+    return dumps({"function_pickled": pickled, "args": args, "kwargs": kwargs,
                   "max_calls": options.get("max_calls", 0)})
 
 

@@ -43,6 +43,19 @@ def _env(name: str) -> str:
 _owner_conns = {}
 # Calls of each function this process ran, for `max_calls`.
 _calls = {}
+# Functions this process has unpickled, by their pickled bytes (a reused worker mostly runs
+# the same few functions); bounded, as a worker may live for many tasks.
+_functions = {}
+_MAX_FUNCTIONS = 64
+
+
+def _function(pickled: bytes):
+    function = _functions.get(pickled)
+    if function is None:
+        if len(_functions) >= _MAX_FUNCTIONS:
+            _functions.clear()
+        function = _functions[pickled] = loads(pickled)
+    return function
 
 
 def _cached_conn(owner: str):
@@ -108,7 +121,11 @@ class Worker:
     def run_task(self, spec) -> bool:
         """Runs the function and hands back its result; True when this process may run
         another task (``max_calls`` not reached)."""
-        function = spec["function"]
+        try:
+            function = _function(spec["function_pickled"])
+        except Exception as e:  # noqa: BLE001 - e.g. a module the driver has and this node lacks
+            self.ask_owner({"op": "result", "status": "error"}, error_payload(e, "unpickling the task's function"))
+            return False
         name = getattr(function, "__qualname__", repr(function))
         key = (getattr(function, "__module__", None), name)
         _calls[key] = _calls.get(key, 0) + 1

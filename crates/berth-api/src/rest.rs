@@ -117,6 +117,40 @@ pub struct Event {
     pub message: String,
 }
 
+/// The most items one batch (`POST /api/v1/actors:batch`, `/api/v1/tasks:batch`) may hold.
+pub const MAX_BATCH_ITEMS: usize = 10_000;
+
+/// A batch of creations: each item is what the single endpoint takes, checked and answered
+/// on its own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Batch<T> {
+    /// 1 to 10,000 items.
+    pub items: Vec<T>,
+}
+
+/// The answer to a batch: one entry per item, in the items' order. The whole batch is durable
+/// before it is sent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BatchAnswer<T> {
+    /// The items' answers.
+    pub items: Vec<BatchItem<T>>,
+}
+
+/// One item's answer: the status the single endpoint would have answered (201, or the
+/// error's) with the created object or the error.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BatchItem<T> {
+    /// 201 when created; else 400 (its `field` relative to the item), 409, 503...
+    pub status: u16,
+    /// The created object.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created: Option<T>,
+    /// Why it was not created.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ApiError>,
+}
+
 /// A list answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct List<T> {

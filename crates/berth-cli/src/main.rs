@@ -21,6 +21,10 @@ mod render;
 mod sim;
 mod validate;
 
+/// mimalloc instead of glibc's malloc: see Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::{self, Write};
 use std::process::ExitCode;
 

@@ -27,23 +27,88 @@ pub const MAX_WAIT: Duration = Duration::from_secs(600);
 /// A change for the owner task to apply. Each carries where to send its answer.
 #[derive(Debug)]
 pub(crate) enum Command {
-    CreateActor { seq: u64, body: Box<ActorCreate>, parsed: ParsedRequest, reply: Reply<Actor> },
-    SubmitTask { seq: u64, body: Box<TaskSubmit>, parsed: ParsedRequest, reply: Reply<Task> },
-    CreateGroup { seq: u64, body: Box<GroupCreate>, parsed: ParsedRequest, reply: Reply<Group> },
-    KillActor { id: String, reply: Reply<Actor> },
-    RegisterEndpoint { id: String, endpoint: Endpoint, reply: Reply<Actor> },
-    CancelTask { id: String, reply: Reply<Task> },
-    RemoveGroup { id: String, reply: Reply<Group> },
-    DrainNode { node: String, reply: Reply<Node> },
-    Taints { node: String, taints: StringMap, add: bool, reply: Reply<Node> },
-    Labels { node: String, set: StringMap, remove: Vec<String>, reply: Reply<Node> },
-    Resources { node: String, resources: StringMap, reply: Reply<Node> },
-    DryRun { parsed: ParsedRequest, reply: Reply<DryRun> },
+    CreateActor {
+        seq: u64,
+        body: Box<ActorCreate>,
+        parsed: ParsedRequest,
+        reply: Reply<Actor>,
+    },
+    SubmitTask {
+        seq: u64,
+        body: Box<TaskSubmit>,
+        parsed: ParsedRequest,
+        reply: Reply<Task>,
+    },
+    /// A batch: each item applied as its single command would be, answered together.
+    CreateActors {
+        items: Vec<Prepared<ActorCreate>>,
+        reply: Reply<Vec<Result<Actor, HeadError>>>,
+    },
+    SubmitTasks {
+        items: Vec<Prepared<TaskSubmit>>,
+        reply: Reply<Vec<Result<Task, HeadError>>>,
+    },
+    CreateGroup {
+        seq: u64,
+        body: Box<GroupCreate>,
+        parsed: ParsedRequest,
+        reply: Reply<Group>,
+    },
+    KillActor {
+        id: String,
+        reply: Reply<Actor>,
+    },
+    RegisterEndpoint {
+        id: String,
+        endpoint: Endpoint,
+        reply: Reply<Actor>,
+    },
+    CancelTask {
+        id: String,
+        reply: Reply<Task>,
+    },
+    RemoveGroup {
+        id: String,
+        reply: Reply<Group>,
+    },
+    DrainNode {
+        node: String,
+        reply: Reply<Node>,
+    },
+    Taints {
+        node: String,
+        taints: StringMap,
+        add: bool,
+        reply: Reply<Node>,
+    },
+    Labels {
+        node: String,
+        set: StringMap,
+        remove: Vec<String>,
+        reply: Reply<Node>,
+    },
+    Resources {
+        node: String,
+        resources: StringMap,
+        reply: Reply<Node>,
+    },
+    DryRun {
+        parsed: ParsedRequest,
+        reply: Reply<DryRun>,
+    },
     Agent(crate::agents::AgentCommand),
     Tick,
 }
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, HeadError>>;
+
+/// A create body checked at the edge: its sequence number, the body and its parsed document.
+#[derive(Debug)]
+pub(crate) struct Prepared<T> {
+    pub(crate) seq: u64,
+    pub(crate) body: Box<T>,
+    pub(crate) parsed: ParsedRequest,
+}
 
 /// Sequence numbers for IDs, shared by every handle so IDs are unique without asking the
 /// owner. A create refused later leaves a gap, which is harmless.
@@ -96,8 +161,8 @@ impl HeadHandle {
         })?
     }
 
-    /// Creates an actor: checked, placed (or queued), durable, then answered.
-    pub async fn create_actor(&self, body: ActorCreate) -> Result<Actor, HeadError> {
+    /// Checks an actor's body (every rule one body can check alone) and numbers it.
+    fn prepare_actor(&self, body: ActorCreate) -> Result<Prepared<ActorCreate>, HeadError> {
         check_process(&body.command, &body.args, &body.env)?;
         if body.max_restarts < -1 {
             return Err(HeadError::invalid(
@@ -110,14 +175,11 @@ impl HeadHandle {
         }
         let seq = self.sequences.next(Kind::Actor);
         let parsed = actor_document(seq, &body)?;
-        let body = Box::new(body);
-        let mut actor = self.ask(|reply| Command::CreateActor { seq, body, parsed, reply }).await?;
-        actor.work_key = Some(self.work_keys.key(&actor.actor_id));
-        Ok(actor)
+        Ok(Prepared { seq, body: Box::new(body), parsed })
     }
 
-    /// Submits a task.
-    pub async fn submit_task(&self, body: TaskSubmit) -> Result<Task, HeadError> {
+    /// Checks a task's body and numbers it.
+    fn prepare_task(&self, body: TaskSubmit) -> Result<Prepared<TaskSubmit>, HeadError> {
         check_process(&body.command, &body.args, &body.env)?;
         if let Some(name) = &body.name {
             check_name("name", name)?;
@@ -127,10 +189,86 @@ impl HeadHandle {
         }
         let seq = self.sequences.next(Kind::Task);
         let parsed = task_document(&body)?;
-        let body = Box::new(body);
+        Ok(Prepared { seq, body: Box::new(body), parsed })
+    }
+
+    /// Creates an actor: checked, placed (or queued), durable, then answered.
+    pub async fn create_actor(&self, body: ActorCreate) -> Result<Actor, HeadError> {
+        let Prepared { seq, body, parsed } = self.prepare_actor(body)?;
+        let mut actor = self.ask(|reply| Command::CreateActor { seq, body, parsed, reply }).await?;
+        actor.work_key = Some(self.work_keys.key(&actor.actor_id));
+        Ok(actor)
+    }
+
+    /// Submits a task.
+    pub async fn submit_task(&self, body: TaskSubmit) -> Result<Task, HeadError> {
+        let Prepared { seq, body, parsed } = self.prepare_task(body)?;
         let mut task = self.ask(|reply| Command::SubmitTask { seq, body, parsed, reply }).await?;
         task.work_key = Some(self.work_keys.key(&task.task_id));
         Ok(task)
+    }
+
+    /// Creates actors as one batch: each body checked and answered on its own (in order), the
+    /// whole batch durable before the answer. `Err` only when the head cannot answer at all.
+    pub async fn create_actors(
+        &self,
+        bodies: Vec<ActorCreate>,
+    ) -> Result<Vec<Result<Actor, HeadError>>, HeadError> {
+        let prepared = bodies.into_iter().map(|b| self.prepare_actor(b)).collect();
+        let answers = self.batch(prepared, |items, reply| Command::CreateActors { items, reply });
+        let mut answers = answers.await?;
+        for actor in answers.iter_mut().flatten() {
+            actor.work_key = Some(self.work_keys.key(&actor.actor_id));
+        }
+        Ok(answers)
+    }
+
+    /// Submits tasks as one batch (see [`HeadHandle::create_actors`]).
+    pub async fn submit_tasks(
+        &self,
+        bodies: Vec<TaskSubmit>,
+    ) -> Result<Vec<Result<Task, HeadError>>, HeadError> {
+        let prepared = bodies.into_iter().map(|b| self.prepare_task(b)).collect();
+        let answers = self.batch(prepared, |items, reply| Command::SubmitTasks { items, reply });
+        let mut answers = answers.await?;
+        for task in answers.iter_mut().flatten() {
+            task.work_key = Some(self.work_keys.key(&task.task_id));
+        }
+        Ok(answers)
+    }
+
+    /// Sends the prepared items of a batch as one command and puts the owner's answers back
+    /// beside the items refused at the edge, in order.
+    async fn batch<B, T>(
+        &self,
+        prepared: Vec<Result<Prepared<B>, HeadError>>,
+        make: impl FnOnce(Vec<Prepared<B>>, Reply<Vec<Result<T, HeadError>>>) -> Command,
+    ) -> Result<Vec<Result<T, HeadError>>, HeadError> {
+        let mut answers: Vec<Option<Result<T, HeadError>>> = Vec::with_capacity(prepared.len());
+        let mut items = Vec::new();
+        for item in prepared {
+            match item {
+                Ok(item) => {
+                    items.push(item);
+                    answers.push(None);
+                }
+                Err(err) => answers.push(Some(Err(err))),
+            }
+        }
+        let mut applied = if items.is_empty() {
+            Vec::new().into_iter()
+        } else {
+            self.ask(|reply| make(items, reply)).await?.into_iter()
+        };
+        let answers = answers
+            .into_iter()
+            .map(|answer| {
+                answer.or_else(|| applied.next()).unwrap_or_else(|| {
+                    Err(HeadError::Unavailable("the head answered fewer items than sent".into()))
+                })
+            })
+            .collect();
+        Ok(answers)
     }
 
     /// Creates a placement group (reserved now, or pending).

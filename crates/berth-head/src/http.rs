@@ -11,6 +11,7 @@
 //! [`ApiError`]s.
 
 mod actors;
+mod batch;
 mod cluster;
 mod explain;
 mod extract;
@@ -98,6 +99,8 @@ pub(crate) fn router_with_logs(
         )
         .route("/api/v1/tasks", post(tasks::submit_task).get(tasks::list_tasks))
         .route("/api/v1/tasks:wait", post(tasks::wait_tasks))
+        .route("/api/v1/tasks:batch", post(tasks::submit_tasks).layer(batch_limit()))
+        .route("/api/v1/actors:batch", post(actors::create_actors).layer(batch_limit()))
         .route("/api/v1/tasks/{id}", get(tasks::get_task))
         .route("/api/v1/tasks/{id}/cancel", post(tasks::cancel_task))
         .route("/api/v1/placement_groups", post(groups::create_group).get(groups::list_groups))
@@ -118,6 +121,11 @@ pub(crate) fn router_with_logs(
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(metrics, record))
+}
+
+/// The body limit of the batch routes (inside the router-wide 1 MiB, so it wins there).
+fn batch_limit() -> DefaultBodyLimit {
+    DefaultBodyLimit::max(extract::MAX_BATCH_BODY_BYTES)
 }
 
 /// What `role` may not do with `method` on `path`, if anything: agent tokens are for the agent
@@ -270,12 +278,14 @@ async fn method_not_allowed(req: Request) -> Response {
         nodes::remove_labels,
         nodes::set_resources,
         actors::create_actor,
+        actors::create_actors,
         actors::list_actors,
         actors::get_actor,
         actors::kill_actor,
         actors::register_endpoint,
         actors::actor_endpoint,
         tasks::submit_task,
+        tasks::submit_tasks,
         tasks::list_tasks,
         tasks::get_task,
         tasks::cancel_task,

@@ -199,6 +199,20 @@ impl Owner {
                 let answer = self.submit_task(seq, *body, &parsed);
                 self.reply(reply, answer);
             }
+            Command::CreateActors { items, reply } => {
+                let answers = items
+                    .into_iter()
+                    .map(|item| self.create_actor(item.seq, *item.body, &item.parsed))
+                    .collect();
+                self.reply(reply, Ok(answers));
+            }
+            Command::SubmitTasks { items, reply } => {
+                let answers = items
+                    .into_iter()
+                    .map(|item| self.submit_task(item.seq, *item.body, &item.parsed))
+                    .collect();
+                self.reply(reply, Ok(answers));
+            }
             Command::CreateGroup { seq, body, parsed, reply } => {
                 let answer = self.create_group(seq, *body, &parsed);
                 self.reply(reply, answer);

@@ -11,6 +11,9 @@
 //!    the head's view shows all of them ALIVE (placed, assigned, started by their agents, and
 //!    the starts durable).
 //! 3. **Placement groups per second**: `--groups` POSTs of two-bundle groups.
+//! 4. **Batched actor creations per second**: `batch_actors` actors in `POST
+//!    /api/v1/actors:batch` requests of `batch_size` items, over a few connections; each
+//!    answer only once its whole batch is durable, and every item must be 201.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,7 +38,14 @@ pub struct ApiBench {
     pub nodes: usize,
     /// Concurrent HTTP connections.
     pub concurrency: usize,
+    /// Actors created through batches.
+    pub batch_actors: usize,
+    /// Items per batch.
+    pub batch_size: usize,
 }
+
+/// Connections of the batch phase: a few large requests keep the head busy; more only queue.
+const BATCH_CONNECTIONS: usize = 4;
 
 /// The figures.
 #[derive(Clone, Debug, Serialize)]
@@ -60,6 +70,12 @@ pub struct ApiResult {
     pub groups: usize,
     /// Durable placement groups per second.
     pub groups_per_s: f64,
+    /// Actors created through batches.
+    pub batch_actors: usize,
+    /// Items per batch.
+    pub batch_size: usize,
+    /// Durable batched actor creations per second.
+    pub batch_actors_per_s: f64,
 }
 
 struct Phase {
@@ -114,6 +130,49 @@ async fn post_many(
     Ok(Phase { seconds, latencies_ms })
 }
 
+/// Creates `total` copies of `item` through `url` (a `…:batch` route) in batches of `size`
+/// over `connections`; every item must be created. Returns the seconds taken.
+async fn post_batches(
+    client: &reqwest::Client,
+    url: String,
+    token: &str,
+    item: serde_json::Value,
+    (total, size, connections): (usize, usize, usize),
+) -> anyhow::Result<f64> {
+    let batches = total.div_ceil(size.max(1));
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..connections {
+        let (client, url, token, next, item) =
+            (client.clone(), url.clone(), token.to_string(), next.clone(), item.clone());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let batch = next.fetch_add(1, Ordering::Relaxed);
+                if batch >= batches {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let count = size.min(total - batch * size);
+                let body = serde_json::json!({ "items": vec![item.clone(); count] });
+                let response = client.post(&url).bearer_auth(&token).json(&body).send().await?;
+                let status = response.status();
+                let answer: serde_json::Value = response.json().await?;
+                let items = answer["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+                if status.as_u16() != 200
+                    || items.len() != count
+                    || items.iter().any(|i| i["status"] != 201)
+                {
+                    bail!("{url} answered {status}: {:.300}", answer.to_string());
+                }
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await.context("a client task panicked")??;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -137,7 +196,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             .map_err(|e| anyhow!("the head could not start: {e}"))?;
         let token = head.token.as_str().to_string();
         // Room for every actor and bundle: one CPU each, spread over the nodes.
-        let needed = settings.actors + settings.burst + 2 * settings.groups;
+        let needed = settings.actors + settings.burst + 2 * settings.groups + settings.batch_actors;
         let per_node = needed.div_ceil(settings.nodes) + 1;
         let nodes: Vec<SimNode> = (0..settings.nodes)
             .map(|i| SimNode::new(format!("bench-{i:05}")).resource("CPU", &per_node.to_string()))
@@ -217,6 +276,21 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         )
         .await?;
         let groups_per_s = settings.groups as f64 / groups.seconds;
+
+        progress(&format!(
+            "creating {} actors in batches of {}",
+            settings.batch_actors, settings.batch_size
+        ));
+        let item =
+            serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}});
+        let batch_seconds = post_batches(
+            &client,
+            format!("{base}/api/v1/actors:batch"),
+            &token,
+            item,
+            (settings.batch_actors, settings.batch_size, BATCH_CONNECTIONS),
+        )
+        .await?;
         let _ = sim.shutdown().await;
         head.shutdown().await;
         Ok(ApiResult {
@@ -230,6 +304,9 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             burst_alive_s,
             groups: settings.groups,
             groups_per_s,
+            batch_actors: settings.batch_actors,
+            batch_size: settings.batch_size,
+            batch_actors_per_s: settings.batch_actors as f64 / batch_seconds,
         })
     })
 }

@@ -5,7 +5,8 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use berth_api::rest::{
-    Actor, ActorCreate, ActorEndpoint, ApiError, EndpointQuery, EndpointRegister, List, ListQuery,
+    Actor, ActorCreate, ActorEndpoint, ApiError, Batch, BatchAnswer, EndpointQuery,
+    EndpointRegister, List, ListQuery,
 };
 
 use super::extract::{created, Failure, JsonBody, PathId, Query};
@@ -31,6 +32,30 @@ pub(crate) async fn create_actor(
 ) -> Result<Response, Failure> {
     let actor = api.handle.create_actor(body).await?;
     Ok(created(format!("/api/v1/actors/{}", actor.actor_id), &actor))
+}
+
+/// Create up to 10,000 actors in one request: each item as `POST /api/v1/actors` takes it,
+/// checked and answered on its own (in order), the whole batch durable before the answer.
+#[utoipa::path(
+    post, path = "/api/v1/actors:batch", tag = "actors", operation_id = "create_actors",
+    request_body(content = Batch<ActorCreate>, description = "The actors (1 to 10,000)"),
+    responses(
+        (status = 200, description = "One answer per item: 201 with the actor, or its error", body = BatchAnswer<Actor>),
+        (status = 400, description = "Not a batch (`items` missing, empty or over 10,000)", body = ApiError),
+        (status = 413, description = "The body is over 16 MiB", body = ApiError),
+        (status = 503, description = "The batch could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn create_actors(
+    State(api): State<Api>,
+    JsonBody(body): JsonBody<Batch<serde_json::Value>>,
+) -> Result<Json<BatchAnswer<Actor>>, Failure> {
+    let items = super::batch::items::<ActorCreate>(body)?;
+    let handle = api.handle.clone();
+    Ok(Json(
+        super::batch::answer(items, |bodies| async move { handle.create_actors(bodies).await })
+            .await?,
+    ))
 }
 
 /// List actors.

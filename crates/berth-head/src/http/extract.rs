@@ -17,6 +17,8 @@ use crate::view::QueryError;
 
 /// The most bytes a request body may have.
 pub(crate) const MAX_BODY_BYTES: usize = 1 << 20;
+/// The most bytes a batch's body (`…:batch`) may have.
+pub(crate) const MAX_BATCH_BODY_BYTES: usize = 16 << 20;
 
 /// An error answer: a status and an [`ApiError`] body.
 #[derive(Debug)]
@@ -133,7 +135,8 @@ async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Fa
                     error: ErrorKind::Invalid,
                     field: None,
                     message: format!(
-                        "the body is larger than {MAX_BODY_BYTES} bytes (1 MiB), the most accepted"
+                        "the body is larger than the most this route accepts ({MAX_BODY_BYTES} \
+                         bytes, 1 MiB; {MAX_BATCH_BODY_BYTES} bytes, 16 MiB, for a batch)"
                     ),
                 },
             }
@@ -145,6 +148,15 @@ async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Fa
         return Err(Failure::invalid(None, "the body is empty; send a JSON object"));
     }
     Ok(bytes)
+}
+
+/// Reads one JSON value (a batch's item) as `T`, naming the field at fault.
+pub(crate) fn parse_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, Failure> {
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let inner = err.inner().to_string();
+        let field = serde_field(err.path(), &inner);
+        Failure::invalid(field, format!("not valid: {inner}"))
+    })
 }
 
 /// Parses `bytes` as one JSON value of type `T`, naming the field at fault.

@@ -3,7 +3,9 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use berth_api::rest::{ApiError, List, ListQuery, Task, TaskSubmit, TasksEnded, TasksWait};
+use berth_api::rest::{
+    ApiError, Batch, BatchAnswer, List, ListQuery, Task, TaskSubmit, TasksEnded, TasksWait,
+};
 
 use super::extract::{created, Failure, JsonBody, PathId, Query};
 use super::groups::wait_timeout;
@@ -27,6 +29,30 @@ pub(crate) async fn submit_task(
 ) -> Result<Response, Failure> {
     let task = api.handle.submit_task(body).await?;
     Ok(created(format!("/api/v1/tasks/{}", task.task_id), &task))
+}
+
+/// Submit up to 10,000 tasks in one request: each item as `POST /api/v1/tasks` takes it,
+/// checked and answered on its own (in order), the whole batch durable before the answer.
+#[utoipa::path(
+    post, path = "/api/v1/tasks:batch", tag = "tasks", operation_id = "submit_tasks",
+    request_body(content = Batch<TaskSubmit>, description = "The tasks (1 to 10,000)"),
+    responses(
+        (status = 200, description = "One answer per item: 201 with the task, or its error", body = BatchAnswer<Task>),
+        (status = 400, description = "Not a batch (`items` missing, empty or over 10,000)", body = ApiError),
+        (status = 413, description = "The body is over 16 MiB", body = ApiError),
+        (status = 503, description = "The batch could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn submit_tasks(
+    State(api): State<Api>,
+    JsonBody(body): JsonBody<Batch<serde_json::Value>>,
+) -> Result<Json<BatchAnswer<Task>>, Failure> {
+    let items = super::batch::items::<TaskSubmit>(body)?;
+    let handle = api.handle.clone();
+    Ok(Json(
+        super::batch::answer(items, |bodies| async move { handle.submit_tasks(bodies).await })
+            .await?,
+    ))
 }
 
 /// List tasks.

@@ -157,6 +157,17 @@ fn owner(
                 Command::SubmitTask { seq, reply, .. } => {
                     let _ = reply.send(err.map_or_else(|| Ok(task(seq)), Err));
                 }
+                Command::SubmitTasks { items, reply } => {
+                    let answers = items.iter().map(|i| Ok(task(i.seq))).collect();
+                    let _ = reply.send(err.map_or_else(|| Ok(answers), Err));
+                }
+                Command::CreateActors { items, reply } => {
+                    let answers = items
+                        .iter()
+                        .map(|i| Ok(actor(i.seq, ActorState::Pending, None, &[])))
+                        .collect();
+                    let _ = reply.send(err.map_or_else(|| Ok(answers), Err));
+                }
                 Command::CreateGroup { seq, reply, .. } => {
                     let _ =
                         reply.send(err.map_or_else(|| Ok(group(seq, GroupState::Created)), Err));
@@ -267,6 +278,7 @@ async fn with_body(router: &Router, method: Method, uri: &str, body: &str) -> An
 fn routes() -> Vec<(Method, &'static str, &'static str, Option<&'static str>)> {
     let actor = r#"{"command": "sleep", "resources": {"CPU": 1}}"#;
     let group = r#"{"bundles": [{"CPU": 1}]}"#;
+    let batch = r#"{"items": [{"command": "sleep", "resources": {"CPU": 1}}]}"#;
     vec![
         (Method::GET, "/metrics", "/metrics", None),
         (Method::GET, "/api/v1/openapi.json", "/api/v1/openapi.json", None),
@@ -315,6 +327,8 @@ fn routes() -> Vec<(Method, &'static str, &'static str, Option<&'static str>)> {
             None,
         ),
         (Method::POST, "/api/v1/tasks", "/api/v1/tasks", Some(actor)),
+        (Method::POST, "/api/v1/tasks:batch", "/api/v1/tasks:batch", Some(batch)),
+        (Method::POST, "/api/v1/actors:batch", "/api/v1/actors:batch", Some(batch)),
         (Method::GET, "/api/v1/tasks", "/api/v1/tasks", None),
         (Method::GET, "/api/v1/tasks/task-1", "/api/v1/tasks/{id}", None),
         (Method::POST, "/api/v1/tasks/task-1/cancel", "/api/v1/tasks/{id}/cancel", None),
@@ -403,9 +417,9 @@ async fn http_every_route_answers_with_the_token() {
     }
     drop(h.router);
     drop(h.view);
-    // 13 commands: drain, 2 taints, 2 labels, resources, create actor, kill, submit, cancel,
-    // create group, remove, dry run.
-    assert_eq!(owner.await.unwrap(), 13);
+    // 15 commands: drain, 2 taints, 2 labels, resources, create actor, kill, submit, 2
+    // batches, cancel, create group, remove, dry run.
+    assert_eq!(owner.await.unwrap(), 15);
 }
 
 #[tokio::test]

@@ -1,0 +1,65 @@
+//! Batches (`POST /api/v1/actors:batch`, `/api/v1/tasks:batch`): many creations in one
+//! request, each item checked and answered as its single endpoint would, the whole batch
+//! durable before the answer. One request and one owner command instead of thousands: what a
+//! driver submitting a burst pays per item drops to the item's own work.
+
+use axum::http::StatusCode;
+use berth_api::rest::{Batch, BatchAnswer, BatchItem, MAX_BATCH_ITEMS};
+use serde::de::DeserializeOwned;
+
+use super::extract::{parse_value, Failure};
+use crate::error::HeadError;
+
+/// Each item of `batch` read as `T` (an item that is not one is that item's error).
+pub(crate) fn items<T: DeserializeOwned>(
+    batch: Batch<serde_json::Value>,
+) -> Result<Vec<Result<T, Failure>>, Failure> {
+    if batch.items.is_empty() || batch.items.len() > MAX_BATCH_ITEMS {
+        return Err(Failure::invalid(
+            Some("items".into()),
+            format!("{} items; a batch has 1 to {MAX_BATCH_ITEMS}", batch.items.len()),
+        ));
+    }
+    Ok(batch.items.into_iter().map(parse_value).collect())
+}
+
+/// Runs `apply` on the items that parsed and answers every item in order.
+pub(crate) async fn answer<B, T, F>(
+    items: Vec<Result<B, Failure>>,
+    apply: impl FnOnce(Vec<B>) -> F,
+) -> Result<BatchAnswer<T>, Failure>
+where
+    F: std::future::Future<Output = Result<Vec<Result<T, HeadError>>, HeadError>>,
+{
+    let mut parsed = Vec::new();
+    let mut answers: Vec<Option<BatchItem<T>>> = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            Ok(body) => {
+                parsed.push(body);
+                answers.push(None);
+            }
+            Err(failure) => answers.push(Some(refused(failure))),
+        }
+    }
+    let mut applied = if parsed.is_empty() { Vec::new() } else { apply(parsed).await? }.into_iter();
+    let items = answers
+        .into_iter()
+        .map(|answer| {
+            answer.unwrap_or_else(|| match applied.next() {
+                Some(Ok(object)) => BatchItem {
+                    status: StatusCode::CREATED.as_u16(),
+                    created: Some(object),
+                    error: None,
+                },
+                Some(Err(err)) => refused(err.into()),
+                None => refused(HeadError::Unavailable("no answer for this item".into()).into()),
+            })
+        })
+        .collect();
+    Ok(BatchAnswer { items })
+}
+
+fn refused<T>(failure: Failure) -> BatchItem<T> {
+    BatchItem { status: failure.status.as_u16(), created: None, error: Some(failure.body) }
+}
