@@ -86,11 +86,11 @@ class RemoteFunction:
         body.setdefault("namespace", runtime.namespace)
         pickled = self._pickled
         if _has_refs(args, kwargs):
-            payload = None
+            # Submitted once its arguments' results are in, from a submitter thread.
+            runtime.submitter.submit(_submit_task, runtime, call, body, pickled, args, kwargs, self._options)
         else:
-            payload = _task_payload(pickled, args, kwargs, self._options)
-        runtime.submitter.submit(_submit_task, runtime, call, body, payload, pickled, args, kwargs,
-                                 self._options)
+            call.payload = _task_payload(pickled, args, kwargs, self._options)
+            runtime.tasks.submit(call, body)
         return refs[0] if num_returns == 1 else refs
 
 
@@ -102,22 +102,17 @@ def _task_payload(pickled: bytes, args: tuple, kwargs: dict, options: Dict[str, 
                   "max_calls": options.get("max_calls", 0)})
 
 
-def _submit_task(runtime, call: Call, body: dict, payload: Optional[bytes], pickled: bytes,
-                 args: tuple, kwargs: dict, options: Dict[str, Any]) -> None:
+def _submit_task(runtime, call: Call, body: dict, pickled: bytes, args: tuple, kwargs: dict,
+                 options: Dict[str, Any]) -> None:
+    """Waits for the results the arguments name, then queues the task for the batcher."""
     try:
-        if payload is None:
-            args, kwargs = _resolve(args, kwargs)
-            payload = _task_payload(pickled, args, kwargs, options)
-        call.payload = payload
-        runtime.owner.add(call)
-        task = runtime.client.post("/api/v1/tasks", body)
+        args, kwargs = _resolve(args, kwargs)
+        call.payload = _task_payload(pickled, args, kwargs, options)
     except BaseException as e:  # noqa: BLE001 - the caller sees it in get()
-        runtime.owner.forget(call)
         for state in call.states:
             state.set_error(e)
         return
-    runtime.owner.bind(call, task["task_id"], task["work_key"])
-    runtime.watch(call)
+    runtime.tasks.submit(call, body)
 
 
 # ---------------------------------------------------------------------------------------------
