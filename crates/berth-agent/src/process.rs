@@ -83,7 +83,13 @@ use crate::runner::{Events, Runner, WorkEvent, WorkStatus};
 
 pub use fork_server::FORK_SERVER_DIR;
 pub use logs::{LOG_DIR, WORK_DIR};
-pub use state::STATE_FILE;
+pub use state::{Entry as RecordedProcess, JOURNAL_FILE, STATE_FILE};
+
+/// The processes the runner directory `dir` records as running (its state file and the
+/// journal after it), as a later runner would read them.
+pub fn recorded(dir: &Path) -> Vec<RecordedProcess> {
+    state::load(dir).0.processes
+}
 
 /// Kills, with its whole process group, every process that the state file of the runner
 /// directory `dir` records and that is still the process recorded; returns how many. Runners
@@ -303,6 +309,9 @@ struct Inner {
     unreported: Vec<WorkEvent>,
     /// The runner was dropped: watchers leave everything as it is.
     detached: bool,
+    /// Where changes to the process list are recorded (`None` until the first full write, or
+    /// when the journal cannot be written: then each change rewrites the state file).
+    journal: Option<state::Journal>,
 }
 
 impl Inner {
@@ -596,11 +605,29 @@ impl Shared {
     }
 
     /// Writes the state file; a failure is logged (the processes still run).
-    fn persist(&self, inner: &Inner) {
+    /// Writes the whole process list and starts a new journal after it.
+    fn persist_all(&self, inner: &mut Inner) {
         let entries = inner.procs.values().map(Proc::entry).collect();
-        let file = state::StateFile::new(entries, self.boot_id.clone());
-        if let Err(e) = state::save(&self.dir, &file) {
-            warn!(dir = %self.dir.display(), "cannot record the running processes: {e}");
+        match state::Journal::start(&self.dir, self.boot_id.clone(), entries) {
+            Ok(journal) => inner.journal = Some(journal),
+            Err(e) => {
+                inner.journal = None;
+                warn!(dir = %self.dir.display(), "cannot record the running processes: {e}");
+            }
+        }
+    }
+
+    /// Records that `entry` started (`started`) or ended.
+    fn persist(&self, inner: &mut Inner, entry: &state::Entry, started: bool) {
+        let Some(journal) = inner.journal.as_mut() else {
+            return self.persist_all(inner);
+        };
+        let procs = &inner.procs;
+        let live = || procs.values().map(Proc::entry).collect();
+        let recorded = if started { journal.add(entry, live) } else { journal.remove(entry, live) };
+        if let Err(e) = recorded {
+            warn!(dir = %self.dir.display(), "cannot journal the running processes: {e}");
+            self.persist_all(inner);
         }
     }
 
@@ -650,7 +677,7 @@ impl Shared {
                 );
             }
         }
-        self.persist(&inner);
+        self.persist_all(&mut inner);
         self.publish(&inner);
     }
 
@@ -839,7 +866,7 @@ impl Shared {
         };
         let entry = proc.entry();
         inner.procs.insert(id, proc);
-        self.persist(inner);
+        self.persist(inner, &entry, true);
         debug!(%work_id, attempt, pid, forked = matches!(watched, Watched::Forked(_)), "started");
         events.started(work_id, attempt, pid);
         let guard = WatcherGuard::new(self);
@@ -902,7 +929,7 @@ impl Shared {
             return;
         }
         let Some(proc) = inner.procs.remove(&id) else { return };
-        self.persist(&inner);
+        self.persist(&mut inner, &proc.entry(), false);
         if let Some(release) = reuse {
             // Forgotten first, so no stop of this attempt can reach the process; released
             // before the exit is reported, so the next attempt may already find it idle.

@@ -355,21 +355,11 @@ async fn stop_all_ends_everything() {
     }
 }
 
-/// The processes recorded in the runner's state file, as (work_id, attempt, pid).
+/// The processes the runner records (state file and journal), as (work_id, attempt, pid).
 fn recorded(dir: &Path) -> Vec<(String, u64, u64)> {
-    let text = std::fs::read_to_string(dir.join(STATE_FILE)).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
-    json["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["work_id"].as_str().unwrap().to_string(),
-                p["attempt"].as_u64().unwrap(),
-                p["pid"].as_u64().unwrap(),
-            )
-        })
+    berth_agent::process::recorded(dir)
+        .into_iter()
+        .map(|p| (p.work_id, u64::from(p.attempt), u64::from(p.pid)))
         .collect()
 }
 

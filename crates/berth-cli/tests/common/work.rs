@@ -146,17 +146,12 @@ pub fn agent_dir(cluster: &Cluster, node: &str) -> PathBuf {
     cluster.data_dir().join("agents").join(node)
 }
 
-/// The PID `node`'s `state.json` records for `work_id`.
+/// The PID `node`'s runner records for `work_id`.
 pub fn recorded_pid(cluster: &Cluster, node: &str, work_id: &str) -> Option<i32> {
-    let path = agent_dir(cluster, node).join(berth_agent::process::STATE_FILE);
-    let text = std::fs::read_to_string(path).ok()?;
-    let state: Value = serde_json::from_str(&text).ok()?;
-    state["processes"]
-        .as_array()?
-        .iter()
-        .find(|p| p["work_id"] == work_id)
-        .and_then(|p| p["pid"].as_i64())
-        .map(|pid| pid as i32)
+    berth_agent::process::recorded(&agent_dir(cluster, node))
+        .into_iter()
+        .find(|p| p.work_id == work_id)
+        .map(|p| p.pid as i32)
 }
 
 /// Waits until `path` holds `text`.
