@@ -47,6 +47,9 @@ pub enum ErrorKind {
     Timeout,
     /// 503: the head cannot make the change durable (its store failed); nothing changed.
     Unavailable,
+    /// 410: a watch resumed from a version the head no longer keeps (too old, or from an
+    /// earlier head process): list again, then watch from the list's version.
+    Expired,
 }
 
 /// The body of every error answer.
@@ -705,6 +708,23 @@ pub struct ListQuery {
     pub label: Option<String>,
     /// At most this many items (default 1000, at most 100000).
     pub limit: Option<usize>,
+}
+
+/// Filters of `GET /api/v1/watch`; each is optional and they combine with AND.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
+pub struct WatchQuery {
+    /// Kinds, comma-separated: `node`, `actor`, `task`, `placement_group` (default: all).
+    pub kind: Option<String>,
+    /// Only the object with this ID (`actor-12`, a node ID).
+    pub id: Option<String>,
+    /// Only objects with this label, `key=value` (nodes; actors).
+    pub label: Option<String>,
+    /// Only changes that leave the object in this state (`ALIVE`, `PENDING`, ...; any case).
+    pub state: Option<String>,
+    /// Resume after this version (the `id` of the last event seen; the `Last-Event-ID` header
+    /// says the same). Without it, the stream starts with the matching objects as they are
+    /// (`ADDED`), then their changes.
+    pub since: Option<u64>,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -214,6 +214,7 @@ fn api_error_text(status: u16, error: &ApiError) -> String {
         ErrorKind::Conflict => "conflict",
         ErrorKind::Timeout => "timed out",
         ErrorKind::Unavailable => "unavailable",
+        ErrorKind::Expired => "expired",
     };
     match &error.field {
         Some(field) if !field.is_empty() => {

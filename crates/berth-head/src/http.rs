@@ -22,6 +22,7 @@ mod tasks;
 #[cfg(test)]
 mod tests;
 mod tokens;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -85,6 +86,7 @@ pub(crate) fn router_with_logs(
         .route("/metrics", get(cluster::metrics))
         .route("/api/v1/openapi.json", get(cluster::openapi))
         .route("/api/v1/cluster/status", get(cluster::status))
+        .route("/api/v1/watch", get(watch::watch))
         .route("/api/v1/nodes", get(nodes::list_nodes))
         .route("/api/v1/nodes/{node}", get(nodes::get_node))
         .route("/api/v1/nodes/{node}/drain", post(nodes::drain_node))
@@ -269,6 +271,7 @@ async fn method_not_allowed(req: Request) -> Response {
         cluster::metrics,
         cluster::openapi,
         cluster::status,
+        watch::watch,
         nodes::list_nodes,
         nodes::get_node,
         nodes::drain_node,

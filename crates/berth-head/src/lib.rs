@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 mod agents;
+pub mod changes;
 pub mod config;
 mod dashboard;
 pub mod error;

@@ -38,6 +38,7 @@ use rand_chacha::ChaCha8Rng;
 use tokio::sync::{mpsc, watch};
 
 use crate::agents::{AssignmentSender, Liveness};
+use crate::changes::{ChangeType, Object};
 use crate::config::HeadConfig;
 use crate::error::HeadError;
 use crate::handle::Command;
@@ -327,7 +328,9 @@ impl Owner {
         }
         for seq in dirty.actors.union(&dirty.shown_actors) {
             if let Some(entry) = self.actors.get(seq) {
-                self.view.actors.insert(*seq, Arc::new(entry.api.clone()));
+                let api = Arc::new(entry.api.clone());
+                let old = self.view.actors.insert(*seq, api.clone());
+                self.view.changes.push(changed(old.is_some()), Object::Actor(api));
             }
         }
         for seq in &dirty.tasks {
@@ -338,7 +341,9 @@ impl Owner {
         }
         for seq in dirty.tasks.union(&dirty.shown_tasks) {
             if let Some(entry) = self.tasks.get(seq) {
-                self.view.tasks.insert(*seq, Arc::new(entry.api.clone()));
+                let api = Arc::new(entry.api.clone());
+                let old = self.view.tasks.insert(*seq, api.clone());
+                self.view.changes.push(changed(old.is_some()), Object::Task(api));
             }
         }
         for seq in &dirty.groups {
@@ -349,7 +354,9 @@ impl Owner {
         }
         for seq in dirty.groups.union(&dirty.shown_groups) {
             if let Some(entry) = self.groups.get(seq) {
-                self.view.groups.insert(*seq, Arc::new(entry.api.clone()));
+                let api = Arc::new(entry.api.clone());
+                let old = self.view.groups.insert(*seq, api.clone());
+                self.view.changes.push(changed(old.is_some()), Object::Group(api));
             }
         }
         for id in dirty.nodes {
@@ -495,4 +502,13 @@ pub(crate) async fn commit_loop(
         }
     }
     Ok(())
+}
+
+/// A change to an object the view had (`existed`) or a new one.
+pub(crate) fn changed(existed: bool) -> ChangeType {
+    if existed {
+        ChangeType::Modified
+    } else {
+        ChangeType::Added
+    }
 }

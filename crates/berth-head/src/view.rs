@@ -113,6 +113,8 @@ pub struct View {
     pub generation: u64,
     /// Finished objects forgotten so far and what is kept, by [`Kind::index`].
     pub forgotten: [Forgotten; 3],
+    /// The changes that led here, for watchers.
+    pub changes: crate::changes::ChangeLog,
     /// Resources under rare-resource isolation.
     pub rare_resources: Vec<String>,
 }

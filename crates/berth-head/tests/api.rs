@@ -88,6 +88,7 @@ async fn every_call_but_healthz_needs_the_token() {
         ("GET", "/metrics"),
         ("GET", "/api/v1/openapi.json"),
         ("GET", "/api/v1/cluster/status"),
+        ("GET", "/api/v1/watch"),
         ("GET", "/api/v1/nodes"),
         ("GET", "/api/v1/nodes/n1"),
         ("POST", "/api/v1/nodes/n1/drain"),

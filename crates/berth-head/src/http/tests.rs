@@ -435,6 +435,8 @@ async fn http_openapi_lists_every_route_and_the_token_scheme() {
     templates.push(("/healthz", "get".into()));
     // Authorised by the actor's work key (a bearer secret too), not by a token.
     templates.push(("/api/v1/actors/{id}/endpoint", "put".into()));
+    // A stream that does not end: tested on a real head (tests/watch.rs).
+    templates.push(("/api/v1/watch", "get".into()));
     for (template, method) in &templates {
         let op = &paths[*template][method.as_str()];
         assert!(op.is_object(), "{method} {template} missing from {}", paths.keys().len());

@@ -429,6 +429,12 @@ impl Owner {
             entry.actors,
             entry.tasks,
         );
-        self.view.nodes.insert(node_id.to_string(), Arc::new(node));
+        let node = Arc::new(node);
+        let old = self.view.nodes.insert(node_id.to_string(), node.clone());
+        // Shown again unchanged (a cycle touched it without changing it): not a change.
+        if old.as_deref() != Some(&*node) {
+            let change = super::changed(old.is_some());
+            self.view.changes.push(change, crate::changes::Object::Node(node));
+        }
     }
 }

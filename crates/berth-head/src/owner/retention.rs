@@ -8,6 +8,7 @@
 //! dropped is counted in the store (`Meta/retention`) with the highest sequence number dropped
 //! per kind, so IDs are never handed out twice even when every object of a kind is gone.
 
+use crate::changes::{ChangeType, Object};
 use std::collections::{HashSet, VecDeque};
 
 use berth_api::rest::{ActorState, Event, Forgotten, GroupState, TaskState};
@@ -222,21 +223,27 @@ impl Owner {
                         }
                     }
                 }
-                self.view.actors.remove(&seq);
+                if let Some(last) = self.view.actors.remove(&seq) {
+                    self.view.changes.push(ChangeType::Deleted, Object::Actor(last));
+                }
                 self.dirty.actors.remove(&seq);
                 self.dirty.shown_actors.remove(&seq);
                 entry.is_some()
             }
             Kind::Task => {
                 let entry = self.tasks.remove(&seq);
-                self.view.tasks.remove(&seq);
+                if let Some(last) = self.view.tasks.remove(&seq) {
+                    self.view.changes.push(ChangeType::Deleted, Object::Task(last));
+                }
                 self.dirty.tasks.remove(&seq);
                 self.dirty.shown_tasks.remove(&seq);
                 entry.is_some()
             }
             Kind::Group => {
                 let entry = self.groups.remove(&seq);
-                self.view.groups.remove(&seq);
+                if let Some(last) = self.view.groups.remove(&seq) {
+                    self.view.changes.push(ChangeType::Deleted, Object::Group(last));
+                }
                 self.dirty.groups.remove(&seq);
                 self.dirty.shown_groups.remove(&seq);
                 entry.is_some()
