@@ -164,10 +164,14 @@ async function main() {
     await alert.getByText('Token refused — enter it again').waitFor();
     await tokenField.waitFor();
 
-    step('enter the token');
+    step('enter the token; the page reads the head\'s change stream');
+    const watching = page.waitForResponse(
+      (r) => r.url().includes('/api/v1/watch?listing=false') && r.status() === 200,
+    );
     await tokenField.fill(token);
     await page.getByRole('button', { name: 'Connect' }).click();
     await page.getByRole('heading', { name: 'Overview', level: 1 }).waitFor();
+    await watching;
     check((await alertText()) === '', 'the alert is cleared after connecting');
 
     step('go to Nodes');

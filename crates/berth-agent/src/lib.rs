@@ -13,7 +13,8 @@
 //!   backoff", forever, except a refused token or a refused registration, which are returned.
 //! - [`process`] (Unix): [`ProcessRunner`], which runs each attempt as a process in its own
 //!   process group, with logs, `CUDA_VISIBLE_DEVICES` from the GPU instances, SIGTERM then
-//!   SIGKILL on stop, and re-adoption of its processes by the next agent (`state.json`).
+//!   SIGKILL on stop, and re-adoption of its processes by the next agent (`state.json` and
+//!   its journal).
 //! - [`sim`]: many in-process agents speaking the real protocol to a real head
 //!   ([`SimCluster`], [`SimNode::mix`]), with [`AckRunner`]s for the head's tests and for
 //!   benchmarks, or [`ProcessRunner`]s for `berth up` ([`RunnerKind`]).

@@ -725,6 +725,9 @@ pub struct WatchQuery {
     /// says the same). Without it, the stream starts with the matching objects as they are
     /// (`ADDED`), then their changes.
     pub since: Option<u64>,
+    /// Without `since`: `false` skips the objects as they are and starts with the next change
+    /// (a page that already shows them and only wants to know when to look again).
+    pub listing: Option<bool>,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ pub mod taint;
 pub mod task;
 pub mod token;
 mod view;
+pub mod watch;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -652,6 +653,43 @@ impl Client {
         }
         let response = request.send().map_err(|err| self.send_error(&call, timeout, err))?;
         self.decode(&call, timeout, response)
+    }
+
+    /// `GET /api/v1/watch?query`: hands each server-sent event (its `event` name and `data`)
+    /// to `on_event` until the stream ends or `on_event` says stop (`false`).
+    pub fn watch(
+        &self,
+        query: &berth_api::rest::WatchQuery,
+        on_event: &mut dyn FnMut(&str, &str) -> bool,
+    ) -> Result<(), ClientError> {
+        use std::io::BufRead;
+        let call = "GET /api/v1/watch".to_string();
+        // A stream has no answer time; a year stands for "until it ends".
+        let timeout = Duration::from_secs(365 * 24 * 3600);
+        let mut request =
+            self.http.get(format!("{}/api/v1/watch", self.base)).query(query).timeout(timeout);
+        if let Some(token) = &self.token {
+            request = request.header(AUTHORIZATION, format!("Bearer {}", token.secret));
+        }
+        let response = request.send().map_err(|err| self.send_error(&call, timeout, err))?;
+        if !response.status().is_success() {
+            return self.decode::<serde_json::Value>(&call, timeout, response).map(|_| ());
+        }
+        let (mut event, mut data) = (String::from("message"), String::new());
+        for line in std::io::BufReader::new(response).lines() {
+            let Ok(line) = line else { break };
+            if line.is_empty() {
+                if !data.is_empty() && !on_event(&event, &data) {
+                    return Ok(());
+                }
+                (event, data) = (String::from("message"), String::new());
+            } else if let Some(name) = line.strip_prefix("event:") {
+                event = name.trim().to_string();
+            } else if let Some(text) = line.strip_prefix("data:") {
+                data.push_str(text.strip_prefix(' ').unwrap_or(text));
+            }
+        }
+        Ok(())
     }
 
     fn send_error(&self, call: &str, timeout: Duration, err: reqwest::Error) -> ClientError {

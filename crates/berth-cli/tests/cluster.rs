@@ -408,3 +408,80 @@ fn node_labels_resources_and_rare_isolation_from_the_cli() {
     let err = other.run(&["up", "--port", "0", "--rare-resource-isolation", "bad name!"]).fails(1);
     assert!(err.contains("--rare-resource-isolation"), "{err}");
 }
+
+/// `berth list actors --watch` and `berth get ID --watch`: the objects as they are, then each
+/// change as a line, as it happens.
+#[test]
+fn watch_prints_changes_as_they_happen() {
+    use std::io::BufRead;
+    let cluster = Cluster::new();
+    let mut up = cluster.spawn("up", &["up", "--nodes", "1", "--port", "0"]);
+    cluster.wait_head(&mut up);
+    let node = wait_for("a node", WAIT, || {
+        let nodes = cluster.nodes();
+        nodes
+            .first()
+            .map(|n| n["node_id"].as_str().unwrap().to_string())
+            .ok_or_else(|| "none yet".to_string())
+    });
+    // Each watcher's lines arrive on a channel, so reading them is bounded in time.
+    let watch = |args: &[&str]| {
+        let mut child = cluster
+            .command(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("berth starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        (child, rx)
+    };
+    let until = |rx: &std::sync::mpsc::Receiver<String>, what: &dyn Fn(&str) -> bool| -> String {
+        loop {
+            let line = rx.recv_timeout(WAIT).expect("a line within the wait");
+            if what(&line) {
+                return line;
+            }
+        }
+    };
+    let (mut list, lines) = watch(&["list", "actors", "--watch"]);
+    let (mut nodes, node_lines) = watch(&["get", "node", &node, "--watch"]);
+    let first = until(&node_lines, &|l| l.contains(&node));
+    assert!(first.contains("ADDED") && first.contains("ALIVE"), "{first}");
+
+    let created = cluster.ok(&[
+        "actor",
+        "create",
+        "--command",
+        "sleep",
+        "--arg",
+        "600",
+        "--resources",
+        "CPU=1",
+    ]);
+    let id = created_id(&created, "actor-");
+    let alive = until(&lines, &|l| l.contains(&id) && l.contains("ALIVE"));
+    assert!(alive.contains("MODIFIED") && alive.contains(&format!("node {node}")), "{alive}");
+    // The node's resources changed with it.
+    until(&node_lines, &|l| l.contains("MODIFIED") && l.contains(&node));
+
+    // One object, JSON: the head's change events.
+    let (mut one, json_lines) = watch(&["get", &id, "--watch", "--output", "json"]);
+    let event: Value = serde_json::from_str(&until(&json_lines, &|_| true)).unwrap();
+    assert_eq!(
+        (event["type"].as_str(), event["object"]["actor_id"].as_str()),
+        (Some("ADDED"), Some(id.as_str()))
+    );
+    for child in [&mut list, &mut nodes, &mut one] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    // Filters the stream cannot apply: 2.
+    let err = cluster.run(&["list", "actors", "--watch", "--namespace", "x"]).fails(2);
+    assert!(err.contains("--namespace"), "{err}");
+}

@@ -135,6 +135,7 @@
     tokenInput.value = '';
     clearMessages();
     route();
+    watch();
   });
 
   forget.addEventListener('click', function () {
@@ -148,9 +149,76 @@
     route();
   });
 
+  // Live regions look again when the cluster changed: the head's change stream
+  // (`GET /api/v1/watch`, read with fetch so the token goes in a header) says when, and a
+  // burst of changes is one look (at most every 250 ms). Without the stream (it failed, or the
+  // browser cannot read one), they look every 2 s until it is back.
+  var since = null;
+  var streaming = false;
+  var soon = null;
+  var fallback = null;
+
+  function changed() {
+    if (soon) return;
+    soon = setTimeout(function () {
+      soon = null;
+      document.querySelectorAll('.live').forEach(function (region) {
+        htmx.trigger(region, 'berth:changed');
+      });
+    }, 250);
+  }
+
+  function poll(on) {
+    if (on && !fallback) fallback = setInterval(changed, 2000);
+    if (!on && fallback) {
+      clearInterval(fallback);
+      fallback = null;
+    }
+  }
+
+  function watch() {
+    if (streaming || !token() || !window.fetch || !window.TextDecoder) {
+      if (token()) poll(true);
+      return;
+    }
+    streaming = true;
+    var url = '/api/v1/watch?' + (since ? 'since=' + since : 'listing=false');
+    var refused = false;
+    fetch(url, { headers: { Authorization: 'Bearer ' + token() } }).then(function (response) {
+      if (response.status === 410) since = null; // too far behind: start from now
+      refused = response.status === 401; // a new token starts it again (the login form)
+      if (!response.ok || !response.body) throw new Error('the stream answered ' + response.status);
+      poll(false);
+      var reader = response.body.getReader();
+      var decoder = new TextDecoder();
+      var text = '';
+      function read() {
+        return reader.read().then(function (chunk) {
+          if (chunk.done) throw new Error('the stream ended');
+          text += decoder.decode(chunk.value, { stream: true });
+          var end;
+          while ((end = text.indexOf('\n\n')) >= 0) {
+            var block = text.slice(0, end);
+            text = text.slice(end + 2);
+            var id = /^id: ?(\d+)$/m.exec(block);
+            if (id) since = id[1];
+            if (/^event: ?change$/m.test(block)) changed();
+          }
+          return read();
+        });
+      }
+      return read();
+    }).catch(function () {
+      streaming = false;
+      poll(!refused);
+      if (!refused) setTimeout(watch, 2000);
+    });
+  }
+
   // After htmx has read its configuration (its own DOMContentLoaded handler runs first).
   document.addEventListener('DOMContentLoaded', function () {
     if (!ROUTE.test(location.hash)) history.replaceState(null, '', '#overview');
     route();
+    watch();
   });
 })();

@@ -20,8 +20,11 @@
 //! - No inline script or style anywhere, so the page runs under a strict Content Security
 //!   Policy (`script-src 'self'`); htmx runs with `allowEval` off (no `hx-on`, no trigger
 //!   filters: the script pauses polls itself). Bars are `<meter>` elements, not inline widths.
-//! - Live without reloading: regions marked `.live` poll every 2 s; a poll is skipped while
-//!   the person edits inside its region, so typing a taint is never wiped out.
+//! - Live without reloading: regions marked `.live` look again when the cluster changed (the
+//!   script reads the head's change stream, `GET /api/v1/watch?listing=false`, and fires
+//!   `berth:changed` on them, at most every 250 ms), or every 2 s while the stream is down; a
+//!   look is skipped while the person edits inside its region, so typing a taint is never
+//!   wiped out.
 //! - Reads come from the published [`View`](crate::view::View); taints and drains call the
 //!   [`HeadHandle`] in-process, exactly as the REST API does, and render the head's answer.
 

@@ -19,15 +19,12 @@ fn log(root: &Path, node: &str, work: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The PID `node`'s runner records for `work` (its state file and journal).
 fn recorded_pid(root: &Path, node: &str, work: &str) -> Option<i32> {
-    let text = std::fs::read_to_string(root.join(node).join("state.json")).ok()?;
-    let state: serde_json::Value = serde_json::from_str(&text).ok()?;
-    state["processes"]
-        .as_array()?
-        .iter()
-        .find(|p| p["work_id"] == work)
-        .and_then(|p| p["pid"].as_i64())
-        .map(|pid| pid as i32)
+    berth_agent::process::recorded(&root.join(node))
+        .into_iter()
+        .find(|p| p.work_id == work)
+        .map(|p| p.pid as i32)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

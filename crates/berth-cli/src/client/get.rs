@@ -19,6 +19,11 @@ pub struct GetArgs {
     #[arg(value_name = "ID", num_args = 1..=2, required = true)]
     pub id: Vec<String>,
 
+    /// Then print each change to it as it happens (one line each; `--output json`: the
+    /// head's change events), until Ctrl-C.
+    #[arg(long)]
+    pub watch: bool,
+
     #[command(flatten)]
     pub head: HeadArgs,
     #[command(flatten)]
@@ -75,6 +80,26 @@ fn is_node_word(word: &str) -> bool {
 pub fn run(args: &GetArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let target = target(&args.id)?;
     let client = Endpoint::from_args(&args.head)?.client()?;
+    if args.watch {
+        let (kind, id) = match &target {
+            Target::Node(node) => ("node", node.clone()),
+            Target::Object(ObjectKind::Actor, id) => ("actor", id.clone()),
+            Target::Object(ObjectKind::Task, id) => ("task", id.clone()),
+            Target::Object(ObjectKind::Group, id) => ("placement_group", id.clone()),
+        };
+        // A node named by its IP: the change stream knows IDs.
+        let id = if kind == "node" {
+            client.get::<Node>(&api_path(&["nodes", &id]))?.node_id
+        } else {
+            id
+        };
+        let query = berth_api::rest::WatchQuery {
+            kind: Some(kind.into()),
+            id: Some(id),
+            ..Default::default()
+        };
+        return super::watch::follow(&client, query, args.output.output, out);
+    }
     let json = args.output.output == Output::Json;
     let text = match target {
         Target::Node(node) => {

@@ -41,6 +41,12 @@ pub struct ListArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: Option<u64>,
 
+    /// Instead of a list: the matching objects as they are, then each change as it happens,
+    /// one line each (`--output json`: the head's change events), until Ctrl-C. Filters:
+    /// --state and --label.
+    #[arg(long, conflicts_with_all = ["namespace", "node", "limit"])]
+    pub watch: bool,
+
     #[command(flatten)]
     pub head: HeadArgs,
     #[command(flatten)]
@@ -122,6 +128,21 @@ pub fn run(args: &ListArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let query = query(args)?;
     let client = Endpoint::from_args(&args.head)?.client()?;
     let output = args.output.output;
+    if args.watch {
+        let kind = match args.what {
+            What::Nodes => "node",
+            What::Actors => "actor",
+            What::Tasks => "task",
+            What::Pgs => "placement_group",
+        };
+        let watch = berth_api::rest::WatchQuery {
+            kind: Some(kind.into()),
+            label: query.label,
+            state: query.state,
+            ..Default::default()
+        };
+        return super::watch::follow(&client, watch, output, out);
+    }
     let text = match args.what {
         What::Nodes => {
             fetch_render::<Node>(&client, &query, output, view::nodes_table, What::Nodes)?

@@ -428,7 +428,7 @@ async fn every_fragment_needs_the_token_and_a_refusal_asks_for_it_again() {
 async fn the_overview_shows_nodes_resources_counts_waiting_and_demand() {
     let h = harness();
     let html = get(&h.router, "/ui/overview").await.ok().to_string();
-    assert!(html.contains(r#"hx-trigger="every 2s""#), "it polls itself: {html}");
+    assert!(html.contains(r#"hx-trigger="berth:changed""#), "it looks again on changes: {html}");
     assert!(html.contains(r#"<span class="badge ok">2 alive</span>"#), "{html}");
     assert!(html.contains(r#"<span class="badge bad">1 dead</span>"#), "{html}");
     // CPU: 2 + 2 used of 8 + 8 on the alive nodes (the dead one does not count).
@@ -635,9 +635,8 @@ async fn lists_filter_by_state_namespace_node_and_label() {
 async fn details_show_the_options_the_history_and_why_it_waits() {
     let h = harness();
     let html = get(&h.router, "/ui/actors/actor-2").await.ok().to_string();
-    assert!(
-        html.contains(r#"hx-get="/ui/actors/actor-2" hx-trigger="every 2s" hx-swap="outerHTML""#)
-    );
+    assert!(html
+        .contains(r#"hx-get="/ui/actors/actor-2" hx-trigger="berth:changed" hx-swap="outerHTML""#));
     assert!(html.contains("Actor actor-2"), "{html}");
     assert!(html.contains("<p>0/3 nodes can take it now: 2 too little GPU in total"), "{html}");
     assert!(html.contains("Why no node could ever take it"), "{html}");

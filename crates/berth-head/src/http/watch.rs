@@ -149,7 +149,7 @@ fn resume_from(query: &WatchQuery, headers: &HeaderMap) -> Result<Option<u64>, F
     }
     match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
         None => Ok(None),
-        Some(Ok(text)) if text.is_empty() => Ok(None),
+        Some(Ok("")) => Ok(None),
         Some(Ok(text)) => text.parse().map(Some).map_err(|_| {
             Failure::invalid(Some("Last-Event-ID".into()), format!("{text:?} is not a version"))
         }),
@@ -182,6 +182,7 @@ pub(crate) async fn watch(
     let mut views = api.handle.subscribe();
     let view = views.borrow_and_update().clone();
     let (pending, position) = match since {
+        None if query.listing == Some(false) => (VecDeque::new(), view.changes.newest()),
         None => (listing(&view, &filter), view.changes.newest()),
         Some(version) => match view.changes.after(version) {
             Ok(_) => (VecDeque::new(), version),
