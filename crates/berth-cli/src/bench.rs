@@ -286,6 +286,8 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         batch_actors: if quick { 10_000 } else { 100_000 },
         batch_size: 1_000,
+        watchers: if quick { 100 } else { 1_000 },
+        watched_actors: if quick { 2_000 } else { 20_000 },
     };
     let result = api::run(&settings, &mut |step| eprintln!("{step}…"))?;
     if args.output == BenchOutput::Json {
@@ -320,6 +322,21 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             ),
             format!("{:.0}", result.batch_actors_per_s),
             "≥ 100000",
+        ),
+        (
+            format!("actor creations/s while {} clients watch", result.watchers),
+            format!(
+                "{:.0} ({:.0} % of {:.0} unwatched)",
+                result.watched_actors_per_s,
+                100.0 * result.watched_actors_per_s / result.unwatched_actors_per_s,
+                result.unwatched_actors_per_s
+            ),
+            "≥ 80 %",
+        ),
+        (
+            "watchers that saw each change once, in order".to_string(),
+            format!("{}/{}", result.watchers_complete, result.watchers),
+            "all",
         ),
     ];
     for (measure, value, goal) in rows {

@@ -57,6 +57,8 @@ pub(crate) struct Api {
     logs: Arc<LogStreams>,
     /// The OpenAPI document, rendered once.
     openapi: Bytes,
+    /// The watch hub, started by the first watch.
+    watchers: watch::Watchers,
 }
 
 /// [`router_with_logs`] without agents: no node has a log stream (the HTTP mapping's tests).
@@ -81,7 +83,14 @@ pub(crate) fn router_with_logs(
     logs: Arc<LogStreams>,
 ) -> Router {
     let openapi = openapi_json();
-    let api = Api { handle, keyring: keyring.clone(), metrics: metrics.clone(), logs, openapi };
+    let api = Api {
+        handle,
+        keyring: keyring.clone(),
+        metrics: metrics.clone(),
+        logs,
+        openapi,
+        watchers: Default::default(),
+    };
     let protected = Router::new()
         .route("/metrics", get(cluster::metrics))
         .route("/api/v1/openapi.json", get(cluster::openapi))

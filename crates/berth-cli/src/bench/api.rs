@@ -14,6 +14,11 @@
 //! 4. **Batched actor creations per second**: `batch_actors` actors in `POST
 //!    /api/v1/actors:batch` requests of `batch_size` items, over a few connections; each
 //!    answer only once its whole batch is durable, and every item must be 201.
+//! 5. **Creations while watched**: `watched_actors` actors created as in 1 while `watchers`
+//!    clients follow `GET /api/v1/watch`, each for the actors of its own label; every watcher
+//!    must see each of its actors ADDED exactly once and then ALIVE, versions rising. The rate
+//!    is set beside that of as many actors created just before without watchers (the head
+//!    then holds the same state: phase 1's rate was measured on a smaller one).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -42,6 +47,10 @@ pub struct ApiBench {
     pub batch_actors: usize,
     /// Items per batch.
     pub batch_size: usize,
+    /// Watch clients of phase 5.
+    pub watchers: usize,
+    /// Actors created while they watch.
+    pub watched_actors: usize,
 }
 
 /// Connections of the batch phase: a few large requests keep the head busy; more only queue.
@@ -76,6 +85,14 @@ pub struct ApiResult {
     pub batch_size: usize,
     /// Durable batched actor creations per second.
     pub batch_actors_per_s: f64,
+    /// Watch clients of phase 5.
+    pub watchers: usize,
+    /// Durable actor creations per second while they watch.
+    pub watched_actors_per_s: f64,
+    /// The same, just before, without watchers.
+    pub unwatched_actors_per_s: f64,
+    /// Watchers that saw every change of theirs exactly once, in order.
+    pub watchers_complete: usize,
 }
 
 struct Phase {
@@ -93,8 +110,20 @@ async fn post_many(
     total: usize,
     concurrency: usize,
 ) -> anyhow::Result<Phase> {
+    let body = serde_json::to_vec(&body)?;
+    post_each(client, url, token, Arc::new(move |_| body.clone()), total, concurrency).await
+}
+
+/// Like [`post_many`], the `i`th body being `body(i)`.
+async fn post_each(
+    client: &reqwest::Client,
+    url: String,
+    token: &str,
+    body: Arc<dyn Fn(usize) -> Vec<u8> + Send + Sync>,
+    total: usize,
+    concurrency: usize,
+) -> anyhow::Result<Phase> {
     let next = Arc::new(AtomicUsize::new(0));
-    let body = Arc::new(serde_json::to_vec(&body)?);
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..concurrency {
@@ -102,13 +131,17 @@ async fn post_many(
             (client.clone(), url.clone(), token.to_string(), next.clone(), body.clone());
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
-            while next.fetch_add(1, Ordering::Relaxed) < total {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
                 let sent = Instant::now();
                 let response = client
                     .post(&url)
                     .bearer_auth(&token)
                     .header("content-type", "application/json")
-                    .body((*body).clone())
+                    .body(body(i))
                     .send()
                     .await?;
                 let status = response.status();
@@ -173,6 +206,68 @@ async fn post_batches(
     Ok(started.elapsed().as_secs_f64())
 }
 
+/// Follows `GET /api/v1/watch?kind=actor&label=team=t{team}&listing=false` until each of the
+/// `expected` actors has been seen ALIVE; true when every one was ADDED exactly once and the
+/// versions only rose. Bounded by `deadline`.
+async fn watch_team(
+    client: reqwest::Client,
+    base: String,
+    token: String,
+    team: usize,
+    expected: usize,
+    ready: tokio::sync::mpsc::Sender<()>,
+    deadline: Instant,
+) -> anyhow::Result<bool> {
+    let url = format!("{base}/api/v1/watch?kind=actor&label=team=t{team}&listing=false");
+    let mut response = client.get(url).bearer_auth(token).send().await?;
+    if !response.status().is_success() {
+        bail!("the watch answered {}", response.status());
+    }
+    let _ = ready.send(()).await;
+    let (mut text, mut last, mut ok) = (String::new(), 0u64, true);
+    let mut added = std::collections::HashMap::<String, usize>::new();
+    let mut alive = std::collections::HashSet::<String>::new();
+    while alive.len() < expected {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(chunk) = tokio::time::timeout(left, response.chunk()).await else {
+            return Ok(false);
+        };
+        let Some(chunk) = chunk? else { return Ok(false) };
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let Some(data) = block.lines().find_map(|l| l.strip_prefix("data:")) else { continue };
+            let change: serde_json::Value = serde_json::from_str(data.trim())?;
+            let version = change["version"].as_u64().unwrap_or(0);
+            ok &= version > last;
+            last = version;
+            let id = change["object"]["actor_id"].as_str().unwrap_or("").to_string();
+            if change["type"] == "ADDED" {
+                *added.entry(id.clone()).or_default() += 1;
+            }
+            if change["object"]["state"] == "ALIVE" {
+                alive.insert(id);
+            }
+        }
+    }
+    Ok(ok && added.len() == expected && added.values().all(|&n| n == 1))
+}
+
+/// Raises this process's limit of open files to at least `wanted` (within the hard limit).
+fn raise_open_files(wanted: usize) -> anyhow::Result<()> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    let wanted = wanted as u64;
+    if soft >= wanted {
+        return Ok(());
+    }
+    if hard < wanted {
+        bail!("the bench needs {wanted} open files and the hard limit is {hard} (ulimit -Hn)");
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, wanted, hard)?;
+    Ok(())
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -185,6 +280,8 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
     if settings.nodes == 0 || settings.concurrency == 0 {
         bail!("--nodes and --concurrency must be at least 1");
     }
+    // Both ends of every watch and creation connection live in this process.
+    raise_open_files(2 * (settings.watchers + settings.concurrency) + 1024)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let dir = tempfile::tempdir().context("cannot create a temporary data directory")?;
@@ -196,7 +293,11 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             .map_err(|e| anyhow!("the head could not start: {e}"))?;
         let token = head.token.as_str().to_string();
         // Room for every actor and bundle: one CPU each, spread over the nodes.
-        let needed = settings.actors + settings.burst + 2 * settings.groups + settings.batch_actors;
+        let needed = settings.actors
+            + settings.burst
+            + 2 * settings.groups
+            + settings.batch_actors
+            + 2 * settings.watched_actors;
         let per_node = needed.div_ceil(settings.nodes) + 1;
         let nodes: Vec<SimNode> = (0..settings.nodes)
             .map(|i| SimNode::new(format!("bench-{i:05}")).resource("CPU", &per_node.to_string()))
@@ -291,6 +392,59 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             (settings.batch_actors, settings.batch_size, BATCH_CONNECTIONS),
         )
         .await?;
+        progress(&format!(
+            "creating {} actors while {} clients watch",
+            settings.watched_actors, settings.watchers
+        ));
+        let watchers = settings.watchers.max(1);
+        let unwatched = post_many(
+            &client,
+            format!("{base}/api/v1/actors"),
+            &token,
+            serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}}),
+            settings.watched_actors,
+            settings.concurrency,
+        )
+        .await?;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(watchers);
+        let mut follows = Vec::new();
+        for team in 0..watchers {
+            // Actor i is team i % watchers: each team gets its share.
+            let expected = (0..settings.watched_actors).filter(|i| i % watchers == team).count();
+            follows.push(tokio::spawn(watch_team(
+                client.clone(),
+                base.clone(),
+                token.clone(),
+                team,
+                expected,
+                ready_tx.clone(),
+                deadline,
+            )));
+        }
+        for _ in 0..watchers {
+            ready_rx.recv().await.ok_or_else(|| anyhow!("a watcher could not start"))?;
+        }
+        let teams = Arc::new(move |i: usize| {
+            let body = serde_json::json!({"command": "sleep", "args": ["3600"],
+                "resources": {"CPU": 1}, "labels": {"team": format!("t{}", i % watchers)}});
+            serde_json::to_vec(&body).expect("JSON")
+        });
+        let watched = post_each(
+            &client,
+            format!("{base}/api/v1/actors"),
+            &token,
+            teams,
+            settings.watched_actors,
+            settings.concurrency,
+        )
+        .await?;
+        let mut watchers_complete = 0;
+        for follow in follows {
+            if follow.await.context("a watcher panicked")?? {
+                watchers_complete += 1;
+            }
+        }
         let _ = sim.shutdown().await;
         head.shutdown().await;
         Ok(ApiResult {
@@ -307,6 +461,10 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             batch_actors: settings.batch_actors,
             batch_size: settings.batch_size,
             batch_actors_per_s: settings.batch_actors as f64 / batch_seconds,
+            watchers: settings.watchers,
+            watched_actors_per_s: settings.watched_actors as f64 / watched.seconds,
+            unwatched_actors_per_s: settings.watched_actors as f64 / unwatched.seconds,
+            watchers_complete,
         })
     })
 }

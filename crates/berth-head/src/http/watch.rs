@@ -4,21 +4,27 @@
 //! Each event is `id: VERSION`, `event: change`, `data: {"version", "type": ADDED | MODIFIED |
 //! DELETED, "kind", "object"}`. A client that reconnects with `since=VERSION` (or the
 //! `Last-Event-ID` header an `EventSource` sends by itself) gets every change after that one,
-//! exactly once and in order. A watcher costs the head no buffer of its own: the stream reads
-//! the shared change log as the client takes events, so a slow client only falls behind; once
-//! it is further behind than the log keeps, it gets `event: expired` and the stream ends (it
-//! lists again and watches from there).
+//! exactly once and in order.
+//!
+//! One task per head (the [`Hub`], started by the first watch) reads each published view's new
+//! changes once and hands each to the watchers whose filter takes it, found through indexes
+//! (by ID, by label) rather than by asking every watcher: a thousand watchers cost one pass
+//! over the changes, and a watcher is woken only for its own. Each watcher has a bounded
+//! queue ([`QUEUE`] changes); a client that does not keep up is cut (`event: expired`, then
+//! the stream ends; it lists again, or resumes while the head still keeps its place), so a
+//! slow client never holds the head or its memory.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use berth_api::rest::{ApiError, ErrorKind, WatchQuery};
 use futures::Stream;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::extract::{Failure, Query};
 use super::Api;
@@ -157,12 +163,16 @@ fn resume_from(query: &WatchQuery, headers: &HeaderMap) -> Result<Option<u64>, F
     }
 }
 
+/// Changes a watcher may have waiting before it is cut.
+pub(crate) const QUEUE: usize = 4096;
+
 /// Watch changes (server-sent events).
 ///
 /// Events: `id: VERSION`, `event: change`, `data: {"version", "type" (ADDED, MODIFIED,
 /// DELETED), "kind" (node, actor, task, placement_group), "object"}`; `event: expired` when the
-/// client fell further behind than the head keeps (then the stream ends). Without `since`, the
-/// stream starts with the matching objects as they are (`ADDED`, all at the current version).
+/// client fell further behind than the head keeps for it (then the stream ends). Without
+/// `since`, the stream starts with the matching objects as they are (`ADDED`, all at the
+/// current version; `listing=false` leaves them out).
 #[utoipa::path(
     get, path = "/api/v1/watch", tag = "cluster", operation_id = "watch",
     params(WatchQuery),
@@ -179,13 +189,17 @@ pub(crate) async fn watch(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Failure> {
     let filter = Filter::parse(&query)?;
     let since = resume_from(&query, &headers)?;
-    let mut views = api.handle.subscribe();
-    let view = views.borrow_and_update().clone();
-    let (pending, position) = match since {
+    let view = api.handle.view();
+    let (mut pending, position) = match since {
         None if query.listing == Some(false) => (VecDeque::new(), view.changes.newest()),
         None => (listing(&view, &filter), view.changes.newest()),
         Some(version) => match view.changes.after(version) {
-            Ok(_) => (VecDeque::new(), version),
+            // What this view already has after `version` is sent from here; the hub sends
+            // what comes after the view.
+            Ok(changes) => {
+                let events = changes.filter(|c| filter.matches(&c.object)).map(|c| event(&c));
+                (events.collect(), view.changes.newest())
+            }
             Err(Resume::Expired { oldest }) => return Err(expired(oldest)),
             Err(Resume::Unknown { newest }) => {
                 return Err(Failure::invalid(
@@ -195,58 +209,223 @@ pub(crate) async fn watch(
             }
         },
     };
-    let state = Watcher { views, view, filter, pending, position, done: false };
+    let hub = api.watchers.get_or_init(|| Hub::start(api.handle.subscribe()));
+    let (sender, queue) = mpsc::channel(QUEUE);
+    let cut = Arc::new(AtomicBool::new(false));
+    let joined = hub.join(Joining { filter, after: position, sender, cut: cut.clone() });
+    if !joined {
+        pending.clear(); // the head is stopping
+    }
+    let state = Watcher { pending, queue: joined.then_some(queue), cut };
     let stream = futures::stream::unfold(state, |mut w| async move {
         w.next().await.map(|event| (Ok(event), w))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-/// One client's place in the change log.
+/// One client's stream: what it is sent before the hub's changes, then its queue.
 struct Watcher {
-    views: watch::Receiver<Arc<View>>,
-    view: Arc<View>,
-    filter: Filter,
     pending: VecDeque<Event>,
-    /// The version of the last change looked at.
-    position: u64,
-    done: bool,
+    /// `None` once the queue has ended.
+    queue: Option<mpsc::Receiver<Arc<Change>>>,
+    /// Set by the hub when it cut this watcher (its queue was full).
+    cut: Arc<AtomicBool>,
 }
 
 impl Watcher {
     async fn next(&mut self) -> Option<Event> {
-        loop {
-            if let Some(event) = self.pending.pop_front() {
-                return Some(event);
-            }
-            if self.done {
-                return None;
-            }
-            match self.view.changes.after(self.position) {
-                Ok(changes) => {
-                    for change in changes {
-                        self.position = change.version;
-                        if self.filter.matches(&change.object) {
-                            self.pending.push_back(event(change));
-                        }
-                    }
-                }
-                Err(Resume::Expired { oldest }) => {
-                    self.done = true;
-                    let message = expired(oldest).body.message;
+        if let Some(event) = self.pending.pop_front() {
+            return Some(event);
+        }
+        let queue = self.queue.as_mut()?;
+        match queue.recv().await {
+            Some(change) => Some(event(&change)),
+            None => {
+                self.queue = None;
+                self.cut.load(Ordering::Acquire).then(|| {
+                    let message = format!(
+                        "this client fell {QUEUE} changes behind and was cut: watch again with \
+                         since (the last id) while the head keeps it, else list again"
+                    );
                     let data = serde_json::json!({"error": "expired", "message": message});
-                    return Some(Event::default().event("expired").data(data.to_string()));
-                }
-                Err(Resume::Unknown { .. }) => return None,
-            }
-            if self.pending.is_empty() {
-                // Nothing new for this client: wait for the next published view.
-                if self.views.changed().await.is_err() {
-                    return None; // the head is stopping
-                }
-                self.view = self.views.borrow_and_update().clone();
+                    Event::default().event("expired").data(data.to_string())
+                })
             }
         }
+    }
+}
+
+/// A watcher joining the hub: it has been sent everything up to `after`.
+struct Joining {
+    filter: Filter,
+    after: u64,
+    sender: mpsc::Sender<Arc<Change>>,
+    cut: Arc<AtomicBool>,
+}
+
+/// The task that hands changes to watchers (see the module's documentation).
+pub(crate) struct Hub {
+    joins: mpsc::UnboundedSender<Joining>,
+}
+
+/// The hub of a head, started by the first watch.
+pub(crate) type Watchers = Arc<OnceLock<Hub>>;
+
+impl Hub {
+    fn start(views: watch::Receiver<Arc<View>>) -> Hub {
+        let (joins, joining) = mpsc::unbounded_channel();
+        tokio::spawn(Dispatch::default().run(views, joining));
+        Hub { joins }
+    }
+
+    /// False when the hub has stopped (the head is stopping).
+    fn join(&self, joining: Joining) -> bool {
+        self.joins.send(joining).is_ok()
+    }
+}
+
+/// The hub's state: its watchers and their indexes.
+#[derive(Default)]
+struct Dispatch {
+    next: u64,
+    watchers: HashMap<u64, Joining>,
+    by_id: HashMap<String, Vec<u64>>,
+    by_label: HashMap<(String, String), Vec<u64>>,
+    /// Watchers with neither an ID nor a label filter: asked about every change.
+    others: Vec<u64>,
+}
+
+impl Dispatch {
+    async fn run(
+        mut self,
+        mut views: watch::Receiver<Arc<View>>,
+        mut joining: mpsc::UnboundedReceiver<Joining>,
+    ) {
+        let mut view = views.borrow_and_update().clone();
+        let mut position = view.changes.newest();
+        loop {
+            tokio::select! {
+                joined = joining.recv() => match joined {
+                    Some(joined) => self.add(joined, &view, position),
+                    None => return,
+                },
+                changed = views.changed() => {
+                    if changed.is_err() {
+                        return; // the head is stopping: dropping the senders ends the streams
+                    }
+                    view = views.borrow_and_update().clone();
+                    match view.changes.after(position) {
+                        Ok(changes) => {
+                            for change in changes {
+                                self.dispatch(&change);
+                            }
+                        }
+                        // Only a hub stalled for MAX_CHANGES changes: its watchers missed
+                        // changes, so they all go.
+                        Err(_) => self.cut_all(),
+                    }
+                    position = view.changes.newest();
+                }
+            }
+        }
+    }
+
+    /// Adds a watcher, first sending it what the hub has dispatched since its view.
+    fn add(&mut self, joined: Joining, view: &View, position: u64) {
+        let id = self.next;
+        self.next += 1;
+        if joined.after < position {
+            let Ok(changes) = view.changes.after(joined.after) else {
+                joined.cut.store(true, Ordering::Release);
+                return;
+            };
+            for change in changes.take_while(|c| c.version <= position) {
+                if joined.filter.matches(&change.object) && joined.sender.try_send(change).is_err()
+                {
+                    joined.cut.store(true, Ordering::Release);
+                    return;
+                }
+            }
+        }
+        match (&joined.filter.id, &joined.filter.label) {
+            (Some(object), _) => self.by_id.entry(object.clone()).or_default().push(id),
+            (None, Some(label)) => self.by_label.entry(label.clone()).or_default().push(id),
+            (None, None) => self.others.push(id),
+        }
+        self.watchers.insert(id, joined);
+    }
+
+    /// Hands `change` to every watcher that takes it; cuts those that cannot keep up and
+    /// forgets those whose client has gone.
+    fn dispatch(&mut self, change: &Arc<Change>) {
+        let object = &change.object;
+        let mut candidates: Vec<u64> = self.others.clone();
+        if let Some(ids) = self.by_id.get(object.id()) {
+            candidates.extend_from_slice(ids);
+        }
+        if !self.by_label.is_empty() {
+            for (key, value) in labels(object) {
+                if let Some(ids) = self.by_label.get(&(key.clone(), value.clone())) {
+                    candidates.extend_from_slice(ids);
+                }
+            }
+        }
+        for id in candidates {
+            let Some(watcher) = self.watchers.get(&id) else { continue };
+            if watcher.after >= change.version || !watcher.filter.matches(object) {
+                continue;
+            }
+            match watcher.sender.try_send(change.clone()) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    watcher.cut.store(true, Ordering::Release);
+                    self.remove(id);
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => self.remove(id),
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        let Some(watcher) = self.watchers.remove(&id) else { return };
+        let from = |ids: &mut Vec<u64>| ids.retain(|&w| w != id);
+        match (&watcher.filter.id, &watcher.filter.label) {
+            (Some(object), _) => {
+                if let Some(ids) = self.by_id.get_mut(object) {
+                    from(ids);
+                    if ids.is_empty() {
+                        self.by_id.remove(object);
+                    }
+                }
+            }
+            (None, Some(label)) => {
+                if let Some(ids) = self.by_label.get_mut(label) {
+                    from(ids);
+                    if ids.is_empty() {
+                        self.by_label.remove(label);
+                    }
+                }
+            }
+            (None, None) => from(&mut self.others),
+        }
+    }
+
+    fn cut_all(&mut self) {
+        for (_, watcher) in self.watchers.drain() {
+            watcher.cut.store(true, Ordering::Release);
+        }
+        self.by_id.clear();
+        self.by_label.clear();
+        self.others.clear();
+    }
+}
+
+/// The labels a label filter looks at: a node's, an actor's; tasks and groups have none.
+fn labels(object: &Object) -> Vec<(&String, &String)> {
+    match object {
+        Object::Node(n) => n.labels.iter().collect(),
+        Object::Actor(a) => a.spec.labels.iter().collect(),
+        Object::Task(_) | Object::Group(_) => Vec::new(),
     }
 }
 
@@ -280,5 +459,51 @@ mod tests {
         headers.insert("last-event-id", "x".parse().unwrap());
         let err = resume_from(&WatchQuery::default(), &headers).err().unwrap();
         assert_eq!(err.body.field.as_deref(), Some("Last-Event-ID"));
+    }
+}
+
+#[cfg(test)]
+mod hub_tests {
+    use super::*;
+    use crate::changes::ChangeLog;
+
+    fn actor(id: &str, team: &str) -> Object {
+        let json = serde_json::json!({"actor_id": id, "namespace": "default", "state": "ALIVE",
+            "instances": {}, "restarts": 0, "history": [], "created_at_ms": 0,
+            "spec": {"command": "x", "resources": {}, "labels": {"team": team}}});
+        Object::Actor(Arc::new(serde_json::from_value(json).unwrap()))
+    }
+
+    fn joining(label: Option<&str>, capacity: usize) -> (Joining, mpsc::Receiver<Arc<Change>>) {
+        let query = WatchQuery { label: label.map(str::to_string), ..WatchQuery::default() };
+        let (sender, receiver) = mpsc::channel(capacity);
+        let filter = Filter::parse(&query).unwrap();
+        (Joining { filter, after: 0, sender, cut: Arc::new(AtomicBool::new(false)) }, receiver)
+    }
+
+    #[test]
+    fn changes_go_only_to_the_watchers_that_take_them_and_a_full_queue_is_cut() {
+        let mut log = ChangeLog::starting_at(1);
+        let view = View::default();
+        let mut hub = Dispatch::default();
+        let (a, mut a_rx) = joining(Some("team=a"), 8);
+        let (slow, _slow_rx) = joining(None, 2);
+        let slow_cut = slow.cut.clone();
+        hub.add(a, &view, 0);
+        hub.add(slow, &view, 0);
+        for (id, team) in [("actor-1", "a"), ("actor-2", "b"), ("actor-3", "a")] {
+            log.push(ChangeType::Added, actor(id, team));
+        }
+        for change in log.after(0).unwrap() {
+            hub.dispatch(&change);
+        }
+        let got: Vec<String> = std::iter::from_fn(|| a_rx.try_recv().ok())
+            .map(|c| c.object.id().to_string())
+            .collect();
+        assert_eq!(got, ["actor-1", "actor-3"], "its label's changes only, in order");
+        // The unfiltered watcher took two, then its queue was full: cut, and forgotten.
+        assert!(slow_cut.load(Ordering::Acquire));
+        assert!(hub.others.is_empty());
+        assert_eq!(hub.watchers.len(), 1);
     }
 }
