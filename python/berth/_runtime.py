@@ -4,6 +4,7 @@ submit work and watch it, and what ``berth.shutdown()`` cleans up."""
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import sys
@@ -170,6 +171,9 @@ class TaskBatcher:
     one per task. Two threads, so that one batch is being built while another is answered."""
 
     MAX_ITEMS = 1000
+    # Half the head's 16 MiB limit for a batch's body: a batch of large bodies (big
+    # `runtime_env`s) is cut in several rather than refused whole.
+    MAX_BYTES = 8 << 20
     THREADS = 2
 
     def __init__(self, client: Client, owner: OwnerServer, watch) -> None:
@@ -180,7 +184,7 @@ class TaskBatcher:
 
     def submit(self, call: Call, body: dict) -> None:
         """Queues a task whose payload is ready (``call.payload`` set)."""
-        self._ready.put((call, body))
+        self._ready.put((call, body, len(json.dumps(body))))
 
     def close(self) -> None:
         for _ in range(self.THREADS):
@@ -191,7 +195,7 @@ class TaskBatcher:
             first = self._ready.get()
             if first is None:
                 return
-            batch = [first]
+            batch, size = [first[:2]], first[2]
             while len(batch) < self.MAX_ITEMS:
                 try:
                     item = self._ready.get_nowait()
@@ -200,7 +204,11 @@ class TaskBatcher:
                 if item is None:
                     self._ready.put(None)  # for this thread's next turn
                     break
-                batch.append(item)
+                if size + item[2] > self.MAX_BYTES:
+                    self._ready.put(item)  # the next batch's (the order among ready tasks is free)
+                    break
+                batch.append(item[:2])
+                size += item[2]
             try:
                 self._post(batch)
             except Exception:  # noqa: BLE001 - each task has been told already

@@ -604,8 +604,8 @@ impl Shared {
         });
     }
 
-    /// Writes the state file; a failure is logged (the processes still run).
-    /// Writes the whole process list and starts a new journal after it.
+    /// Writes the whole process list and starts a new journal after it; a failure is logged
+    /// (the processes still run).
     fn persist_all(&self, inner: &mut Inner) {
         let entries = inner.procs.values().map(Proc::entry).collect();
         match state::Journal::start(&self.dir, self.boot_id.clone(), entries) {
