@@ -23,7 +23,9 @@ pub enum Suite {
     #[default]
     Decisions,
     /// The head through its REST API: durable actor creations/s, 10,000 actors ALIVE,
-    /// placement groups/s (a real head, simulated agents, an HTTP client, one process).
+    /// placement groups/s, batched creations/s, creations while 1,000 clients watch, and
+    /// 100,000 actors ALIVE on 1,000 nodes with the memory they take (a real head, simulated
+    /// agents, an HTTP client, one process; a few minutes).
     Api,
     /// A head's memory and restart time after many finished tasks, with and without
     /// forgetting them (`--tasks`, default 1,000,000; 20,000 with --quick).
@@ -288,6 +290,8 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         batch_size: 1_000,
         watchers: if quick { 100 } else { 1_000 },
         watched_actors: if quick { 2_000 } else { 20_000 },
+        scale_actors: if quick { 10_000 } else { 100_000 },
+        scale_nodes: if quick { 100 } else { 1_000 },
     };
     let result = api::run(&settings, &mut |step| eprintln!("{step}…"))?;
     if args.output == BenchOutput::Json {
@@ -337,6 +341,19 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             "watchers that saw each change once, in order".to_string(),
             format!("{}/{}", result.watchers_complete, result.watchers),
             "all",
+        ),
+        (
+            format!(
+                "{} actors ALIVE on {} nodes (batches)",
+                result.scale_actors, result.scale_nodes
+            ),
+            format!("{:.2} s", result.scale_alive_s),
+            "≤ 10 s (100,000)",
+        ),
+        (
+            "memory grown per actor (head, agents, client)".to_string(),
+            format!("{:.0} B", result.scale_bytes_per_actor),
+            "≤ 1 KiB + the core's",
         ),
     ];
     for (measure, value, goal) in rows {

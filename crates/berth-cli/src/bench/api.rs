@@ -19,6 +19,10 @@
 //!    must see each of its actors ADDED exactly once and then ALIVE, versions rising. The rate
 //!    is set beside that of as many actors created just before without watchers (the head
 //!    then holds the same state: phase 1's rate was measured on a smaller one).
+//! 6. **At scale**: a fresh head and `scale_nodes` simulated nodes; `scale_actors` actors
+//!    created in batches, timed from the first request until the view shows all of them
+//!    ALIVE; and the process's resident memory grown per actor (head, agents and client
+//!    together: an upper bound of the head's).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -51,6 +55,10 @@ pub struct ApiBench {
     pub watchers: usize,
     /// Actors created while they watch.
     pub watched_actors: usize,
+    /// Actors of phase 6.
+    pub scale_actors: usize,
+    /// Simulated nodes of phase 6.
+    pub scale_nodes: usize,
 }
 
 /// Connections of the batch phase: a few large requests keep the head busy; more only queue.
@@ -93,6 +101,14 @@ pub struct ApiResult {
     pub unwatched_actors_per_s: f64,
     /// Watchers that saw every change of theirs exactly once, in order.
     pub watchers_complete: usize,
+    /// Actors of phase 6.
+    pub scale_actors: usize,
+    /// Its nodes.
+    pub scale_nodes: usize,
+    /// Seconds from the first request until all of them were ALIVE.
+    pub scale_alive_s: f64,
+    /// Resident memory grown per actor, bytes (head, agents and client).
+    pub scale_bytes_per_actor: f64,
 }
 
 struct Phase {
@@ -268,6 +284,61 @@ fn raise_open_files(wanted: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Phase 6 on its own head: (seconds until all ALIVE, bytes of resident memory per actor).
+async fn at_scale(
+    settings: &ApiBench,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<(f64, f64)> {
+    let dir = tempfile::tempdir().context("cannot create a temporary data directory")?;
+    let mut config = HeadConfig::new(dir.path());
+    config.bind = "127.0.0.1:0".parse().expect("an address");
+    config.heartbeat_timeout = Duration::from_secs(60);
+    let head =
+        berth_head::start(config).await.map_err(|e| anyhow!("the head could not start: {e}"))?;
+    let per_node = settings.scale_actors.div_ceil(settings.scale_nodes.max(1)) + 1;
+    let nodes: Vec<SimNode> = (0..settings.scale_nodes.max(1))
+        .map(|i| SimNode::new(format!("scale-{i:05}")).resource("CPU", &per_node.to_string()))
+        .collect();
+    let sim = SimCluster::start(&head.address.to_string(), head.agent_token.as_str(), nodes)
+        .map_err(|e| anyhow!("{e}"))?;
+    sim.wait_registered(Duration::from_secs(120)).await.map_err(|e| anyhow!("{e}"))?;
+    let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    progress(&format!(
+        "{} actors until ALIVE on {} nodes",
+        settings.scale_actors, settings.scale_nodes
+    ));
+    let (before, _) = super::retention::memory();
+    let started = Instant::now();
+    let item = serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}});
+    post_batches(
+        &client,
+        format!("http://{}/api/v1/actors:batch", head.address),
+        head.token.as_str(),
+        item,
+        (settings.scale_actors, settings.batch_size, BATCH_CONNECTIONS),
+    )
+    .await?;
+    let handle = head.handle.clone();
+    let wanted = settings.scale_actors;
+    let all_alive = async move {
+        loop {
+            let view = handle.view();
+            if view.actors.values().filter(|a| a.state == ActorState::Alive).count() >= wanted {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(300), all_alive)
+        .await
+        .map_err(|_| anyhow!("{wanted} actors were not ALIVE within 300 s"))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let (after, _) = super::retention::memory();
+    let _ = sim.shutdown().await;
+    head.shutdown().await;
+    Ok((seconds, after.saturating_sub(before) as f64 / wanted.max(1) as f64))
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -283,7 +354,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
     // Both ends of every watch and creation connection live in this process.
     raise_open_files(2 * (settings.watchers + settings.concurrency) + 1024)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async {
+    let mut result = runtime.block_on(async {
         let dir = tempfile::tempdir().context("cannot create a temporary data directory")?;
         let mut config = HeadConfig::new(dir.path());
         config.bind = "127.0.0.1:0".parse().expect("an address");
@@ -447,7 +518,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         }
         let _ = sim.shutdown().await;
         head.shutdown().await;
-        Ok(ApiResult {
+        Ok::<_, anyhow::Error>(ApiResult {
             nodes: settings.nodes,
             concurrency: settings.concurrency,
             actors: settings.actors,
@@ -465,6 +536,14 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             watched_actors_per_s: settings.watched_actors as f64 / watched.seconds,
             unwatched_actors_per_s: settings.watched_actors as f64 / unwatched.seconds,
             watchers_complete,
+            scale_actors: settings.scale_actors,
+            scale_nodes: settings.scale_nodes,
+            scale_alive_s: 0.0,
+            scale_bytes_per_actor: 0.0,
         })
-    })
+    })?;
+    let (seconds, bytes) = runtime.block_on(at_scale(settings, progress))?;
+    result.scale_alive_s = seconds;
+    result.scale_bytes_per_actor = bytes;
+    Ok(result)
 }

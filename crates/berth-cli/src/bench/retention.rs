@@ -64,7 +64,7 @@ fn retention(policy: &str) -> anyhow::Result<Retention> {
 }
 
 /// `VmRSS` and `VmHWM` of this process, bytes.
-fn memory() -> (u64, u64) {
+pub(crate) fn memory() -> (u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
         status
