@@ -165,6 +165,8 @@ fn resume_from(query: &WatchQuery, headers: &HeaderMap) -> Result<Option<u64>, F
 
 /// Changes a watcher may have waiting before it is cut.
 pub(crate) const QUEUE: usize = 4096;
+/// How often the hub forgets the watchers whose client has gone.
+const SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Watch changes (server-sent events).
 ///
@@ -303,8 +305,22 @@ impl Dispatch {
     ) {
         let mut view = views.borrow_and_update().clone();
         let mut position = view.changes.newest();
+        // Watchers whose client left are forgotten when a change comes for them, or by this
+        // sweep (a watcher of one finished object may never get another change).
+        let mut sweep = tokio::time::interval(SWEEP);
         loop {
             tokio::select! {
+                _ = sweep.tick() => {
+                    let gone: Vec<u64> = self
+                        .watchers
+                        .iter()
+                        .filter(|(_, w)| w.sender.is_closed())
+                        .map(|(&id, _)| id)
+                        .collect();
+                    for id in gone {
+                        self.remove(id);
+                    }
+                }
                 joined = joining.recv() => match joined {
                     Some(joined) => self.add(joined, &view, position),
                     None => return,
@@ -505,5 +521,19 @@ mod hub_tests {
         assert!(slow_cut.load(Ordering::Acquire));
         assert!(hub.others.is_empty());
         assert_eq!(hub.watchers.len(), 1);
+    }
+
+    #[test]
+    fn a_watcher_whose_client_left_is_forgotten() {
+        let mut log = ChangeLog::starting_at(1);
+        let mut hub = Dispatch::default();
+        let (gone, rx) = joining(Some("team=a"), 8);
+        hub.add(gone, &View::default(), 0);
+        drop(rx);
+        log.push(ChangeType::Added, actor("actor-1", "a"));
+        for change in log.after(0).unwrap() {
+            hub.dispatch(&change);
+        }
+        assert!(hub.watchers.is_empty() && hub.by_label.is_empty());
     }
 }
