@@ -328,7 +328,7 @@ impl Owner {
         }
         for seq in dirty.actors.union(&dirty.shown_actors) {
             if let Some(entry) = self.actors.get(seq) {
-                let api = Arc::new(entry.api.clone());
+                let api = entry.api.clone();
                 let old = self.view.actors.insert(*seq, api.clone());
                 self.view.changes.push(changed(old.is_some()), Object::Actor(api));
             }
@@ -341,7 +341,7 @@ impl Owner {
         }
         for seq in dirty.tasks.union(&dirty.shown_tasks) {
             if let Some(entry) = self.tasks.get(seq) {
-                let api = Arc::new(entry.api.clone());
+                let api = entry.api.clone();
                 let old = self.view.tasks.insert(*seq, api.clone());
                 self.view.changes.push(changed(old.is_some()), Object::Task(api));
             }

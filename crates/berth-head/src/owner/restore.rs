@@ -222,14 +222,14 @@ impl Owner {
                 };
             let state = record.actor.state;
             let entry = ActorEntry {
-                api: record.actor,
+                api: Arc::new(record.actor),
                 request,
                 attempt: record.attempt,
                 allocation: None,
                 placement: None,
                 last_diagnosis: None,
             };
-            self.view.actors.insert(seq, Arc::new(entry.api.clone()));
+            self.view.actors.insert(seq, entry.api.clone());
             if let Some(name) = &entry.api.name {
                 self.names.insert((entry.api.namespace.clone(), name.clone()), seq);
             }
@@ -262,14 +262,14 @@ impl Owner {
             };
             let state = record.task.state;
             let entry = TaskEntry {
-                api: record.task,
+                api: Arc::new(record.task),
                 request,
                 attempt: record.attempt,
                 allocation: None,
                 placement: None,
                 last_diagnosis: None,
             };
-            self.view.tasks.insert(seq, Arc::new(entry.api.clone()));
+            self.view.tasks.insert(seq, entry.api.clone());
             self.tasks.insert(seq, entry);
             out.tasks += 1;
             let key = WorkKey::Task(seq);

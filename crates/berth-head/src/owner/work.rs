@@ -2,6 +2,7 @@
 
 use berth_api::agent::{Assignment, InstanceIds, Start, Stop, WorkKind};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use berth_api::rest::{
     Actor, ActorCreate, ActorState, Endpoint, Event, StringMap, Task, TaskState, TaskSubmit,
@@ -49,7 +50,9 @@ impl WorkKey {
 /// An actor or a task as the owner holds it: the API object, its core request, and its current
 /// attempt (number, reservation, placement).
 pub(crate) struct Work<A> {
-    pub(crate) api: A,
+    /// The object as the API shows it, shared with the published view until it changes
+    /// (then copied once: [`Work::api_mut`]), so an unchanged actor is held once, not twice.
+    pub(crate) api: Arc<A>,
     pub(crate) request: Request,
     pub(crate) attempt: u32,
     pub(crate) allocation: Option<Allocation>,
@@ -62,16 +65,22 @@ pub(crate) type ActorEntry = Work<Actor>;
 /// A task as the owner holds it.
 pub(crate) type TaskEntry = Work<Task>;
 
-impl<A> Work<A> {
+impl<A: Clone> Work<A> {
     pub(crate) fn new(api: A, request: Request) -> Work<A> {
+        let api = Arc::new(api);
         Work { api, request, attempt: 0, allocation: None, placement: None, last_diagnosis: None }
+    }
+
+    /// The object to change: copied first if the view still shows this version.
+    pub(crate) fn api_mut(&mut self) -> &mut A {
+        Arc::make_mut(&mut self.api)
     }
 }
 
 impl ActorEntry {
     pub(crate) fn record(&self) -> ActorRecord {
         ActorRecord {
-            actor: self.api.clone(),
+            actor: (*self.api).clone(),
             attempt: self.attempt,
             placement: self.placement.clone(),
         }
@@ -81,7 +90,7 @@ impl ActorEntry {
 impl TaskEntry {
     pub(crate) fn record(&self) -> TaskRecord {
         TaskRecord {
-            task: self.api.clone(),
+            task: (*self.api).clone(),
             attempt: self.attempt,
             placement: self.placement.clone(),
         }
@@ -294,7 +303,7 @@ impl Owner {
         }
         self.actors.insert(seq, Work::new(api, request));
         self.submit(WorkKey::Actor(seq));
-        Ok(self.actors[&seq].api.clone())
+        Ok((*self.actors[&seq].api).clone())
     }
 
     pub(crate) fn submit_task(
@@ -323,7 +332,7 @@ impl Owner {
         push_event(&mut api.history, "created", None, String::new());
         self.tasks.insert(seq, Work::new(api, request));
         self.submit(WorkKey::Task(seq));
-        Ok(self.tasks[&seq].api.clone())
+        Ok((*self.tasks[&seq].api).clone())
     }
 
     /// Places `key` now, or queues it.
@@ -361,7 +370,7 @@ impl Owner {
     fn set_waiting(&mut self, key: WorkKey, diagnosis: berth_core::Diagnosis, infeasible: bool) {
         let api_diagnosis = convert::diagnosis(&self.cluster, &diagnosis, infeasible);
         let (shape, label_selector, tolerations) = with_work!(self, key, |e| {
-            e.api.set_diagnosis(Some(api_diagnosis.clone()));
+            e.api_mut().set_diagnosis(Some(api_diagnosis.clone()));
             e.last_diagnosis = Some(diagnosis);
             let (selector, tolerations) = e.api.selectors();
             (
@@ -438,12 +447,12 @@ impl Owner {
             e.allocation = Some(allocation.clone());
             e.placement = Some(placement);
             e.last_diagnosis = None;
-            e.api.set_diagnosis(None);
-            e.api.set_placed(Some(node_id.clone()), instances.clone());
+            e.api_mut().set_diagnosis(None);
+            e.api_mut().set_placed(Some(node_id.clone()), instances.clone());
             let text = convert::instances_text(&instances);
-            push_event(e.api.history(), "placed", Some(&node_id), text);
+            push_event(e.api_mut().history(), "placed", Some(&node_id), text);
             start_message(
-                &e.api,
+                &*e.api,
                 e.attempt,
                 &self.cluster,
                 &allocation,
@@ -479,7 +488,7 @@ impl Owner {
         ) -> Option<Assignment> {
             let allocation = e.allocation.as_ref()?;
             let instances = e.placement.as_ref().map(|p| p.instances.clone()).unwrap_or_default();
-            Some(start_message(&e.api, e.attempt, cluster, allocation, &instances, keys))
+            Some(start_message(&*e.api, e.attempt, cluster, allocation, &instances, keys))
         }
         match key {
             WorkKey::Actor(seq) => start(self.actors.get(&seq)?, &self.cluster, &self.work_keys),
@@ -519,8 +528,13 @@ impl Owner {
                     return;
                 }
                 // That process no longer listens; the next attempt's will say where it does.
-                e.api.endpoint = None;
-                push_event(&mut e.api.history, event_kind(&ending), node.as_deref(), text.clone());
+                e.api_mut().endpoint = None;
+                push_event(
+                    &mut e.api_mut().history,
+                    event_kind(&ending),
+                    node.as_deref(),
+                    text.clone(),
+                );
                 let restart_allowed = e.api.spec.max_restarts < 0
                     || (e.api.restarts as i64) < e.api.spec.max_restarts;
                 let resubmit = match &ending {
@@ -530,37 +544,29 @@ impl Owner {
                 };
                 if resubmit {
                     if !matches!(ending, Ending::Moved(_)) {
-                        e.api.restarts += 1;
+                        e.api_mut().restarts += 1;
                     }
-                    e.api.state = ActorState::Restarting;
-                    e.api.node_id = None;
-                    e.api.instances.clear();
-                    push_event(
-                        &mut e.api.history,
-                        "restarting",
-                        None,
-                        format!(
-                            "restart {} of {}",
-                            e.api.restarts,
-                            max_text(e.api.spec.max_restarts)
-                        ),
+                    e.api_mut().state = ActorState::Restarting;
+                    e.api_mut().node_id = None;
+                    e.api_mut().instances.clear();
+                    let text = format!(
+                        "restart {} of {}",
+                        e.api.restarts,
+                        max_text(e.api.spec.max_restarts)
                     );
+                    push_event(&mut e.api_mut().history, "restarting", None, text);
                     self.submit(key);
                 } else {
-                    e.api.state = ActorState::Dead;
-                    e.api.death_reason = Some(match ending {
+                    e.api_mut().state = ActorState::Dead;
+                    e.api_mut().death_reason = Some(match ending {
                         Ending::FailedToStart(_) => text,
                         _ => format!(
                             "{text}; no restarts left (max_restarts {})",
                             e.api.spec.max_restarts
                         ),
                     });
-                    push_event(
-                        &mut e.api.history,
-                        "dead",
-                        None,
-                        e.api.death_reason.clone().unwrap_or_default(),
-                    );
+                    let reason = e.api.death_reason.clone().unwrap_or_default();
+                    push_event(&mut e.api_mut().history, "dead", None, reason);
                     self.mark(key);
                 }
             }
@@ -572,48 +578,45 @@ impl Owner {
                 ) {
                     return;
                 }
-                push_event(&mut e.api.history, event_kind(&ending), node.as_deref(), text.clone());
+                push_event(
+                    &mut e.api_mut().history,
+                    event_kind(&ending),
+                    node.as_deref(),
+                    text.clone(),
+                );
                 if let Ending::Exited { code, .. } = ending {
-                    e.api.exit_code = code;
+                    e.api_mut().exit_code = code;
                 }
                 let success = matches!(ending, Ending::Exited { code: Some(0), .. });
                 let retry_allowed = e.api.attempts <= e.api.spec.max_retries as u64;
                 if success {
-                    e.api.state = TaskState::Finished;
-                    push_event(&mut e.api.history, "finished", None, String::new());
+                    e.api_mut().state = TaskState::Finished;
+                    push_event(&mut e.api_mut().history, "finished", None, String::new());
                     self.mark(key);
                 } else if matches!(ending, Ending::Moved(_))
                     || (retry_allowed && !matches!(ending, Ending::FailedToStart(_)))
                 {
-                    e.api.state = TaskState::Pending;
-                    e.api.node_id = None;
-                    e.api.instances.clear();
-                    push_event(
-                        &mut e.api.history,
-                        "retrying",
-                        None,
-                        format!(
-                            "run {} of at most {}",
-                            e.api.attempts + 1,
-                            e.api.spec.max_retries as u64 + 1
-                        ),
+                    e.api_mut().state = TaskState::Pending;
+                    e.api_mut().node_id = None;
+                    e.api_mut().instances.clear();
+                    let text = format!(
+                        "run {} of at most {}",
+                        e.api.attempts + 1,
+                        e.api.spec.max_retries as u64 + 1
                     );
+                    push_event(&mut e.api_mut().history, "retrying", None, text);
                     self.submit(key);
                 } else {
-                    e.api.state = TaskState::Failed;
-                    e.api.failure = Some(match ending {
+                    e.api_mut().state = TaskState::Failed;
+                    e.api_mut().failure = Some(match ending {
                         Ending::FailedToStart(_) => text,
                         _ => format!(
                             "{text}; no retries left (max_retries {})",
                             e.api.spec.max_retries
                         ),
                     });
-                    push_event(
-                        &mut e.api.history,
-                        "failed",
-                        None,
-                        e.api.failure.clone().unwrap_or_default(),
-                    );
+                    let failure = e.api.failure.clone().unwrap_or_default();
+                    push_event(&mut e.api_mut().history, "failed", None, failure);
                     self.mark(key);
                 }
             }
@@ -630,9 +633,9 @@ impl Owner {
             if let Some(p) = &mut e.placement {
                 p.started = true;
             }
-            e.api.set_started();
+            e.api_mut().set_started();
             let node = e.api.node_id().map(str::to_string);
-            push_event(e.api.history(), "started", node.as_deref(), pid_text(pid));
+            push_event(e.api_mut().history(), "started", node.as_deref(), pid_text(pid));
         });
         self.mark(key);
     }
@@ -691,11 +694,16 @@ impl Owner {
         }
         if e.api.endpoint.as_ref() != Some(&endpoint) {
             let node = e.api.node_id.clone();
-            push_event(&mut e.api.history, "listening", node.as_deref(), endpoint.address.clone());
-            e.api.endpoint = Some(endpoint);
+            push_event(
+                &mut e.api_mut().history,
+                "listening",
+                node.as_deref(),
+                endpoint.address.clone(),
+            );
+            e.api_mut().endpoint = Some(endpoint);
             self.mark(WorkKey::Actor(seq));
         }
-        Ok(self.actors[&seq].api.clone())
+        Ok((*self.actors[&seq].api).clone())
     }
 
     pub(crate) fn kill_actor(&mut self, id: &str) -> Result<Actor, HeadError> {
@@ -705,20 +713,20 @@ impl Owner {
         };
         let key = WorkKey::Actor(seq);
         if self.actors[&seq].api.state == ActorState::Dead {
-            return Ok(self.actors[&seq].api.clone());
+            return Ok((*self.actors[&seq].api).clone());
         }
         self.stop(key, "killed");
         self.queue.remove(&key);
         self.view.waiting.remove(&(Kind::Actor, seq));
         let node = self.release(key);
         let e = self.actors.get_mut(&seq).expect("known");
-        e.api.state = ActorState::Dead;
-        e.api.diagnosis = None;
-        e.api.endpoint = None;
-        e.api.death_reason = Some("killed by a user".to_string());
-        push_event(&mut e.api.history, "killed", node.as_deref(), "killed by a user".into());
+        e.api_mut().state = ActorState::Dead;
+        e.api_mut().diagnosis = None;
+        e.api_mut().endpoint = None;
+        e.api_mut().death_reason = Some("killed by a user".to_string());
+        push_event(&mut e.api_mut().history, "killed", node.as_deref(), "killed by a user".into());
         self.mark(key);
-        Ok(self.actors[&seq].api.clone())
+        Ok((*self.actors[&seq].api).clone())
     }
 
     pub(crate) fn cancel_task(&mut self, id: &str) -> Result<Task, HeadError> {
@@ -738,11 +746,16 @@ impl Owner {
         self.view.waiting.remove(&(Kind::Task, seq));
         let node = self.release(key);
         let e = self.tasks.get_mut(&seq).expect("known");
-        e.api.state = TaskState::Cancelled;
-        e.api.diagnosis = None;
-        push_event(&mut e.api.history, "cancelled", node.as_deref(), "cancelled by a user".into());
+        e.api_mut().state = TaskState::Cancelled;
+        e.api_mut().diagnosis = None;
+        push_event(
+            &mut e.api_mut().history,
+            "cancelled",
+            node.as_deref(),
+            "cancelled by a user".into(),
+        );
         self.mark(key);
-        Ok(self.tasks[&seq].api.clone())
+        Ok((*self.tasks[&seq].api).clone())
     }
 
     /// Actors placed with `on_peer_moved: follow` whose peers moved away: restart them next
