@@ -190,6 +190,7 @@ async fn resources_set_at_run_time_add_change_and_delete_capacity() {
     f.refused(Method::PUT, path, json!({"TPU": "0"}), "TPU", "no resource TPU to delete").await;
     f.refused(Method::PUT, path, json!({"bad name!": "1"}), "bad name!", "").await;
     f.refused(Method::PUT, path, json!({"CPU": "4", "GPU": "0.5"}), "GPU", "whole").await;
+    f.refused(Method::PUT, path, json!({"CPU": "4", "GPU": "5000"}), "GPU", "over the 4096").await;
     f.refused(Method::PUT, path, json!({}), "", "at least one resource").await;
     assert_eq!(f.head.handle.view().node("g1").unwrap().resources["CPU"].total, "16");
 }

@@ -9,6 +9,7 @@
 
 use berth_api::rest::{self, NodeState as ApiNodeState, StringMap};
 use berth_api::spec::label_error_text;
+use berth_core::instances::MAX_INSTANCES;
 use berth_core::labels::Labels;
 use berth_core::{NodeIndex, NodeState, Quantity, Trigger};
 
@@ -140,7 +141,16 @@ impl Owner {
     ) -> Result<rest::Node, HeadError> {
         let (id, index) = self.editable_node(node)?;
         let record = &self.nodes[&id].record;
-        // Check everything first: all or nothing.
+        // Check everything first: all or nothing (and no name enters the registry for a
+        // change that is refused whole).
+        let names: std::collections::BTreeSet<&String> =
+            record.resources.keys().chain(resources.keys()).collect();
+        if names.len() > MAX_ENTRIES {
+            return Err(HeadError::invalid(
+                "",
+                format!("a node has at most {MAX_ENTRIES} resources"),
+            ));
+        }
         let mut changes = Vec::with_capacity(resources.len());
         for (name, amount) in resources {
             let invalid = |rule: String| HeadError::invalid(name.clone(), rule);
@@ -153,20 +163,20 @@ impl Owner {
             }
             let resource =
                 self.cluster.registry_mut().intern(name).map_err(|e| invalid(e.to_string()))?;
-            if self.cluster.registry().is_unit_instance(resource) && !total.is_whole() {
-                return Err(invalid(format!(
-                    "{name} is counted in whole instances; {amount} is not whole"
-                )));
+            if self.cluster.registry().is_unit_instance(resource) {
+                // What the core's set_capacity would refuse, refused before anything changes.
+                if !total.is_whole() {
+                    return Err(invalid(format!(
+                        "{name} is counted in whole instances; {amount} is not whole"
+                    )));
+                }
+                if total.whole() > MAX_INSTANCES {
+                    return Err(invalid(format!(
+                        "{amount} is over the {MAX_INSTANCES} instances a node may have"
+                    )));
+                }
             }
             changes.push((name, resource, total));
-        }
-        let names: std::collections::BTreeSet<&String> =
-            record.resources.keys().chain(resources.keys()).collect();
-        if names.len() > MAX_ENTRIES {
-            return Err(HeadError::invalid(
-                "",
-                format!("a node has at most {MAX_ENTRIES} resources"),
-            ));
         }
         for (name, resource, total) in changes {
             self.cluster
