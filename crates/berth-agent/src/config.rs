@@ -19,7 +19,7 @@ use thiserror::Error;
 use tonic::metadata::{Ascii, MetadataValue};
 
 /// The fact keys the protocol knows; the head turns them into `berth.io/...` default labels.
-pub const FACT_KEYS: [&str; 4] = ["accelerator-type", "market-type", "region", "availability-zone"];
+pub use berth_core::labels::FACT_KEYS;
 
 /// The address reported when none is configured.
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1";

@@ -22,6 +22,7 @@
 
 mod actors;
 mod groups;
+pub mod node_types;
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
@@ -65,6 +66,8 @@ pub enum FileKind {
     Labels,
     /// The JSON body of a REST call (its "path" is the method and route).
     Body,
+    /// The autoscaler's node-types file (`--autoscaler`).
+    NodeTypes,
 }
 
 impl fmt::Display for FileKind {
@@ -75,6 +78,7 @@ impl fmt::Display for FileKind {
             FileKind::Profile => "profile file",
             FileKind::Labels => "labels file",
             FileKind::Body => "request body of",
+            FileKind::NodeTypes => "autoscaler file",
         })
     }
 }

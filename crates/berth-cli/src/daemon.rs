@@ -135,6 +135,10 @@ pub struct AgentOptions {
     /// GPU's model from `nvidia-smi -L`: NVIDIA A100-SXM4-80GB → nvidia-a100].
     #[arg(long, value_name = "TYPE")]
     pub accelerator_type: Option<String>,
+    /// Facts behind default labels: market-type, node-group, availability-zone, region,
+    /// accelerator-type (k=v,...; --accelerator-type wins).
+    #[arg(long, value_name = "K=V,...")]
+    pub facts: Option<String>,
     /// The CA certificate (PEM) that signed the head's certificate, for a head serving TLS
     /// (--address https://HOST:PORT): the agent trusts that CA and no other.
     #[arg(long, value_name = "FILE", conflicts_with = "head")]
@@ -368,9 +372,11 @@ fn agent_config(
                 .with_context(|| format!("--labels-file: cannot read {}", path.display()))?,
         );
     }
+    config.facts = pairs("--facts", options.facts.as_deref())?;
+    let given = config.facts.contains_key("accelerator-type");
     let accelerator = options.accelerator_type.clone().or_else(|| {
         // The machine's model only describes the GPUs it has (not an overridden count of 0).
-        (gpus > 0).then(|| machine.accelerator_type()).flatten()
+        (gpus > 0 && !given).then(|| machine.accelerator_type()).flatten()
     });
     if let Some(kind) = accelerator {
         config.facts.insert("accelerator-type".into(), kind);

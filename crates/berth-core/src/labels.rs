@@ -225,6 +225,27 @@ pub struct NodeFacts {
     pub availability_region: Option<String>,
 }
 
+/// The fact keys nodes are registered with (`--facts`, the agent protocol, node types).
+pub const FACT_KEYS: [&str; 5] =
+    ["accelerator-type", "market-type", "node-group", "availability-zone", "region"];
+
+impl NodeFacts {
+    /// Sets the fact `key` (one of [`FACT_KEYS`]; `availability-region` is `region`'s long
+    /// name) to `value`; an empty value leaves it unset. `Err` names the rule for an unknown key.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let slot = match key {
+            "accelerator-type" => &mut self.accelerator_type,
+            "market-type" => &mut self.market_type,
+            "node-group" => &mut self.node_group,
+            "availability-zone" => &mut self.availability_zone,
+            "region" | "availability-region" => &mut self.availability_region,
+            _ => return Err(format!("unknown fact; use one of {}", FACT_KEYS.join(", "))),
+        };
+        *slot = (!value.is_empty()).then(|| value.to_string());
+        Ok(())
+    }
+}
+
 /// A node's full label set: the defaults from its ID and facts, then the user's labels on top.
 /// Users may override any default except `berth.io/node-id`.
 pub fn node_labels(node_id: &str, facts: &NodeFacts, user: &Labels) -> Result<Labels, LabelError> {

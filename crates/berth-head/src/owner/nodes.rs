@@ -125,21 +125,8 @@ impl Owner {
         let mut facts = NodeFacts::default();
         let mut fact_map = StringMap::new();
         for (key, value) in &request.facts {
-            let slot = match key.as_str() {
-                "accelerator-type" => &mut facts.accelerator_type,
-                "market-type" => &mut facts.market_type,
-                "node-group" => &mut facts.node_group,
-                "availability-zone" => &mut facts.availability_zone,
-                "region" | "availability-region" => &mut facts.availability_region,
-                other => {
-                    return Err(invalid(
-                        format!("facts.{other}"),
-                        "unknown fact; use accelerator-type, market-type, node-group, availability-zone or region",
-                    ))
-                }
-            };
+            facts.set(key, value).map_err(|rule| invalid(format!("facts.{key}"), rule))?;
             if !value.is_empty() {
-                *slot = Some(value.clone());
                 fact_map.insert(key.clone(), value.clone());
             }
         }
