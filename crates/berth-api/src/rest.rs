@@ -13,6 +13,11 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+mod autoscaler;
+pub use autoscaler::{
+    AutoscaledNode, AutoscalerDecision, AutoscalerPlan, AutoscalerStatus, NodeTypeStatus, PlanItem,
+};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 

@@ -20,5 +20,5 @@
 pub mod plan;
 pub mod scale_down;
 
-pub use plan::{plan, Fleet, Launch, Plan, Verdict, Want};
+pub use plan::{answer, plan, Fleet, Launch, Plan, Verdict, Want};
 pub use scale_down::{scale_down, IdleNode};

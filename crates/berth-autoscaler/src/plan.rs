@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use berth_api::rest::{AutoscalerPlan, PlanItem};
 use berth_api::spec::node_types::{AutoscalerSettings, NodeType};
 use berth_core::cluster::NodeSpec;
 use berth_core::pipeline::group::GroupDecision;
@@ -474,6 +475,60 @@ fn fullness(cluster: &Cluster, nodes: &[NodeIndex]) -> f64 {
         0.0
     } else {
         sum / f64::from(n)
+    }
+}
+
+/// Items a plan answer lists at most.
+pub const MAX_ITEMS: usize = 200;
+
+/// The plan as the REST API shows it (at most [`MAX_ITEMS`] items), made at `at_ms`.
+pub fn answer(plan: &Plan, at_ms: u64) -> AutoscalerPlan {
+    let count = |launches: &[Launch]| {
+        let mut out = BTreeMap::new();
+        for l in launches {
+            *out.entry(l.node_type.clone()).or_insert(0) += 1;
+        }
+        out
+    };
+    let items = plan
+        .verdicts
+        .iter()
+        .take(MAX_ITEMS)
+        .map(|(id, verdict)| {
+            let (word, target, nodes, detail) = match verdict {
+                Verdict::Fits { node, launching } => (
+                    "fits",
+                    Some(node.clone()),
+                    None,
+                    vec![if *launching {
+                        "on a node being launched or planned".to_string()
+                    } else {
+                        "on a node the cluster has, now or once work there ends".to_string()
+                    }],
+                ),
+                Verdict::Launch { node_type, nodes } => {
+                    ("launch", Some(node_type.clone()), Some(*nodes), Vec::new())
+                }
+                Verdict::Limited { node_type, limit } => {
+                    ("limited", Some(node_type.clone()), None, vec![limit.clone()])
+                }
+                Verdict::Unservable { reasons } => (
+                    "unservable",
+                    None,
+                    None,
+                    reasons.iter().map(|(t, r)| format!("{t}: {r}")).collect(),
+                ),
+                Verdict::NotNodes { reason } => ("not_nodes", None, None, vec![reason.clone()]),
+            };
+            PlanItem { id: id.clone(), verdict: word.to_string(), target, nodes, detail }
+        })
+        .collect();
+    AutoscalerPlan {
+        at_ms,
+        launch: count(&plan.launch),
+        deferred: count(&plan.deferred),
+        items,
+        items_total: plan.verdicts.len() as u64,
     }
 }
 

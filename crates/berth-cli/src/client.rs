@@ -23,6 +23,7 @@
 //! is 2; a head that cannot be reached or answers an error ([`ClientError`]) is 1.
 
 pub mod actor;
+pub mod autoscaler;
 pub mod drain;
 pub mod explain;
 mod flags;

@@ -86,6 +86,10 @@ pub struct HeadOptions {
     /// `--rare-resource-isolation ''` turns it off.
     #[arg(long, value_name = "NAME,...")]
     pub rare_resource_isolation: Option<String>,
+    /// Run the autoscaler with this file's node types, limits and provider: nodes are launched
+    /// for what waits and idle ones removed (README § Autoscaling).
+    #[arg(long, visible_alias = "autoscale", value_name = "FILE")]
+    pub autoscaler: Option<PathBuf>,
 }
 
 /// TLS of a head (`berth start --head`): REST, the dashboard and the agent protocol are then
@@ -149,14 +153,19 @@ pub struct AgentOptions {
     /// Seconds a stopped process (its whole process group) gets between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     pub grace_period: f64,
+    /// On exit, stop the processes this agent runs too, instead of leaving them for the next
+    /// agent (the autoscaler's local nodes, which no agent will come back for).
+    #[arg(long)]
+    pub stop_work_on_exit: bool,
 }
 
 /// Options of `berth up`.
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// How many local nodes to start (a mix of CPU and GPU nodes, zones and a taint).
-    #[arg(long, default_value_t = 6)]
-    pub nodes: usize,
+    /// How many local nodes to start (a mix of CPU and GPU nodes, zones and a taint)
+    /// [default: 6; none with --autoscale, whose nodes the autoscaler launches].
+    #[arg(long)]
+    pub nodes: Option<usize>,
     /// Seed of the node mix.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -235,6 +244,16 @@ fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
     };
     if let Some(list) = &options.rare_resource_isolation {
         config.rare_resources = Some(rare_resources(list)?);
+    }
+    if let Some(path) = &options.autoscaler {
+        let settings = berth_api::spec::node_types::load_autoscaler(path)?;
+        let program = std::env::current_exe()
+            .context("--autoscaler: cannot find this berth executable for local agents")?;
+        config.autoscaler = Some(berth_head::config::AutoscalerConfig {
+            settings,
+            program,
+            interval: berth_head::config::DEFAULT_AUTOSCALER_INTERVAL,
+        });
     }
     Ok(config)
 }
@@ -419,10 +438,11 @@ async fn run_agent(
         head: Some(config.head.clone()),
         ca_file: options.ca.clone(),
     };
-    let runner =
-        ProcessRunner::new(work_dir.clone(), process_options).map_err(|e| anyhow!("{e}"))?;
+    let runner = std::sync::Arc::new(
+        ProcessRunner::new(work_dir.clone(), process_options).map_err(|e| anyhow!("{e}"))?,
+    );
     let adopted = runner.running().len();
-    let agent = Agent::new(config, std::sync::Arc::new(runner)).map_err(|e| anyhow!("{e}"))?;
+    let agent = Agent::new(config, runner.clone()).map_err(|e| anyhow!("{e}"))?;
     let handle = agent.spawn();
     let status = tokio::select! {
         s = handle.wait_registered(Duration::from_secs(30)) => s.map_err(|e| anyhow!("{e}"))?,
@@ -441,13 +461,18 @@ async fn run_agent(
     println!("{} adopts them.", work_dir.display());
     shutdown_signal().await;
     handle.stop().await.map_err(|e| anyhow!("{e}"))?;
+    if options.stop_work_on_exit {
+        runner.stop_all().await;
+    }
     Ok(())
 }
 
 /// `berth up`.
 pub fn up(args: &UpArgs) -> anyhow::Result<()> {
-    if args.nodes == 0 && args.config.is_none() {
-        bail!("--nodes: give at least 1");
+    let autoscaled = args.head.autoscaler.is_some();
+    let count = args.nodes.unwrap_or(if autoscaled { 0 } else { 6 });
+    if count == 0 && args.config.is_none() && !autoscaled {
+        bail!("--nodes: give at least 1 (or --autoscale FILE, to let the autoscaler add nodes)");
     }
     let data_dir = args.head.data_dir.clone().unwrap_or_else(default_data_dir);
     let _log = logging::init(&args.log, &data_dir)?;
@@ -456,7 +481,7 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
         let data_dir = config.data_dir.clone();
         let nodes = match &args.config {
             Some(path) => nodes_file(path)?,
-            None => SimNode::mix(args.nodes, args.seed),
+            None => SimNode::mix(count, args.seed),
         };
         let mut head = boot_head(config).await?;
         // The local agents run real processes, each node in DATA_DIR/agents/<node-id>. They
@@ -492,6 +517,12 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
             }
         };
         println!("Berth is up: a head and {} local nodes.", sim.len());
+        if let Some(path) = &args.head.autoscaler {
+            println!(
+                "  autoscaler: node types from {}; watch it with `berth autoscaler status`",
+                path.display()
+            );
+        }
         println!("  work runs as processes; logs in {}/<node>/logs", agents_dir.display());
         print_head(&head, &data_dir);
         println!("Try:");

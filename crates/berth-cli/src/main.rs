@@ -136,6 +136,10 @@ enum Command {
     #[command(alias = "placement-group")]
     Pg(client::pg::PgArgs),
 
+    /// The autoscaler: its node types and nodes (`status`), and what it would launch and why
+    /// (`plan`, live or on a cluster file).
+    Autoscaler(client::autoscaler::AutoscalerArgs),
+
     /// Drain a node: no new work goes there and its actors move elsewhere (tasks finish).
     ///
     /// Exit status: 0; 1 when the head cannot be reached or answers an error (404 for an
@@ -255,6 +259,7 @@ fn main() -> ExitCode {
         Command::Pg(args) => client::pg::run(args, &mut stdout.lock()),
         Command::Kill(args) => client::kill::run(args, &mut stdout.lock()),
         Command::Drain(args) => client::drain::run(args, &mut stdout.lock()),
+        Command::Autoscaler(args) => client::autoscaler::run(args, &mut stdout.lock()),
         Command::Token(args) => client::token::run(args, &mut stdout.lock()),
         Command::Logs(args) => client::logs::run(args, &mut stdout.lock()),
         Command::Start(args) => daemon::start(args),

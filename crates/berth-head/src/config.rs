@@ -38,7 +38,23 @@ pub struct HeadConfig {
     /// `berth.io/rare-NAME=true`. `None` keeps what the store holds (nothing at first); a list
     /// (empty: none) replaces it and is kept for later restarts.
     pub rare_resources: Option<Vec<String>>,
+    /// Run the autoscaler with these settings.
+    pub autoscaler: Option<AutoscalerConfig>,
 }
+
+/// How the head's autoscaler runs.
+#[derive(Clone, Debug)]
+pub struct AutoscalerConfig {
+    /// The node types, limits and provider (the autoscaler file).
+    pub settings: berth_api::spec::node_types::AutoscalerSettings,
+    /// The `berth` executable the `local` provider starts agents with.
+    pub program: PathBuf,
+    /// Time between rounds.
+    pub interval: Duration,
+}
+
+/// Default time between autoscaler rounds.
+pub const DEFAULT_AUTOSCALER_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long finished objects (DEAD actors; FINISHED, FAILED, CANCELLED tasks; REMOVED groups)
 /// stay in memory and in the store.
@@ -90,6 +106,7 @@ impl HeadConfig {
             retention: Retention::default(),
             tls: None,
             rare_resources: None,
+            autoscaler: None,
         }
     }
 }

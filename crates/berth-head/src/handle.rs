@@ -98,6 +98,17 @@ pub(crate) enum Command {
     },
     Agent(crate::agents::AgentCommand),
     Tick,
+    /// An autoscaler round; answered once its records are durable.
+    Autoscale {
+        reply: oneshot::Sender<crate::owner::AutoscaleActions>,
+    },
+    /// What the autoscaler's provider answered.
+    AutoscaleOutcome(crate::owner::AutoscaleOutcome),
+    /// A dry-run plan, with these settings or the configured ones.
+    AutoscalePlan {
+        settings: Option<Box<berth_api::spec::node_types::AutoscalerSettings>>,
+        reply: Reply<berth_api::rest::AutoscalerPlan>,
+    },
 }
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, HeadError>>;
@@ -352,6 +363,22 @@ impl HeadHandle {
         let parsed = ParsedRequest::parse(FileKind::Body, "POST /api/v1/explain", document)
             .map_err(|e| input_error(e, &[]))?;
         self.ask(|reply| Command::DryRun { parsed, reply }).await
+    }
+
+    /// The autoscaler's plan for what waits now, reserving and launching nothing: with the
+    /// node types of `file` (an autoscaler file's text) when given, else the configured ones.
+    pub async fn autoscaler_plan(
+        &self,
+        file: Option<String>,
+    ) -> Result<berth_api::rest::AutoscalerPlan, HeadError> {
+        let settings = match file {
+            None => None,
+            Some(text) => Some(Box::new(
+                berth_api::spec::node_types::parse_autoscaler("request body", text)
+                    .map_err(|e| input_error(e, &[]))?,
+            )),
+        };
+        self.ask(|reply| Command::AutoscalePlan { settings, reply }).await
     }
 
     /// An actor's process says where it listens; `key` must be the actor's work key.

@@ -11,6 +11,7 @@
 //! [`ApiError`]s.
 
 mod actors;
+mod autoscaler;
 mod batch;
 mod cluster;
 mod explain;
@@ -96,6 +97,8 @@ pub(crate) fn router_with_logs(
         .route("/api/v1/openapi.json", get(cluster::openapi))
         .route("/api/v1/cluster/status", get(cluster::status))
         .route("/api/v1/watch", get(watch::watch))
+        .route("/api/v1/autoscaler", get(autoscaler::status))
+        .route("/api/v1/autoscaler/plan", post(autoscaler::plan))
         .route("/api/v1/nodes", get(nodes::list_nodes))
         .route("/api/v1/nodes/{node}", get(nodes::get_node))
         .route("/api/v1/nodes/{node}/drain", post(nodes::drain_node))
@@ -159,6 +162,7 @@ pub(crate) fn forbidden(role: Role, method: &Method, path: &str) -> Option<Strin
         Role::Read if *method == Method::GET || *method == Method::HEAD => None,
         Role::Read if *method == Method::POST && path == "/api/v1/tasks:wait" => None,
         Role::Read if *method == Method::POST && path == "/api/v1/explain" => None,
+        Role::Read if *method == Method::POST && path == "/api/v1/autoscaler/plan" => None,
         Role::Read => {
             Some(format!("a read-only token cannot {method} {path}: it needs an admin token"))
         }
@@ -281,6 +285,8 @@ async fn method_not_allowed(req: Request) -> Response {
         cluster::openapi,
         cluster::status,
         watch::watch,
+        autoscaler::status,
+        autoscaler::plan,
         nodes::list_nodes,
         nodes::get_node,
         nodes::drain_node,
@@ -319,6 +325,12 @@ async fn method_not_allowed(req: Request) -> Response {
         rest::ErrorKind,
         rest::Health,
         rest::ClusterStatus,
+        rest::AutoscalerStatus,
+        rest::AutoscalerPlan,
+        rest::AutoscaledNode,
+        rest::AutoscalerDecision,
+        rest::NodeTypeStatus,
+        rest::PlanItem,
         rest::Node,
         rest::NodeState,
         rest::Taint,
@@ -362,6 +374,7 @@ async fn method_not_allowed(req: Request) -> Response {
         (name = "explain", description = "Why something is where it is, or waits; dry runs"),
         (name = "logs", description = "The output of actors and tasks, from their nodes"),
         (name = "tokens", description = "Who may do what: admin, read and agent tokens"),
+        (name = "autoscaler", description = "Node types launched for what waits, idle nodes removed"),
     )
 )]
 pub(crate) struct ApiDoc;

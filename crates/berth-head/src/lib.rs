@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 mod agents;
+mod autoscaler;
 pub mod changes;
 pub mod config;
 mod dashboard;
@@ -111,11 +112,15 @@ struct Tasks {
     owner: JoinHandle<()>,
     committer: JoinHandle<()>,
     renewer: JoinHandle<()>,
+    /// The autoscaler's rounds, when it runs.
+    autoscaler: Option<JoinHandle<()>>,
 }
 
 impl Tasks {
-    fn all(self) -> [JoinHandle<()>; 4] {
-        [self.server, self.owner, self.committer, self.renewer]
+    fn all(self) -> Vec<JoinHandle<()>> {
+        let mut all = vec![self.server, self.owner, self.committer, self.renewer];
+        all.extend(self.autoscaler);
+        all
     }
 }
 
@@ -273,6 +278,7 @@ pub async fn start_on(
     // answers unknown paths with a JSON 404).
     // The agents' log streams, shared by the agent protocol and the REST API (never the owner).
     let log_streams = Arc::new(logs::LogStreams::default());
+    let autoscaler_commands = commands_tx.clone();
     let agents = AgentApi::server(commands_tx, keyring.clone(), log_streams.clone());
     let grpc_path = format!(
         "/{}/{{*rest}}",
@@ -308,6 +314,21 @@ pub async fn start_on(
             }
         }),
     };
+    let autoscaler = config.autoscaler.as_ref().map(|a| {
+        let join = autoscaler::Join {
+            url: url.clone(),
+            agent_token: agent_token.as_str().to_string(),
+            data_dir: config.data_dir.clone(),
+        };
+        let provider = autoscaler::provider(&a.settings.provider, &a.program, join);
+        tokio::spawn(autoscaler::run(
+            autoscaler_commands.clone(),
+            provider,
+            a.interval,
+            shutdown_rx.clone(),
+        ))
+    });
+    drop(autoscaler_commands);
     // Let the CLI on this machine find the head (the scheme tells it to speak TLS).
     let address_text = if tls_served { url.clone() } else { address.to_string() };
     let _ = std::fs::write(config.data_dir.join(berth_api::local::ADDRESS_FILE), address_text);
@@ -322,7 +343,7 @@ pub async fn start_on(
         shutdown: shutdown_tx,
         stop_owner,
         release: release_tx,
-        tasks: Tasks { server, owner, committer, renewer },
+        tasks: Tasks { server, owner, committer, renewer, autoscaler },
         stopped: stopped_rx,
     })
 }
@@ -379,8 +400,12 @@ impl RunningHead {
     /// taking over must not race our last commit), and whatever still runs is ended.
     pub async fn shutdown(self) {
         let RunningHead { shutdown, stop_owner, release, tasks, handle, .. } = self;
-        let Tasks { mut server, owner, committer, renewer } = tasks;
+        let Tasks { mut server, owner, committer, renewer, autoscaler } = tasks;
         shutdown.send_replace(true);
+        // Before the owner stops: its last round's answers, and the local nodes it stops.
+        if let Some(autoscaler) = autoscaler {
+            let _ = autoscaler.await;
+        }
         let drained = tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await.is_ok();
         stop_owner.send_replace(true);
         drop(handle);

@@ -11,6 +11,9 @@
 //!   they carried.
 //! - `berth_http_requests_total{method,route,status}` (status as a class, `2xx`) and
 //!   `berth_http_request_seconds{method,route}`: the REST API, by route template.
+//! - `berth_autoscaler_nodes{state}`: autoscaled nodes now (`launching`, `alive`, `idle`,
+//!   `removing`), and `berth_autoscaler_events_total{event}`: `launched`, `registered`,
+//!   `failed` (the provider failed), `given_up` (never registered), `removed`.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -80,6 +83,13 @@ pub(crate) struct Metrics {
     store_ops: Counter,
     http_requests: Family<RequestLabels, Counter>,
     http_seconds: HistogramFamily<RouteLabels>,
+    autoscaler_nodes: Family<StateLabels, Gauge>,
+    autoscaler_events: Family<EventLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    event: String,
 }
 
 impl Default for Metrics {
@@ -136,6 +146,18 @@ impl Metrics {
             Unit::Seconds,
             http_seconds.clone(),
         );
+        let autoscaler_nodes = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "berth_autoscaler_nodes",
+            "Autoscaled nodes, by state (launching, alive, idle, removing)",
+            autoscaler_nodes.clone(),
+        );
+        let autoscaler_events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "berth_autoscaler_events",
+            "Autoscaler events (launched, registered, failed, given_up, removed)",
+            autoscaler_events.clone(),
+        );
         Metrics {
             registry,
             decisions,
@@ -146,6 +168,8 @@ impl Metrics {
             store_ops,
             http_requests,
             http_seconds,
+            autoscaler_nodes,
+            autoscaler_events,
         }
     }
 
@@ -163,6 +187,14 @@ impl Metrics {
     }
 
     /// How many nodes are in `state` (`alive`, `draining`, `dead`).
+    pub(crate) fn set_autoscaler_nodes(&self, state: &str, n: i64) {
+        self.autoscaler_nodes.get_or_create(&StateLabels { state: state.to_string() }).set(n);
+    }
+
+    pub(crate) fn autoscaler_event(&self, event: &str) {
+        self.autoscaler_events.get_or_create(&EventLabels { event: event.to_string() }).inc();
+    }
+
     pub(crate) fn set_nodes(&self, state: &str, n: i64) {
         self.nodes.get_or_create(&StateLabels { state: state.to_string() }).set(n);
     }

@@ -16,7 +16,9 @@
 //! - `owner/restore.rs`: rebuilding the state from the store after a restart.
 //! - `owner/retention.rs`: forgetting finished objects after their time.
 //! - `owner/settings.rs`: cluster-wide settings kept in the store (rare-resource isolation).
+//! - `owner/autoscale.rs`: the autoscaler's records, rounds and the provider's answers.
 
+mod autoscale;
 mod convert;
 mod groups;
 mod node_edits;
@@ -47,6 +49,7 @@ use crate::records::encode;
 use crate::view::{Kind, View};
 use crate::work_keys::WorkKeys;
 
+pub(crate) use autoscale::{Actions as AutoscaleActions, Outcome as AutoscaleOutcome};
 pub(crate) use work::WorkKey;
 
 /// Commands applied in one cycle at most, so one cycle's commit stays small and a burst does
@@ -110,6 +113,8 @@ pub(crate) struct Owner {
     pub(crate) work_keys: Arc<WorkKeys>,
     /// The settings changed and must be written with this cycle.
     pub(crate) settings_changed: bool,
+    /// The autoscaler's records, when the head runs one.
+    pub(crate) autoscaler: Option<autoscale::Autoscaler>,
 }
 
 /// Objects changed this cycle: to write and show, or (derived changes such as a new
@@ -133,6 +138,8 @@ impl Owner {
         work_keys: Arc<WorkKeys>,
     ) -> Owner {
         let seed = config.seed;
+        let autoscaler =
+            config.autoscaler.as_ref().map(|a| autoscale::Autoscaler::new(a.settings.clone()));
         let mut owner = Owner {
             cluster: Cluster::new(ResourceRegistry::default()),
             scheduler: Scheduler::new(config.scheduler.clone()),
@@ -159,6 +166,7 @@ impl Owner {
             metrics,
             work_keys,
             settings_changed: false,
+            autoscaler,
         };
         owner.show_retention();
         owner
@@ -255,6 +263,21 @@ impl Owner {
                 // Changes nothing, so nothing to wait for.
                 let _ = reply.send(answer);
             }
+            Command::Autoscale { reply } => {
+                let actions = self.autoscale();
+                self.reply(reply, actions);
+            }
+            Command::AutoscaleOutcome(outcome) => self.autoscale_outcome(outcome),
+            Command::AutoscalePlan { settings, reply } => {
+                let answer = self.autoscale_dry_run(settings.as_deref()).ok_or_else(|| {
+                    HeadError::Conflict(
+                        "the head runs without an autoscaler (--autoscaler FILE); send an \
+                         autoscaler file as the body to plan with its node types"
+                            .into(),
+                    )
+                });
+                let _ = reply.send(answer);
+            }
             Command::Agent(command) => self.agent_command(command),
             Command::Tick => self.check_liveness(),
         }
@@ -319,6 +342,7 @@ impl Owner {
             self.show_retention();
         }
         self.write_settings(&mut batch);
+        self.write_autoscaler(&mut batch);
         let dirty = std::mem::take(&mut self.dirty);
         for seq in &dirty.actors {
             if let Some(entry) = self.actors.get(seq) {

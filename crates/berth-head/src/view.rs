@@ -117,6 +117,8 @@ pub struct View {
     pub changes: crate::changes::ChangeLog,
     /// Resources under rare-resource isolation.
     pub rare_resources: Vec<String>,
+    /// The autoscaler's status, when the head runs one.
+    pub autoscaler: Option<Arc<berth_api::rest::AutoscalerStatus>>,
 }
 
 /// Why a query parameter was refused.

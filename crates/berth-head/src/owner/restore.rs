@@ -56,6 +56,7 @@ impl Owner {
         let mut out = Restored::default();
         self.restore_nodes(snapshot, &mut out);
         self.restore_settings(snapshot, &mut out.skipped);
+        self.restore_autoscaler(snapshot, &mut out.skipped);
         self.restore_groups(snapshot, &mut out);
         let waiting = self.restore_work(snapshot, &mut out);
         for key in waiting {
