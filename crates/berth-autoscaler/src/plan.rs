@@ -139,6 +139,7 @@ pub fn plan(
     wants: &[Want<'_>],
 ) -> Plan {
     let mut planner = Planner {
+        refused: std::collections::HashMap::new(),
         sim: cluster.clone(),
         scheduler: Scheduler::new(config.clone()),
         rng: ChaCha8Rng::seed_from_u64(0),
@@ -168,8 +169,22 @@ pub fn plan(
             planner.add_planned(t, format!("min_nodes: {}", t.min_nodes));
         }
     }
-    let verdicts =
-        wants.iter().map(|want| (want.key().to_string(), planner.decide(want))).collect();
+    let verdicts = wants
+        .iter()
+        .enumerate()
+        .map(|(i, want)| {
+            let verdict = if i < MAX_PLANNED {
+                planner.decide(want)
+            } else {
+                Verdict::NotNodes {
+                    reason: format!(
+                        "only the oldest {MAX_PLANNED} waiting items are planned per round"
+                    ),
+                }
+            };
+            (want.key().to_string(), verdict)
+        })
+        .collect();
     let alive: u32 = fleet.alive.values().sum();
     let speed_cap = (settings.upscaling_speed * f64::from(alive)).ceil() as usize;
     let room = speed_cap.max(5).saturating_sub(fleet.launching.len());
@@ -178,7 +193,13 @@ pub fn plan(
     Plan { launch, deferred, verdicts }
 }
 
+/// Waiting items planned per round at most (the rest in later rounds, as these are placed).
+pub const MAX_PLANNED: usize = 2000;
+
 struct Planner<'s> {
+    /// Verdicts that no node can change within a round (no type takes it), by request shape:
+    /// a thousand identical infeasible tasks are tried on the types once.
+    refused: std::collections::HashMap<String, Verdict>,
     sim: Cluster,
     scheduler: Scheduler,
     rng: ChaCha8Rng,
@@ -248,6 +269,21 @@ impl Planner<'_> {
         if let Ok(placed) = self.place(want) {
             return self.fits(placed);
         }
+        let shape = shape(want);
+        if let Some(verdict) = shape.as_ref().and_then(|s| self.refused.get(s)) {
+            return verdict.clone();
+        }
+        let verdict = self.try_types(want);
+        if let (Some(shape), Verdict::Unservable { .. } | Verdict::Limited { .. }) =
+            (shape, &verdict)
+        {
+            self.refused.insert(shape, verdict.clone());
+        }
+        verdict
+    }
+
+    /// New nodes of each type for `want`, which fits nowhere yet: plans the best type's.
+    fn try_types(&mut self, want: &Want<'_>) -> Verdict {
         let mut best: Option<(&NodeType, u32, f64)> = None;
         let mut limited: Option<(&NodeType, String)> = None;
         let mut reasons = Vec::new();
@@ -347,8 +383,7 @@ impl Planner<'_> {
                     Err(reason) => return Trial::Refused(reason),
                 };
                 let request = resolved(request, &self.sim);
-                let (decision, explanation) =
-                    self.scheduler.place_explained(&mut self.sim, &request, &mut self.rng);
+                let decision = self.scheduler.place(&mut self.sim, &request, &mut self.rng);
                 let trial = match decision {
                     Decision::Placed(allocation) => {
                         let fullness = fullness(&self.sim, &[index]);
@@ -359,6 +394,9 @@ impl Planner<'_> {
                         Trial::Took { nodes: 1, fullness }
                     }
                     Decision::Pending(d) | Decision::Infeasible(d) => {
+                        // Placing reserved nothing; explaining again records why, per node.
+                        let (_, explanation) =
+                            self.scheduler.place_explained(&mut self.sim, &request, &mut self.rng);
                         let mut reasons: Vec<String> = Vec::new();
                         for attempt in &explanation.attempts {
                             let line = attempt.nodes.iter().find(|n| n.node == index);
@@ -424,6 +462,24 @@ impl Planner<'_> {
             }
         }
     }
+}
+
+/// What decides where a request can go, without its identity: requests with the same shape
+/// get the same verdict from the same cluster. `None` for groups (rare, and each unique).
+fn shape(want: &Want<'_>) -> Option<String> {
+    let Want::Request { request, .. } = want else { return None };
+    let actor = request.actor().map(|a| (&a.namespace, &a.labels));
+    Some(format!(
+        "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+        request.resources(),
+        request.preferred_node(),
+        request.unknown_resources(),
+        request.strategy(),
+        request.label_selector(),
+        request.fallback(),
+        request.tolerations(),
+        actor
+    ))
 }
 
 /// Adds a node of type `t` named `id` to `cluster`, as it will register.

@@ -529,10 +529,10 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
         println!("  berth status");
         println!("  berth list nodes");
         println!("  berth actor create --command sleep --arg 600 --resources CPU=1");
-        println!(
-            "  berth taint --node-id {} --append maintenance=true",
-            sim.node_ids().next().unwrap_or("node-1")
-        );
+        match sim.node_ids().next() {
+            Some(node) => println!("  berth taint --node-id {node} --append maintenance=true"),
+            None => println!("  berth autoscaler status      # the nodes it launches, and why"),
+        }
         println!("Press Ctrl-C to stop (or run `berth stop`).");
         let outcome = tokio::select! {
             reason = head.stopped() => Err(anyhow!("the head stopped: {reason}")),

@@ -140,10 +140,19 @@ struct NodeTypeEntry {
     max_nodes: Option<u32>,
 }
 
-/// Reads and checks the autoscaler file at `path`.
+/// Reads and checks the autoscaler file at `path`. A `command` program given as a relative
+/// path (`./nodes.sh`) is found beside the file, wherever the head runs from.
 pub fn load_autoscaler(path: &Path) -> Result<AutoscalerSettings, InputError> {
     let source = Source::read(FileKind::NodeTypes, path)?;
-    settings(&source)
+    let mut settings = settings(&source)?;
+    if let ProviderSettings::Command { argv, .. } = &mut settings.provider {
+        let program = Path::new(&argv[0]);
+        if program.is_relative() && argv[0].contains('/') {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            argv[0] = dir.join(program).display().to_string();
+        }
+    }
+    Ok(settings)
 }
 
 /// Checks the autoscaler file's `text`; errors name `name`.

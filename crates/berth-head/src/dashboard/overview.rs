@@ -31,6 +31,19 @@ pub(crate) struct Overview {
     shown: u64,
     pending: Vec<PendingRow>,
     demand: Vec<DemandRow>,
+    /// The autoscaler, when the head runs one.
+    autoscaler: Option<AutoscalerCard>,
+}
+
+/// The autoscaler at a glance: nodes per type and the latest decisions.
+struct AutoscalerCard {
+    provider: String,
+    nodes: usize,
+    launching: u32,
+    idle: u32,
+    types: Vec<berth_api::rest::NodeTypeStatus>,
+    /// The latest decisions, newest first: time, action, node, why.
+    decisions: Vec<(String, String, String, String)>,
 }
 
 /// One kind of work and its counts by state.
@@ -101,6 +114,29 @@ impl Overview {
             shown: pending.len() as u64,
             pending,
             demand,
+            autoscaler: view.autoscaler.as_deref().map(AutoscalerCard::new),
+        }
+    }
+}
+
+impl AutoscalerCard {
+    fn new(status: &berth_api::rest::AutoscalerStatus) -> AutoscalerCard {
+        AutoscalerCard {
+            provider: status.provider.clone(),
+            nodes: status.nodes.len(),
+            launching: status.node_types.iter().map(|t| t.launching).sum(),
+            idle: status.node_types.iter().map(|t| t.idle).sum(),
+            types: status.node_types.clone(),
+            decisions: status
+                .decisions
+                .iter()
+                .rev()
+                .take(8)
+                .map(|d| {
+                    let time = format::time(d.at_ms);
+                    (time, d.action.replace('_', " "), d.node_id.clone(), d.reason.clone())
+                })
+                .collect(),
         }
     }
 }

@@ -447,6 +447,48 @@ async fn the_overview_shows_nodes_resources_counts_waiting_and_demand() {
 }
 
 #[tokio::test]
+async fn the_overview_has_an_autoscaler_card_and_its_decisions_when_one_runs() {
+    let html = get(&harness().router, "/ui/overview").await.ok().to_string();
+    assert!(!html.contains("Autoscaled nodes"), "no autoscaler, no card: {html}");
+    let mut view = sample_view();
+    view.autoscaler = Some(Arc::new(berth_api::rest::AutoscalerStatus {
+        enabled: true,
+        provider: "local".into(),
+        node_types: vec![berth_api::rest::NodeTypeStatus {
+            name: "gpu".into(),
+            resources: [("GPU".to_string(), "2".to_string())].into(),
+            taints: [("gpu_node".to_string(), "true".to_string())].into(),
+            max_nodes: 2,
+            alive: 1,
+            launching: 1,
+            ..Default::default()
+        }],
+        decisions: vec![berth_api::rest::AutoscalerDecision {
+            at_ms: 0,
+            action: "launch".into(),
+            node_id: "gpu-1a".into(),
+            node_type: "gpu".into(),
+            reason: "for actor-<b>7".into(),
+        }],
+        ..Default::default()
+    }));
+    let html = get(&harness_with(view, None).router, "/ui/overview").await.ok().to_string();
+    assert!(html.contains("<h2>Autoscaled nodes</h2>"), "{html}");
+    assert!(html.contains(r#"<span class="badge wait">1 launching</span>"#), "{html}");
+    assert!(
+        html.contains(
+            r#"<th scope="row">gpu</th><td>GPU 2 </td><td><code>gpu_node=true </code></td>"#
+        ),
+        "{html}"
+    );
+    assert!(
+        html.contains("<td>gpu-1a</td><td>for actor-&#60;b&#62;7</td>")
+            || html.contains("for actor-&lt;b&gt;7"),
+        "escaped: {html}"
+    );
+}
+
+#[tokio::test]
 async fn the_nodes_table_shows_resources_labels_taints_state_and_controls() {
     let h = harness();
     let page = get(&h.router, "/ui/nodes").await.ok().to_string();

@@ -205,6 +205,9 @@ fn owner(
                         Err,
                     ));
                 }
+                Command::AutoscalePlan { reply, .. } => {
+                    let _ = reply.send(err.map_or_else(|| Ok(Default::default()), Err));
+                }
                 // Agent messages and ticks are not the REST API's.
                 #[allow(unreachable_patterns)]
                 _ => {}
@@ -351,6 +354,13 @@ fn routes() -> Vec<(Method, &'static str, &'static str, Option<&'static str>)> {
         (Method::GET, "/api/v1/explain/actor-1", "/api/v1/explain/{id}", None),
         (Method::POST, "/api/v1/explain", "/api/v1/explain", Some(r#"{"resources": {"CPU": 1}}"#)),
         (Method::GET, "/api/v1/logs/actor-1", "/api/v1/logs/{id}", None),
+        (Method::GET, "/api/v1/autoscaler", "/api/v1/autoscaler", None),
+        (
+            Method::POST,
+            "/api/v1/autoscaler/plan",
+            "/api/v1/autoscaler/plan",
+            Some("node_types: {cpu: {resources: {CPU: 4}}}"),
+        ),
         (Method::GET, "/api/v1/tokens", "/api/v1/tokens", None),
         (Method::POST, "/api/v1/tokens", "/api/v1/tokens", Some(r#"{"role": "read"}"#)),
         (Method::DELETE, "/api/v1/tokens/tok-none", "/api/v1/tokens/{id}", None),
@@ -417,9 +427,9 @@ async fn http_every_route_answers_with_the_token() {
     }
     drop(h.router);
     drop(h.view);
-    // 15 commands: drain, 2 taints, 2 labels, resources, create actor, kill, submit, 2
-    // batches, cancel, create group, remove, dry run.
-    assert_eq!(owner.await.unwrap(), 15);
+    // 16 commands: drain, 2 taints, 2 labels, resources, create actor, kill, submit, 2
+    // batches, cancel, create group, remove, dry run, autoscaler plan.
+    assert_eq!(owner.await.unwrap(), 16);
 }
 
 #[tokio::test]
