@@ -116,6 +116,9 @@ pub struct Plan {
     pub deferred: Vec<Launch>,
     /// Per waiting item, in the order given.
     pub verdicts: Vec<(String, Verdict)>,
+    /// Nodes of the cluster (alive or launching) the plan put waiting work on: not idle in
+    /// intent, whatever they hold now (a group's first node waits for the others to join).
+    pub used: std::collections::BTreeSet<String>,
 }
 
 impl Plan {
@@ -139,6 +142,7 @@ pub fn plan(
     wants: &[Want<'_>],
 ) -> Plan {
     let mut planner = Planner {
+        used: Default::default(),
         refused: std::collections::HashMap::new(),
         sim: cluster.clone(),
         scheduler: Scheduler::new(config.clone()),
@@ -190,13 +194,14 @@ pub fn plan(
     let room = speed_cap.max(5).saturating_sub(fleet.launching.len());
     let mut launch = planner.planned;
     let deferred = launch.split_off(room.min(launch.len()));
-    Plan { launch, deferred, verdicts }
+    Plan { launch, deferred, verdicts, used: planner.used }
 }
 
 /// Waiting items planned per round at most (the rest in later rounds, as these are placed).
 pub const MAX_PLANNED: usize = 2000;
 
 struct Planner<'s> {
+    used: std::collections::BTreeSet<String>,
     /// Verdicts that no node can change within a round (no type takes it), by request shape:
     /// a thousand identical infeasible tasks are tried on the types once.
     refused: std::collections::HashMap<String, Verdict>,
@@ -329,16 +334,22 @@ impl Planner<'_> {
         Verdict::Unservable { reasons }
     }
 
-    fn fits(&self, placed: Placed) -> Verdict {
-        let node = match &placed {
-            Placed::Request(allocation) => self.sim.node(allocation.node()),
+    fn fits(&mut self, placed: Placed) -> Verdict {
+        let nodes: Vec<NodeIndex> = match &placed {
+            Placed::Request(allocation) => vec![allocation.node()],
             Placed::Group(id) => self
                 .sim
                 .group(id)
-                .and_then(|g| g.bundle(0))
-                .and_then(|ledger| self.sim.node(ledger.node)),
+                .map(|g| (0..g.bundles.len()).filter_map(|i| g.bundle(i)).map(|l| l.node).collect())
+                .unwrap_or_default(),
         };
-        let node = node.map(|n| n.id().as_str().to_string()).unwrap_or_default();
+        let ids: Vec<String> = nodes
+            .iter()
+            .filter_map(|&i| self.sim.node(i))
+            .map(|n| n.id().as_str().to_string())
+            .collect();
+        self.used.extend(ids.iter().filter(|id| !id.contains("-planned-")).cloned());
+        let node = ids.into_iter().next().unwrap_or_default();
         let launching = self.launching.contains(&node) || node.contains("-planned-");
         Verdict::Fits { node, launching }
     }

@@ -33,6 +33,13 @@ fn write(cluster: &Cluster, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// Creates an actor that sleeps 600 s with `flags`; its ID.
+fn sleeper(cluster: &Cluster, flags: &[&str]) -> String {
+    let mut args = vec!["actor", "create", "--command", "sleep", "--arg", "600"];
+    args.extend_from_slice(flags);
+    created_id(&cluster.ok(&args), "actor-")
+}
+
 fn status(cluster: &Cluster) -> Value {
     cluster.json(&["autoscaler", "status"])
 }
@@ -81,35 +88,9 @@ fn waiting_work_gets_the_type_the_scheduler_would_choose_and_idle_nodes_go() {
     assert!(cluster.nodes().is_empty(), "no node before work waits");
 
     // A GPU actor that tolerates gpu_node: only the GPU type can take it.
-    let gpu = created_id(
-        &cluster.ok(&[
-            "actor",
-            "create",
-            "--command",
-            "sleep",
-            "--arg",
-            "600",
-            "--resources",
-            "GPU=1",
-            "--tolerations",
-            "gpu_node=exists()",
-        ]),
-        "actor-",
-    );
+    let gpu = sleeper(&cluster, &["--resources", "GPU=1", "--tolerations", "gpu_node=exists()"]);
     // A CPU actor under rare-resource isolation: the GPU type is tainted too, so the CPU type.
-    let cpu = created_id(
-        &cluster.ok(&[
-            "actor",
-            "create",
-            "--command",
-            "sleep",
-            "--arg",
-            "600",
-            "--resources",
-            "CPU=1",
-        ]),
-        "actor-",
-    );
+    let cpu = sleeper(&cluster, &["--resources", "CPU=1"]);
     let gpu_actor = cluster.wait_object(&gpu, "is ALIVE", |a| a["state"] == "ALIVE");
     let cpu_actor = cluster.wait_object(&cpu, "is ALIVE", |a| a["state"] == "ALIVE");
     assert_eq!(type_of_node(&cluster, &gpu_actor), "gpu");
@@ -157,21 +138,7 @@ fn strict_spread_of_three_gets_three_nodes_and_what_no_type_serves_is_reported()
 
     // Eight GPUs on one node: no type has them. Reported with each type's reason; nothing
     // is launched for it.
-    let big = created_id(
-        &cluster.ok(&[
-            "actor",
-            "create",
-            "--command",
-            "sleep",
-            "--arg",
-            "600",
-            "--resources",
-            "GPU=8",
-            "--tolerations",
-            "gpu_node=exists()",
-        ]),
-        "actor-",
-    );
+    let big = sleeper(&cluster, &["--resources", "GPU=8", "--tolerations", "gpu_node=exists()"]);
     let plan = cluster.json(&["autoscaler", "plan"]);
     let item = &plan["items"][0];
     assert_eq!(item["id"], big.as_str());
@@ -245,7 +212,7 @@ fn a_failing_command_is_retried_then_reported_and_a_silent_node_is_given_up() {
             program.display()
         ),
     );
-    let (_head, _) = cluster.head(&["--autoscaler", types.to_str().unwrap()]);
+    let (_head, address) = cluster.head(&["--autoscaler", types.to_str().unwrap()]);
     let task = created_id(
         &cluster.ok(&[
             "task",
@@ -286,9 +253,23 @@ fn a_failing_command_is_retried_then_reported_and_a_silent_node_is_given_up() {
             .then_some(())
             .ok_or(format!("{made:?}"))
     });
-    let metrics = cluster.ok(&["status"]);
-    assert!(metrics.contains("task"), "{metrics}");
-    let _ = task;
+    // The task still waits, and /metrics counts what happened.
+    assert_eq!(cluster.json(&["get", &task])["state"], "PENDING");
+    let token = std::fs::read_to_string(cluster.file("token")).unwrap();
+    berth_head::tls::install_crypto_provider();
+    let metrics = reqwest::blocking::Client::new()
+        .get(format!("http://{address}/metrics"))
+        .bearer_auth(token.trim())
+        .send()
+        .and_then(|r| r.text())
+        .expect("/metrics answers");
+    for line in [
+        r#"berth_autoscaler_events_total{event="failed"} 1"#,
+        r#"berth_autoscaler_events_total{event="given_up"}"#,
+        r#"berth_autoscaler_nodes{state="launching"}"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
 }
 
 #[test]
@@ -307,19 +288,7 @@ fn a_head_restarted_mid_launch_does_not_launch_again() {
         ),
     );
     let (mut head, _) = cluster.head(&["--autoscaler", types.to_str().unwrap()]);
-    let actor = created_id(
-        &cluster.ok(&[
-            "actor",
-            "create",
-            "--command",
-            "sleep",
-            "--arg",
-            "600",
-            "--resources",
-            "CPU=1",
-        ]),
-        "actor-",
-    );
+    let actor = sleeper(&cluster, &["--resources", "CPU=1"]);
     let made = wait_for("the script is called", WAIT, || {
         let made = calls(&calls_path);
         (!made.is_empty()).then_some(made.clone()).ok_or(format!("{made:?}"))

@@ -275,6 +275,18 @@ mod tests {
     }
 
     #[test]
+    fn metrics_autoscaler_families_count_events_and_set_node_states() {
+        let m = Metrics::new();
+        m.autoscaler_event("launched");
+        m.autoscaler_event("launched");
+        m.set_autoscaler_nodes("idle", 3);
+        m.set_autoscaler_nodes("idle", 1);
+        let text = m.render();
+        assert!(text.contains(r#"berth_autoscaler_events_total{event="launched"} 2"#), "{text}");
+        assert!(text.contains(r#"berth_autoscaler_nodes{state="idle"} 1"#), "{text}");
+    }
+
+    #[test]
     fn metrics_gauges_are_set_not_added_and_registries_are_separate() {
         let a = Metrics::new();
         let b = Metrics::new();

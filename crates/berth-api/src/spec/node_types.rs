@@ -23,8 +23,8 @@ use super::{
 
 /// Default `idle_timeout_s`: a node with nothing on it for this long is removed.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Default `launch_timeout_s`: a node that has not registered this long after its launch is
-/// given up.
+/// Default `launch_timeout_s`: a node that has not registered this long after the provider
+/// created it is given up.
 pub const DEFAULT_LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default `max_nodes` (the whole cluster's autoscaled nodes).
 pub const DEFAULT_MAX_NODES: u32 = 16;
@@ -48,7 +48,7 @@ pub struct AutoscalerSettings {
     pub idle_timeout: Duration,
     /// Launching nodes at most: `max(5, upscaling_speed × autoscaled nodes alive)`.
     pub upscaling_speed: f64,
-    /// A launched node that has not registered after this long is given up.
+    /// A node that has not registered this long after the provider created it is given up.
     pub launch_timeout: Duration,
     /// The node types, by name (ties between equally good types go to the first name).
     pub node_types: Vec<NodeType>,

@@ -124,6 +124,19 @@ fn small_requests_share_a_planned_node_and_a_launching_one() {
 }
 
 #[test]
+fn nodes_the_plan_puts_waiting_work_on_are_reported_as_used() {
+    // A group whose first bundle fits on a live node and whose second waits for a launching
+    // one: both are in use, so neither counts as idle meanwhile.
+    let mut cluster = testutil::cluster(&[("cpu-0", "CPU=4"), ("idle-1", "CPU=1")]);
+    let fleet = Fleet { launching: vec![("cpu-9".into(), "cpu".into())], ..Fleet::default() };
+    let group =
+        "placement_group:\n  id: pg\n  strategy: STRICT_SPREAD\n  bundles: [{CPU: 2}, {CPU: 2}]\n";
+    let plan = plan_for(&mut cluster, TYPES, &fleet, &[group]);
+    assert!(plan.launch.is_empty(), "{plan:?}");
+    assert_eq!(plan.used.iter().map(String::as_str).collect::<Vec<_>>(), ["cpu-0", "cpu-9"]);
+}
+
+#[test]
 fn a_label_selector_picks_the_type_whose_labels_match() {
     let mut cluster = Cluster::new(berth_core::ResourceRegistry::default());
     let request = "resources: {CPU: 1}\nlabel_selector: {berth.io/availability-zone: b}\n";
@@ -193,6 +206,26 @@ fn request_text(cpu: u32, gpu: u32, tolerate: bool, zone: Option<&str>) -> Strin
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// A STRICT_SPREAD group of n bundles on an empty cluster gets n distinct planned nodes,
+    /// as long as the limit allows them; beyond it, none.
+    #[test]
+    fn strict_spread_of_n_plans_n_distinct_nodes(n in 1usize..10) {
+        let mut cluster = Cluster::new(berth_core::ResourceRegistry::default());
+        let bundles = vec!["{CPU: 1}"; n].join(", ");
+        let group = format!("placement_group:\n  id: pg\n  strategy: STRICT_SPREAD\n  bundles: [{bundles}]\n");
+        let types = "max_nodes: 6\nnode_types: {cpu: {resources: {CPU: 4}}}\n";
+        let plan = plan_for(&mut cluster, types, &Fleet::default(), &[&group]);
+        let planned = plan.by_type().get("cpu").copied().unwrap_or(0) as usize;
+        if n <= 6 {
+            prop_assert_eq!(planned, n);
+            prop_assert_eq!(&plan.verdicts[0].1, &Verdict::Launch { node_type: "cpu".into(), nodes: n as u32 });
+        } else {
+            prop_assert_eq!(planned, 0);
+            let is_limited = matches!(plan.verdicts[0].1, Verdict::Limited { .. });
+            prop_assert!(is_limited, "{:?}", plan.verdicts[0]);
+        }
+    }
 
     /// Whatever waits: every planned type would take the item it was planned for on its own
     /// (its taints tolerated, its labels matching, its resources enough), no limit is passed,

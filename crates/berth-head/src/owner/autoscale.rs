@@ -63,6 +63,11 @@ struct LaunchRecord {
     node_type: String,
     state: RecordState,
     launched_at_ms: u64,
+    /// When the provider said it created the machine: `launch_timeout_s` counts from here (a
+    /// machine cannot register before it exists). A record reloaded without it counts from the
+    /// reload: the create it was waiting for was lost with the old head.
+    #[serde(default)]
+    created_at_ms: Option<u64>,
     #[serde(default)]
     output: String,
 }
@@ -149,7 +154,8 @@ impl Owner {
         for (key, bytes) in snapshot.table(Table::Meta).range(RECORD_PREFIX.to_string()..) {
             let Some(node_id) = key.strip_prefix(RECORD_PREFIX) else { break };
             match serde_json::from_slice::<LaunchRecord>(bytes) {
-                Ok(record) => {
+                Ok(mut record) => {
+                    record.created_at_ms.get_or_insert_with(now_ms);
                     autoscaler.records.insert(node_id.to_string(), record);
                 }
                 Err(err) => skipped.push(format!("{} {key}: {err}", Table::Meta)),
@@ -183,6 +189,10 @@ impl Owner {
         if needs_min || !self.queue.is_empty() || !self.waiting_groups.is_empty() {
             let settings = autoscaler.planning_settings(now);
             let plan = self.plan_with(&settings, &fleet);
+            // A node the plan puts waiting work on is not idle, whatever it holds now.
+            for node_id in &plan.used {
+                autoscaler.idle_since.remove(node_id);
+            }
             for launch in &plan.launch {
                 autoscaler.next_id += 1;
                 let node_id = format!("{}-{}", launch.node_type, base36(autoscaler.next_id));
@@ -193,6 +203,7 @@ impl Owner {
                         node_type: t.name.clone(),
                         state: RecordState::Launching,
                         launched_at_ms: now,
+                        created_at_ms: None,
                         output: String::new(),
                     }),
                 );
@@ -228,12 +239,15 @@ impl Owner {
                         autoscaler.count("registered");
                         self.metrics.autoscaler_event("registered");
                         autoscaler.decide("registered", &node_id, &node_type, String::new());
-                    } else if now.saturating_sub(record.launched_at_ms) > timeout {
+                    } else if record
+                        .created_at_ms
+                        .is_some_and(|at| now.saturating_sub(at) > timeout)
+                    {
                         autoscaler.set(&node_id, None);
                         autoscaler.count("given_up");
                         self.metrics.autoscaler_event("given_up");
                         let reason = format!(
-                            "not registered {} s after its launch (launch_timeout_s); deleted",
+                            "not registered {} s after it was created (launch_timeout_s); deleted",
                             timeout / 1000
                         );
                         autoscaler.decide("given_up", &node_id, &record.node_type, reason);
@@ -324,6 +338,7 @@ impl Owner {
             Outcome::Created { node_id, output } => {
                 if let Some(mut record) = autoscaler.records.get(&node_id).cloned() {
                     record.output = output;
+                    record.created_at_ms = Some(now);
                     autoscaler.set(&node_id, Some(record));
                 }
                 autoscaler.count("launched");
