@@ -84,6 +84,9 @@ pub(crate) struct Autoscaler {
     counters: BTreeMap<String, u64>,
     /// Per type, failed launches in a row and the time before which it is not launched.
     cooldown: HashMap<String, (u32, u64)>,
+    /// Nodes whose delete the provider is running (a `Removing` record without one, reloaded
+    /// after a restart, is deleted again).
+    deleting: std::collections::HashSet<String>,
     next_id: u64,
 }
 
@@ -98,6 +101,7 @@ impl Autoscaler {
             decisions: VecDeque::new(),
             counters: BTreeMap::new(),
             cooldown: HashMap::new(),
+            deleting: Default::default(),
             // IDs must not repeat across restarts: start from the clock.
             next_id: now_ms(),
         }
@@ -252,6 +256,7 @@ impl Owner {
                         );
                         autoscaler.decide("given_up", &node_id, &record.node_type, reason);
                         failed_type(autoscaler, &record.node_type, now);
+                        autoscaler.deleting.insert(node_id.clone());
                         actions.delete.push((node_id.clone(), record.node_type.clone()));
                     }
                 }
@@ -275,7 +280,11 @@ impl Owner {
                         autoscaler.idle_since.remove(&node_id);
                     }
                 }
-                RecordState::Removing => {}
+                RecordState::Removing => {
+                    if autoscaler.deleting.insert(node_id.clone()) {
+                        actions.delete.push((node_id.clone(), record.node_type.clone()));
+                    }
+                }
             }
         }
     }
@@ -326,6 +335,7 @@ impl Owner {
                 autoscaler.settings.idle_timeout.as_secs()
             );
             autoscaler.decide("remove", &node_id, &node_type, reason);
+            autoscaler.deleting.insert(node_id.clone());
             actions.delete.push((node_id, node_type));
         }
     }
@@ -360,6 +370,7 @@ impl Owner {
                 failed_type(&mut autoscaler, &node_type, now);
             }
             Outcome::Deleted { node_id, output } => {
+                autoscaler.deleting.remove(&node_id);
                 let node_type = record_type(&autoscaler, &node_id);
                 if autoscaler.records.contains_key(&node_id) {
                     autoscaler.set(&node_id, None);
@@ -369,6 +380,7 @@ impl Owner {
                 }
             }
             Outcome::DeleteFailed { node_id, error } => {
+                autoscaler.deleting.remove(&node_id);
                 let node_type = record_type(&autoscaler, &node_id);
                 if autoscaler.records.contains_key(&node_id) {
                     // Left draining: nothing is placed there; an operator removes it.
