@@ -410,8 +410,10 @@ impl Planner<'_> {
                             self.scheduler.place_explained(&mut self.sim, &request, &mut self.rng);
                         let mut reasons: Vec<String> = Vec::new();
                         for attempt in &explanation.attempts {
+                            // The first reason only: filters run static before dynamic, so
+                            // a fresh node's first failure is why it can never take it.
                             let line = attempt.nodes.iter().find(|n| n.node == index);
-                            for reason in line.into_iter().flat_map(|n| n.reasons()) {
+                            if let Some(reason) = line.and_then(|n| n.reasons().next()) {
                                 let text = reason.describe(&self.sim);
                                 if !reasons.contains(&text) {
                                     reasons.push(text);
