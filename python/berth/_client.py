@@ -67,8 +67,27 @@ def discover(address: Optional[str], token: Optional[str], ca: Optional[str]) ->
             token = None
     if not ca:
         ca = os.environ.get("BERTH_CA") or None
-    url = address if "://" in address else f"http://{address}"
-    return url.rstrip("/"), token, ca
+    return active_head(address, ca), token, ca
+
+
+def active_head(addresses: str, ca: Optional[str]) -> str:
+    """Of a head's addresses, comma-separated (itself and its standbys), the URL of the first
+    whose head is active: its ``/healthz`` says ``ok`` (a standby says ``standby``); the first
+    when none answers."""
+    urls = [a.strip() if "://" in a else f"http://{a.strip()}" for a in addresses.split(",") if a.strip()]
+    if not urls:
+        raise ValueError(f"address: {addresses!r} names no head")
+    urls = [u.rstrip("/") for u in urls]
+    if len(urls) == 1:
+        return urls[0]
+    for url in urls:
+        try:
+            client = Client(url, None, ca, timeout=2.0)
+            if client.get("/healthz").get("status") == "ok":
+                return url
+        except Exception:  # unreachable, a standby's 503, TLS: try the next
+            continue
+    return urls[0]
 
 
 class Client:

@@ -152,7 +152,10 @@ class Worker:
             self.ask_owner({"op": "result", "status": "error"}, error_payload(e, f"{name}.__init__"))
             sys.exit(1)
         server = ActorServer(instance, name, self.key, int(spec.get("max_concurrency") or 1))
-        head = _env("BERTH_ADDRESS")
+        # With standby heads the variable lists every address: register with the active one.
+        from ._client import active_head
+
+        head = active_head(_env("BERTH_ADDRESS"), os.environ.get("BERTH_CA") or None)
         address = f"{_protocol.outward_ip(head)}:{server.port}"
         register(head, self.work_id, self.attempt, self.key, address)
         server.serve_forever()

@@ -194,7 +194,10 @@ fn describe(call: &str, status: &Status) -> String {
 /// One agent: a configuration, a runner, and the status it publishes.
 pub struct Agent {
     config: AgentConfig,
-    url: String,
+    /// The head addresses, tried in turn: the next after each lost session.
+    urls: Vec<String>,
+    /// Which of `urls` the next session uses.
+    current: std::sync::atomic::AtomicUsize,
     auth: MetadataValue<Ascii>,
     runner: Arc<dyn Runner>,
     status: Arc<watch::Sender<AgentStatus>>,
@@ -213,10 +216,10 @@ impl Agent {
     /// An agent for `config` (validated here) executing assignments with `runner`.
     pub fn new(config: AgentConfig, runner: Arc<dyn Runner>) -> Result<Agent, AgentError> {
         config.validate()?;
-        let url = config.head_url()?;
+        let urls = config.head_urls()?;
         let auth = config.authorization()?;
         let (status, _) = watch::channel(AgentStatus::default());
-        Ok(Agent { config, url, auth, runner, status: Arc::new(status) })
+        Ok(Agent { config, urls, current: 0.into(), auth, runner, status: Arc::new(status) })
     }
 
     /// Validates `config` and runs an agent until `shutdown` turns true (or its sender is
@@ -292,6 +295,10 @@ impl Agent {
                 s.session = None;
                 s.last_error = Some(reason);
             });
+            // With standby heads, the next address may be the active one now.
+            if self.urls.len() > 1 {
+                self.current.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             tokio::select! {
                 biased;
                 () = shutdown_requested(shutdown) => return Ok(()),
@@ -300,9 +307,16 @@ impl Agent {
         }
     }
 
+    /// The head address this session uses.
+    fn url(&self) -> &str {
+        let i = self.current.load(std::sync::atomic::Ordering::Relaxed);
+        &self.urls[i % self.urls.len()]
+    }
+
     fn client(&self) -> Result<Client, Ended> {
-        let mut endpoint = Endpoint::from_shared(self.url.clone())
-            .map_err(|e| Ended::Lost(format!("cannot use the head address {}: {e}", self.url)))?;
+        let url = self.url().to_string();
+        let mut endpoint = Endpoint::from_shared(url.clone())
+            .map_err(|e| Ended::Lost(format!("cannot use the head address {url}: {e}")))?;
         if let Some(ca) = &self.config.ca {
             // Only this CA: the head's certificate must chain to it.
             let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
@@ -325,13 +339,13 @@ impl Agent {
     fn failed(&self, call: &'static str, status: Status) -> Ended {
         match verdict(status.code()) {
             Verdict::Refused => Ended::Fatal(AgentError::Unauthenticated {
-                head: self.config.head.clone(),
+                head: self.url().to_string(),
                 call,
                 message: status.message().to_string(),
             }),
             Verdict::Rejected if call == "Register" => {
                 Ended::Fatal(AgentError::RegistrationRefused {
-                    head: self.config.head.clone(),
+                    head: self.url().to_string(),
                     message: status.message().to_string(),
                 })
             }

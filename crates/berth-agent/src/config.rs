@@ -31,7 +31,8 @@ pub const DEFAULT_RECONNECT_BACKOFF: Duration = Duration::from_secs(1);
 #[derive(Clone, PartialEq, Eq)]
 pub struct AgentConfig {
     /// The head's gRPC address: `HOST:PORT`, `http://HOST:PORT`, or `https://HOST:PORT` for a
-    /// head serving TLS (then `ca` is needed).
+    /// head serving TLS (then `ca` is needed). Several, comma-separated, for a head with
+    /// standbys (`a:8780,b:8780`): the agent moves to the next whenever it loses its session.
     pub head: String,
     /// The PEM certificate(s) of the CA that signed the head's certificate (`--ca FILE`): the
     /// agent verifies the head with it, and only with it.
@@ -113,8 +114,12 @@ impl AgentConfig {
 
     /// Checks every field; the first one that is wrong is named in the error.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let url = self.head_url()?;
-        match (url.starts_with("https://"), &self.ca) {
+        let urls = self.head_urls()?;
+        let https = urls[0].starts_with("https://");
+        if urls.iter().any(|u| u.starts_with("https://") != https) {
+            return Err(ConfigError::new("head", "give every head address with https:// or none"));
+        }
+        match (https, &self.ca) {
             (true, None) => {
                 return Err(ConfigError::new(
                     "ca",
@@ -203,9 +208,21 @@ impl AgentConfig {
 
     /// The head's address as a URL the gRPC channel accepts: `http://HOST:PORT`.
     pub fn head_url(&self) -> Result<String, ConfigError> {
-        parse_head(&self.head).map_err(|rule| {
-            ConfigError::new("head", format!("{:?} is not a head address: {rule}", self.head))
-        })
+        Ok(self.head_urls()?.remove(0))
+    }
+
+    /// Every head address of [`AgentConfig::head`], as URLs, in order.
+    pub fn head_urls(&self) -> Result<Vec<String>, ConfigError> {
+        let mut urls = Vec::new();
+        for head in self.head.split(',').map(str::trim) {
+            let url = parse_head(head).map_err(|rule| {
+                ConfigError::new("head", format!("{head:?} is not a head address: {rule}"))
+            })?;
+            if !urls.contains(&url) {
+                urls.push(url);
+            }
+        }
+        Ok(urls)
     }
 
     /// The `authorization` metadata value: `Bearer <token>`.
@@ -320,6 +337,17 @@ mod tests {
             assert_eq!(c.head_url().unwrap(), url, "{given}");
             c.validate().unwrap();
         }
+    }
+
+    #[test]
+    fn several_heads_are_tried_in_order_and_each_is_checked() {
+        let mut c = config();
+        c.head = "10.0.0.1:8780, http://10.0.0.2:8780,10.0.0.1:8780".into();
+        assert_eq!(c.head_urls().unwrap(), ["http://10.0.0.1:8780", "http://10.0.0.2:8780"]);
+        c.validate().unwrap();
+        c.head = "10.0.0.1:8780,10.0.0.2".into();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("\"10.0.0.2\"") && err.contains("port"), "{err}");
     }
 
     #[test]

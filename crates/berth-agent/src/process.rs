@@ -147,8 +147,13 @@ impl Default for ProcessOptions {
 fn head_env(options: &ProcessOptions) -> Vec<(&'static str, std::ffi::OsString)> {
     let mut env = Vec::new();
     if let Some(head) = &options.head {
-        let url = if head.contains("://") { head.clone() } else { format!("http://{head}") };
-        env.push(("BERTH_ADDRESS", url.into()));
+        // Each of a head's addresses (its standbys too) as a URL, in order.
+        let urls: Vec<String> = head
+            .split(',')
+            .map(str::trim)
+            .map(|h| if h.contains("://") { h.to_string() } else { format!("http://{h}") })
+            .collect();
+        env.push(("BERTH_ADDRESS", urls.join(",").into()));
     }
     if let Some(ca) = &options.ca_file {
         env.push(("BERTH_CA", ca.clone().into_os_string()));

@@ -847,10 +847,13 @@ pub struct Explanation {
 /// `GET /healthz`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Health {
-    /// `ok`.
+    /// `ok`, or `standby` for a head waiting to take the store's lease over.
     pub status: String,
     /// The head's version.
     pub version: String,
+    /// A standby's: the active head (the holder of the store's lease).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------

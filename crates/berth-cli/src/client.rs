@@ -72,7 +72,8 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Clone, Debug, Default, Args)]
 pub struct HeadArgs {
     /// The head's address, HOST:PORT, or https://HOST:PORT for a head serving TLS (then
-    /// --ca is needed).
+    /// --ca is needed). Several, comma-separated, for a head with standbys: the first whose
+    /// head is active is used.
     ///
     /// Default: $BERTH_ADDRESS, else the address the running head wrote in
     /// DATA_DIR/head-address, else 127.0.0.1:8780. A port-less HOST gets port 8780.
@@ -335,6 +336,8 @@ impl fmt::Debug for Token {
 pub struct Endpoint {
     /// `HOST:PORT`.
     pub address: String,
+    /// Every address given (`a:8780,b:8780`: a head and its standbys), `address` first.
+    pub addresses: Vec<String>,
     /// Where it came from.
     pub address_source: AddressSource,
     /// The token, when one was found.
@@ -360,10 +363,22 @@ impl Endpoint {
                 None => (format!("127.0.0.1:{DEFAULT_PORT}"), AddressSource::Default),
             }
         };
-        let address = normalize_address(&text).map_err(|rule| {
-            BadInput::new(format!("address {text:?} ({address_source}): {rule}"))
-        })?;
-        let ca = match (is_https(&text), &args.ca) {
+        let mut addresses = Vec::new();
+        for item in text.split(',').map(str::trim) {
+            let address = normalize_address(item).map_err(|rule| {
+                BadInput::new(format!("address {item:?} ({address_source}): {rule}"))
+            })?;
+            if is_https(item) != is_https(text.trim()) {
+                return Err(BadInput::new(format!(
+                    "addresses {text:?} ({address_source}): give all with https:// or none"
+                )));
+            }
+            if !addresses.contains(&address) {
+                addresses.push(address);
+            }
+        }
+        let address = addresses[0].clone();
+        let ca = match (is_https(text.trim()), &args.ca) {
             (true, None) => {
                 return Err(BadInput::new(format!(
                     "address {text:?} ({address_source}) is https://: give --ca FILE (or \
@@ -387,7 +402,7 @@ impl Endpoint {
                 read_trimmed(&file)?.map(|secret| Token { secret, source: TokenSource::File(file) })
             }
         };
-        Ok(Endpoint { address, address_source, token, data_dir, ca })
+        Ok(Endpoint { address, addresses, address_source, token, data_dir, ca })
     }
 
     /// From the flags and the process environment.
@@ -395,15 +410,29 @@ impl Endpoint {
         Endpoint::resolve(args, &Environment::from_process())
     }
 
-    /// A client for this endpoint.
+    /// A client for this endpoint: with several addresses, for the first whose head is
+    /// active (its `/healthz` says `ok`, not `standby`), else for the first.
     pub fn client(&self) -> Result<Client, BadInput> {
+        if self.addresses.len() > 1 {
+            for address in &self.addresses {
+                let client = self.client_for(address)?;
+                let health: Result<berth_api::rest::Health, _> = client.get("/healthz");
+                if health.is_ok_and(|h| h.status == "ok") {
+                    return Ok(client);
+                }
+            }
+        }
+        self.client_for(&self.address)
+    }
+
+    fn client_for(&self, address: &str) -> Result<Client, BadInput> {
         let mut client = match &self.ca {
-            None => Client::new(&self.address, self.token.clone())?,
+            None => Client::new(address, self.token.clone())?,
             Some(ca) => {
                 let pem = std::fs::read(ca).map_err(|err| {
                     BadInput::new(format!("--ca: cannot read {}: {err}", ca.display()))
                 })?;
-                Client::new_tls(&self.address, self.token.clone(), &pem)
+                Client::new_tls(address, self.token.clone(), &pem)
                     .map_err(|err| BadInput::new(format!("--ca {}: {}", ca.display(), err.0)))?
             }
         };

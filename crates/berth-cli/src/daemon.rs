@@ -36,7 +36,8 @@ pub struct StartArgs {
     /// Start the head (the control plane).
     #[arg(long, conflicts_with = "address")]
     pub head: bool,
-    /// Start an agent that joins the head at HOST:PORT.
+    /// Start an agent that joins the head at HOST:PORT (several, comma-separated, for a head
+    /// with standbys: the agent moves to the next when it loses the one it had).
     #[arg(long, value_name = "HOST:PORT")]
     pub address: Option<String>,
     #[command(flatten)]
@@ -86,6 +87,11 @@ pub struct HeadOptions {
     /// `--rare-resource-isolation ''` turns it off.
     #[arg(long, value_name = "NAME,...")]
     pub rare_resource_isolation: Option<String>,
+    /// Seconds the store's lease lasts without renewal. A second head started on the same
+    /// store (Redis) stands by and takes over within this (and a second) once the active head
+    /// dies.
+    #[arg(long, default_value_t = berth_head::LEASE_TTL.as_secs_f64(), value_name = "SECONDS")]
+    pub lease_ttl: f64,
     /// Run the autoscaler with this file's node types, limits and provider: nodes are launched
     /// for what waits and idle ones removed (README § Autoscaling).
     #[arg(long, visible_alias = "autoscale", value_name = "FILE")]
@@ -245,6 +251,10 @@ fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
     if let Some(list) = &options.rare_resource_isolation {
         config.rare_resources = Some(rare_resources(list)?);
     }
+    if !(options.lease_ttl.is_finite() && (0.5..=3600.0).contains(&options.lease_ttl)) {
+        bail!("--lease-ttl: {} is not between 0.5 and 3600 seconds", options.lease_ttl);
+    }
+    config.lease_ttl = Duration::from_secs_f64(options.lease_ttl);
     if let Some(path) = &options.autoscaler {
         let settings = berth_api::spec::node_types::load_autoscaler(path)?;
         let program = std::env::current_exe()

@@ -40,6 +40,9 @@ pub struct HeadConfig {
     pub rare_resources: Option<Vec<String>>,
     /// Run the autoscaler with these settings.
     pub autoscaler: Option<AutoscalerConfig>,
+    /// How long the store's lease lasts without renewal (renewed every third of it): a
+    /// standby head takes over within this (and a second) after the active head dies.
+    pub lease_ttl: Duration,
 }
 
 /// How the head's autoscaler runs.
@@ -107,6 +110,7 @@ impl HeadConfig {
             tls: None,
             rare_resources: None,
             autoscaler: None,
+            lease_ttl: crate::LEASE_TTL,
         }
     }
 }

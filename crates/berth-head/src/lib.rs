@@ -26,6 +26,7 @@ mod logs;
 mod metrics;
 mod owner;
 mod records;
+pub mod standby;
 pub mod tls;
 pub mod token;
 pub mod view;
@@ -50,7 +51,8 @@ use crate::handle::{Command, Sequences};
 use crate::metrics::Metrics;
 use crate::owner::Owner;
 
-/// How long the head's store lease lasts without renewal; renewed every third of it.
+/// How long the head's store lease lasts without renewal by default; renewed every third of
+/// it (see [`HeadConfig::lease_ttl`]).
 pub const LEASE_TTL: Duration = Duration::from_secs(10);
 
 /// Why a head could not start.
@@ -187,6 +189,12 @@ pub async fn start_on(
             config.heartbeat_timeout, config.heartbeat_interval
         )));
     }
+    if !(Duration::from_millis(500)..=Duration::from_secs(3600)).contains(&config.lease_ttl) {
+        return Err(StartError::Config(format!(
+            "the lease ttl ({:?}) must be between 0.5 s and 1 h",
+            config.lease_ttl
+        )));
+    }
     for name in config.rare_resources.iter().flatten() {
         berth_core::ResourceRegistry::default()
             .intern(name)
@@ -217,8 +225,11 @@ pub async fn start_on(
             source,
         })?;
     let store = config.store.open().await?;
-    let holder = format!("head@{}", hostname());
-    let lease = store.acquire_lease(&holder, LEASE_TTL).await?;
+    // The machine and the data directory: the same head restarted takes its lease back at
+    // once; another (a standby elsewhere, or beside it in tests) waits for it to expire.
+    let holder = format!("head@{}:{}", hostname(), config.data_dir.display());
+    let (lease, listener) =
+        standby::acquire(&store, &holder, config.lease_ttl, listener, tls.clone()).await?;
     let snapshot = store.load().await?;
     let (work_keys, new_secret) = work_keys::WorkKeys::load(&snapshot);
     let work_keys = Arc::new(work_keys);
@@ -272,7 +283,8 @@ pub async fn start_on(
     let (stop_owner, owner_stop) = watch::channel(false);
     let owner = tokio::spawn(owner::run(owner, commands_rx, cycles_tx, owner_stop));
     let (release_tx, release_rx) = watch::channel(false);
-    let renewer = tokio::spawn(renew(store.clone(), lease, stopped_tx.clone(), release_rx));
+    let renewer =
+        tokio::spawn(renew(store.clone(), lease, config.lease_ttl, stopped_tx.clone(), release_rx));
 
     // The agent protocol shares the port: its routes join the REST router (whose fallback
     // answers unknown paths with a JSON 404).
@@ -293,27 +305,9 @@ pub async fn start_on(
             req.map(tonic::body::Body::new)
         }),
     );
-    let mut serve_shutdown = shutdown_rx.clone();
     let tls_served = tls.is_some();
     let url = format!("{}://{address}", if tls_served { "https" } else { "http" });
-    let server = match tls {
-        Some(acceptor) => tokio::spawn(tls::serve(listener, router, acceptor, serve_shutdown)),
-        None => tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = serve_shutdown.wait_for(|stop| *stop).await;
-            };
-            // Without TCP_NODELAY a small write (an agent's assignment, a REST answer) that
-            // follows an unacknowledged one waits for the peer's delayed ACK: ~40 ms each.
-            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-                if let Err(err) = tcp.set_nodelay(true) {
-                    tracing::debug!(error = %err, "cannot set TCP_NODELAY");
-                }
-            });
-            if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
-                tracing::error!(error = %err, "the server stopped");
-            }
-        }),
-    };
+    let server = tokio::spawn(serve(listener, router, tls, shutdown_rx.clone()));
     let autoscaler = config.autoscaler.as_ref().map(|a| {
         let join = autoscaler::Join {
             url: url.clone(),
@@ -348,14 +342,40 @@ pub async fn start_on(
     })
 }
 
+/// Serves `router` on `listener` (over TLS with `tls`) until `shutdown` turns true.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    if let Some(acceptor) = tls {
+        return tls::serve(listener, router, acceptor, shutdown).await;
+    }
+    let stop = async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    };
+    // Without TCP_NODELAY a small write (an agent's assignment, a REST answer) that follows an
+    // unacknowledged one waits for the peer's delayed ACK: ~40 ms each.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %err, "cannot set TCP_NODELAY");
+        }
+    });
+    if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(stop).await {
+        tracing::error!(error = %err, "the server stopped");
+    }
+}
+
 /// Keeps the store lease; a lease lost to another head stops this one (it is fenced anyway).
 async fn renew(
     store: berth_store::AnyStore,
     mut lease: Lease,
+    ttl: Duration,
     stopped: watch::Sender<Option<String>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(LEASE_TTL / 3);
+    let mut tick = tokio::time::interval(ttl / 3);
     tick.tick().await;
     loop {
         tokio::select! {
@@ -365,7 +385,7 @@ async fn renew(
                 return;
             }
         }
-        match store.renew_lease(&lease, LEASE_TTL).await {
+        match store.renew_lease(&lease, ttl).await {
             Ok(renewed) => lease = renewed,
             Err(err) if err.is_fenced() => {
                 stopped.send_replace(Some(format!("another head took the store over: {err}")));

@@ -14,7 +14,7 @@ use super::Api;
     responses((status = 200, description = "The head answers", body = Health))
 )]
 pub(crate) async fn healthz() -> Json<Health> {
-    Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
+    Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into(), active: None })
 }
 
 /// The head's Prometheus metrics (OpenMetrics text).

@@ -18,6 +18,10 @@ final class Client {
   private final HttpClient http =
       HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).version(HttpClient.Version.HTTP_1_1).build();
 
+  /** Asks each of several head addresses whether it is the active head. */
+  private static final HttpClient PROBE =
+      HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(2)).version(HttpClient.Version.HTTP_1_1).build();
+
   Client(String address, String token) {
     Path dir = dataDir();
     if (address == null || address.isEmpty()) {
@@ -41,8 +45,42 @@ final class Client {
         token = null;
       }
     }
-    this.url = (address.contains("://") ? address : "http://" + address).replaceAll("/+$", "");
+    this.url = active(address);
     this.token = token;
+  }
+
+  /**
+   * Of a head's addresses (comma-separated: itself and its standbys), the first whose head is
+   * active: its /healthz says "ok" (a standby says "standby"); the first when none answers.
+   */
+  static String active(String addresses) {
+    var urls = new java.util.ArrayList<String>();
+    for (String a : addresses.split(",")) {
+      String t = a.trim();
+      if (!t.isEmpty()) {
+        urls.add((t.contains("://") ? t : "http://" + t).replaceAll("/+$", ""));
+      }
+    }
+    if (urls.isEmpty()) {
+      throw new BerthException("address " + addresses + " names no head");
+    }
+    if (urls.size() > 1) {
+      for (String candidate : urls) {
+        try {
+          var request = HttpRequest.newBuilder(URI.create(candidate + "/healthz")).timeout(Duration.ofSeconds(2)).build();
+          var response = PROBE.send(request, HttpResponse.BodyHandlers.ofByteArray());
+          if (response.statusCode() == 200 && "ok".equals(Frames.JSON.readTree(response.body()).path("status").asText())) {
+            return candidate;
+          }
+        } catch (IOException | IllegalArgumentException e) {
+          // Unreachable or not a head: try the next.
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          break;
+        }
+      }
+    }
+    return urls.get(0);
   }
 
   static Path dataDir() {

@@ -80,7 +80,8 @@ public final class Worker {
     }
     ServerSocket server = new ServerSocket();
     server.bind(new InetSocketAddress("0.0.0.0", 0), 512);
-    String head = env("BERTH_ADDRESS");
+    // With standby heads the variable lists every address: register with the active one.
+    String head = Client.active(env("BERTH_ADDRESS"));
     register(head, actorId, attempt, key, Berth.outwardIp(head) + ":" + server.getLocalPort());
     ExecutorService calls = Executors.newSingleThreadExecutor();
     while (true) {

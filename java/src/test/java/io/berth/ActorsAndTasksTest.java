@@ -14,6 +14,17 @@ import org.junit.jupiter.api.Test;
 class ActorsAndTasksTest extends ClusterTest {
 
   @Test
+  void ofSeveralHeadAddressesTheFirstActiveOneIsUsed() throws Exception {
+    int closed;
+    try (var socket = new java.net.ServerSocket(0)) {
+      closed = socket.getLocalPort();
+    }
+    String down = "127.0.0.1:" + closed;
+    assertEquals("http://" + cluster.address, new Client(down + "," + cluster.address, cluster.token).url);
+    assertEquals("http://" + down, new Client(down + ", " + down, cluster.token).url);
+  }
+
+  @Test
   void aRestartedActorIsReachedThroughTheSameHandle() throws Exception {
     ActorHandle<Counter> counter = Berth.actor(Counter::new, 5).setMaxRestarts(1).remote();
     assertEquals(6, counter.task(Counter::increase, 1).remote().get(60_000));

@@ -1,0 +1,125 @@
+//! Standing by: a head started on a store whose lease another head holds waits instead of
+//! failing. Meanwhile it serves `GET /healthz` (`"status": "standby"`, naming the active head)
+//! and answers everything else 503 (gRPC: UNAVAILABLE), so agents and clients given several
+//! head addresses move on to the next. It tries the lease every fifth of its ttl (at most every
+//! second); once the active head has gone a ttl without renewing it, this head takes it, stops
+//! the standby server and starts as the active head on the same socket: connections that
+//! arrive in between wait in the socket's backlog rather than being refused.
+
+use std::time::Duration;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use berth_api::rest::{ApiError, ErrorKind, Health};
+use berth_store::{AnyStore, Lease, Store, StoreError};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::StartError;
+
+/// The header of a standby's answers: who holds the lease.
+pub const ACTIVE_HEAD_HEADER: &str = "x-berth-active-head";
+
+/// Takes the store's lease, standing by for as long as another head holds it. Returns the
+/// lease and the listener to serve on.
+pub(crate) async fn acquire(
+    store: &AnyStore,
+    holder: &str,
+    ttl: Duration,
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> Result<(Lease, TcpListener), StartError> {
+    let active = match store.acquire_lease(holder, ttl).await {
+        Ok(lease) => return Ok((lease, listener)),
+        Err(StoreError::LeaseHeld { holder, .. }) => holder,
+        Err(err) => return Err(err.into()),
+    };
+    tracing::warn!(
+        active = %active,
+        store = %store.location(),
+        "standing by: another head holds the store's lease; this one takes over if it stops \
+         renewing it"
+    );
+    let address = listener.local_addr().unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
+    let bind_error = |source| StartError::Bind { address, source };
+    let std = listener.into_std().map_err(bind_error)?;
+    let twin = std.try_clone().map_err(bind_error)?;
+    let listener =
+        TcpListener::from_std(std).map_err(|source| StartError::Bind { address, source })?;
+    let served =
+        TcpListener::from_std(twin).map_err(|source| StartError::Bind { address, source })?;
+    let (active_tx, active_rx) = watch::channel(active);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let server = tokio::spawn(crate::serve(served, router(active_rx), tls, stop_rx));
+    let poll = (ttl / 5).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(poll).await;
+        match store.acquire_lease(holder, ttl).await {
+            Ok(lease) => {
+                tracing::warn!(epoch = %lease.epoch(), "took the store's lease over: starting as the active head");
+                stop_tx.send_replace(true);
+                if tokio::time::timeout(crate::SHUTDOWN_GRACE, server).await.is_err() {
+                    tracing::debug!("the standby server did not stop in time");
+                }
+                return Ok((lease, listener));
+            }
+            Err(StoreError::LeaseHeld { holder, .. }) => {
+                active_tx.send_if_modified(|a| {
+                    let changed = *a != holder;
+                    *a = holder;
+                    changed
+                });
+            }
+            // The store itself may be failing over: keep waiting.
+            Err(err) => tracing::warn!(error = %err, "standing by: the store answered an error"),
+        }
+    }
+}
+
+/// `/healthz` says "standby"; everything else is 503 naming the active head.
+fn router(active: watch::Receiver<String>) -> Router {
+    let health = active.clone();
+    Router::new()
+        .route(
+            "/healthz",
+            get(move || {
+                let active = health.borrow().clone();
+                async move {
+                    Json(Health {
+                        status: "standby".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        active: Some(active),
+                    })
+                }
+            }),
+        )
+        .fallback(move |request: axum::extract::Request| {
+            let active = active.borrow().clone();
+            async move { refuse(&request, &active) }
+        })
+}
+
+fn refuse(request: &axum::extract::Request, active: &str) -> Response {
+    let message = format!(
+        "this head is a standby; the active head is {active}: ask it (or the next address)"
+    );
+    let value = HeaderValue::from_str(active).unwrap_or(HeaderValue::from_static("unknown"));
+    let grpc = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if grpc {
+        // A trailers-only gRPC answer: UNAVAILABLE, so an agent tries its next head.
+        let status = tonic::Status::unavailable(message);
+        let mut response = status.into_http::<axum::body::Body>();
+        response.headers_mut().insert(ACTIVE_HEAD_HEADER, value);
+        return response.into_response();
+    }
+    let body = ApiError { error: ErrorKind::Unavailable, field: None, message };
+    let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    response.headers_mut().insert(ACTIVE_HEAD_HEADER, value);
+    response
+}

@@ -1,0 +1,144 @@
+//! Standby heads on a shared store (a real `redis-server`): a second head waits while the first
+//! holds the lease, says so on `/healthz` and answers 503 elsewhere; when the first dies
+//! (killed, not stopped: the lease is never released) it takes over within the lease ttl and
+//! a second, and the agents, given both addresses, register with it without restarting a
+//! process. Every acknowledged actor is there, on the node and process it had.
+
+use std::time::{Duration, Instant};
+
+use berth_agent::{RunnerKind, SimCluster, SimNode, SimOptions};
+use berth_api::rest::{ActorCreate, ActorState};
+use berth_head::{HeadConfig, RunningHead};
+use berth_store::testutil::RedisServer;
+use berth_store::StoreConfig;
+
+#[allow(dead_code)]
+mod common;
+use common::{until, Processes};
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn config(redis: &RedisServer, data: &std::path::Path) -> HeadConfig {
+    let mut config = HeadConfig::new(data);
+    config.store = StoreConfig::parse(&redis.url()).unwrap();
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.heartbeat_interval = Duration::from_millis(50);
+    // Longer than the takeover: the agents must not be declared dead meanwhile.
+    config.heartbeat_timeout = Duration::from_secs(10);
+    config.lease_ttl = TTL;
+    // Both heads know the same tokens (a standby on another machine gets them copied).
+    config.token = Some("admin-token-for-both-heads".into());
+    config.agent_token = Some("agent-token-for-both-heads".into());
+    config
+}
+
+async fn get(address: &str, path: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .get(format!("http://{address}{path}"))
+        .bearer_auth("admin-token-for-both-heads")
+        .send()
+        .await
+        .expect("the head answers")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_and_agents_follow_without_restarting_anything() {
+    let redis = RedisServer::start().expect("redis-server (scripts/test installs it)");
+    let (data_a, data_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first: RunningHead = berth_head::start(config(&redis, data_a.path())).await.unwrap();
+
+    // The second head binds its port, finds the lease held, and stands by.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let standby_address = listener.local_addr().unwrap().to_string();
+    let second_config = config(&redis, data_b.path());
+    let second = tokio::spawn(berth_head::start_on(second_config, listener));
+    let health: serde_json::Value = get(&standby_address, "/healthz").await.json().await.unwrap();
+    assert_eq!(health["status"], "standby", "{health}");
+    assert!(health["active"].as_str().unwrap().contains(&data_a.path().display().to_string()));
+    let refused = get(&standby_address, "/api/v1/nodes").await;
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("x-berth-active-head"));
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap().contains("standby"), "{body}");
+
+    // Agents that know both heads, running real processes.
+    let processes = Processes(tempfile::tempdir().unwrap());
+    let options = SimOptions {
+        runner: RunnerKind::Process {
+            root: processes.0.path().to_path_buf(),
+            grace: Duration::from_millis(500),
+        },
+        ..SimOptions::default()
+    };
+    let heads = format!("{},{standby_address}", first.address);
+    let nodes =
+        vec![SimNode::new("a").resource("CPU", "8"), SimNode::new("b").resource("CPU", "8")];
+    let sim = SimCluster::start_with(&heads, "agent-token-for-both-heads", nodes, options).unwrap();
+    sim.wait_registered(Duration::from_secs(20)).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let actor = first
+            .handle
+            .create_actor(ActorCreate {
+                name: Some(format!("svc-{i}")),
+                command: "sleep".into(),
+                args: vec!["600".into()],
+                resources: serde_json::json!({"CPU": 1}),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        ids.push(actor.actor_id);
+    }
+    until(&first, "every actor is ALIVE", |v| {
+        v.actors.values().filter(|a| a.state == ActorState::Alive).count() == ids.len()
+    })
+    .await;
+    let before: Vec<(String, u32)> = ["a", "b"]
+        .iter()
+        .flat_map(|n| berth_agent::process::recorded(&processes.0.path().join(n)))
+        .map(|p| (p.work_id.clone(), p.pid))
+        .collect();
+    assert_eq!(before.len(), ids.len(), "{before:?}");
+
+    // The active head dies without releasing its lease.
+    let killed = Instant::now();
+    first.crash().await;
+    let second = tokio::time::timeout(Duration::from_secs(20), second)
+        .await
+        .expect("the standby takes over")
+        .unwrap()
+        .expect("and starts");
+    let takeover = killed.elapsed();
+    assert!(takeover < TTL + Duration::from_secs(2), "took over after {takeover:?}");
+    let health: serde_json::Value = get(&standby_address, "/healthz").await.json().await.unwrap();
+    assert_eq!(health["status"], "ok");
+
+    // Every acknowledged actor is there and stays ALIVE once the agents have registered
+    // again; no process was started anew.
+    until(&second, "both agents registered with the new head", |v| {
+        v.nodes.values().filter(|n| n.state == berth_api::rest::NodeState::Alive).count() == 2
+    })
+    .await;
+    until(&second, "every actor ALIVE on the new head", |v| {
+        ids.iter()
+            .all(|id| v.actors.values().any(|a| &a.actor_id == id && a.state == ActorState::Alive))
+    })
+    .await;
+    let after: Vec<(String, u32)> = ["a", "b"]
+        .iter()
+        .flat_map(|n| berth_agent::process::recorded(&processes.0.path().join(n)))
+        .map(|p| (p.work_id.clone(), p.pid))
+        .collect();
+    let mut sorted = (before.clone(), after.clone());
+    sorted.0.sort();
+    sorted.1.sort();
+    assert_eq!(sorted.0, sorted.1, "the same processes, none restarted");
+    let view = second.handle.view();
+    for actor in view.actors.values() {
+        assert_eq!(actor.restarts, 0, "{actor:?}");
+    }
+    println!("takeover after the active head was killed: {takeover:?} (lease ttl {TTL:?})");
+    sim.shutdown().await.unwrap();
+    second.shutdown().await;
+}
