@@ -1,5 +1,5 @@
 //! A head with a standby, as a user runs them: two `berth start --head --store redis://…`
-//! processes with their own data directories (the tokens copied), an agent given both
+//! processes with their own data directories and tokens, an agent given both
 //! addresses, the CLI given both. The active head is killed (-9); the standby takes over, the
 //! agent follows without restarting its process, and the CLI finds the new head.
 
@@ -16,11 +16,7 @@ fn the_standby_takes_over_and_the_agent_and_cli_follow() {
     let store = redis.url();
     let (a, b) = (Cluster::new(), Cluster::new());
     let (mut active, address_a) = a.head(&["--store", &store, "--lease-ttl", "1"]);
-    // The standby's machine gets the tokens (the CLI's and the agents').
-    std::fs::create_dir_all(b.data_dir()).unwrap();
-    for file in ["token", "agent-token"] {
-        std::fs::copy(a.file(file), b.file(file)).unwrap();
-    }
+    // The standby has tokens of its own; it learns the active head's from the store.
     let port_b = closed_port().to_string();
     let mut standby = b.spawn(
         "standby",

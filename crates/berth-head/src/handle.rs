@@ -104,6 +104,11 @@ pub(crate) enum Command {
     },
     /// What the autoscaler's provider answered.
     AutoscaleOutcome(crate::owner::AutoscaleOutcome),
+    /// Keep the token hashes in the store (a standby that takes over knows them).
+    StoreKeyring {
+        stored: crate::keyring::StoredKeyring,
+        reply: Reply<()>,
+    },
     /// A dry-run plan, with these settings or the configured ones.
     AutoscalePlan {
         settings: Option<Box<berth_api::spec::node_types::AutoscalerSettings>>,
@@ -379,6 +384,14 @@ impl HeadHandle {
             )),
         };
         self.ask(|reply| Command::AutoscalePlan { settings, reply }).await
+    }
+
+    /// Writes the token hashes to the store; returns once they are durable.
+    pub(crate) async fn store_keyring(
+        &self,
+        stored: crate::keyring::StoredKeyring,
+    ) -> Result<(), HeadError> {
+        self.ask(|reply| Command::StoreKeyring { stored, reply }).await
     }
 
     /// An actor's process says where it listens; `key` must be the actor's work key.

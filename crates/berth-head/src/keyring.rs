@@ -9,8 +9,11 @@
 //! plain hash is enough (no password stretching: there is nothing to guess). Comparisons of
 //! hashes take the same time wherever they differ.
 //!
-//! Tokens are the head's local state, not the store's: a head that takes over on another
-//! machine reads its own data directory.
+//! The hashes of every token are also kept in the store (`Meta` key `keyring`), so a standby
+//! head that takes over on another machine knows the tokens of the head it replaces: the
+//! agents and CLIs keep working. A head merges the stored list at start (another head's
+//! first-start tokens become tokens it may revoke, named `admin-<hash prefix>`) and writes the
+//! list back with every change; the secrets stay in the data directories.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -299,6 +302,37 @@ impl Keyring {
         Ok((entry.info(), secret))
     }
 
+    /// Every token's hash, for the store: this head's first-start tokens, then the others.
+    pub fn stored(&self) -> StoredKeyring {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        StoredKeyring(inner.bootstrap.iter().chain(&inner.made).cloned().collect())
+    }
+
+    /// Takes in the tokens the store lists (those of the heads before this one): every token
+    /// this head does not know becomes one of its made tokens, under an ID of its own when the
+    /// stored one is taken. The store's list is the cluster's: a token made on this head and
+    /// not in it (made on a head whose store was another) is kept.
+    pub fn merge(&self, stored: &StoredKeyring) -> Result<(), KeyringError> {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let own: Vec<String> = inner.bootstrap.iter().map(|e| e.sha256.clone()).collect();
+        let mut made: Vec<Entry> = Vec::new();
+        for entry in stored.0.iter().chain(&inner.made) {
+            if own.contains(&entry.sha256) || made.iter().any(|e| e.sha256 == entry.sha256) {
+                continue;
+            }
+            let mut entry = entry.clone();
+            let taken = |id: &str, made: &[Entry]| {
+                id == ADMIN_ID || id == AGENT_ID || made.iter().any(|e| e.id == id)
+            };
+            if taken(&entry.id, &made) {
+                entry.id = format!("{}-{}", entry.id, &entry.sha256[..8]);
+            }
+            made.push(entry);
+        }
+        inner.made = made;
+        save(&inner)
+    }
+
     /// Revokes token `id`: from now on every call with it is refused (an agent stream open
     /// already runs until it reconnects).
     pub fn revoke(&self, id: &str) -> Result<TokenInfo, KeyringError> {
@@ -326,6 +360,13 @@ impl Keyring {
 }
 
 /// Writes the made tokens (hashes) to `tokens.json`.
+/// The token hashes as the store keeps them (`Meta` key [`KEYRING_KEY`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct StoredKeyring(Vec<Entry>);
+
+/// The `Meta` key of the stored keyring.
+pub const KEYRING_KEY: &str = "keyring";
+
 fn save(inner: &Inner) -> Result<(), KeyringError> {
     let Some(path) = &inner.path else { return Ok(()) };
     let bytes = serde_json::to_vec_pretty(&inner.made).expect("entries serialize");
@@ -339,6 +380,32 @@ mod tests {
 
     fn bearer(secret: &str) -> String {
         format!("Bearer {secret}")
+    }
+
+    #[test]
+    fn a_head_that_merges_the_stored_list_knows_the_tokens_of_the_head_before() {
+        let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = Keyring::load(dir_a.path(), None, None).unwrap();
+        let (_, read_secret) = a.keyring.create(Role::Read, "grafana", 7).unwrap();
+        let b = Keyring::load(dir_b.path(), None, None).unwrap();
+        assert_eq!(b.keyring.check(Some(&bearer(a.agent.as_str()))), Err(Refusal::Unknown));
+        b.keyring.merge(&a.keyring.stored()).unwrap();
+        assert_eq!(b.keyring.check(Some(&bearer(a.agent.as_str()))), Ok(Role::Agent));
+        assert_eq!(b.keyring.check(Some(&bearer(a.admin.as_str()))), Ok(Role::Admin));
+        assert_eq!(b.keyring.check(Some(&bearer(&read_secret))), Ok(Role::Read));
+        assert_eq!(b.keyring.check(Some(&bearer(b.admin.as_str()))), Ok(Role::Admin));
+        // The other head's first-start tokens get IDs of their own here, and may be revoked.
+        let ids: Vec<String> = b.keyring.list().into_iter().map(|t| t.id).collect();
+        assert_eq!(ids.len(), 5, "{ids:?}");
+        let other_admin = ids.iter().find(|i| i.starts_with("admin-")).unwrap().clone();
+        b.keyring.revoke(&other_admin).unwrap();
+        assert_eq!(b.keyring.check(Some(&bearer(a.admin.as_str()))), Err(Refusal::Unknown));
+        // Back on the first head: its own stay its own; the list round-trips.
+        a.keyring.merge(&b.keyring.stored()).unwrap();
+        assert_eq!(a.keyring.check(Some(&bearer(a.admin.as_str()))), Ok(Role::Admin));
+        assert_eq!(a.keyring.check(Some(&bearer(b.agent.as_str()))), Ok(Role::Agent));
+        let ids: Vec<String> = a.keyring.list().into_iter().map(|t| t.id).collect();
+        assert!(ids.contains(&"admin".to_string()) && ids.len() == 5, "{ids:?}");
     }
 
     #[test]

@@ -231,6 +231,13 @@ pub async fn start_on(
     let (lease, listener) =
         standby::acquire(&store, &holder, config.lease_ttl, listener, tls.clone()).await?;
     let snapshot = store.load().await?;
+    // The tokens of the heads before this one (a standby taking over knows its agents').
+    if let Some(bytes) = snapshot.get(berth_store::Table::Meta, keyring::KEYRING_KEY) {
+        match serde_json::from_slice::<keyring::StoredKeyring>(bytes) {
+            Ok(stored) => keyring.merge(&stored).map_err(|e| StartError::Config(e.to_string()))?,
+            Err(err) => tracing::warn!(error = %err, "the stored token list is unreadable"),
+        }
+    }
     let (work_keys, new_secret) = work_keys::WorkKeys::load(&snapshot);
     let work_keys = Arc::new(work_keys);
 
@@ -261,6 +268,11 @@ pub async fn start_on(
     if let Some(secret) = new_secret {
         first_batch.append(secret);
     }
+    first_batch.put(
+        berth_store::Table::Meta,
+        keyring::KEYRING_KEY,
+        records::encode(&keyring.stored()),
+    );
     if !first_batch.is_empty() {
         store.commit(lease.epoch(), first_batch).await?;
     }

@@ -115,6 +115,8 @@ pub(crate) struct Owner {
     pub(crate) settings_changed: bool,
     /// The autoscaler's records, when the head runs one.
     pub(crate) autoscaler: Option<autoscale::Autoscaler>,
+    /// Token hashes to write with this cycle.
+    pub(crate) keyring: Option<crate::keyring::StoredKeyring>,
 }
 
 /// Objects changed this cycle: to write and show, or (derived changes such as a new
@@ -167,6 +169,7 @@ impl Owner {
             work_keys,
             settings_changed: false,
             autoscaler,
+            keyring: None,
         };
         owner.show_retention();
         owner
@@ -268,6 +271,10 @@ impl Owner {
                 self.reply(reply, actions);
             }
             Command::AutoscaleOutcome(outcome) => self.autoscale_outcome(outcome),
+            Command::StoreKeyring { stored, reply } => {
+                self.keyring = Some(stored);
+                self.reply(reply, Ok(()));
+            }
             Command::AutoscalePlan { settings, reply } => {
                 let answer = self.autoscale_dry_run(settings.as_deref()).ok_or_else(|| {
                     HeadError::Conflict(
@@ -343,6 +350,9 @@ impl Owner {
         }
         self.write_settings(&mut batch);
         self.write_autoscaler(&mut batch);
+        if let Some(stored) = self.keyring.take() {
+            batch.put(Table::Meta, crate::keyring::KEYRING_KEY, encode(&stored));
+        }
         let dirty = std::mem::take(&mut self.dirty);
         for seq in &dirty.actors {
             if let Some(entry) = self.actors.get(seq) {

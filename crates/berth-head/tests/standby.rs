@@ -26,16 +26,15 @@ fn config(redis: &RedisServer, data: &std::path::Path) -> HeadConfig {
     // Longer than the takeover: the agents must not be declared dead meanwhile.
     config.heartbeat_timeout = Duration::from_secs(10);
     config.lease_ttl = TTL;
-    // Both heads know the same tokens (a standby on another machine gets them copied).
-    config.token = Some("admin-token-for-both-heads".into());
-    config.agent_token = Some("agent-token-for-both-heads".into());
+    // Each head has its own tokens in its data directory: the standby learns the active
+    // head's from the store.
     config
 }
 
-async fn get(address: &str, path: &str) -> reqwest::Response {
+async fn get(address: &str, token: &str, path: &str) -> reqwest::Response {
     reqwest::Client::new()
         .get(format!("http://{address}{path}"))
-        .bearer_auth("admin-token-for-both-heads")
+        .bearer_auth(token)
         .send()
         .await
         .expect("the head answers")
@@ -52,10 +51,11 @@ async fn a_standby_takes_over_and_agents_follow_without_restarting_anything() {
     let standby_address = listener.local_addr().unwrap().to_string();
     let second_config = config(&redis, data_b.path());
     let second = tokio::spawn(berth_head::start_on(second_config, listener));
-    let health: serde_json::Value = get(&standby_address, "/healthz").await.json().await.unwrap();
+    let health: serde_json::Value =
+        get(&standby_address, first.token.as_str(), "/healthz").await.json().await.unwrap();
     assert_eq!(health["status"], "standby", "{health}");
     assert!(health["active"].as_str().unwrap().contains(&data_a.path().display().to_string()));
-    let refused = get(&standby_address, "/api/v1/nodes").await;
+    let refused = get(&standby_address, first.token.as_str(), "/api/v1/nodes").await;
     assert_eq!(refused.status(), 503);
     assert!(refused.headers().contains_key("x-berth-active-head"));
     let body: serde_json::Value = refused.json().await.unwrap();
@@ -73,7 +73,8 @@ async fn a_standby_takes_over_and_agents_follow_without_restarting_anything() {
     let heads = format!("{},{standby_address}", first.address);
     let nodes =
         vec![SimNode::new("a").resource("CPU", "8"), SimNode::new("b").resource("CPU", "8")];
-    let sim = SimCluster::start_with(&heads, "agent-token-for-both-heads", nodes, options).unwrap();
+    let admin = first.token.as_str().to_string();
+    let sim = SimCluster::start_with(&heads, first.agent_token.as_str(), nodes, options).unwrap();
     sim.wait_registered(Duration::from_secs(20)).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..6 {
@@ -111,8 +112,11 @@ async fn a_standby_takes_over_and_agents_follow_without_restarting_anything() {
         .expect("and starts");
     let takeover = killed.elapsed();
     assert!(takeover < TTL + Duration::from_secs(2), "took over after {takeover:?}");
-    let health: serde_json::Value = get(&standby_address, "/healthz").await.json().await.unwrap();
+    let health: serde_json::Value =
+        get(&standby_address, &admin, "/healthz").await.json().await.unwrap();
     assert_eq!(health["status"], "ok");
+    // The first head's admin token works on the second.
+    assert_eq!(get(&standby_address, &admin, "/api/v1/nodes").await.status(), 200);
 
     // Every acknowledged actor is there and stays ALIVE once the agents have registered
     // again; no process was started anew.

@@ -1,6 +1,6 @@
-//! `/api/v1/tokens`: list, create, revoke (admin tokens only; see `keyring.rs`). Tokens are the
-//! head's own state in its data directory, not the store's, so these never go through the
-//! owner task.
+//! `/api/v1/tokens`: list, create, revoke (admin tokens only; see `keyring.rs`). The secrets
+//! stay in the head's data directory; the hashes also go to the store, through the owner, so a
+//! standby that takes over knows them.
 
 use axum::extract::State;
 use axum::response::Response;
@@ -53,6 +53,7 @@ pub(crate) async fn create_token(
     JsonBody(body): JsonBody<TokenCreate>,
 ) -> Result<Response, Failure> {
     let (token, secret) = api.keyring.create(body.role, &body.name, now_ms())?;
+    api.handle.store_keyring(api.keyring.stored()).await?;
     tracing::info!(token_id = %token.id, role = ?token.role, "token created");
     Ok(created(format!("/api/v1/tokens/{}", token.id), &TokenCreated { token, secret }))
 }
@@ -73,6 +74,7 @@ pub(crate) async fn revoke_token(
     PathId(id): PathId,
 ) -> Result<Json<TokenInfo>, Failure> {
     let token = api.keyring.revoke(&id)?;
+    api.handle.store_keyring(api.keyring.stored()).await?;
     tracing::info!(token_id = %token.id, "token revoked");
     Ok(Json(token))
 }
