@@ -64,8 +64,9 @@ pub struct HeadOptions {
     /// [default: $BERTH_DATA_DIR, else ~/.berth].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Keep the state in Redis instead of DATA_DIR (redis://HOST:PORT[/DB][?prefix=NAME]), so
-    /// a head on another machine can take over.
+    /// Keep the state in Redis (redis://HOST:PORT[/DB][?prefix=NAME]) or an etcd cluster
+    /// (etcd://HOST:PORT,HOST:PORT,…[?prefix=NAME]) instead of DATA_DIR, so a head on another
+    /// machine can take over (README § High availability).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
     /// A scheduler profile (YAML, as `berth explain --profile`): scorers, weights, pick.
@@ -88,7 +89,7 @@ pub struct HeadOptions {
     #[arg(long, value_name = "NAME,...")]
     pub rare_resource_isolation: Option<String>,
     /// Seconds the store's lease lasts without renewal. A second head started on the same
-    /// store (Redis) stands by and takes over within this (and a second) once the active head
+    /// store (Redis, etcd) stands by and takes over within this (and a second) once the active head
     /// dies.
     #[arg(long, default_value_t = berth_head::LEASE_TTL.as_secs_f64(), value_name = "SECONDS")]
     pub lease_ttl: f64,

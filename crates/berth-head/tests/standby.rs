@@ -1,4 +1,5 @@
-//! Standby heads on a shared store (a real `redis-server`): a second head waits while the first
+//! Standby heads on a shared store (a real `redis-server`, and a real three-member etcd
+//! cluster): a second head waits while the first
 //! holds the lease, says so on `/healthz` and answers 503 elsewhere; when the first dies
 //! (killed, not stopped: the lease is never released) it takes over within the lease ttl and
 //! a second, and the agents, given both addresses, register with it without restarting a
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use berth_agent::{RunnerKind, SimCluster, SimNode, SimOptions};
 use berth_api::rest::{ActorCreate, ActorState};
 use berth_head::{HeadConfig, RunningHead};
-use berth_store::testutil::RedisServer;
+use berth_store::testutil::{EtcdCluster, RedisServer};
 use berth_store::StoreConfig;
 
 #[allow(dead_code)]
@@ -18,9 +19,9 @@ use common::{until, Processes};
 
 const TTL: Duration = Duration::from_secs(1);
 
-fn config(redis: &RedisServer, data: &std::path::Path) -> HeadConfig {
+fn config(store: &str, data: &std::path::Path) -> HeadConfig {
     let mut config = HeadConfig::new(data);
-    config.store = StoreConfig::parse(&redis.url()).unwrap();
+    config.store = StoreConfig::parse(store).unwrap();
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.heartbeat_interval = Duration::from_millis(50);
     // Longer than the takeover: the agents must not be declared dead meanwhile.
@@ -41,15 +42,27 @@ async fn get(address: &str, token: &str, path: &str) -> reqwest::Response {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_takes_over_and_agents_follow_without_restarting_anything() {
+async fn on_redis_a_standby_takes_over_and_agents_follow_without_restarting_anything() {
     let redis = RedisServer::start().expect("redis-server (scripts/test installs it)");
+    takeover(&redis.url(), TTL + Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_a_standby_takes_over_and_agents_follow_without_restarting_anything() {
+    let etcd = EtcdCluster::start(3).expect("etcd (scripts/test installs etcd-server)");
+    // etcd counts lease ttls in whole seconds, and its shortest is 1.5 election timeouts.
+    takeover(&etcd.store_url("standby"), Duration::from_secs(4)).await;
+}
+
+/// Two heads on `store`; the first is killed; the second must serve within `within`.
+async fn takeover(store: &str, within: Duration) {
     let (data_a, data_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let first: RunningHead = berth_head::start(config(&redis, data_a.path())).await.unwrap();
+    let first: RunningHead = berth_head::start(config(store, data_a.path())).await.unwrap();
 
     // The second head binds its port, finds the lease held, and stands by.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let standby_address = listener.local_addr().unwrap().to_string();
-    let second_config = config(&redis, data_b.path());
+    let second_config = config(store, data_b.path());
     let second = tokio::spawn(berth_head::start_on(second_config, listener));
     let health: serde_json::Value =
         get(&standby_address, first.token.as_str(), "/healthz").await.json().await.unwrap();
@@ -111,7 +124,7 @@ async fn a_standby_takes_over_and_agents_follow_without_restarting_anything() {
         .unwrap()
         .expect("and starts");
     let takeover = killed.elapsed();
-    assert!(takeover < TTL + Duration::from_secs(2), "took over after {takeover:?}");
+    assert!(takeover < within, "took over after {takeover:?}");
     let health: serde_json::Value =
         get(&standby_address, &admin, "/healthz").await.json().await.unwrap();
     assert_eq!(health["status"], "ok");
@@ -142,7 +155,7 @@ async fn a_standby_takes_over_and_agents_follow_without_restarting_anything() {
     for actor in view.actors.values() {
         assert_eq!(actor.restarts, 0, "{actor:?}");
     }
-    println!("takeover after the active head was killed: {takeover:?} (lease ttl {TTL:?})");
+    println!("{store}: takeover {takeover:?} after the active head was killed (lease ttl {TTL:?})");
     sim.shutdown().await.unwrap();
     second.shutdown().await;
 }

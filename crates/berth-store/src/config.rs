@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use crate::error::StoreError;
+use crate::etcd_store::EtcdStore;
 use crate::redb_store::RedbStore;
 use crate::redis_store::RedisStore;
 use crate::store::AnyStore;
@@ -31,6 +32,13 @@ pub enum StoreConfig {
         /// test runs can share one server.
         prefix: String,
     },
+    /// An etcd cluster.
+    Etcd {
+        /// Its members' client URLs, `http://HOST:PORT`, in the order given.
+        endpoints: Vec<String>,
+        /// The namespace of the store's keys (`berth/{prefix}/…`).
+        prefix: String,
+    },
 }
 
 impl StoreConfig {
@@ -50,6 +58,7 @@ impl StoreConfig {
             return Ok(StoreConfig::Redb { data_dir: PathBuf::from(input) });
         };
         match scheme {
+            "etcd" => return parse_etcd(input).map_err(fail),
             "redis" => {}
             "rediss" => {
                 return Err(fail(
@@ -81,8 +90,37 @@ impl StoreConfig {
             StoreConfig::Redis { url, prefix } => {
                 RedisStore::connect(url, prefix).await.map(AnyStore::Redis)
             }
+            StoreConfig::Etcd { endpoints, prefix } => {
+                EtcdStore::connect(endpoints, prefix).await.map(AnyStore::Etcd)
+            }
         }
     }
+}
+
+/// `etcd://HOST:PORT[,HOST:PORT…][?prefix=NAME]`: the members' client addresses.
+fn parse_etcd(input: &str) -> Result<StoreConfig, String> {
+    let rest = &input["etcd://".len()..];
+    let (hosts, query) = match rest.split_once('?') {
+        Some((hosts, query)) => (hosts, Some(query)),
+        None => (rest, None),
+    };
+    let mut endpoints = Vec::new();
+    for host in hosts.split(',').map(str::trim) {
+        let (name, port) = host.rsplit_once(':').ok_or_else(|| {
+            format!("etcd member {host:?} has no port (HOST:PORT, e.g. 10.0.0.1:2379)")
+        })?;
+        let valid_name = !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+        if !valid_name || port.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(format!("etcd member {host:?} is not HOST:PORT (e.g. 10.0.0.1:2379)"));
+        }
+        let url = format!("http://{host}");
+        if !endpoints.contains(&url) {
+            endpoints.push(url);
+        }
+    }
+    let prefix = parse_query(query)?;
+    Ok(StoreConfig::Etcd { endpoints, prefix })
 }
 
 impl FromStr for StoreConfig {
@@ -99,11 +137,17 @@ impl fmt::Display for StoreConfig {
         match self {
             StoreConfig::Redb { data_dir } => write!(f, "{}", data_dir.display()),
             StoreConfig::Redis { url, prefix } => write!(f, "{}?prefix={prefix}", redact_url(url)),
+            StoreConfig::Etcd { endpoints, prefix } => {
+                let hosts: Vec<&str> =
+                    endpoints.iter().map(|e| e.trim_start_matches("http://")).collect();
+                write!(f, "etcd://{}?prefix={prefix}", hosts.join(","))
+            }
         }
     }
 }
 
-const ACCEPTED: &str = "give a data directory path or redis://HOST:PORT[/DB][?prefix=NAME]";
+const ACCEPTED: &str = "give a data directory path, redis://HOST:PORT[/DB][?prefix=NAME] or \
+                        etcd://HOST:PORT[,HOST:PORT…][?prefix=NAME]";
 
 /// Reads the query of a Redis URL: only `prefix=NAME`, at most once.
 fn parse_query(query: Option<&str>) -> Result<String, String> {
@@ -183,7 +227,7 @@ mod tests {
     #[test]
     fn refuses_bad_values_naming_the_rule() {
         let cases: [(&str, &str); 10] = [
-            ("", "is empty; give a data directory path or redis://"),
+            ("", "is empty; give a data directory path, redis://"),
             ("  ", "is empty"),
             ("ftp://h/x", "unknown scheme \"ftp\""),
             ("rediss://h:6379", "TLS (rediss://) is not supported"),
@@ -225,8 +269,29 @@ mod tests {
     }
 
     #[test]
+    fn etcd_urls_name_every_member_and_refuse_what_is_not_host_port() {
+        assert_eq!(
+            StoreConfig::parse("etcd://10.0.0.1:2379, etcd-2.local:2379?prefix=prod").unwrap(),
+            StoreConfig::Etcd {
+                endpoints: vec!["http://10.0.0.1:2379".into(), "http://etcd-2.local:2379".into()],
+                prefix: "prod".into()
+            }
+        );
+        for (input, rule) in [
+            ("etcd://10.0.0.1", "has no port"),
+            ("etcd://10.0.0.1:0", "is not HOST:PORT"),
+            ("etcd://a b:1", "is not HOST:PORT"),
+            ("etcd://h:1?prefix=a:b", "prefix"),
+            ("etcd://h:1?x=1", "unknown option"),
+        ] {
+            let err = StoreConfig::parse(input).expect_err(input).to_string();
+            assert!(err.contains(rule), "{input}: {err}");
+        }
+    }
+
+    #[test]
     fn display_reads_back() {
-        for input in ["/var/lib/berth", "redis://h:1/0?prefix=p"] {
+        for input in ["/var/lib/berth", "redis://h:1/0?prefix=p", "etcd://h:1,g:2?prefix=p"] {
             let config = StoreConfig::parse(input).expect(input);
             assert_eq!(StoreConfig::parse(&config.to_string()).expect("display"), config);
         }

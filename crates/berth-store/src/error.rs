@@ -25,6 +25,13 @@ pub enum StoreLocation {
         /// The namespace of this store's keys.
         prefix: String,
     },
+    /// An etcd cluster.
+    Etcd {
+        /// Its members, comma-separated.
+        endpoints: String,
+        /// The namespace of this store's keys.
+        prefix: String,
+    },
 }
 
 impl fmt::Display for StoreLocation {
@@ -32,6 +39,9 @@ impl fmt::Display for StoreLocation {
         match self {
             StoreLocation::Redb { path } => write!(f, "redb at {}", path.display()),
             StoreLocation::Redis { url, prefix } => write!(f, "redis at {url} (prefix {prefix})"),
+            StoreLocation::Etcd { endpoints, prefix } => {
+                write!(f, "etcd at {endpoints} (prefix {prefix})")
+            }
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Berth's durable state store: where the head keeps nodes, actors, tasks and placement groups
-//! so that it survives a restart, or, with Redis, the loss of its machine.
+//! so that it survives a restart, or, with Redis or etcd, the loss of its machine.
 //!
 //! # Layout
 //!
@@ -9,13 +9,17 @@
 //!   `DATA_DIR/berth.redb`; zero setup.
 //! - [`RedisStore`] (`redis_store.rs`): the same tables in Redis, for a head that another
 //!   machine can take over; every write is one Lua script.
+//! - [`EtcdStore`] (`etcd_store.rs`): the same tables in an etcd cluster (Raft: it survives
+//!   the loss of a minority of members); every write is one transaction, the lease an etcd
+//!   lease.
 //! - [`Batch`] / [`Op`] (`batch.rs`), [`Table`] (`table.rs`), [`Snapshot`] (`snapshot.rs`),
 //!   [`Lease`] / [`Epoch`] (`lease.rs`): the values that go in and out.
 //! - [`BatchWriter`] (`writer.rs`): group commit, many callers per transaction.
 //! - [`StoreConfig`] (`config.rs`): the head's `--store` value, parsed and validated.
 //! - [`StoreError`] (`error.rs`): one enum; every message names the backend, its path or URL,
 //!   the operation and the cause.
-//! - `testutil` (feature `testutil`): a real `redis-server` on a free port for tests.
+//! - `testutil` (feature `testutil`): a real `redis-server` on a free port, and real etcd
+//!   clusters, for tests.
 //!
 //! # Decisions, and why
 //!
@@ -33,7 +37,7 @@
 //! - **Fencing by epoch, checked inside the write.** A lease ([`Store::acquire_lease`]) gives a
 //!   new epoch each time it is taken; every commit carries its writer's epoch and is refused
 //!   ([`StoreError::Fenced`]) unless it is current. The check and the writes are one redb
-//!   write transaction or one Redis Lua script, so a stale head can never overwrite what a new
+//!   write transaction, one Redis Lua script or one etcd transaction, so a stale head can never overwrite what a new
 //!   head wrote, however late its commit arrives. Time (lease expiry) only decides when a new
 //!   head may take over; correctness never depends on clocks.
 //! - **`impl Future + Send` in the trait, no macro crate.** Return-position `impl Trait` in
@@ -71,6 +75,7 @@
 mod batch;
 mod config;
 mod error;
+mod etcd_store;
 mod lease;
 mod redb_store;
 mod redis_store;
@@ -84,6 +89,7 @@ mod writer;
 pub use batch::{Batch, InvalidOp, Op, MAX_KEY_BYTES, MAX_VALUE_BYTES, RESERVED_META_PREFIX};
 pub use config::{StoreConfig, DEFAULT_REDIS_PREFIX, MAX_PREFIX_CHARS};
 pub use error::{Cause, Operation, StoreError, StoreLocation};
+pub use etcd_store::EtcdStore;
 pub use lease::{Epoch, Lease, MAX_HOLDER_BYTES, MAX_LEASE_TTL, MIN_LEASE_TTL};
 pub use redb_store::{RedbStore, DATABASE_FILE, LEASE_KEY};
 pub use redis_store::RedisStore;

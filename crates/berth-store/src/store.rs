@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::batch::Batch;
 use crate::error::{StoreError, StoreLocation};
+use crate::etcd_store::EtcdStore;
 use crate::lease::{Epoch, Lease};
 use crate::redb_store::RedbStore;
 use crate::redis_store::RedisStore;
@@ -85,6 +86,8 @@ pub enum AnyStore {
     Redb(RedbStore),
     /// A Redis server.
     Redis(RedisStore),
+    /// An etcd cluster.
+    Etcd(EtcdStore),
 }
 
 impl Store for AnyStore {
@@ -92,6 +95,7 @@ impl Store for AnyStore {
         match self {
             AnyStore::Redb(store) => store.location(),
             AnyStore::Redis(store) => store.location(),
+            AnyStore::Etcd(store) => store.location(),
         }
     }
 
@@ -99,6 +103,7 @@ impl Store for AnyStore {
         match self {
             AnyStore::Redb(store) => store.load().await,
             AnyStore::Redis(store) => store.load().await,
+            AnyStore::Etcd(store) => store.load().await,
         }
     }
 
@@ -106,6 +111,7 @@ impl Store for AnyStore {
         match self {
             AnyStore::Redb(store) => store.commit(epoch, batch).await,
             AnyStore::Redis(store) => store.commit(epoch, batch).await,
+            AnyStore::Etcd(store) => store.commit(epoch, batch).await,
         }
     }
 
@@ -113,6 +119,7 @@ impl Store for AnyStore {
         match self {
             AnyStore::Redb(store) => store.acquire_lease(holder, ttl).await,
             AnyStore::Redis(store) => store.acquire_lease(holder, ttl).await,
+            AnyStore::Etcd(store) => store.acquire_lease(holder, ttl).await,
         }
     }
 
@@ -120,6 +127,7 @@ impl Store for AnyStore {
         match self {
             AnyStore::Redb(store) => store.renew_lease(lease, ttl).await,
             AnyStore::Redis(store) => store.renew_lease(lease, ttl).await,
+            AnyStore::Etcd(store) => store.renew_lease(lease, ttl).await,
         }
     }
 
@@ -127,6 +135,7 @@ impl Store for AnyStore {
         match self {
             AnyStore::Redb(store) => store.release_lease(lease).await,
             AnyStore::Redis(store) => store.release_lease(lease).await,
+            AnyStore::Etcd(store) => store.release_lease(lease).await,
         }
     }
 }

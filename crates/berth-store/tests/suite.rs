@@ -1,5 +1,5 @@
-//! The store's contract, tested the same way on both backends: every test is a generic
-//! function over a [`Harness`], instantiated once for redb and once for a real Redis server.
+//! The store's contract, tested the same way on every backend: every test is a generic
+//! function over a [`Harness`], instantiated for redb, a real Redis server and a real etcd.
 
 mod common;
 
@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use berth_store::{
     Batch, BatchWriter, BatchWriterConfig, Epoch, InvalidOp, Operation, Store, StoreError, Table,
 };
-use common::{entries, put, Harness, RedbHarness, RedisHarness};
+use common::{entries, put, EtcdHarness, Harness, RedbHarness, RedisHarness};
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// Declares each test once per backend: `redb::NAME` and `redis::NAME`.
+/// Declares each test once per backend: `redb::NAME`, `redis::NAME` and `etcd::NAME`.
 macro_rules! on_both_backends {
     ($($test:ident),* $(,)?) => {
         mod redb {
@@ -29,6 +29,14 @@ macro_rules! on_both_backends {
                 #[tokio::test]
                 async fn $test() {
                     super::$test(<super::RedisHarness as super::Harness>::new()).await;
+                }
+            )*
+        }
+        mod etcd {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test(<super::EtcdHarness as super::Harness>::new()).await;
                 }
             )*
         }

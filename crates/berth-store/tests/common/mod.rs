@@ -6,8 +6,8 @@
 use std::future::Future;
 use std::path::PathBuf;
 
-use berth_store::testutil::RedisServer;
-use berth_store::{Batch, RedbStore, RedisStore, Snapshot, Store, StoreConfig, Table};
+use berth_store::testutil::{EtcdCluster, RedisServer};
+use berth_store::{Batch, EtcdStore, RedbStore, RedisStore, Snapshot, Store, StoreConfig, Table};
 
 /// A backend under test: opens stores on the same underlying data as often as asked, so a
 /// test can drop a store and open it again (redb: the same file; Redis: a new connection to
@@ -75,6 +75,31 @@ impl Harness for RedisHarness {
 
     fn config(&self) -> StoreConfig {
         StoreConfig::parse(&self.server.store_url(&self.prefix)).expect("valid URL")
+    }
+}
+
+/// A real etcd cluster of its own (one member: the contract is the same, and it starts fast;
+/// the cluster tests use three), and a prefix on it.
+pub struct EtcdHarness {
+    pub cluster: EtcdCluster,
+    pub prefix: String,
+}
+
+impl Harness for EtcdHarness {
+    type Store = EtcdStore;
+
+    fn new() -> Self {
+        let cluster = EtcdCluster::start(1).unwrap_or_else(|e| panic!("{e}"));
+        EtcdHarness { cluster, prefix: "test".to_owned() }
+    }
+
+    async fn open(&self) -> EtcdStore {
+        let StoreConfig::Etcd { endpoints, prefix } = self.config() else { unreachable!() };
+        EtcdStore::connect(&endpoints, &prefix).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn config(&self) -> StoreConfig {
+        StoreConfig::parse(&self.cluster.store_url(&self.prefix)).expect("valid URL")
     }
 }
 

@@ -1,4 +1,5 @@
-//! Test support: a real `redis-server` on a free port (feature `testutil`).
+//! Test support: a real `redis-server` on a free port, and a real etcd cluster ([`etcd`])
+//! (feature `testutil`).
 //!
 //! Tests of the Redis backend run against the real server, never a mock. `scripts/test`
 //! installs it (Debian's `redis-server`); when it is missing, [`RedisServer::start`] fails with
@@ -12,6 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
+
+mod etcd;
+pub use etcd::EtcdCluster;
 
 /// How long the server may take to answer PING after it starts.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);

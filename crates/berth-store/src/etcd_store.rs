@@ -1,0 +1,488 @@
+//! The etcd backend: the same tables in an etcd cluster (Raft-replicated), so the store
+//! survives the loss of a minority of its members and a head on another machine can take
+//! over.
+//!
+//! It speaks etcd's v3 API through etcd's own JSON gateway (`POST /v3/kv/range`,
+//! `/v3/kv/txn`, `/v3/lease/grant`, `/v3/lease/revoke`, `/v3/lease/timetolive`) with reqwest.
+//! The gRPC client crates need `protoc` at build time, which a fresh machine does not have;
+//! the gateway is the same API, served on the client port by every etcd since 3.4.
+//!
+//! Layout, for the namespace `P` (the URL's `prefix`; keys and values are bytes, the gateway
+//! carries them in base64):
+//!
+//! | key | holds |
+//! | --- | --- |
+//! | `berth/P/t/TABLE/KEY` | one record of a table |
+//! | `berth/P/epoch` | the last lease epoch granted (decimal); never expires |
+//! | `berth/P/lease` | the holder's name, attached to an etcd lease: gone once it expires |
+//!
+//! Every write is one transaction (`/v3/kv/txn`): a commit compares `epoch` with the writer's
+//! and only then applies the batch, so a fenced head writes nothing. Acquiring the lease
+//! compares the revisions it read of `epoch` and `lease` and writes both; renewing attaches
+//! the lease key to a fresh etcd lease if the epoch is still the caller's. Expiry is etcd's,
+//! so the heads' clocks never matter. `load` reads the tables at one revision.
+//!
+//! With several endpoints, a request that cannot reach one is sent to the next. etcd limits a
+//! transaction to `--max-txn-ops` operations (128 by default) and `--max-request-bytes` (1.5
+//! MiB): run it with higher limits (the README's set-up says which), or large commits fail.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::batch::{Batch, Op};
+use crate::error::{Operation, StoreError, StoreLocation};
+use crate::lease::{check_lease_request, Epoch, Lease};
+use crate::snapshot::Snapshot;
+use crate::store::Store;
+use crate::table::Table;
+
+/// How long one request to one member may take before the next member is asked. A member
+/// that lost its leader holds a proposal for seconds before it answers; another member, with
+/// the new leader, answers at once. Retrying a commit elsewhere is safe: the same batch under
+/// the same epoch writes the same values.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one page of a load may take.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long connecting to one member may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Keys read per range request while loading.
+const PAGE: u64 = 2000;
+/// Attempts at acquiring the lease when another writer races this one.
+const ACQUIRE_ATTEMPTS: usize = 5;
+
+/// The etcd store. Cheap to clone.
+#[derive(Clone)]
+pub struct EtcdStore {
+    http: reqwest::Client,
+    endpoints: Arc<Vec<String>>,
+    /// The endpoint tried first (the last that answered).
+    current: Arc<AtomicUsize>,
+    prefix: String,
+    location: StoreLocation,
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStore").field("location", &self.location).finish_non_exhaustive()
+    }
+}
+
+/// One key-value of a range answer.
+struct Kv {
+    key: Vec<u8>,
+    value: Vec<u8>,
+    mod_revision: i64,
+    lease: i64,
+}
+
+/// An int64 of the gateway's JSON: a decimal string (or, leniently, a number); absent is 0.
+fn int(value: &Value) -> i64 {
+    match value {
+        Value::String(text) => text.parse().unwrap_or(0),
+        Value::Number(n) => n.as_i64().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    B64.encode(bytes)
+}
+
+/// The end of the range of every key that starts with `prefix`.
+fn range_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+impl EtcdStore {
+    /// Connects to the etcd members at `endpoints` (`http://HOST:PORT`) and keeps the store
+    /// under the namespace `prefix`. Fails, naming them, when none answers within a few
+    /// seconds.
+    pub async fn connect(endpoints: &[String], prefix: &str) -> Result<Self, StoreError> {
+        let location =
+            StoreLocation::Etcd { endpoints: endpoints.join(","), prefix: prefix.to_owned() };
+        crate::config::check_prefix(prefix)
+            .map_err(|reason| StoreError::Config { input: prefix.to_owned(), reason })?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .no_proxy()
+            .build()
+            .map_err(|e| StoreError::backend(&location, Operation::Open, e))?;
+        let store = EtcdStore {
+            http,
+            endpoints: Arc::new(endpoints.to_vec()),
+            current: Arc::new(AtomicUsize::new(0)),
+            prefix: format!("berth/{prefix}/"),
+            location,
+        };
+        // One read, so a wrong address fails at open, not at the first commit.
+        store.range(Operation::Open, store.key("epoch"), None, 0, 1).await?;
+        Ok(store)
+    }
+
+    fn key(&self, name: &str) -> Vec<u8> {
+        format!("{}{name}", self.prefix).into_bytes()
+    }
+
+    fn table_prefix(&self) -> Vec<u8> {
+        self.key("t/")
+    }
+
+    fn record_key(&self, table: Table, key: &str) -> Vec<u8> {
+        format!("{}t/{}/{key}", self.prefix, table.name()).into_bytes()
+    }
+
+    fn error(&self, operation: Operation, cause: impl fmt::Display) -> StoreError {
+        StoreError::backend(&self.location, operation, cause.to_string())
+    }
+
+    /// POSTs `body` to `path` on the first member that answers; the decoded answer.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        operation: Operation,
+        path: &str,
+        body: &Value,
+    ) -> Result<T, StoreError> {
+        let n = self.endpoints.len();
+        let start = self.current.load(Ordering::Relaxed);
+        let mut last = String::new();
+        for i in 0..n {
+            let index = (start + i) % n;
+            let url = format!("{}{path}", self.endpoints[index]);
+            let timeout = if operation == Operation::Load { LOAD_TIMEOUT } else { REQUEST_TIMEOUT };
+            let response = match self.http.post(&url).json(body).timeout(timeout).send().await {
+                Ok(response) => response,
+                Err(err) => {
+                    last = format!("{url}: {err}");
+                    continue;
+                }
+            };
+            let status = response.status();
+            let text = match response.text().await {
+                Ok(text) => text,
+                Err(err) => {
+                    last = format!("{url}: {err}");
+                    continue;
+                }
+            };
+            if status.is_success() {
+                self.current.store(index, Ordering::Relaxed);
+                return serde_json::from_str(&text)
+                    .map_err(|e| self.error(operation, format!("{url} answered {text:?}: {e}")));
+            }
+            // A member without a leader (an election under way) answers 503: try the next.
+            last = format!("{url} answered {status}: {text}");
+            if status.as_u16() != 503 {
+                break;
+            }
+        }
+        Err(self.error(operation, last))
+    }
+
+    async fn range(
+        &self,
+        operation: Operation,
+        key: Vec<u8>,
+        end: Option<Vec<u8>>,
+        revision: i64,
+        limit: u64,
+    ) -> Result<(Vec<Kv>, bool, i64), StoreError> {
+        let mut body = json!({"key": b64(&key), "limit": limit.to_string()});
+        if let Some(end) = end {
+            body["range_end"] = json!(b64(&end));
+        }
+        if revision > 0 {
+            body["revision"] = json!(revision.to_string());
+        }
+        let answer: Value = self.call(operation, "/v3/kv/range", &body).await?;
+        let kvs = answer["kvs"].as_array().map(|a| a.as_slice()).unwrap_or_default();
+        let decode = |field: &Value| B64.decode(field.as_str().unwrap_or("")).unwrap_or_default();
+        let kvs = kvs
+            .iter()
+            .map(|kv| Kv {
+                key: decode(&kv["key"]),
+                value: decode(&kv["value"]),
+                mod_revision: int(&kv["mod_revision"]),
+                lease: int(&kv["lease"]),
+            })
+            .collect();
+        let more = answer["more"].as_bool().unwrap_or(false);
+        Ok((kvs, more, int(&answer["header"]["revision"])))
+    }
+
+    /// One key, if it exists.
+    async fn get(&self, operation: Operation, key: Vec<u8>) -> Result<Option<Kv>, StoreError> {
+        Ok(self.range(operation, key, None, 0, 1).await?.0.into_iter().next())
+    }
+
+    /// Runs a transaction; whether its comparisons held, and its answer.
+    async fn txn(&self, operation: Operation, body: Value) -> Result<(bool, Value), StoreError> {
+        let answer: Value = self.call(operation, "/v3/kv/txn", &body).await?;
+        Ok((answer["succeeded"].as_bool().unwrap_or(false), answer))
+    }
+
+    async fn grant(&self, operation: Operation, ttl: Duration) -> Result<i64, StoreError> {
+        // etcd counts lease ttls in whole seconds.
+        let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let answer: Value =
+            self.call(operation, "/v3/lease/grant", &json!({"TTL": seconds.to_string()})).await?;
+        match int(&answer["ID"]) {
+            0 => Err(self.error(operation, format!("no lease granted: {answer}"))),
+            id => Ok(id),
+        }
+    }
+
+    /// Gives an etcd lease back; a failure only leaves it to expire.
+    async fn revoke(&self, id: i64) {
+        if id != 0 {
+            let body = json!({"ID": id.to_string()});
+            let _: Result<Value, _> =
+                self.call(Operation::ReleaseLease, "/v3/lease/revoke", &body).await;
+        }
+    }
+
+    /// The epoch the store holds now (0: none granted yet).
+    async fn current_epoch(&self, operation: Operation) -> Result<Epoch, StoreError> {
+        let kv = self.get(operation, self.key("epoch")).await?;
+        Ok(Epoch::new(
+            kv.and_then(|kv| String::from_utf8(kv.value).ok()?.parse().ok()).unwrap_or(0),
+        ))
+    }
+
+    fn epoch_is(&self, epoch: Epoch) -> Value {
+        json!({"key": b64(&self.key("epoch")), "target": "VALUE", "result": "EQUAL",
+               "value": b64(epoch.get().to_string().as_bytes())})
+    }
+
+    async fn fenced(&self, operation: Operation, ours: Epoch) -> StoreError {
+        match self.current_epoch(operation).await {
+            Ok(current) => {
+                StoreError::Fenced { location: self.location.clone(), operation, ours, current }
+            }
+            Err(err) => err,
+        }
+    }
+
+    /// Attaches the lease key (holder `holder`) to a fresh etcd lease of `ttl` if `epoch` is
+    /// still the current one; the etcd lease it had is revoked.
+    async fn attach(
+        &self,
+        operation: Operation,
+        holder: &str,
+        epoch: Epoch,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let id = self.grant(operation, ttl).await?;
+        let put = json!({"request_put": {"key": b64(&self.key("lease")),
+                         "value": b64(holder.as_bytes()), "lease": id.to_string(), "prev_kv": true}});
+        let (held, answer) = self
+            .txn(operation, json!({"compare": [self.epoch_is(epoch)], "success": [put]}))
+            .await?;
+        if !held {
+            self.revoke(id).await;
+            return Err(self.fenced(operation, epoch).await);
+        }
+        let previous = int(&answer["responses"][0]["response_put"]["prev_kv"]["lease"]);
+        if previous != id {
+            self.revoke(previous).await;
+        }
+        Ok(())
+    }
+}
+
+impl Store for EtcdStore {
+    fn location(&self) -> &StoreLocation {
+        &self.location
+    }
+
+    async fn load(&self) -> Result<Snapshot, StoreError> {
+        let operation = Operation::Load;
+        let prefix = self.table_prefix();
+        let end = range_end(&prefix);
+        let mut snapshot = Snapshot::new();
+        let mut tables: Vec<std::collections::BTreeMap<String, Vec<u8>>> =
+            vec![Default::default(); Table::ALL.len()];
+        let (mut from, mut revision) = (prefix.clone(), 0);
+        loop {
+            let (kvs, more, at) =
+                self.range(operation, from.clone(), Some(end.clone()), revision, PAGE).await?;
+            // Every page at the revision of the first: one consistent snapshot.
+            if revision == 0 {
+                revision = at;
+            }
+            for kv in &kvs {
+                let name = String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned();
+                let Some((table, key)) = name.split_once('/') else { continue };
+                let Some(table) = Table::ALL.into_iter().find(|t| t.name() == table) else {
+                    continue;
+                };
+                tables[table.index()].insert(key.to_string(), kv.value.clone());
+            }
+            match (more, kvs.last()) {
+                (true, Some(last)) => {
+                    from = last.key.clone();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        for (table, entries) in Table::ALL.into_iter().zip(tables) {
+            snapshot.set_table(table, entries);
+        }
+        Ok(snapshot)
+    }
+
+    async fn commit(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
+        batch.validate()?;
+        let operation = Operation::Commit;
+        // etcd refuses a key twice in one transaction; in a batch the last op on a key wins,
+        // so only that one is sent.
+        let mut seen = std::collections::HashSet::new();
+        let mut last: Vec<&Op> = batch
+            .ops()
+            .iter()
+            .rev()
+            .filter(|op| match op {
+                Op::Put { table, key, .. } | Op::Delete { table, key } => {
+                    seen.insert((*table, key))
+                }
+            })
+            .collect();
+        last.reverse();
+        let ops: Vec<Value> = last
+            .into_iter()
+            .map(|op| match op {
+                Op::Put { table, key, value } => json!({"request_put": {
+                    "key": b64(&self.record_key(*table, key)), "value": b64(value)}}),
+                Op::Delete { table, key } => json!({"request_delete_range": {
+                    "key": b64(&self.record_key(*table, key))}}),
+            })
+            .collect();
+        let body = json!({"compare": [self.epoch_is(epoch)], "success": ops});
+        match self.txn(operation, body).await? {
+            (true, _) => Ok(()),
+            (false, _) => Err(self.fenced(operation, epoch).await),
+        }
+    }
+
+    async fn acquire_lease(&self, holder: &str, ttl: Duration) -> Result<Lease, StoreError> {
+        let operation = Operation::AcquireLease;
+        check_lease_request(holder, ttl).map_err(|reason| StoreError::InvalidLeaseRequest {
+            location: self.location.clone(),
+            operation,
+            reason,
+        })?;
+        for _ in 0..ACQUIRE_ATTEMPTS {
+            let lease = self.get(operation, self.key("lease")).await?;
+            if let Some(kv) = &lease {
+                if kv.value != holder.as_bytes() {
+                    let answer: Value = self
+                        .call(
+                            operation,
+                            "/v3/lease/timetolive",
+                            &json!({"ID": kv.lease.to_string()}),
+                        )
+                        .await?;
+                    let remaining = u64::try_from(int(&answer["TTL"])).unwrap_or(0);
+                    return Err(StoreError::LeaseHeld {
+                        location: self.location.clone(),
+                        holder: String::from_utf8_lossy(&kv.value).into_owned(),
+                        remaining: Duration::from_secs(remaining),
+                    });
+                }
+            }
+            let epoch_kv = self.get(operation, self.key("epoch")).await?;
+            let current: u64 = epoch_kv
+                .as_ref()
+                .and_then(|kv| std::str::from_utf8(&kv.value).ok()?.parse().ok())
+                .unwrap_or(0);
+            // Unchanged since read: the lease key (absent, or ours) and the epoch.
+            let unchanged = |key: Vec<u8>, kv: &Option<Kv>| match kv {
+                None => json!({"key": b64(&key), "target": "VERSION", "result": "EQUAL",
+                               "version": "0"}),
+                Some(kv) => json!({"key": b64(&key), "target": "MOD", "result": "EQUAL",
+                                   "mod_revision": kv.mod_revision.to_string()}),
+            };
+            let id = self.grant(operation, ttl).await?;
+            let epoch = Epoch::new(current + 1);
+            let body = json!({
+                "compare": [unchanged(self.key("lease"), &lease), unchanged(self.key("epoch"), &epoch_kv)],
+                "success": [
+                    {"request_put": {"key": b64(&self.key("epoch")),
+                                     "value": b64(epoch.get().to_string().as_bytes())}},
+                    {"request_put": {"key": b64(&self.key("lease")), "value": b64(holder.as_bytes()),
+                                     "lease": id.to_string()}},
+                ],
+            });
+            match self.txn(operation, body).await? {
+                (true, _) => {
+                    if let Some(kv) = &lease {
+                        self.revoke(kv.lease).await;
+                    }
+                    return Ok(Lease::new(holder, epoch, ttl));
+                }
+                // Another writer came in between: look again.
+                (false, _) => self.revoke(id).await,
+            }
+        }
+        Err(self.error(operation, "other writers kept changing the lease; try again"))
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+        let operation = Operation::RenewLease;
+        check_lease_request(lease.holder(), ttl).map_err(|reason| {
+            StoreError::InvalidLeaseRequest { location: self.location.clone(), operation, reason }
+        })?;
+        self.attach(operation, lease.holder(), lease.epoch(), ttl).await?;
+        Ok(Lease::new(lease.holder(), lease.epoch(), ttl))
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        let operation = Operation::ReleaseLease;
+        let delete =
+            json!({"request_delete_range": {"key": b64(&self.key("lease")), "prev_kv": true}});
+        let body = json!({"compare": [self.epoch_is(lease.epoch())], "success": [delete]});
+        match self.txn(operation, body).await? {
+            (true, answer) => {
+                let kvs = &answer["responses"][0]["response_delete_range"]["prev_kvs"];
+                if let Some(kv) = kvs.as_array().and_then(|a| a.first()) {
+                    self.revoke(int(&kv["lease"])).await;
+                }
+                Ok(())
+            }
+            (false, _) => Err(self.fenced(operation, lease.epoch()).await),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_range_ends_after_its_last_key() {
+        assert_eq!(range_end(b"berth/p/t/"), b"berth/p/t0".to_vec());
+        assert_eq!(range_end(&[b'a', 0xff]), b"b".to_vec());
+        assert_eq!(range_end(&[0xff]), vec![0]);
+    }
+
+    #[test]
+    fn the_gateways_int64s_are_strings() {
+        assert_eq!(int(&json!("42")), 42);
+        assert_eq!(int(&json!(7)), 7);
+        assert_eq!(int(&Value::Null), 0);
+    }
+}
