@@ -1,0 +1,179 @@
+//! Failures under load, each repeated five times, on a real three-member etcd cluster: a client
+//! creates actors through the REST API without pause and records every one the head
+//! acknowledged (201); then
+//! - the active head is killed (its lease never released) and the standby takes over: every
+//!   acknowledged actor must be on the new head;
+//! - the etcd leader is killed under the one head: every acknowledged actor must still be there.
+//!
+//! The figures (takeover time, failed requests, the longest a request waited) are printed;
+//! the README quotes them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use berth_head::{HeadConfig, RunningHead};
+use berth_store::testutil::EtcdCluster;
+use berth_store::StoreConfig;
+
+const TTL: Duration = Duration::from_secs(1);
+const ROUNDS: usize = 5;
+
+fn config(store: &str, data: &std::path::Path) -> HeadConfig {
+    let mut config = HeadConfig::new(data);
+    config.store = StoreConfig::parse(store).unwrap();
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.lease_ttl = TTL;
+    config
+}
+
+/// What the load saw.
+#[derive(Default)]
+struct Load {
+    acknowledged: Vec<String>,
+    /// Requests that failed (refused, 503, cut).
+    failed: u32,
+    last_ok: Option<Instant>,
+    /// The longest time between two acknowledgements: how long the cluster did not accept
+    /// work, as the client saw it.
+    gap: Duration,
+}
+
+/// Creates actors in a loop at the first of `heads` that accepts, until `stop`.
+async fn load(heads: Vec<String>, token: String, stop: Arc<AtomicBool>, seen: Arc<Mutex<Load>>) {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let body = serde_json::json!({"command": "sleep", "args": ["600"], "resources": {"CPU": 1}});
+    while !stop.load(Ordering::Relaxed) {
+        let mut done = false;
+        for head in &heads {
+            let answer = http
+                .post(format!("http://{head}/api/v1/actors"))
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await;
+            match answer {
+                Ok(a) if a.status() == 201 => {
+                    let actor: serde_json::Value = a.json().await.unwrap();
+                    let mut seen = seen.lock().unwrap();
+                    seen.acknowledged.push(actor["actor_id"].as_str().unwrap().to_string());
+                    let now = Instant::now();
+                    if let Some(last) = seen.last_ok {
+                        seen.gap = seen.gap.max(now - last);
+                    }
+                    seen.last_ok = Some(now);
+                    done = true;
+                    break;
+                }
+                _ => {
+                    seen.lock().unwrap().failed += 1;
+                }
+            }
+        }
+        if !done {
+            // Every head refused: the takeover is under way. Look again shortly.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Waits until `n` actors in all were acknowledged.
+async fn until_acknowledged(seen: &Mutex<Load>, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.lock().unwrap().acknowledged.len() < n {
+        assert!(Instant::now() < deadline, "the load stalled");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn missing(head: &RunningHead, acknowledged: &[String]) -> Vec<String> {
+    let view = head.handle.view();
+    acknowledged
+        .iter()
+        .filter(|id| !view.actors.values().any(|a| &a.actor_id == *id))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_active_head_killed_under_load_loses_nothing_five_times() {
+    let mut takeovers = Vec::new();
+    for round in 0..ROUNDS {
+        let etcd = EtcdCluster::start(3).expect("etcd (scripts/test installs etcd-server)");
+        let store = etcd.store_url(&format!("failover-{round}"));
+        let (data_a, data_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let first = berth_head::start(config(&store, data_a.path())).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let standby_address = listener.local_addr().unwrap().to_string();
+        let second = tokio::spawn(berth_head::start_on(config(&store, data_b.path()), listener));
+
+        let seen = Arc::new(Mutex::new(Load::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let heads = vec![first.address.to_string(), standby_address];
+        let client =
+            tokio::spawn(load(heads, first.token.as_str().to_string(), stop.clone(), seen.clone()));
+        until_acknowledged(&seen, 50).await;
+        let before = seen.lock().unwrap().acknowledged.len();
+        first.crash().await;
+        let second = second.await.unwrap().expect("the standby takes over");
+        until_acknowledged(&seen, before + 50).await;
+        stop.store(true, Ordering::Relaxed);
+        client.await.unwrap();
+
+        let seen = seen.lock().unwrap();
+        let lost = missing(&second, &seen.acknowledged);
+        assert!(lost.is_empty(), "round {round}: acknowledged but lost: {lost:?}");
+        let takeover = seen.gap;
+        println!(
+            "round {round}: {} acknowledged, 0 lost, {} failed requests, no actor accepted for \
+             {takeover:?} (the takeover)",
+            seen.acknowledged.len(),
+            seen.failed
+        );
+        takeovers.push(takeover);
+        second.shutdown().await;
+    }
+    takeovers.sort();
+    println!("active head killed, {ROUNDS} rounds: median takeover {:?}", takeovers[ROUNDS / 2]);
+    assert!(takeovers[ROUNDS / 2] < TTL + Duration::from_secs(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_leader_killed_under_load_loses_nothing_five_times() {
+    let mut longest = Vec::new();
+    for round in 0..ROUNDS {
+        let mut etcd = EtcdCluster::start(3).expect("etcd (scripts/test installs etcd-server)");
+        let data = tempfile::tempdir().unwrap();
+        let head = berth_head::start(config(&etcd.store_url("leader"), data.path())).await.unwrap();
+        let seen = Arc::new(Mutex::new(Load::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let client = tokio::spawn(load(
+            vec![head.address.to_string()],
+            head.token.as_str().to_string(),
+            stop.clone(),
+            seen.clone(),
+        ));
+        until_acknowledged(&seen, 50).await;
+        let before = seen.lock().unwrap().acknowledged.len();
+        etcd.kill(etcd.leader().expect("a leader"));
+        until_acknowledged(&seen, before + 50).await;
+        stop.store(true, Ordering::Relaxed);
+        client.await.unwrap();
+        let seen = seen.lock().unwrap();
+        let lost = missing(&head, &seen.acknowledged);
+        assert!(lost.is_empty(), "round {round}: acknowledged but lost: {lost:?}");
+        println!(
+            "round {round}: {} acknowledged, 0 lost, {} failed requests, no actor accepted for {:?}",
+            seen.acknowledged.len(),
+            seen.failed,
+            seen.gap
+        );
+        longest.push(seen.gap);
+        head.shutdown().await;
+    }
+    longest.sort();
+    println!(
+        "etcd leader killed, {ROUNDS} rounds: median unavailability {:?}",
+        longest[ROUNDS / 2]
+    );
+}
