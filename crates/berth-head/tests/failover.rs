@@ -120,7 +120,7 @@ async fn the_active_head_killed_under_load_loses_nothing_five_times() {
         stop.store(true, Ordering::Relaxed);
         client.await.unwrap();
 
-        let seen = seen.lock().unwrap();
+        let seen = std::mem::take(&mut *seen.lock().unwrap());
         let lost = missing(&second, &seen.acknowledged);
         assert!(lost.is_empty(), "round {round}: acknowledged but lost: {lost:?}");
         let takeover = seen.gap;
@@ -159,7 +159,7 @@ async fn the_etcd_leader_killed_under_load_loses_nothing_five_times() {
         until_acknowledged(&seen, before + 50).await;
         stop.store(true, Ordering::Relaxed);
         client.await.unwrap();
-        let seen = seen.lock().unwrap();
+        let seen = std::mem::take(&mut *seen.lock().unwrap());
         let lost = missing(&head, &seen.acknowledged);
         assert!(lost.is_empty(), "round {round}: acknowledged but lost: {lost:?}");
         println!(
