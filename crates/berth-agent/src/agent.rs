@@ -63,9 +63,10 @@ const MAX_BATCH: usize = 1024;
 /// The longest wait for a TCP connection to the head.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 pings on an idle connection, so a vanished head (a partition, a dead machine) is
-/// noticed even when no call is failing.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// noticed even when no call is failing: within 5 s, well inside the grace a head that took
+/// over gives its agents to register again (see the head's `RESTORE_GRACE`).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The heartbeat interval used when the head's reply says 0.
 const FALLBACK_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 

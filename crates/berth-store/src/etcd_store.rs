@@ -116,6 +116,8 @@ impl EtcdStore {
             StoreLocation::Etcd { endpoints: endpoints.join(","), prefix: prefix.to_owned() };
         crate::config::check_prefix(prefix)
             .map_err(|reason| StoreError::Config { input: prefix.to_owned(), reason })?;
+        // An error means a provider is installed already: that one serves (see Cargo.toml).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .no_proxy()

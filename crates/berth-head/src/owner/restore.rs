@@ -51,6 +51,11 @@ fn decode<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// Time beyond the heartbeat timeout that a reloaded head gives every agent to register
+/// again before it declares the node dead (an agent notices a silent partition of its old
+/// head within 5 s).
+const RESTORE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Owner {
     pub(crate) fn restore(&mut self, snapshot: &Snapshot, sequences: &Sequences) -> Restored {
         let mut out = Restored::default();
@@ -128,10 +133,12 @@ impl Owner {
         }
         let node_id = record.node.node_id.clone();
         if state != ApiNodeState::Dead {
-            // Session 0 is never handed out: the agent must register, within the timeout.
+            // Session 0 is never handed out: the agent must register, within the timeout
+            // and a grace: after a takeover an agent may first have to notice that its old
+            // head is gone (across a partition, by its keepalive).
             let liveness = Arc::new(Liveness {
                 session: 0,
-                last_seen_ms: AtomicU64::new(now_ms()),
+                last_seen_ms: AtomicU64::new(now_ms() + RESTORE_GRACE.as_millis() as u64),
                 ended: AtomicBool::new(false),
             });
             self.links.insert(node_id.clone(), AgentLink { liveness, assignments: None });

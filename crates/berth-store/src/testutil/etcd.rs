@@ -27,6 +27,8 @@ struct Member {
 pub struct EtcdCluster {
     members: Vec<Member>,
     dir: TempDir,
+    /// Another address the members also serve clients on (a test's veth end).
+    also: Option<String>,
 }
 
 impl fmt::Debug for EtcdCluster {
@@ -38,6 +40,12 @@ impl fmt::Debug for EtcdCluster {
 impl EtcdCluster {
     /// Starts `n` members and waits until every one answers `/health` with a leader.
     pub fn start(n: usize) -> io::Result<EtcdCluster> {
+        EtcdCluster::start_also_on(n, None)
+    }
+
+    /// As [`EtcdCluster::start`], the members serving clients on `also` (an IP address of
+    /// this machine) too, on the same ports.
+    pub fn start_also_on(n: usize, also: Option<&str>) -> io::Result<EtcdCluster> {
         let dir = tempfile::Builder::new().prefix("berth-etcd-").tempdir()?;
         let mut members = Vec::new();
         for i in 0..n {
@@ -50,7 +58,7 @@ impl EtcdCluster {
         }
         let initial: Vec<String> =
             members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer)).collect();
-        let mut cluster = EtcdCluster { members, dir };
+        let mut cluster = EtcdCluster { members, dir, also: also.map(str::to_string) };
         for i in 0..n {
             cluster.spawn(i, &initial.join(","))?;
         }
@@ -62,7 +70,10 @@ impl EtcdCluster {
         let member = &self.members[i];
         let data = self.dir.path().join(&member.name);
         let log = std::fs::File::create(self.dir.path().join(format!("{}.log", member.name)))?;
-        let client = format!("http://127.0.0.1:{}", member.client);
+        let mut client = format!("http://127.0.0.1:{}", member.client);
+        if let Some(also) = &self.also {
+            client.push_str(&format!(",http://{also}:{}", member.client));
+        }
         let peer = format!("http://127.0.0.1:{}", member.peer);
         let spawned = Command::new("etcd")
             .args(["--name", &member.name])
@@ -124,8 +135,13 @@ impl EtcdCluster {
 
     /// `HOST:PORT,…` of the members' client ports.
     pub fn endpoints(&self) -> String {
+        self.endpoints_on("127.0.0.1")
+    }
+
+    /// `HOST:PORT,…` of the members' client ports on address `host`.
+    pub fn endpoints_on(&self, host: &str) -> String {
         let hosts: Vec<String> =
-            self.members.iter().map(|m| format!("127.0.0.1:{}", m.client)).collect();
+            self.members.iter().map(|m| format!("{host}:{}", m.client)).collect();
         hosts.join(",")
     }
 
