@@ -49,9 +49,19 @@ impl RedisServer {
     /// `127.0.0.1:0` and closing the socket; if another process takes the port in between, the
     /// server fails to start and another port is tried.
     pub fn start() -> io::Result<Self> {
+        Self::start_with(&[])
+    }
+
+    /// A replica of the server on `port` (`--replicaof 127.0.0.1 PORT`): it copies the
+    /// primary's writes asynchronously, as Redis replication does.
+    pub fn replica_of(port: u16) -> io::Result<Self> {
+        Self::start_with(&["--replicaof".into(), "127.0.0.1".into(), port.to_string()])
+    }
+
+    fn start_with(extra: &[String]) -> io::Result<Self> {
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
-            match Self::start_once() {
+            match Self::start_once(extra) {
                 Ok(server) => return Ok(server),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(e),
                 Err(e) => last_error = Some(e),
@@ -60,13 +70,14 @@ impl RedisServer {
         Err(last_error.unwrap_or_else(|| io::Error::other("redis-server did not start")))
     }
 
-    fn start_once() -> io::Result<Self> {
+    fn start_once(extra: &[String]) -> io::Result<Self> {
         let port = free_port()?;
         let dir = tempfile::Builder::new().prefix("berth-redis-").tempdir()?;
         let log = dir.path().join("redis.log");
         let spawned = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
             .arg("--dir")
             .arg(dir.path())
             .arg("--logfile")
