@@ -2,7 +2,8 @@
 //! creates actors through the REST API without pause and records every one the head
 //! acknowledged (201); then
 //! - the active head is killed (its lease never released) and the standby takes over: every
-//!   acknowledged actor must be on the new head;
+//!   acknowledged actor must be on the new head, and the actors that ran on the two agents
+//!   (real processes; the agents know both heads) run on, the same processes, none restarted;
 //! - the etcd leader is killed under the one head: every acknowledged actor must still be there.
 //!
 //! The figures (takeover time, failed requests, the longest a request waited) are printed;
@@ -12,6 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use berth_agent::{RunnerKind, SimCluster, SimNode, SimOptions};
+use berth_api::rest::{ActorState, NodeState};
 use berth_head::{HeadConfig, RunningHead};
 use berth_store::testutil::EtcdCluster;
 use berth_store::StoreConfig;
@@ -86,6 +89,17 @@ async fn until_acknowledged(seen: &Mutex<Load>, n: usize) {
     }
 }
 
+/// The processes the agents' runner directories record: (work, attempt, PID), sorted.
+fn processes(root: &std::path::Path) -> Vec<(String, u32, u32)> {
+    let mut all: Vec<(String, u32, u32)> = ["a", "b"]
+        .iter()
+        .flat_map(|n| berth_agent::process::recorded(&root.join(n)))
+        .map(|p| (p.work_id, p.attempt, p.pid))
+        .collect();
+    all.sort();
+    all
+}
+
 fn missing(head: &RunningHead, acknowledged: &[String]) -> Vec<String> {
     let view = head.handle.view();
     acknowledged
@@ -107,31 +121,72 @@ async fn the_active_head_killed_under_load_loses_nothing_five_times() {
         let standby_address = listener.local_addr().unwrap().to_string();
         let second = tokio::spawn(berth_head::start_on(config(&store, data_b.path()), listener));
 
+        // Two agents with real processes and room for 8 actors, knowing both heads.
+        let runners = tempfile::tempdir().unwrap();
+        let options = SimOptions {
+            runner: RunnerKind::Process {
+                root: runners.path().to_path_buf(),
+                grace: Duration::from_millis(500),
+            },
+            ..SimOptions::default()
+        };
+        let nodes =
+            vec![SimNode::new("a").resource("CPU", "4"), SimNode::new("b").resource("CPU", "4")];
+        let both = format!("{},{standby_address}", first.address);
+        let sim =
+            SimCluster::start_with(&both, first.agent_token.as_str(), nodes, options).unwrap();
+        sim.wait_registered(Duration::from_secs(20)).await.unwrap();
+
         let seen = Arc::new(Mutex::new(Load::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let heads = vec![first.address.to_string(), standby_address];
         let client =
             tokio::spawn(load(heads, first.token.as_str().to_string(), stop.clone(), seen.clone()));
         until_acknowledged(&seen, 50).await;
+        // The first 8 run (processes), the others wait for room.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while processes(runners.path()).len() < 8 {
+            assert!(Instant::now() < deadline, "{:?}", processes(runners.path()));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let running = processes(runners.path());
         let before = seen.lock().unwrap().acknowledged.len();
         first.crash().await;
         let second = second.await.unwrap().expect("the standby takes over");
         until_acknowledged(&seen, before + 50).await;
         stop.store(true, Ordering::Relaxed);
         client.await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let view = second.handle.view();
+            let alive = view.actors.values().filter(|a| a.state == ActorState::Alive).count();
+            let registered = view.nodes.values().filter(|n| n.state == NodeState::Alive).count();
+            if alive == 8 && registered == 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{alive} ALIVE, {registered} nodes");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(processes(runners.path()), running, "round {round}: the same processes");
+        let view = second.handle.view();
+        assert!(view.actors.values().all(|a| a.restarts == 0), "round {round}: none restarted");
 
         let seen = std::mem::take(&mut *seen.lock().unwrap());
         let lost = missing(&second, &seen.acknowledged);
         assert!(lost.is_empty(), "round {round}: acknowledged but lost: {lost:?}");
         let takeover = seen.gap;
         println!(
-            "round {round}: {} acknowledged, 0 lost, {} failed requests, no actor accepted for \
-             {takeover:?} (the takeover)",
+            "round {round}: {} acknowledged, 0 lost, 8 processes on 2 agents kept (0 restarted), \
+             {} failed requests, no actor accepted for {takeover:?} (the takeover)",
             seen.acknowledged.len(),
             seen.failed
         );
         takeovers.push(takeover);
+        sim.shutdown().await.unwrap();
         second.shutdown().await;
+        for entry in std::fs::read_dir(runners.path()).unwrap().flatten() {
+            berth_agent::process::kill_recorded(&entry.path());
+        }
     }
     takeovers.sort();
     println!("active head killed, {ROUNDS} rounds: median takeover {:?}", takeovers[ROUNDS / 2]);
