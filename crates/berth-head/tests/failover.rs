@@ -13,11 +13,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use berth_agent::{RunnerKind, SimCluster, SimNode, SimOptions};
+use berth_agent::{SimCluster, SimNode};
 use berth_api::rest::{ActorState, NodeState};
 use berth_head::{HeadConfig, RunningHead};
 use berth_store::testutil::EtcdCluster;
 use berth_store::StoreConfig;
+
+#[allow(dead_code)]
+mod common;
 
 const TTL: Duration = Duration::from_secs(1);
 const ROUNDS: usize = 5;
@@ -123,13 +126,7 @@ async fn the_active_head_killed_under_load_loses_nothing_five_times() {
 
         // Two agents with real processes and room for 8 actors, knowing both heads.
         let runners = tempfile::tempdir().unwrap();
-        let options = SimOptions {
-            runner: RunnerKind::Process {
-                root: runners.path().to_path_buf(),
-                grace: Duration::from_millis(500),
-            },
-            ..SimOptions::default()
-        };
+        let options = common::process_options(runners.path());
         let nodes =
             vec![SimNode::new("a").resource("CPU", "4"), SimNode::new("b").resource("CPU", "4")];
         let both = format!("{},{standby_address}", first.address);

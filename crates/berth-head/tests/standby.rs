@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use berth_agent::{RunnerKind, SimCluster, SimNode, SimOptions};
+use berth_agent::{SimCluster, SimNode};
 use berth_api::rest::{ActorCreate, ActorState};
 use berth_head::{HeadConfig, RunningHead};
 use berth_store::testutil::{EtcdCluster, RedisServer};
@@ -15,7 +15,7 @@ use berth_store::StoreConfig;
 
 #[allow(dead_code)]
 mod common;
-use common::{until, Processes};
+use common::{process_options, until, Processes};
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -76,13 +76,7 @@ async fn takeover(store: &str, within: Duration) {
 
     // Agents that know both heads, running real processes.
     let processes = Processes(tempfile::tempdir().unwrap());
-    let options = SimOptions {
-        runner: RunnerKind::Process {
-            root: processes.0.path().to_path_buf(),
-            grace: Duration::from_millis(500),
-        },
-        ..SimOptions::default()
-    };
+    let options = process_options(processes.0.path());
     let heads = format!("{},{standby_address}", first.address);
     let nodes =
         vec![SimNode::new("a").resource("CPU", "8"), SimNode::new("b").resource("CPU", "8")];

@@ -27,13 +27,7 @@ pub async fn cluster(
     config.heartbeat_timeout = Duration::from_secs(10);
     let head = berth_head::start(config).await.unwrap();
     let processes = Processes(tempfile::tempdir().unwrap());
-    let options = SimOptions {
-        runner: RunnerKind::Process {
-            root: processes.0.path().to_path_buf(),
-            grace: Duration::from_millis(500),
-        },
-        ..SimOptions::default()
-    };
+    let options = process_options(processes.0.path());
     let sim = SimCluster::start_with(
         &head.address.to_string(),
         head.agent_token.as_str(),
@@ -43,6 +37,14 @@ pub async fn cluster(
     .unwrap();
     sim.wait_registered(Duration::from_secs(20)).await.unwrap();
     (head, sim, processes, data)
+}
+
+/// Simulated agents whose runners start real processes, each in `root/NODE`.
+pub fn process_options(root: &std::path::Path) -> SimOptions {
+    SimOptions {
+        runner: RunnerKind::Process { root: root.to_path_buf(), grace: Duration::from_millis(500) },
+        ..SimOptions::default()
+    }
 }
 
 pub async fn until(head: &RunningHead, what: &str, done: impl Fn(&View) -> bool) {
