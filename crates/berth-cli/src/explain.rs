@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use berth_core::pipeline::group::{GroupDecision, GroupDiagnosis};
+use berth_core::pipeline::group::GroupDecision;
 use berth_core::placement_group::GroupSpec;
 use berth_core::{Cluster, Profile, Scheduler, SchedulerConfig, Strategy};
 use clap::{ArgGroup, Args, ValueEnum};
@@ -127,40 +127,19 @@ fn place_group(
     spec: &GroupSpec,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let before = cluster.clone();
-    let decision = Scheduler::new(config.clone()).place_group(&mut cluster, spec);
+    let decision = Scheduler::new(config).place_group(&mut cluster, spec);
+    // Every alternative tried, as the decision recorded it.
     let tried = match &decision {
-        GroupDecision::Pending(diagnosis) | GroupDecision::Infeasible(diagnosis) => {
-            diagnosis.clone()
-        }
-        GroupDecision::Created { alternative, .. } => earlier(before, config, spec, *alternative),
-    };
+        GroupDecision::Pending(diagnosis) | GroupDecision::Infeasible(diagnosis) => diagnosis,
+        GroupDecision::Created { tried, .. } => tried,
+    }
+    .clone();
     let text = match args.output {
         Output::Table => render::group::table(&cluster, spec, &decision, &tried),
         Output::Json => render::group::json(&cluster, spec, &decision, &tried)?,
     };
     out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("cannot write the output")?;
     Ok(())
-}
-
-/// Why the alternatives before `created` failed. A created group's decision does not carry
-/// them, so they are planned again on the cluster as it was, with only those alternatives:
-/// planning takes no random choice, so it fails exactly as it did.
-fn earlier(
-    mut before: Cluster,
-    config: SchedulerConfig,
-    spec: &GroupSpec,
-    created: usize,
-) -> GroupDiagnosis {
-    if created == 0 {
-        return GroupDiagnosis::default();
-    }
-    let mut first = spec.clone();
-    first.alternatives.truncate(created);
-    match Scheduler::new(config).place_group(&mut before, &first) {
-        GroupDecision::Pending(diagnosis) | GroupDecision::Infeasible(diagnosis) => diagnosis,
-        GroupDecision::Created { .. } => GroupDiagnosis::default(),
-    }
 }
 
 /// Reads the profile file at `path`; the core checks it ([`Profile::from_yaml`]) and names the

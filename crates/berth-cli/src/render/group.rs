@@ -81,7 +81,7 @@ fn alternatives<'d>(
             AlternativeLines { alternative: found.alternative, failed: Some(found), bundles }
         })
         .collect();
-    if let GroupDecision::Created { alternative, nodes } = decision {
+    if let GroupDecision::Created { alternative, nodes, .. } = decision {
         let registry = cluster.registry();
         let placed = cluster.group(spec.id.as_str());
         let bundles = nodes
@@ -167,7 +167,7 @@ pub fn table(
 /// or `pending: …` / `infeasible: …` with the diagnosis, its alternatives joined by `; `.
 fn decision_line(cluster: &Cluster, spec: &GroupSpec, decision: &GroupDecision) -> String {
     match decision {
-        GroupDecision::Created { alternative, nodes } => {
+        GroupDecision::Created { alternative, nodes, .. } => {
             let mut line =
                 format!("created: alternative {alternative} ({})", alternative_name(*alternative));
             let Some(group) = cluster.group(spec.id.as_str()) else { return line };

@@ -51,6 +51,9 @@ pub enum GroupDecision {
         alternative: usize,
         /// The node of each bundle, in bundle order.
         nodes: Vec<NodeIndex>,
+        /// Why each alternative before it could not be reserved (empty when the bundles asked
+        /// for were): recorded as they were tried, so an explanation never plans them again.
+        tried: GroupDiagnosis,
     },
     /// Nothing was reserved; some alternative could be once work ends.
     Pending(GroupDiagnosis),
@@ -220,7 +223,13 @@ impl Scheduler {
             match self.plan_alternative(cluster, spec, alternative) {
                 Ok(plan) => {
                     match cluster.reserve_group(spec.clone(), alternative, &plan.reservations) {
-                        Ok(()) => return GroupDecision::Created { alternative, nodes: plan.nodes },
+                        Ok(()) => {
+                            return GroupDecision::Created {
+                                alternative,
+                                nodes: plan.nodes,
+                                tried: diagnosis,
+                            }
+                        }
                         Err(err) => diagnosis.alternatives.push(internal(alternative, &err)),
                     }
                 }
@@ -240,7 +249,13 @@ impl Scheduler {
         let mut diagnosis = GroupDiagnosis::default();
         for alternative in 0..spec.alternatives.len() {
             match self.plan_alternative(cluster, spec, alternative) {
-                Ok(plan) => return GroupDecision::Created { alternative, nodes: plan.nodes },
+                Ok(plan) => {
+                    return GroupDecision::Created {
+                        alternative,
+                        nodes: plan.nodes,
+                        tried: diagnosis,
+                    }
+                }
                 Err(found) => diagnosis.alternatives.push(found),
             }
         }
@@ -311,7 +326,7 @@ impl Scheduler {
                     let nodes = (0..group.bundles.len())
                         .filter_map(|i| group.bundle(i).map(|b| b.node))
                         .collect();
-                    GroupDecision::Created { alternative, nodes }
+                    GroupDecision::Created { alternative, nodes, tried: GroupDiagnosis::default() }
                 }
                 Err(err) => GroupDecision::Pending(GroupDiagnosis {
                     alternatives: vec![internal(alternative, &err)],

@@ -218,14 +218,21 @@ fn seed_fallback_prefers_h100_then_a100_then_v100() {
         tolerations: Tolerations::default(),
     };
     let decision = place(&mut c, &spec);
-    let GroupDecision::Created { alternative, .. } = decision else { panic!("{decision:?}") };
+    let GroupDecision::Created { alternative, tried, .. } = decision else {
+        panic!("{decision:?}")
+    };
     assert_eq!(alternative, 1, "no H100s: four A100s");
+    // Why the H100s were not taken is recorded with the decision, not planned again later.
+    assert_eq!(tried.alternatives.len(), 1, "{tried:?}");
+    assert_eq!(tried.alternatives[0].alternative, 0);
+    assert!(!tried.alternatives[0].could_fit_later, "no node has H100s: {tried:?}");
     assert_eq!(c.group("train").unwrap().alternative, 1, "the chosen alternative is recorded");
     // The A100s are now taken: the same group again falls back to the V100s.
     let mut again = spec.clone();
     again.id = GroupId::new("train-2").unwrap();
-    let GroupDecision::Created { alternative, .. } = place(&mut c, &again) else { panic!() };
+    let GroupDecision::Created { alternative, tried, .. } = place(&mut c, &again) else { panic!() };
     assert_eq!(alternative, 2);
+    assert_eq!(tried.alternatives.iter().map(|a| a.alternative).collect::<Vec<_>>(), [0, 1]);
     // Nothing left: pending (every alternative but the H100s could fit later).
     again.id = GroupId::new("train-3").unwrap();
     let GroupDecision::Pending(d) = place(&mut c, &again) else { panic!("pending") };

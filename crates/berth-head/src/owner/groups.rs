@@ -106,7 +106,7 @@ impl Owner {
         };
         let seconds = started.elapsed().as_secs_f64();
         match decision {
-            GroupDecision::Created { alternative, nodes } => {
+            GroupDecision::Created { alternative, nodes, .. } => {
                 self.metrics.decision("placed", seconds);
                 self.waiting_groups.remove(&seq);
                 self.view.waiting.remove(&(Kind::Group, seq));
