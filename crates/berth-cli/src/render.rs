@@ -12,7 +12,9 @@ use berth_core::actor_index::widen;
 use berth_core::actors::{AffinityExpression, MatchMode};
 use berth_core::cluster::AllocationSource;
 use berth_core::diagnosis::{alternative_suffix, ANY_EXPRESSION};
-use berth_core::pipeline::explain::{AttemptExplanation, Explanation, NodeExplanation};
+use berth_core::pipeline::explain::{
+    AttemptExplanation, BundleVerdict, Explanation, NodeExplanation,
+};
 use berth_core::pipeline::filters::TaintsTolerated;
 use berth_core::pipeline::stage::{points_text, Filter, Score, Verdict};
 use berth_core::placement_group::PlacedGroup;
@@ -59,7 +61,7 @@ pub fn table(
         out.push('\n');
         out.push_str(&attempt_heading(request, attempt, n + 1, count));
         if let Strategy::PlacementGroup(target) = request.strategy() {
-            out.push_str(&bundle_table(cluster, request, decision, target, group));
+            out.push_str(&bundle_table(cluster, &attempt.bundles, target, group));
             continue;
         }
         if attempt.nodes.is_empty() {
@@ -470,30 +472,13 @@ struct BundleLine {
     verdict: BundleVerdict,
 }
 
-enum BundleVerdict {
-    Chosen,
-    Unfit(Reason),
-    Lost,
-    NotTargeted,
-    NotTried,
-}
-
-/// Every bundle of `group` (as it was before the decision) against the request: the ledger
-/// checks the core's `place_in_group` makes, bundle by bundle in index order.
+/// Every bundle of `group` (as it was before the decision) with the verdict the core's bundle
+/// stage recorded for it (`verdicts`, in index order).
 fn bundle_lines(
     cluster: &Cluster,
-    request: &Request,
-    decision: &Decision,
-    target: &GroupPlacement,
+    verdicts: &[BundleVerdict],
     group: &PlacedGroup,
 ) -> Vec<BundleLine> {
-    let chosen = match decision {
-        Decision::Placed(allocation) => match allocation.source() {
-            AllocationSource::Bundle { bundle, .. } => Some(*bundle),
-            AllocationSource::Node => None,
-        },
-        _ => None,
-    };
     let registry = cluster.registry();
     let set = group.bundle_set();
     (0..group.bundles.len())
@@ -507,28 +492,6 @@ fn bundle_lines(
                     .map(|(r, _)| (registry.name(r).to_string(), ledger.instance_ids(r)))
                     .collect()
             });
-            let verdict = if target.bundle.is_some_and(|b| b != i) {
-                BundleVerdict::NotTargeted
-            } else if chosen == Some(i) {
-                BundleVerdict::Chosen
-            } else if chosen.is_some_and(|c| c < i) {
-                BundleVerdict::NotTried
-            } else {
-                match ledger {
-                    None => BundleVerdict::Lost,
-                    Some(ledger) => match ledger.total_shortfall(request.resources()) {
-                        Some(shortfall) => {
-                            BundleVerdict::Unfit(Reason::InsufficientTotal(shortfall))
-                        }
-                        None => match ledger.unfit(request.resources()) {
-                            Some(shortfall) => {
-                                BundleVerdict::Unfit(Reason::InsufficientAvailable(shortfall))
-                            }
-                            None => BundleVerdict::NotTried,
-                        },
-                    },
-                }
-            };
             BundleLine {
                 bundle: i,
                 node: ledger.map(|l| l.node),
@@ -538,7 +501,7 @@ fn bundle_lines(
                 ),
                 free: ledger.map_or_else(ResourceSet::new, |l| l.available().clone()),
                 instances,
-                verdict,
+                verdict: verdicts.get(i).copied().unwrap_or(BundleVerdict::NotTried),
             }
         })
         .collect()
@@ -547,8 +510,7 @@ fn bundle_lines(
 /// The bundle table of a request into a placement group, and the line under it.
 fn bundle_table(
     cluster: &Cluster,
-    request: &Request,
-    decision: &Decision,
+    verdicts: &[BundleVerdict],
     target: &GroupPlacement,
     group: Option<&PlacedGroup>,
 ) -> String {
@@ -565,7 +527,7 @@ fn bundle_table(
         .set_content_arrangement(ContentArrangement::Dynamic)
         .set_width(TABLE_WIDTH)
         .set_header(vec!["bundle", "node", "reserved", "free", "instances", "verdict"]);
-    for line in bundle_lines(cluster, request, decision, target, group) {
+    for line in bundle_lines(cluster, verdicts, group) {
         let instances: Vec<String> =
             line.instances.iter().map(|(name, ids)| format!("{name} {ids:?}")).collect();
         table.add_row(vec![
@@ -686,11 +648,15 @@ pub fn json(
         Decision::Infeasible(diagnosis) => (DecisionJson::Infeasible, Some(diagnosis)),
     };
     let mut bundles = match (request.strategy(), group) {
-        (Strategy::PlacementGroup(target), Some(group)) => Some(
-            bundle_lines(cluster, request, decision, target, group)
-                .iter()
-                .map(|line| bundle_line_json(cluster, line))
-                .collect(),
+        (Strategy::PlacementGroup(_), Some(group)) => Some(
+            bundle_lines(
+                cluster,
+                explanation.attempts.first().map_or(&[][..], |a| &a.bundles),
+                group,
+            )
+            .iter()
+            .map(|line| bundle_line_json(cluster, line))
+            .collect(),
         ),
         _ => None,
     };

@@ -26,6 +26,24 @@ pub struct AttemptExplanation {
     pub shortlist: Vec<NodeIndex>,
     /// The node chosen, if any.
     pub chosen: Option<NodeIndex>,
+    /// For a request into a placement group, every bundle of the group in index order and
+    /// what the bundle stage said of it.
+    pub bundles: Vec<BundleVerdict>,
+}
+
+/// What the placement-group stage said of one bundle of the group.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BundleVerdict {
+    /// The request went into it.
+    Chosen,
+    /// Its ledger cannot take the request: too small ever, or too full now.
+    Unfit(Reason),
+    /// Lost with its node; it waits to be re-planned.
+    Lost,
+    /// The request names another bundle.
+    NotTargeted,
+    /// An earlier bundle took the request.
+    NotTried,
 }
 
 /// One node in one attempt.

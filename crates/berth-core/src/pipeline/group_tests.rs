@@ -444,3 +444,40 @@ fn a_bundle_naming_a_resource_no_node_has_is_infeasible_until_a_node_brings_it()
     let GroupDecision::Created { nodes, .. } = place(&mut c, &spec) else { panic!("created") };
     assert_eq!(nodes[1], index(&c, "t"), "the TPU bundle is on the TPU node");
 }
+
+#[test]
+fn a_request_into_a_group_records_each_bundles_verdict_when_explained() {
+    let mut c = labelled_cluster(&[("a", "CPU=8", "", ""), ("b", "CPU=8", "", "")]);
+    let spec = group(&mut c, "pg", GroupStrategy::Spread, &["CPU=1", "CPU=4", "CPU=4"]);
+    assert!(matches!(place(&mut c, &spec), GroupDecision::Created { .. }));
+    let into = |bundle| {
+        Strategy::PlacementGroup(GroupPlacement { group: GroupId::new("pg").unwrap(), bundle })
+    };
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    // Too big for bundle 0, taken by bundle 1; bundle 2 is never looked at.
+    let task = request(&mut c, "CPU=2", into(None));
+    let (decision, explanation) = s.place_explained(&mut c, &task, &mut rng);
+    assert!(matches!(decision, Decision::Placed(_)), "{decision:?}");
+    let [attempt] = &explanation.attempts[..] else { panic!("{explanation:?}") };
+    let kinds: Vec<String> = attempt
+        .bundles
+        .iter()
+        .map(|v| match v {
+            explain::BundleVerdict::Unfit(reason) => format!("unfit: {}", reason.describe(&c)),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, ["unfit: needs 2 CPU, has 1 in total", "Chosen", "NotTried"]);
+    // Naming a bundle: the others are not targeted.
+    let named = request(&mut c, "CPU=1", into(Some(2)));
+    let (_, explanation) = s.place_explained(&mut c, &named, &mut rng);
+    assert_eq!(
+        explanation.attempts[0].bundles,
+        [
+            explain::BundleVerdict::NotTargeted,
+            explain::BundleVerdict::NotTargeted,
+            explain::BundleVerdict::Chosen
+        ]
+    );
+}

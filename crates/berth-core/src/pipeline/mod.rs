@@ -39,7 +39,7 @@ use crate::placement_group::BundleLedger;
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::request::{GroupPlacement, Request, Strategy};
 use crate::resource::Shortfall;
-use explain::{AttemptExplanation, Explanation, NodeExplanation, ScoreLine};
+use explain::{AttemptExplanation, BundleVerdict, Explanation, NodeExplanation, ScoreLine};
 use filters::{InstancesFit, ResourcesFree, ResourcesTotal, TaintsTolerated};
 use profile::{Pick, Profile};
 use scorers::{AvoidGpuNodes, SoftActorAffinity, SoftLabels, SOFT_AFFINITY_WEIGHT};
@@ -430,6 +430,7 @@ impl Scheduler {
                     nodes: Vec::new(),
                     shortlist: Vec::new(),
                     chosen: None,
+                    bundles: Vec::new(),
                 });
             }
             return Choice::Decided(Decision::Infeasible(Diagnosis { attempts: vec![found] }));
@@ -447,6 +448,7 @@ impl Scheduler {
                     nodes: Vec::new(),
                     shortlist: Vec::new(),
                     chosen: None,
+                    bundles: Vec::new(),
                 });
                 e.attempts.last_mut().expect("just pushed")
             });
@@ -894,16 +896,17 @@ fn choose_bundle<'r>(
     cluster: &Cluster,
     request: &Request,
     target: &'r GroupPlacement,
-    explanation: Option<&mut Explanation>,
+    mut explanation: Option<&mut Explanation>,
 ) -> Choice<'r> {
     let kind = AttemptKind::PlacementGroup { group: target.group.to_string() };
-    if let Some(explanation) = explanation {
+    if let Some(explanation) = explanation.as_deref_mut() {
         explanation.attempts.push(AttemptExplanation {
             kind: kind.clone(),
             alternative: None,
             nodes: Vec::new(),
             shortlist: Vec::new(),
             chosen: None,
+            bundles: Vec::new(),
         });
     }
     let mut found = AttemptDiagnosis::new(kind, None);
@@ -923,21 +926,40 @@ fn choose_bundle<'r>(
     };
     found.nodes = targets.len() as u64;
     let mut chosen = None;
+    // Every bundle's verdict, when explaining: the ones not named, then the targets as tried.
+    let mut verdicts =
+        if explanation.is_some() { vec![BundleVerdict::NotTargeted; bundles] } else { Vec::new() };
     for &i in &targets {
-        match group.bundle(i) {
+        let verdict = match group.bundle(i) {
             None => {
                 found.could_fit_later = true;
                 found.note =
                     Some(format!("bundle {i} was lost with its node and waits to be re-planned"));
+                BundleVerdict::Lost
             }
             Some(ledger) => match bundle_unfit(ledger, request) {
-                Some(reason) => found.count(reason.kind(), 1),
-                None => {
-                    chosen = Some(i);
-                    break;
+                Some(reason) => {
+                    found.count(reason.kind(), 1);
+                    BundleVerdict::Unfit(reason)
                 }
+                None => BundleVerdict::Chosen,
             },
+        };
+        if let Some(slot) = verdicts.get_mut(i) {
+            *slot = verdict;
         }
+        if verdict == BundleVerdict::Chosen {
+            chosen = Some(i);
+            for &later in targets.iter().filter(|&&t| t > i) {
+                if let Some(slot) = verdicts.get_mut(later) {
+                    *slot = BundleVerdict::NotTried;
+                }
+            }
+            break;
+        }
+    }
+    if let Some(attempt) = explanation.and_then(|e| e.attempts.last_mut()) {
+        attempt.bundles = verdicts;
     }
     found.finish();
     let Some(bundle) = chosen else {
