@@ -25,8 +25,9 @@
 //! - `strategy`: `scheduling_strategy`, its names and map forms;
 //! - `cluster` and `request`: building the cluster file and a request (or a REST body);
 //! - `actors` (`actors:`, `actor:`, ACTOR_AFFINITY), `groups` (`placement_groups:`,
-//!   `placement_group:`, PLACEMENT_GROUP), `node_types` (the autoscaler's file) and
-//!   `labels_file` (`--labels-file`).
+//!   `placement_group:`, PLACEMENT_GROUP), `node_types` (the autoscaler's file),
+//!   `profile` (the scheduler profile, into the core's typed `Profile`) and `labels_file`
+//!   (`--labels-file`).
 
 mod actors;
 mod cluster;
@@ -35,6 +36,7 @@ mod label_maps;
 mod labels_file;
 pub mod node_types;
 mod parsed;
+pub mod profile;
 mod request;
 mod source;
 mod strategy;
@@ -85,7 +87,7 @@ pub enum FileKind {
     Cluster,
     /// The `--request` file.
     Request,
-    /// The `--profile` file (read by `explain`; the core checks it).
+    /// The `--profile` file (read by `explain`, `sim` and the head; checked by [`profile`]).
     Profile,
     /// The `--labels-file` of `berth validate labels`.
     Labels,

@@ -20,7 +20,6 @@ use berth_api::local::{
     default_data_dir, ADDRESS_FILE, AGENT_TOKEN_ENV, AGENT_TOKEN_FILE, DEFAULT_PORT, TOKEN_ENV,
     TOKEN_FILE,
 };
-use berth_core::Profile;
 use berth_head::{HeadConfig, RunningHead};
 use berth_store::StoreConfig;
 use clap::Args;
@@ -232,7 +231,7 @@ fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
     if let Some(path) = &options.scheduler_config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("--scheduler-config: cannot read {}", path.display()))?;
-        config.scheduler.profile = Profile::from_yaml(&text)
+        config.scheduler.profile = berth_api::spec::profile::parse_profile(&text)
             .map_err(|e| anyhow!("--scheduler-config {}: {e}", path.display()))?;
     }
     if !(options.heartbeat_timeout.is_finite()

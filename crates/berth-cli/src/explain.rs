@@ -142,7 +142,7 @@ fn place_group(
     Ok(())
 }
 
-/// Reads the profile file at `path`; the core checks it ([`Profile::from_yaml`]) and names the
+/// Reads the profile file at `path`; `berth_api::spec::profile` checks it and names the
 /// key and the rule, which become an [`InputError`] like those of the other files.
 fn load_profile(path: &Path) -> Result<Profile, InputError> {
     let text = std::fs::read_to_string(path).map_err(|source| InputError::Read {
@@ -150,7 +150,7 @@ fn load_profile(path: &Path) -> Result<Profile, InputError> {
         path: path.to_path_buf(),
         source,
     })?;
-    Profile::from_yaml(&text).map_err(|err| {
+    berth_api::spec::profile::parse_profile(&text).map_err(|err| {
         let line_text = err.location.and_then(|(line, _)| {
             let index = usize::try_from(line).ok()?.checked_sub(1)?;
             text.lines().nth(index).map(str::to_string)

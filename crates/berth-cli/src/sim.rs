@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use berth_core::Profile;
 use berth_sim::locate::{self, Search};
 use berth_sim::{plot, report, Curve, Plan, Policy, Scenario};
 use clap::{Args, Subcommand, ValueEnum};
@@ -207,7 +206,7 @@ fn policies(args: &OpenbArgs) -> Result<Vec<Policy>, Failure> {
     for path in &args.profile {
         let text = std::fs::read_to_string(path)
             .map_err(|err| Failure::Input(format!("profile file {}: {err}", path.display())))?;
-        let profile = Profile::from_yaml(&text).map_err(|err| {
+        let profile = berth_api::spec::profile::parse_profile(&text).map_err(|err| {
             let at =
                 err.location.map_or(String::new(), |(line, column)| format!(":{line}:{column}"));
             Failure::Input(format!("profile file {}{at}: {err}", path.display()))

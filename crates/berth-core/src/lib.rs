@@ -17,7 +17,7 @@
 //! - [`request`]: a [`Request`] (resources + [`Strategy`]).
 //! - [`pipeline`]: the [`Scheduler`]: candidates → filters → preferences/scorers → select →
 //!   reserve, written once; a [`Decision`] is placed, pending or infeasible. A [`Profile`]
-//!   (default: hybrid ×1; [`Profile::from_yaml`] reads seed 001's files and the placement
+//!   (default: hybrid ×1; `berth-api` reads seed 001's profile files and the placement
 //!   quality scorers, best fit and fragmentation) chooses the scorers, the extra filters and
 //!   how the best nodes are picked.
 //! - [`diagnosis`]: the reasons filters give and the per-reason counts users read.
@@ -90,7 +90,7 @@ pub use instances::InstanceId;
 pub use node::{Node, NodeError, NodeId, NodeIndex, NodeState};
 pub use nodeset::NodeSet;
 pub use pending::{PendingQueue, Trigger, Waiting};
-pub use pipeline::profile::{Profile, ProfileError};
+pub use pipeline::profile::Profile;
 pub use pipeline::{ConfigError, Decision, Scheduler, SchedulerConfig};
 pub use quantity::{Quantity, QuantityError};
 pub use request::{NodeAffinity, Request, RequestError, Strategy};

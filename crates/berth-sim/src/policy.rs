@@ -37,7 +37,8 @@ impl Policy {
     /// A built-in policy by name.
     pub fn built_in(name: &str) -> Option<Policy> {
         let with_profile = |text: &str| {
-            let profile = Profile::from_yaml(text).expect("the built-in profiles are valid");
+            let profile = berth_api::spec::profile::parse_profile(text)
+                .expect("the built-in profiles are valid");
             Policy::from_profile(name, profile)
         };
         Some(match name {

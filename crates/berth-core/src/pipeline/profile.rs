@@ -2,8 +2,8 @@
 //! run, on top of the filters every strategy needs.
 //!
 //! The default profile is the hybrid pack-then-spread policy with weight 1, the behaviour of
-//! the DEFAULT strategy without a profile file. A profile file ([`Profile::from_yaml`], the
-//! format is in `docs/file-formats.md`) replaces it with the stages of seed 001:
+//! the DEFAULT strategy without a profile file. A profile file (read by `berth-api`'s
+//! `spec::profile`; the format is in `docs/file-formats.md`) replaces it with the stages of seed 001:
 //!
 //! - [`strategy_fit::ResourceStrategyFit`], a scorer: per resource, pack (`MostAllocated`) or
 //!   spread (`LeastAllocated`), weighted;
@@ -43,7 +43,6 @@ pub mod best_fit;
 pub mod fragmentation;
 pub mod sra;
 pub mod strategy_fit;
-mod yaml;
 
 use std::sync::Arc;
 
@@ -56,7 +55,6 @@ pub use fragmentation::Measure;
 use fragmentation::{Fragmentation, Shape, ShapeTable};
 use sra::{Proportional, Retention};
 use strategy_fit::ResourceStrategyFit;
-pub use yaml::ProfileError;
 
 /// A scheduler profile.
 #[derive(Clone, Debug, PartialEq, Eq)]

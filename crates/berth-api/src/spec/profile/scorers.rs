@@ -4,14 +4,13 @@
 //! invalid values, errors that name the key).
 
 use super::{
-    error, leaf_error, ratio, resource_name, value_error, weight, weight_value, Leaf, Value,
+    error, leaf_error, ratio, resource_name, value_error, weight, weight_value, Leaf, ProfileError,
+    Value,
 };
-use crate::labels::{validate_value, ACCELERATOR_TYPE};
-use crate::pipeline::profile::fragmentation::Shape;
-use crate::pipeline::profile::{
-    Measure, Pick, Profile, ProfileError, ResourceRules, ScorerSpec, Shapes,
-};
-use crate::quantity::Quantity;
+use berth_core::labels::{validate_value, ACCELERATOR_TYPE};
+use berth_core::pipeline::profile::fragmentation::Shape;
+use berth_core::pipeline::profile::{Measure, Pick, Profile, ResourceRules, ScorerSpec, Shapes};
+use berth_core::Quantity;
 
 /// The best-fit scorer's section.
 pub(super) const BEST_FIT: &str = "bestFit";

@@ -3,8 +3,8 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::pipeline::profile::Pick;
-use crate::pipeline::profile::StrategyKind::{LeastAllocated, MostAllocated};
+use berth_core::pipeline::profile::Pick;
+use berth_core::pipeline::profile::StrategyKind::{LeastAllocated, MostAllocated};
 
 fn q(text: &str) -> Quantity {
     Quantity::parse(text).unwrap()
@@ -19,7 +19,7 @@ fn strategy(kind: StrategyKind, weight: u32) -> ResourceStrategy {
 }
 
 fn load(text: &str) -> Profile {
-    Profile::from_yaml(text).unwrap_or_else(|err| panic!("{err}\n{text}"))
+    parse_profile(text).unwrap_or_else(|err| panic!("{err}\n{text}"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -464,8 +464,8 @@ impl Generated {
 proptest! {
     #[test]
     fn both_forms_load_to_the_same_profile(generated in generated()) {
-        let nested = Profile::from_yaml(&generated.nested());
-        let flat = Profile::from_yaml(&generated.flat());
+        let nested = parse_profile(&generated.nested());
+        let flat = parse_profile(&generated.flat());
         prop_assert_eq!(&nested, &Ok(generated.expected()), "nested:\n{}", generated.nested());
         prop_assert_eq!(&flat, &nested, "flat:\n{}", generated.flat());
     }
@@ -613,7 +613,7 @@ fn invalid_profiles_name_the_key_and_the_rule() {
 /// Each `(file, key, words of the rule, line)` is refused with that key, rule and line.
 fn assert_refused(cases: &[(&str, &str, &str, Option<u64>)]) {
     for (text, key, rule, line) in cases {
-        let err = match Profile::from_yaml(text) {
+        let err = match parse_profile(text) {
             Err(err) => err,
             Ok(profile) => panic!("{text:?} loaded: {profile:?}"),
         };
@@ -629,7 +629,7 @@ fn assert_refused(cases: &[(&str, &str, &str, Option<u64>)]) {
 
 #[test]
 fn duplicate_keys_are_rejected_by_the_parser() {
-    let err = Profile::from_yaml("hybridWeight: 1\nhybridWeight: 2\n").unwrap_err();
+    let err = parse_profile("hybridWeight: 1\nhybridWeight: 2\n").unwrap_err();
     assert!(err.rule.to_lowercase().contains("duplicate"), "{err}");
     assert_eq!(err.location.map(|l| l.0), Some(2));
 }
@@ -639,8 +639,8 @@ fn duplicate_keys_are_rejected_by_the_parser() {
 
 #[test]
 fn placement_quality_keys_load() {
-    use crate::pipeline::profile::fragmentation::Shape;
-    use crate::pipeline::profile::{Measure, Shapes};
+    use berth_core::pipeline::profile::fragmentation::Shape;
+    use berth_core::pipeline::profile::{Measure, Shapes};
     let profile = load(
         "\
 bestFit:
@@ -703,9 +703,9 @@ pick: best
     assert_eq!(load("hybridWeight: 1\npick: top-k\n").pick, Pick::TopK);
     // The example profiles load.
     for text in [
-        include_str!("../../../../../../examples/profile-best-fit.yaml"),
-        include_str!("../../../../../../examples/profile-most-allocated-gpu.yaml"),
-        include_str!("../../../../../../examples/profile-fragmentation.yaml"),
+        include_str!("../../../../../examples/profile-best-fit.yaml"),
+        include_str!("../../../../../examples/profile-most-allocated-gpu.yaml"),
+        include_str!("../../../../../examples/profile-fragmentation.yaml"),
     ] {
         assert_eq!(load(text).pick, Pick::Best, "{text}");
     }

@@ -1,4 +1,4 @@
-//! The profile file: [`Profile::from_yaml`]. The format is in `docs/file-formats.md`.
+//! The profile file: [`parse_profile`], into the core's typed [`Profile`]. The format is in `docs/file-formats.md`.
 //!
 //! A profile file is the `arguments:` map of Volcano's `resource-strategy-fit` plugin (seed
 //! 001), so the seed's examples can be pasted in, plus `hybridWeight` for Berth's own hybrid
@@ -33,12 +33,11 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::{Location, MessageFormatter, NonFiniteFloatPolicy, Spanned};
 use thiserror::Error;
 
-use super::{
+use berth_core::pipeline::profile::{
     wildcard_prefix, FilterSpec, Profile, Proportion, ResourceRules, ResourceStrategy, ScorerSpec,
     StrategyKind,
 };
-use crate::quantity::Quantity;
-use crate::resource::ResourceRegistry;
+use berth_core::{Quantity, ResourceRegistry};
 
 /// A profile file that breaks a rule. Displays as `key: rule`.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -69,39 +68,37 @@ pub const DEFAULT_STRATEGY_FIT_WEIGHT: u32 = 10;
 /// and memory, each spread (LeastAllocated) with weight 1.
 pub const DEFAULT_STRATEGY_FIT_RESOURCES: [&str; 2] = ["CPU", "memory"];
 
-impl Profile {
-    /// Reads a profile file. See the module documentation and `docs/file-formats.md`.
-    pub fn from_yaml(text: &str) -> Result<Profile, ProfileError> {
-        let blank = text.lines().all(|line| {
-            let line = line.trim();
-            line.is_empty() || line.starts_with('#')
-        });
-        if blank {
-            return Err(error(
-                "",
-                "the profile is empty; expected a map such as `sra.policy: retention` \
-                 (see docs/file-formats.md)",
-                None,
-            ));
-        }
-        let options = serde_saphyr::options! {
-            strict_booleans: true,
-            // `.nan` and `.inf` become text, which the number rules reject by name.
-            non_finite_float_policy: NonFiniteFloatPolicy::AsString,
-        };
-        let root: Spanned<Value> =
-            serde_saphyr::from_str_with_options(text, options).map_err(|err| {
-                let rule = serde_saphyr::UserMessageFormatter.format_message(&err).into_owned();
-                error("", rule, err.location())
-            })?;
-        let Value::Map(entries) = &root.value else {
-            let rule = format!("expected a map of settings, found {}", root.value.describe());
-            return Err(error("", rule, Some(root.referenced)));
-        };
-        let mut leaves = Vec::new();
-        flatten("", entries, &mut leaves)?;
-        Settings::read(&leaves)?.into_profile()
+/// Reads a profile file. See the module documentation and `docs/file-formats.md`.
+pub fn parse_profile(text: &str) -> Result<Profile, ProfileError> {
+    let blank = text.lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#')
+    });
+    if blank {
+        return Err(error(
+            "",
+            "the profile is empty; expected a map such as `sra.policy: retention` \
+             (see docs/file-formats.md)",
+            None,
+        ));
     }
+    let options = serde_saphyr::options! {
+        strict_booleans: true,
+        // `.nan` and `.inf` become text, which the number rules reject by name.
+        non_finite_float_policy: NonFiniteFloatPolicy::AsString,
+    };
+    let root: Spanned<Value> =
+        serde_saphyr::from_str_with_options(text, options).map_err(|err| {
+            let rule = serde_saphyr::UserMessageFormatter.format_message(&err).into_owned();
+            error("", rule, err.location())
+        })?;
+    let Value::Map(entries) = &root.value else {
+        let rule = format!("expected a map of settings, found {}", root.value.describe());
+        return Err(error("", rule, Some(root.referenced)));
+    };
+    let mut leaves = Vec::new();
+    flatten("", entries, &mut leaves)?;
+    Settings::read(&leaves)?.into_profile()
 }
 
 fn error(key: impl Into<String>, rule: impl Into<String>, at: Option<Location>) -> ProfileError {
