@@ -488,16 +488,9 @@ impl Scheduler {
         let ranks = attempt.select == Select::TopK;
 
         // 1. Candidates: rule out whole sets by index before looking at nodes.
-        let Candidates { include, excluded, waiting } = candidates(cluster, request, attempt);
-        found.nodes = include.len()
-            + excluded.iter().map(|(set, _)| set.len()).sum::<u64>()
-            + waiting.iter().map(|(set, _)| set.len()).sum::<u64>();
-        for (set, reason) in &excluded {
-            found.count(reason.kind(), set.len());
-            if let Some(record) = record.as_deref_mut() {
-                record.nodes.extend(set.iter().map(|node| node_line(node, Some(*reason))));
-            }
-        }
+        let candidates = candidates(cluster, request, attempt);
+        candidates.count(&mut found, record.as_deref_mut());
+        let Candidates { include, waiting, .. } = candidates;
         let prepared = prepare(cluster, request, attempt, &self.config.profile);
         let cx = DecisionContext { cluster, request, prepared: &prepared };
 
@@ -511,23 +504,7 @@ impl Scheduler {
         let scorers: SmallVec<[&Weighted; 4]> =
             self.scorers.iter().filter(|w| ranks && w.scorer.applies(&cx)).collect();
         self.ranked.clear();
-        // How many feasible nodes to find before stopping, and where to start (see
-        // `NodesToScore`); when explaining, every node.
-        let limit = match (self.config.nodes_to_score, attempt.select) {
-            _ if record.is_some() => None,
-            (_, Select::RoundRobin) => Some(1),
-            (NodesToScore::Adaptive { from_nodes, feasible }, Select::TopK | Select::Random)
-                if include.len() > u64::from(from_nodes) =>
-            {
-                Some(feasible.max(1) as usize)
-            }
-            _ => None,
-        };
-        let start = match (limit, attempt.select) {
-            (Some(_), Select::RoundRobin) => self.spread_cursor,
-            (Some(_), _) => self.scan_cursor,
-            (None, _) => 0,
-        };
+        let (limit, start) = self.scan_bounds(attempt.select, include.len(), record.is_some());
         let mut visited = 0u64;
         for index in include.iter_from(start) {
             if limit.is_some_and(|limit| self.ranked.len() >= limit) {
@@ -539,32 +516,17 @@ impl Scheduler {
                 continue;
             };
             let mut line = record.as_ref().map(|_| node_line(index, None));
-            let failure = run_filters(&self.filters, &cx, node, line.as_mut(), false);
-            if let Some(reason) = failure {
-                found.count(reason.kind(), 1);
-            } else {
-                found.could_fit_later = true;
-                let mut ranked = Ranked { node: index, tier: 0, score: 0 };
-                for preference in &preferences {
-                    let prefers = preference.prefers(&cx, node);
-                    ranked.tier = ranked.tier << 1 | u32::from(prefers);
+            match run_filters(&self.filters, &cx, node, line.as_mut(), false) {
+                Some(reason) => found.count(reason.kind(), 1),
+                None => {
+                    found.could_fit_later = true;
+                    let stages = Ranking { cx: &cx, preferences: &preferences, scorers: &scorers };
+                    let ranked = stages.rank(node, line.as_mut());
                     if let Some(line) = line.as_mut() {
-                        line.preferences.push((preference.name(), prefers));
+                        line.total = ranks.then_some(ranked.score);
                     }
+                    self.ranked.push(ranked);
                 }
-                for weighted in &scorers {
-                    let raw = weighted.scorer.score(&cx, node);
-                    let points = u64::from(raw.micros()) * u64::from(weighted.weight);
-                    ranked.score = ranked.score.saturating_add(points);
-                    if let Some(line) = line.as_mut() {
-                        let scorer = weighted.scorer.name();
-                        line.scores.push(ScoreLine { scorer, raw, weight: weighted.weight });
-                    }
-                }
-                if let Some(line) = line.as_mut() {
-                    line.total = ranks.then_some(ranked.score);
-                }
-                self.ranked.push(ranked);
             }
             if let (Some(record), Some(line)) = (record.as_deref_mut(), line) {
                 record.nodes.push(line);
@@ -581,23 +543,7 @@ impl Scheduler {
         let shortlist = self.select(attempt.select, request, population, rng);
         let chosen = shortlist.chosen;
 
-        // Nodes ruled out for now (actor affinity) count by their first static failure, if any,
-        // so that pending and infeasible stay exact. Only needed when nothing was chosen.
-        for (set, reason) in &waiting {
-            if chosen.is_some() && record.is_none() {
-                found.count(reason.kind(), set.len());
-                continue;
-            }
-            for index in set.iter() {
-                let Some(node) = cluster.node(index) else { continue };
-                let mut line = record.as_ref().map(|_| node_line(index, Some(*reason)));
-                let failure = run_filters(&self.filters, &cx, node, line.as_mut(), true);
-                found.count(failure.unwrap_or(*reason).kind(), 1);
-                if let (Some(record), Some(line)) = (record.as_deref_mut(), line) {
-                    record.nodes.push(line);
-                }
-            }
-        }
+        self.count_waiting(&cx, &waiting, chosen.is_some(), &mut found, record.as_deref_mut());
         if let Scope::Only(None) = attempt.scope {
             found.note = Some("no node with this ID is in the cluster".to_string());
         }
@@ -608,6 +554,60 @@ impl Scheduler {
             record.chosen = chosen;
         }
         (chosen, found)
+    }
+
+    /// How many feasible nodes to find before stopping, and the node to start from (see
+    /// `NodesToScore`); when explaining, every node from the first.
+    fn scan_bounds(
+        &self,
+        select: Select,
+        candidates: u64,
+        explaining: bool,
+    ) -> (Option<usize>, u32) {
+        let limit = match (self.config.nodes_to_score, select) {
+            _ if explaining => None,
+            (_, Select::RoundRobin) => Some(1),
+            (NodesToScore::Adaptive { from_nodes, feasible }, Select::TopK | Select::Random)
+                if candidates > u64::from(from_nodes) =>
+            {
+                Some(feasible.max(1) as usize)
+            }
+            _ => None,
+        };
+        let start = match (limit, select) {
+            (Some(_), Select::RoundRobin) => self.spread_cursor,
+            (Some(_), _) => self.scan_cursor,
+            (None, _) => 0,
+        };
+        (limit, start)
+    }
+
+    /// Nodes ruled out for now (actor affinity) count by their first static failure, if any,
+    /// so that pending and infeasible stay exact. Only needed when nothing was chosen (or when
+    /// explaining); otherwise each set counts by its reason.
+    fn count_waiting(
+        &self,
+        cx: &DecisionContext<'_>,
+        waiting: &[(NodeSet, Reason)],
+        chosen: bool,
+        found: &mut AttemptDiagnosis,
+        mut record: Option<&mut AttemptExplanation>,
+    ) {
+        for (set, reason) in waiting {
+            if chosen && record.is_none() {
+                found.count(reason.kind(), set.len());
+                continue;
+            }
+            for index in set.iter() {
+                let Some(node) = cx.cluster.node(index) else { continue };
+                let mut line = record.as_ref().map(|_| node_line(index, Some(*reason)));
+                let failure = run_filters(&self.filters, cx, node, line.as_mut(), true);
+                found.count(failure.unwrap_or(*reason).kind(), 1);
+                if let (Some(record), Some(line)) = (record.as_deref_mut(), line) {
+                    record.nodes.push(line);
+                }
+            }
+        }
     }
 
     /// Picks among `self.ranked` (in node order) by the attempt's rule.
@@ -764,6 +764,24 @@ struct Candidates<'c> {
     include: Cow<'c, NodeSet>,
     excluded: SmallVec<[(Cow<'c, NodeSet>, Reason); 3]>,
     waiting: SmallVec<[(NodeSet, Reason); 2]>,
+}
+
+impl Candidates<'_> {
+    /// Counts every node the attempt looks at, and those ruled out by index by their reason
+    /// (recorded in `record` when explaining).
+    fn count(&self, found: &mut AttemptDiagnosis, record: Option<&mut AttemptExplanation>) {
+        found.nodes = self.include.len()
+            + self.excluded.iter().map(|(set, _)| set.len()).sum::<u64>()
+            + self.waiting.iter().map(|(set, _)| set.len()).sum::<u64>();
+        for (set, reason) in &self.excluded {
+            found.count(reason.kind(), set.len());
+        }
+        if let Some(record) = record {
+            for (set, reason) in &self.excluded {
+                record.nodes.extend(set.iter().map(|node| node_line(node, Some(*reason))));
+            }
+        }
+    }
 }
 
 /// Stage 1: the nodes to look at one by one, and the sets ruled out whole with their reason:
@@ -971,6 +989,38 @@ fn choose_bundle<'r>(
         });
     };
     Choice::Bundle { group: target.group.as_str(), bundle }
+}
+
+/// Stage 3 for one node that passed the filters: its preference tier (one bit per preference,
+/// the first most significant) and its weighted score, recorded in `line` when explaining.
+struct Ranking<'a, 'c> {
+    cx: &'a DecisionContext<'c>,
+    preferences: &'a [&'a dyn Preference],
+    scorers: &'a [&'a Weighted],
+}
+
+impl Ranking<'_, '_> {
+    #[inline]
+    fn rank(&self, node: &Node, mut line: Option<&mut NodeExplanation>) -> Ranked {
+        let mut ranked = Ranked { node: node.index(), tier: 0, score: 0 };
+        for preference in self.preferences {
+            let prefers = preference.prefers(self.cx, node);
+            ranked.tier = ranked.tier << 1 | u32::from(prefers);
+            if let Some(line) = line.as_mut() {
+                line.preferences.push((preference.name(), prefers));
+            }
+        }
+        for weighted in self.scorers {
+            let raw = weighted.scorer.score(self.cx, node);
+            let points = u64::from(raw.micros()) * u64::from(weighted.weight);
+            ranked.score = ranked.score.saturating_add(points);
+            if let Some(line) = line.as_mut() {
+                let scorer = weighted.scorer.name();
+                line.scores.push(ScoreLine { scorer, raw, weight: weighted.weight });
+            }
+        }
+        ranked
+    }
 }
 
 /// Runs the filters (only the static ones when `static_only`) on one node; returns the first
