@@ -11,11 +11,13 @@ final class LocalCluster {
   final Process process;
   final String address;
   final String token;
+  /** The cluster's data directory: its token, store, agents' work and logs. */
+  private final Path data;
 
   LocalCluster() throws IOException {
     String bin = System.getProperty("berth.bin", "berth");
     String config = System.getProperty("berth.cluster");
-    Path data = Files.createTempDirectory("berth-java-tests");
+    data = Files.createTempDirectory("berth-java-tests");
     process = new ProcessBuilder(bin, "up", "--config", config, "--port", "0", "--data-dir", data.toString(),
         "--heartbeat-timeout", "3", "--log-level", "warn").redirectErrorStream(true).start();
     var lines = new BufferedReader(new InputStreamReader(process.getInputStream()));
@@ -46,10 +48,22 @@ final class LocalCluster {
     token = Files.readString(data.resolve("token")).trim();
   }
 
-  void close() throws InterruptedException {
+  /** Stops the cluster and deletes its data directory (no test run leaves one behind). */
+  void close() throws InterruptedException, IOException {
     process.destroy();
     if (!process.waitFor(30, java.util.concurrent.TimeUnit.SECONDS)) {
       process.destroyForcibly();
+      process.waitFor();
+    }
+    // Best effort: a file still held by a process that is only now exiting stays behind.
+    try (var paths = Files.walk(data)) {
+      for (Path path : paths.sorted(java.util.Comparator.reverseOrder()).toList()) {
+        try {
+          Files.deleteIfExists(path);
+        } catch (IOException ignored) {
+          // left for the system's temporary-file cleaning
+        }
+      }
     }
   }
 }
