@@ -33,13 +33,6 @@ fn write(cluster: &Cluster, name: &str, text: &str) -> PathBuf {
     path
 }
 
-/// Creates an actor that sleeps 600 s with `flags`; its ID.
-fn sleeper(cluster: &Cluster, flags: &[&str]) -> String {
-    let mut args = vec!["actor", "create", "--command", "sleep", "--arg", "600"];
-    args.extend_from_slice(flags);
-    created_id(&cluster.ok(&args), "actor-")
-}
-
 fn status(cluster: &Cluster) -> Value {
     cluster.json(&["autoscaler", "status"])
 }
@@ -88,9 +81,9 @@ fn waiting_work_gets_the_type_the_scheduler_would_choose_and_idle_nodes_go() {
     assert!(cluster.nodes().is_empty(), "no node before work waits");
 
     // A GPU actor that tolerates gpu_node: only the GPU type can take it.
-    let gpu = sleeper(&cluster, &["--resources", "GPU=1", "--tolerations", "gpu_node=exists()"]);
+    let gpu = cluster.sleeper(&["--resources", "GPU=1", "--tolerations", "gpu_node=exists()"]);
     // A CPU actor under rare-resource isolation: the GPU type is tainted too, so the CPU type.
-    let cpu = sleeper(&cluster, &["--resources", "CPU=1"]);
+    let cpu = cluster.sleeper(&["--resources", "CPU=1"]);
     let gpu_actor = cluster.wait_object(&gpu, "is ALIVE", |a| a["state"] == "ALIVE");
     let cpu_actor = cluster.wait_object(&cpu, "is ALIVE", |a| a["state"] == "ALIVE");
     assert_eq!(type_of_node(&cluster, &gpu_actor), "gpu");
@@ -138,7 +131,7 @@ fn strict_spread_of_three_gets_three_nodes_and_what_no_type_serves_is_reported()
 
     // Eight GPUs on one node: no type has them. Reported with each type's reason; nothing
     // is launched for it.
-    let big = sleeper(&cluster, &["--resources", "GPU=8", "--tolerations", "gpu_node=exists()"]);
+    let big = cluster.sleeper(&["--resources", "GPU=8", "--tolerations", "gpu_node=exists()"]);
     let plan = cluster.json(&["autoscaler", "plan"]);
     let item = &plan["items"][0];
     assert_eq!(item["id"], big.as_str());
@@ -288,7 +281,7 @@ fn a_head_restarted_mid_launch_does_not_launch_again() {
         ),
     );
     let (mut head, _) = cluster.head(&["--autoscaler", types.to_str().unwrap()]);
-    let actor = sleeper(&cluster, &["--resources", "CPU=1"]);
+    let actor = cluster.sleeper(&["--resources", "CPU=1"]);
     let made = wait_for("the script is called", WAIT, || {
         let made = calls(&calls_path);
         (!made.is_empty()).then_some(made.clone()).ok_or(format!("{made:?}"))

@@ -454,17 +454,7 @@ fn watch_prints_changes_as_they_happen() {
     let first = until(&node_lines, &|l| l.contains(&node));
     assert!(first.contains("ADDED") && first.contains("ALIVE"), "{first}");
 
-    let created = cluster.ok(&[
-        "actor",
-        "create",
-        "--command",
-        "sleep",
-        "--arg",
-        "600",
-        "--resources",
-        "CPU=1",
-    ]);
-    let id = created_id(&created, "actor-");
+    let id = cluster.sleeper(&["--resources", "CPU=1"]);
     let alive = until(&lines, &|l| l.contains(&id) && l.contains("ALIVE"));
     assert!(alive.contains("MODIFIED") && alive.contains(&format!("node {node}")), "{alive}");
     // The node's resources changed with it.

@@ -485,37 +485,8 @@ fn head_partition(netns: &Netns, round: usize) -> Duration {
     let agent_token = wait_for("head a's agent token", WAIT, || {
         std::fs::read_to_string(a.file("agent-token")).map_err(|e| e.to_string())
     });
-    let _agent = a.spawn(
-        "agent",
-        &[
-            "start",
-            "--address",
-            &both,
-            "--node-id",
-            "n1",
-            "--num-cpus",
-            "4",
-            "--num-gpus",
-            "0",
-            "--token",
-            agent_token.trim(),
-        ],
-    );
-    let actor = common::cluster::created_id(
-        &a.ok(&[
-            "actor",
-            "create",
-            "--command",
-            "sleep",
-            "--arg",
-            "600",
-            "--resources",
-            "CPU=1",
-            "--address",
-            &both,
-        ]),
-        "actor-",
-    );
+    let _agent = a.agent_of(&both, "n1", agent_token.trim());
+    let actor = a.sleeper(&["--resources", "CPU=1", "--address", &both]);
     let before = wait_for("the actor runs", WAIT, || {
         let v = a.json(&["get", &actor, "--address", &both]);
         (v["state"] == "ALIVE").then_some(v.clone()).ok_or(v.to_string())

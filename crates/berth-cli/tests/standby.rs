@@ -8,7 +8,7 @@ use std::time::Instant;
 use berth_store::testutil::RedisServer;
 
 mod common;
-use common::cluster::{closed_port, created_id, healthy, wait_for, Cluster, WAIT};
+use common::cluster::{closed_port, healthy, wait_for, Cluster, WAIT};
 
 #[test]
 fn the_standby_takes_over_and_the_agent_and_cli_follow() {
@@ -33,27 +33,9 @@ fn the_standby_takes_over_and_the_agent_and_cli_follow() {
     assert!(refused.fails(1).contains("standby"), "a standby names itself");
 
     let agent_token = std::fs::read_to_string(a.file("agent-token")).unwrap();
-    let mut agent = a.spawn(
-        "agent",
-        &[
-            "start",
-            "--address",
-            &both,
-            "--node-id",
-            "n1",
-            "--num-cpus",
-            "4",
-            "--num-gpus",
-            "0",
-            "--token",
-            agent_token.trim(),
-        ],
-    );
+    let mut agent = a.agent_of(&both, "n1", agent_token.trim());
     a.wait_node("n1", "ALIVE");
-    let actor = created_id(
-        &a.ok(&["actor", "create", "--command", "sleep", "--arg", "600", "--resources", "CPU=1"]),
-        "actor-",
-    );
+    let actor = a.sleeper(&["--resources", "CPU=1"]);
     let before = a.wait_object(&actor, "is ALIVE", |v| v["state"] == "ALIVE");
 
     let killed = Instant::now();

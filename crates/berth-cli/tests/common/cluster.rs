@@ -439,6 +439,34 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// `berth actor create --command sleep --arg 600 EXTRA…`; the new actor's ID.
+    pub fn sleeper(&self, extra: &[&str]) -> String {
+        let mut args = vec!["actor", "create", "--command", "sleep", "--arg", "600"];
+        args.extend_from_slice(extra);
+        created_id(&self.ok(&args), "actor-")
+    }
+
+    /// An agent for node `id` with 4 CPUs and no GPUs joining the heads at `address`
+    /// (comma-separated) with `token`.
+    pub fn agent_of(&self, address: &str, id: &str, token: &str) -> Daemon {
+        let args = [
+            "start",
+            "--address",
+            address,
+            "--node-id",
+            id,
+            "--num-cpus",
+            "4",
+            "--num-gpus",
+            "0",
+            "--token",
+            token,
+        ];
+        self.spawn(&format!("agent-{id}"), &args)
+    }
+}
+
 /// The first word of `berth actor create`'s (or `pg create`'s) answer: the new ID.
 pub fn created_id(stdout: &str, prefix: &str) -> String {
     let id = stdout.split_whitespace().next().unwrap_or("");
