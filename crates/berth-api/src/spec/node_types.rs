@@ -219,9 +219,21 @@ fn settings(source: &Source) -> Result<AutoscalerSettings, InputError> {
             Some(file.node_types.referenced),
         ));
     }
+    let at = file.node_types.referenced;
     let mut node_types = Vec::new();
     for (name, entry) in file.node_types.value {
         node_types.push(node_type(source, name, entry, max_nodes)?);
+    }
+    let kept: u64 = node_types.iter().map(|t| u64::from(t.min_nodes)).sum();
+    if kept > u64::from(max_nodes) {
+        return Err(source.invalid(
+            "node_types",
+            format!(
+                "the types' min_nodes add up to {kept}, more than max_nodes ({max_nodes}): they \
+                 could never all be kept"
+            ),
+            Some(at),
+        ));
     }
     Ok(AutoscalerSettings {
         provider,
@@ -380,6 +392,7 @@ node_types:
             ("node_types: {cpu: {resources: {CPU: -1}}}\n", "node_types.cpu.resources.CPU"),
             ("node_types: {gpu: {resources: {GPU: 0.5}}}\n", "node_types.gpu.resources.GPU"),
             ("node_types: {cpu: {resources: {CPU: 1}, min_nodes: 3, max_nodes: 2}}\n", "node_types.cpu.min_nodes: 3 is more than max_nodes (2)"),
+            ("max_nodes: 3\nnode_types: {a: {resources: {CPU: 1}, min_nodes: 2}, b: {resources: {CPU: 1}, min_nodes: 2}}\n", "node_types: the types' min_nodes add up to 4, more than max_nodes (3)"),
             ("node_types: {'bad name!': {resources: {CPU: 1}}}\n", "a type name is a label value"),
             ("node_types: {cpu: {resources: {CPU: 1}, node_group: x}}\n", "unknown field"),
             ("node_types: {cpu: {resources: {CPU: 1}, taints: {'bad key!': x}}}\n", "node_types.cpu.taints"),
