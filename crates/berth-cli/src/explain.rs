@@ -127,7 +127,7 @@ fn place_group(
     spec: &GroupSpec,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let decision = Scheduler::new(config).place_group(&mut cluster, spec);
+    let (decision, explanation) = Scheduler::new(config).place_group_explained(&mut cluster, spec);
     // Every alternative tried, as the decision recorded it.
     let tried = match &decision {
         GroupDecision::Pending(diagnosis) | GroupDecision::Infeasible(diagnosis) => diagnosis,
@@ -135,8 +135,8 @@ fn place_group(
     }
     .clone();
     let text = match args.output {
-        Output::Table => render::group::table(&cluster, spec, &decision, &tried),
-        Output::Json => render::group::json(&cluster, spec, &decision, &tried)?,
+        Output::Table => render::group::table(&cluster, spec, &decision, &tried, &explanation),
+        Output::Json => render::group::json(&cluster, spec, &decision, &tried, &explanation)?,
     };
     out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("cannot write the output")?;
     Ok(())

@@ -108,6 +108,46 @@ fn fallback_example_creates_the_a100_alternative() {
 }
 
 #[test]
+fn each_bundle_attempt_is_shown_node_by_node_as_the_core_recorded_it() {
+    let report = gpu("pg-fallback.yaml");
+    let h100 = &report["alternatives"][0];
+    let attempts = h100["attempts"].as_array().expect("attempts is a list");
+    assert_eq!(attempts.len(), 2, "bundle 0 found h100-1, bundle 1 found nothing: {attempts:?}");
+    let node = |attempt: &Value, name: &str| {
+        let nodes = attempt["nodes"].as_array().expect("nodes is a list");
+        nodes.iter().find(|n| n["node"] == name).expect("every node has a line").clone()
+    };
+    let (first, second) = (&attempts[0], &attempts[1]);
+    assert_eq!((first["bundle"].clone(), first["chosen"].clone()), (json!(0), json!("h100-1")));
+    let chosen = node(first, "h100-1");
+    assert_eq!(chosen["passed"], true);
+    let scorers: Vec<&Value> =
+        chosen["scores"].as_array().unwrap().iter().map(|s| &s["scorer"]).collect();
+    assert_eq!(scorers, [&json!("holds-rest"), &json!("least-waste")], "the group's ranking");
+    assert_eq!(node(first, "a100-1")["excluded"]["reason"], "label_mismatch");
+    // Bundle 1 is checked on the plan's overlay: h100-1's free GPU went to bundle 0.
+    assert_eq!((second["bundle"].clone(), second["chosen"].clone()), (json!(1), Value::Null));
+    let overlaid = node(second, "h100-1");
+    let free = overlaid["filters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["filter"] == "resources_free")
+        .expect("every filter ran")
+        .clone();
+    assert_eq!(free["reason"], "insufficient_available:GPU", "{overlaid}");
+    // The created alternative's attempts carry the decision's nodes.
+    for attempt in report["alternatives"][1]["attempts"].as_array().unwrap() {
+        assert_eq!(attempt["chosen"], "a100-2");
+    }
+
+    let text = gpu_table("pg-fallback.yaml");
+    assert!(text.contains("bundle 1 ({GPU: 1}), planned 2 of 2:"), "{text}");
+    assert!(text.contains("resources_free: needs 1 GPU, has 0 free"), "{text}");
+    assert!(text.contains("shortlist: a100-2; chosen: a100-2"), "{text}");
+}
+
+#[test]
 fn strict_spread_example_puts_each_bundle_on_its_own_node() {
     let report = gpu("pg-strict-spread.yaml");
     assert_eq!(report["decision"]["outcome"], "created");

@@ -9,7 +9,9 @@ use berth_core::labels::{Labels, NodeFacts};
 use berth_core::pipeline::filters::{InstancesFit, ResourcesFree, ResourcesTotal, TaintsTolerated};
 use berth_core::pipeline::scorers::HybridUtilization;
 use berth_core::pipeline::stage::{DecisionContext, Filter, Prepared, Scorer};
+use berth_core::placement_group::{BundleSet, GroupId, GroupSpec, GroupStrategy};
 use berth_core::selector::LabelSelector;
+use berth_core::selector::Tolerations;
 use berth_core::{
     Cluster, Decision, NodeId, NodeIndex, Quantity, Request, ResourceId, ResourceRegistry,
     ResourceSet, Scheduler, SchedulerConfig, Strategy,
@@ -149,5 +151,47 @@ fn dry_runs(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, stages, decisions, dry_runs);
+/// Planning a group of 4 bundles (2 CPUs and 1 GPU each, on the GPU nodes) at 10k nodes, by
+/// each strategy: the group stages end to end, reserving nothing (a preview), so every
+/// iteration plans on the same cluster.
+fn groups(c: &mut Criterion) {
+    let cluster = cluster(10_000);
+    let bundle: ResourceSet =
+        [(ResourceId::CPU, Quantity::from_whole(2)), (ResourceId::GPU, Quantity::ONE)]
+            .into_iter()
+            .collect();
+    let mut group = c.benchmark_group("group/4 bundles, 10k nodes");
+    for strategy in [
+        GroupStrategy::Pack,
+        GroupStrategy::Spread,
+        GroupStrategy::StrictPack,
+        GroupStrategy::StrictSpread,
+    ] {
+        let spec = GroupSpec {
+            id: GroupId::new("bench").unwrap(),
+            name: String::new(),
+            namespace: "default".into(),
+            strategy,
+            alternatives: vec![BundleSet {
+                bundles: vec![bundle.clone(); 4],
+                selectors: Vec::new(),
+                unknown: Vec::new(),
+            }],
+            tolerations: Tolerations::default(),
+        };
+        let mut scheduler = Scheduler::new(SchedulerConfig::default());
+        group.bench_function(strategy.name(), |b| {
+            b.iter(|| {
+                let decision = scheduler.preview_group(&cluster, &spec);
+                assert!(matches!(
+                    decision,
+                    berth_core::pipeline::group::GroupDecision::Created { .. }
+                ));
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, stages, decisions, dry_runs, groups);
 criterion_main!(benches);

@@ -1,6 +1,7 @@
 //! How `berth explain` prints a placement-group decision: the decision on one line, then one
 //! table per alternative tried, with a row per bundle (its resources, its label selector, and
-//! where it went or why it found no node).
+//! where it went or why it found no node), then each bundle attempt as the core recorded it:
+//! a row per node with every filter's verdict and the group's ranking, as for any request.
 //!
 //! The core's [`GroupDecision`] carries the diagnosis of the alternatives that failed when the
 //! group is pending or infeasible; when an alternative was created, the caller passes the
@@ -8,13 +9,19 @@
 
 use std::fmt::Write as _;
 
-use berth_core::pipeline::group::{AlternativeDiagnosis, GroupDecision, GroupDiagnosis};
+use berth_core::pipeline::explain::AttemptExplanation;
+use berth_core::pipeline::group::{
+    bundle_request, AlternativeDiagnosis, GroupDecision, GroupDiagnosis, GroupExplanation,
+};
 use berth_core::placement_group::{BundleSet, GroupSpec};
-use berth_core::{AttemptDiagnosis, Cluster, NodeIndex, Quantity, ResourceSet};
+use berth_core::{AttemptDiagnosis, AttemptKind, Cluster, NodeIndex, Quantity, ResourceSet};
 use comfy_table::{presets, Cell, ContentArrangement, Table};
 use serde::Serialize;
 
-use super::{named_amounts, node_name, selector_text, NamedMap, RejectedJson, TABLE_WIDTH};
+use super::{
+    attempt_json, attempt_table, named_amounts, node_name, selection_line, selector_text,
+    AttemptJson, NamedMap, RejectedJson, TABLE_WIDTH,
+};
 
 /// `bundles` or `fallback_strategy[i]`: the group's key of alternative `i`.
 fn alternative_name(alternative: usize) -> String {
@@ -119,12 +126,14 @@ fn instances_text(instances: &[(String, Vec<u32>)]) -> String {
 // ---------------------------------------------------------------------------------------------
 // Table.
 
-/// The decision on one line, a line about the group, then one table per alternative tried.
+/// The decision on one line, a line about the group, then one table per alternative tried,
+/// each followed by its bundle attempts.
 pub fn table(
     cluster: &Cluster,
     spec: &GroupSpec,
     decision: &GroupDecision,
     tried: &GroupDiagnosis,
+    explanation: &GroupExplanation,
 ) -> String {
     let mut out = decision_line(cluster, spec, decision);
     out.push('\n');
@@ -159,8 +168,32 @@ pub fn table(
         if let Some(note) = lines.failed.and_then(|f| f.note.as_ref()) {
             let _ = writeln!(out, "note: {note}");
         }
+        let attempts = bundle_attempts(explanation, lines.alternative);
+        for (n, attempt) in attempts.iter().enumerate() {
+            let AttemptKind::Bundle { index } = attempt.kind else { continue };
+            let Some(request) = bundle_request(cluster, spec, set, index) else { continue };
+            let resources = request.resources().display(cluster.registry());
+            let _ = writeln!(
+                out,
+                "\nbundle {index} ({resources}), planned {} of {}:",
+                n + 1,
+                attempts.len()
+            );
+            let _ = writeln!(out, "{}", attempt_table(cluster, &request, attempt));
+            out.push_str(&selection_line(cluster, attempt));
+            out.push('\n');
+        }
     }
     out
+}
+
+/// The bundle attempts recorded for alternative `alternative`, in planning order.
+fn bundle_attempts(explanation: &GroupExplanation, alternative: usize) -> &[AttemptExplanation] {
+    explanation
+        .alternatives
+        .iter()
+        .find(|a| a.alternative == alternative)
+        .map_or(&[], |a| a.bundles.as_slice())
 }
 
 /// `created: alternative 1 (fallback_strategy[0]), bundle 0 on a100-2 GPU instances [0], …`,
@@ -312,6 +345,7 @@ pub fn json(
     spec: &GroupSpec,
     decision: &GroupDecision,
     tried: &GroupDiagnosis,
+    explanation: &GroupExplanation,
 ) -> serde_json::Result<String> {
     let all = alternatives(cluster, spec, decision, tried);
     let decision_json = match decision {
@@ -406,6 +440,17 @@ pub fn json(
                                 BundleOutcome::Failed(found) => Some(rejected(cluster, found)),
                                 _ => None,
                             },
+                        })
+                        .collect(),
+                    attempts: bundle_attempts(explanation, lines.alternative)
+                        .iter()
+                        .filter_map(|attempt| {
+                            let AttemptKind::Bundle { index } = attempt.kind else { return None };
+                            let request = bundle_request(cluster, spec, set, index)?;
+                            Some(BundleAttemptJson {
+                                bundle: index,
+                                attempt: attempt_json(cluster, &request, attempt),
+                            })
                         })
                         .collect(),
                 })
@@ -539,6 +584,16 @@ struct AlternativeJson {
     could_fit_later: Option<bool>,
     note: Option<String>,
     bundles: Vec<BundleJson>,
+    /// Each bundle attempt in planning order, as recorded: every node with each filter's
+    /// verdict and the group's ranking (the same shape as a request's attempts).
+    attempts: Vec<BundleAttemptJson>,
+}
+
+#[derive(Serialize)]
+struct BundleAttemptJson {
+    bundle: usize,
+    #[serde(flatten)]
+    attempt: AttemptJson,
 }
 
 #[derive(Serialize)]

@@ -24,15 +24,17 @@
 //!   wins. The group is pending when some alternative could be reserved once work ends, and
 //!   infeasible when none ever could.
 
-use std::borrow::Cow;
+mod matching;
+pub mod ranking;
 
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
-use super::stage::{DecisionContext, FilterKind, Prepared};
-use super::{run_filters, Scheduler};
+use super::explain::AttemptExplanation;
+use super::stage::{DecisionContext, GroupContext, Preference, Prepared, Weighted};
+use super::{candidates, run_filters, NodeSource, Ranking, Scheduler, Scope, Visit};
 use crate::cluster::{Cluster, ClusterError, NamedInstances};
-use crate::diagnosis::{AttemptDiagnosis, AttemptKind, Reason};
+use crate::diagnosis::{AttemptDiagnosis, AttemptKind, ReasonKind};
 use crate::node::{Node, NodeIndex};
 use crate::nodeset::NodeSet;
 use crate::placement_group::{BundleSet, BundleState, GroupSpec, GroupStrategy};
@@ -59,6 +61,23 @@ pub enum GroupDecision {
     Pending(GroupDiagnosis),
     /// Nothing was reserved; no alternative ever could be.
     Infeasible(GroupDiagnosis),
+}
+
+/// Every bundle attempt of every alternative tried, as the stages recorded them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GroupExplanation {
+    /// The alternatives, in the order they were tried.
+    pub alternatives: Vec<AlternativeExplanation>,
+}
+
+/// The bundle attempts of one alternative.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlternativeExplanation {
+    /// Which alternative (0: the bundles asked for; `i`: `fallback_strategy[i − 1]`).
+    pub alternative: usize,
+    /// Each bundle attempt, in planning order (hardest bundle first), with the node the plan
+    /// chose for it, if any (given back when the alternative failed at a later bundle).
+    pub bundles: Vec<AttemptExplanation>,
 }
 
 /// Why a group was not reserved: one entry per alternative tried.
@@ -105,7 +124,8 @@ impl GroupDiagnosis {
     }
 }
 
-/// Nodes copied for planning, so that a failed plan leaves the cluster untouched.
+/// Nodes copied for planning, so that a failed plan leaves the cluster untouched; and, when
+/// explaining, every bundle attempt as its stages recorded it.
 struct Overlay<'c> {
     cluster: &'c Cluster,
     nodes: FxHashMap<NodeIndex, Node>,
@@ -114,11 +134,19 @@ struct Overlay<'c> {
     limit: Option<usize>,
     /// Where visits start, so that groups spread over the cluster.
     start: u32,
+    /// The bundle attempts, in the order they ran, when explaining.
+    record: Option<Vec<AttemptExplanation>>,
 }
 
 impl<'c> Overlay<'c> {
-    fn new(cluster: &'c Cluster) -> Overlay<'c> {
-        Overlay { cluster, nodes: FxHashMap::default(), limit: None, start: 0 }
+    fn new(cluster: &'c Cluster, explaining: bool) -> Overlay<'c> {
+        Overlay {
+            cluster,
+            nodes: FxHashMap::default(),
+            limit: None,
+            start: 0,
+            record: explaining.then(Vec::new),
+        }
     }
 
     fn node(&self, index: NodeIndex) -> Option<&Node> {
@@ -136,16 +164,29 @@ impl<'c> Overlay<'c> {
     }
 }
 
-/// The request a bundle is checked as: its resources, its selector, the group's tolerations.
-fn bundle_request(cluster: &Cluster, spec: &GroupSpec, set: &BundleSet, i: usize) -> Request {
-    // The spec was validated by `place_group`, so the bundle is a valid request.
-    let mut request = Request::new(set.bundles[i].clone(), Strategy::Default, cluster.registry())
-        .expect("place_group validates every bundle first")
+impl NodeSource for Overlay<'_> {
+    #[inline]
+    fn node_at(&self, index: NodeIndex) -> Option<&Node> {
+        self.node(index)
+    }
+}
+
+/// The request bundle `i` of `set` is checked as: its resources, its selector, the group's
+/// tolerations. `None` when the bundle is not a valid request (the group was not validated).
+pub fn bundle_request(
+    cluster: &Cluster,
+    spec: &GroupSpec,
+    set: &BundleSet,
+    i: usize,
+) -> Option<Request> {
+    let bundle = set.bundles.get(i)?.clone();
+    let mut request = Request::new(bundle, Strategy::Default, cluster.registry())
+        .ok()?
         .with_tolerations(spec.tolerations.clone());
     if let Some(selector) = set.selector(i) {
         request = request.with_label_selector(selector.clone());
     }
-    request
+    Some(request)
 }
 
 /// Hardest first: GPU, then custom resources, then memory, then CPU, descending.
@@ -160,18 +201,6 @@ fn hardness(bundle: &ResourceSet) -> (i64, i64, i64, i64) {
         bundle.get(ResourceId::MEMORY).units(),
         bundle.get(ResourceId::CPU).units(),
     )
-}
-
-/// Σ over the bundle's resources of the share left free on `node` (after placing it), in
-/// millionths: smaller is a tighter fit.
-fn waste(node: &Node, bundle: &ResourceSet) -> u64 {
-    bundle
-        .iter()
-        .map(|(r, _)| {
-            let total = node.total().get(r).units().max(1) as u128;
-            (node.available().get(r).units().max(0) as u128 * 1_000_000 / total) as u64
-        })
-        .sum()
 }
 
 /// A complete plan of one alternative.
@@ -215,28 +244,42 @@ impl Scheduler {
     /// A group that breaks [`GroupSpec::validate`] is infeasible with the rule as its note; the
     /// edges validate first, so this only guards callers that did not.
     pub fn place_group(&mut self, cluster: &mut Cluster, spec: &GroupSpec) -> GroupDecision {
+        self.place_group_recorded(cluster, spec, None)
+    }
+
+    /// [`Scheduler::place_group`], recording every bundle attempt of every alternative tried:
+    /// each node's filter verdicts and the group's ranking, as for any request.
+    pub fn place_group_explained(
+        &mut self,
+        cluster: &mut Cluster,
+        spec: &GroupSpec,
+    ) -> (GroupDecision, GroupExplanation) {
+        let mut explanation = GroupExplanation::default();
+        let decision = self.place_group_recorded(cluster, spec, Some(&mut explanation));
+        (decision, explanation)
+    }
+
+    fn place_group_recorded(
+        &mut self,
+        cluster: &mut Cluster,
+        spec: &GroupSpec,
+        mut explanation: Option<&mut GroupExplanation>,
+    ) -> GroupDecision {
         if let Some(refused) = refusal(cluster, spec) {
             return refused;
         }
-        let mut diagnosis = GroupDiagnosis::default();
-        for alternative in 0..spec.alternatives.len() {
-            match self.plan_alternative(cluster, spec, alternative) {
-                Ok(plan) => {
-                    match cluster.reserve_group(spec.clone(), alternative, &plan.reservations) {
-                        Ok(()) => {
-                            return GroupDecision::Created {
-                                alternative,
-                                nodes: plan.nodes,
-                                tried: diagnosis,
-                            }
-                        }
-                        Err(err) => diagnosis.alternatives.push(internal(alternative, &err)),
-                    }
-                }
-                Err(found) => diagnosis.alternatives.push(found),
+        let mut tried = GroupDiagnosis::default();
+        let mut from = 0;
+        while let Some((alternative, plan)) =
+            self.first_plan(cluster, spec, from, &mut tried, explanation.as_deref_mut())
+        {
+            match cluster.reserve_group(spec.clone(), alternative, &plan.reservations) {
+                Ok(()) => return GroupDecision::Created { alternative, nodes: plan.nodes, tried },
+                Err(err) => tried.alternatives.push(internal(alternative, &err)),
             }
+            from = alternative + 1;
         }
-        waiting(diagnosis)
+        waiting(tried)
     }
 
     /// What [`Scheduler::place_group`] would decide on `cluster` as it is, reserving nothing:
@@ -246,52 +289,62 @@ impl Scheduler {
         if let Some(refused) = refusal(cluster, spec) {
             return refused;
         }
-        let mut diagnosis = GroupDiagnosis::default();
-        for alternative in 0..spec.alternatives.len() {
-            match self.plan_alternative(cluster, spec, alternative) {
-                Ok(plan) => {
-                    return GroupDecision::Created {
-                        alternative,
-                        nodes: plan.nodes,
-                        tried: diagnosis,
-                    }
-                }
-                Err(found) => diagnosis.alternatives.push(found),
+        let mut tried = GroupDiagnosis::default();
+        match self.first_plan(cluster, spec, 0, &mut tried, None) {
+            Some((alternative, plan)) => {
+                GroupDecision::Created { alternative, nodes: plan.nodes, tried }
             }
+            None => waiting(tried),
         }
-        waiting(diagnosis)
     }
 
-    /// A complete plan of alternative `alternative`, or why there is none.
-    fn plan_alternative(
-        &mut self,
+    /// The group plan as a sequence of attempts: alternatives `from…` in order, each planned
+    /// on an overlay, until one is complete; why each one before it was not is pushed onto
+    /// `tried`, and every bundle attempt onto `explanation` when explaining.
+    fn first_plan(
+        &self,
         cluster: &Cluster,
         spec: &GroupSpec,
-        alternative: usize,
-    ) -> Result<AlternativePlan, AlternativeDiagnosis> {
-        let set = &spec.alternatives[alternative];
-        if let Some(note) = set.unknown_reason() {
-            return Err(AlternativeDiagnosis {
-                alternative,
-                planned: Vec::new(),
-                failed: Vec::new(),
-                could_fit_later: false,
-                note: Some(note),
-            });
-        }
-        let todo: Vec<usize> = (0..set.bundles.len()).collect();
-        match self.plan(cluster, spec, set, &[], &todo) {
-            Ok(mut plan) => {
-                plan.sort_by_key(|(i, _, _)| *i);
-                let nodes = plan.iter().map(|(_, n, _)| *n).collect();
-                let reservations = plan.into_iter().map(|(_, n, inst)| (n, inst)).collect();
-                Ok(AlternativePlan { nodes, reservations })
+        from: usize,
+        tried: &mut GroupDiagnosis,
+        mut explanation: Option<&mut GroupExplanation>,
+    ) -> Option<(usize, AlternativePlan)> {
+        for alternative in from..spec.alternatives.len() {
+            let set = &spec.alternatives[alternative];
+            let planned = match set.unknown_reason() {
+                Some(note) => Err(AlternativeDiagnosis {
+                    alternative,
+                    planned: Vec::new(),
+                    failed: Vec::new(),
+                    could_fit_later: false,
+                    note: Some(note),
+                }),
+                None => {
+                    let todo: Vec<usize> = (0..set.bundles.len()).collect();
+                    let explaining = explanation.is_some();
+                    let (planned, bundles) = self.plan(cluster, spec, set, &[], &todo, explaining);
+                    if let Some(explanation) = explanation.as_deref_mut() {
+                        explanation
+                            .alternatives
+                            .push(AlternativeExplanation { alternative, bundles });
+                    }
+                    planned
+                }
+            };
+            match planned {
+                Ok(mut plan) => {
+                    plan.sort_by_key(|(i, _, _)| *i);
+                    let nodes = plan.iter().map(|(_, n, _)| *n).collect();
+                    let reservations = plan.into_iter().map(|(_, n, inst)| (n, inst)).collect();
+                    return Some((alternative, AlternativePlan { nodes, reservations }));
+                }
+                Err(mut found) => {
+                    found.alternative = alternative;
+                    tried.alternatives.push(found);
+                }
             }
-            Err(mut found) => {
-                found.alternative = alternative;
-                Err(found)
-            }
         }
+        None
     }
 
     /// Plans the bundles of group `id` that were lost with their nodes, keeping the others
@@ -319,7 +372,7 @@ impl Scheduler {
             .collect();
         let lost = group.lost();
         let set = spec.alternatives[alternative].clone();
-        match self.plan(cluster, &spec, &set, &fixed, &lost) {
+        match self.plan(cluster, &spec, &set, &fixed, &lost, false).0 {
             Ok(plan) => match cluster.restore_bundles(id, &plan) {
                 Ok(()) => {
                     let group = cluster.group(id).expect("restored");
@@ -345,7 +398,8 @@ impl Scheduler {
         }
     }
 
-    /// Plans bundles `todo` of `set`, the bundles `fixed` staying on their nodes.
+    /// Plans bundles `todo` of `set`, the bundles `fixed` staying on their nodes; with the
+    /// bundle attempts as recorded when `explaining`.
     fn plan(
         &self,
         cluster: &Cluster,
@@ -353,17 +407,23 @@ impl Scheduler {
         set: &BundleSet,
         fixed: &[(usize, NodeIndex)],
         todo: &[usize],
-    ) -> Result<GroupPlan, AlternativeDiagnosis> {
+        explaining: bool,
+    ) -> (Result<GroupPlan, AlternativeDiagnosis>, Vec<AttemptExplanation>) {
         let mut order = todo.to_vec();
         order.sort_by_key(|&i| std::cmp::Reverse(hardness(&set.bundles[i])));
-        let requests: Vec<Request> =
-            (0..set.bundles.len()).map(|i| bundle_request(cluster, spec, set, i)).collect();
+        let requests: Vec<Request> = (0..set.bundles.len())
+            .map(|i| bundle_request(cluster, spec, set, i))
+            .collect::<Option<_>>()
+            .expect("place_group validates every bundle first");
         // First visit a bounded number of nodes per bundle (from a position that depends on
         // the group, so groups spread); only if that plan fails, visit every node, so that a
         // group is never pending while a full plan exists and the diagnosis counts every node.
-        let bounded = cluster.alive().len() > 512 && spec.strategy != GroupStrategy::StrictPack;
+        // An explanation visits every node, as for any request.
+        let bounded = cluster.alive().len() > 512
+            && spec.strategy != GroupStrategy::StrictPack
+            && !explaining;
         if bounded {
-            let mut overlay = Overlay::new(cluster);
+            let mut overlay = Overlay::new(cluster, false);
             overlay.limit = Some(order.len() + 32);
             overlay.start = spec
                 .id
@@ -372,16 +432,29 @@ impl Scheduler {
                 .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
                 % (cluster.index_bound().max(1) as u32);
             if let Ok(plan) = self.plan_with(&mut overlay, spec, &requests, fixed, &order) {
-                return Ok(plan);
+                return (Ok(plan), Vec::new());
             }
         }
-        let mut overlay = Overlay::new(cluster);
+        let mut overlay = Overlay::new(cluster, explaining);
         let result = self.plan_with(&mut overlay, spec, &requests, fixed, &order);
-        result.map_err(|mut found| {
+        let mut attempts = overlay.record.take().unwrap_or_default();
+        // The strategy's selection, recorded on each bundle's attempt (given back when the
+        // plan failed later).
+        let placed: Vec<(usize, NodeIndex)> = match &result {
+            Ok(plan) => plan.iter().map(|(i, n, _)| (*i, *n)).collect(),
+            Err(found) => found.planned.clone(),
+        };
+        for attempt in &mut attempts {
+            if let AttemptKind::Bundle { index } = attempt.kind {
+                attempt.chosen = placed.iter().find(|(i, _)| *i == index).map(|(_, n)| *n);
+            }
+        }
+        let result = result.map_err(|mut found| {
             found.could_fit_later =
                 self.could_ever_fit(cluster, spec.strategy, &requests, fixed, &order);
             found
-        })
+        });
+        (result, attempts)
     }
 
     /// Plans `order` on `overlay` by the group's strategy.
@@ -403,40 +476,69 @@ impl Scheduler {
         }
     }
 
-    /// The nodes that can take bundle request `request` now on the overlay, with the reasons
-    /// the others cannot (counted into `found`).
-    fn fitting(
+    /// Stages 1 to 3 for bundle `index` on the overlay: the candidates by index and every
+    /// filter, through the same functions as for any request (the bundle is checked as a task
+    /// with its resources, its selector and the group's tolerations), then the group
+    /// strategy's ranking ([`ranking`]). Returns the nodes that passed, best first (tier, then
+    /// score, then node order), and why the others did not; the strategy selects among them.
+    fn rank_bundle(
         &self,
-        overlay: &Overlay<'_>,
+        overlay: &mut Overlay<'_>,
+        index: usize,
         request: &Request,
-        found: &mut AttemptDiagnosis,
-    ) -> Vec<NodeIndex> {
+        group: GroupContext,
+    ) -> (Vec<NodeIndex>, AttemptDiagnosis) {
         let cluster = overlay.cluster;
-        let prepared = Prepared::default();
+        let kind = AttemptKind::Bundle { index };
+        let mut found = AttemptDiagnosis::new(kind.clone(), None);
+        // Recorded with its selector in force (alternative 0), so that an explanation shows it.
+        let selector = (!request.label_selector().is_empty()).then_some(0);
+        let mut record = overlay.record.is_some().then(|| AttemptExplanation {
+            kind,
+            alternative: selector,
+            nodes: Vec::new(),
+            shortlist: Vec::new(),
+            chosen: None,
+            bundles: Vec::new(),
+        });
+
+        // 1. Candidates: the bundle's selector is its label selector (alternative 0).
+        let candidates = candidates(cluster, request, Scope::Alive, Some(0), record.is_some());
+        candidates.count(&mut found, record.as_mut());
+        let prepared = Prepared { group: Some(group), ..Prepared::default() };
         let cx = DecisionContext { cluster, request, prepared: &prepared };
-        let mut include: Cow<'_, NodeSet> = Cow::Borrowed(cluster.alive());
-        found.count(Reason::Draining.kind(), cluster.draining().len());
-        found.count(Reason::Dead.kind(), cluster.dead().len());
-        if !request.label_selector().is_empty() {
-            let matched = cluster.label_index().select(request.label_selector(), &include);
-            found.count(Reason::LabelMismatch.kind(), include.len() - matched.len());
-            include = Cow::Owned(matched);
+
+        // 2. Filters and 3. the group's ranking, node by node, on the overlay's nodes.
+        let preferences: SmallVec<[&dyn Preference; 2]> =
+            self.group_ranking.0.iter().filter(|p| p.applies(&cx)).map(|p| p.as_ref()).collect();
+        let scorers: SmallVec<[&Weighted; 2]> =
+            self.group_ranking.1.iter().filter(|w| w.scorer.applies(&cx)).collect();
+        let ranking =
+            Ranking { cx: &cx, preferences: &preferences, scorers: &scorers, ranks: true };
+        let bounds = match record {
+            Some(_) => (None, 0),
+            None => (overlay.limit, overlay.start),
+        };
+        let visit = Visit { filters: &self.filters, ranking: &ranking, bounds };
+        let mut ranked = Vec::new();
+        visit.run(&*overlay, &candidates.include, &mut ranked, &mut found, record.as_mut());
+        ranked.sort_unstable_by(|a, b| {
+            b.tier.cmp(&a.tier).then(b.score.cmp(&a.score)).then(a.node.cmp(&b.node))
+        });
+        if let (Some(mut record), Some(attempts)) = (record, overlay.record.as_mut()) {
+            // The shortlist: the nodes tied for the best rank (the strategy takes the first,
+            // or, for STRICT_SPREAD, what the matching leaves).
+            let best = ranked.first().map(|r| (r.tier, r.score));
+            let tied = ranked.iter().take_while(|r| Some((r.tier, r.score)) == best);
+            record.shortlist = tied.map(|r| r.node).collect();
+            record.nodes.sort_by_key(|n| n.node);
+            attempts.push(record);
         }
-        found.nodes = cluster.len() as u64;
-        let mut fits = Vec::new();
-        for index in include.iter_from(overlay.start) {
-            if overlay.limit.is_some_and(|limit| fits.len() >= limit) {
-                break;
-            }
-            let Some(node) = overlay.node(index) else { continue };
-            match run_filters(&self.filters, &cx, node, None, false) {
-                Some(reason) => found.count(reason.kind(), 1),
-                None => fits.push(index),
-            }
-        }
-        fits
+        let ranked: Vec<NodeIndex> = ranked.into_iter().map(|r| r.node).collect();
+        (ranked, found)
     }
 
+    /// PACK and SPREAD: each bundle, hardest first, on the best node of its ranking.
     fn plan_greedy(
         &self,
         overlay: &mut Overlay<'_>,
@@ -447,25 +549,17 @@ impl Scheduler {
     ) -> Result<GroupPlan, AlternativeDiagnosis> {
         let mut used: NodeSet = fixed.iter().map(|(_, n)| *n).collect();
         let mut plan = GroupPlan::new();
-        for &i in order {
+        for (position, &i) in order.iter().enumerate() {
             let request = &requests[i];
-            let mut found = AttemptDiagnosis::new(AttemptKind::Bundle { index: i }, None);
-            let fits = self.fitting(overlay, request, &mut found);
-            // Preferred tier first (used nodes for PACK, unused for SPREAD). A new node for
-            // PACK is the one that holds the most of the bundles still to place (fewest nodes
-            // in the end); then least waste, then node order.
-            let rest = &order[order.iter().position(|&b| b == i).expect("in order")..];
-            let best = fits.into_iter().min_by_key(|&n| {
-                let preferred = used.contains(n) == pack;
-                let holds = if pack && !used.contains(n) {
-                    holds_how_many(overlay, n, requests, rest)
-                } else {
-                    0
-                };
-                let after = after_reserving(overlay, n, request.resources());
-                (!preferred, std::cmp::Reverse(holds), after, n)
-            });
-            let Some(node) = best else {
+            let rest = match pack {
+                true => {
+                    order[position..].iter().map(|&b| requests[b].resources().clone()).collect()
+                }
+                false => Vec::new(),
+            };
+            let group = GroupContext { used: used.clone(), prefer_used: Some(pack), rest };
+            let (ranked, found) = self.rank_bundle(overlay, i, request, group);
+            let Some(&node) = ranked.first() else {
                 return Err(failed(plan, i, found));
             };
             let instances = overlay.reserve(node, request.resources()).expect("the filters passed");
@@ -475,6 +569,8 @@ impl Scheduler {
         Ok(plan)
     }
 
+    /// STRICT_PACK: the nodes every bundle passes on, each tried with all the bundles at once;
+    /// the one left with the least waste (the least-waste rule on all bundles together) wins.
     fn plan_strict_pack(
         &self,
         overlay: &mut Overlay<'_>,
@@ -483,33 +579,37 @@ impl Scheduler {
         order: &[usize],
     ) -> Result<GroupPlan, AlternativeDiagnosis> {
         let cluster = overlay.cluster;
-        // Every node that passes every bundle's filters, tried with all the bundles at once.
-        let mut candidates: Option<Vec<NodeIndex>> = fixed.first().map(|(_, n)| vec![*n]);
+        let mut candidates: Option<NodeSet> =
+            fixed.first().map(|(_, n)| [*n].into_iter().collect());
         let mut first_failure = None;
         for &i in order {
-            let mut found = AttemptDiagnosis::new(AttemptKind::Bundle { index: i }, None);
-            let fits = self.fitting(overlay, &requests[i], &mut found);
-            candidates = Some(match candidates {
+            let (ranked, found) = self.rank_bundle(overlay, i, &requests[i], strict());
+            let fits: NodeSet = ranked.into_iter().collect();
+            let common = match candidates {
                 None => fits,
-                Some(c) => c.into_iter().filter(|n| fits.contains(n)).collect(),
-            });
-            if candidates.as_ref().is_some_and(Vec::is_empty) && first_failure.is_none() {
+                Some(c) => c.intersection(&fits),
+            };
+            if common.is_empty() && first_failure.is_none() {
                 first_failure = Some((i, found));
             }
+            candidates = Some(common);
         }
+        let total = total_of(requests, order);
         let mut best: Option<(u64, NodeIndex, GroupPlan)> = None;
-        for node in candidates.unwrap_or_default() {
-            let mut trial = Overlay::new(cluster);
+        for node in candidates.unwrap_or_default().iter() {
+            let Some(left) = overlay.node(node).map(|n| ranking::left_after(n, &total)) else {
+                continue;
+            };
+            if best.as_ref().is_some_and(|(w, n, _)| (left, node) >= (*w, *n)) {
+                continue;
+            }
+            let mut trial = Overlay::new(cluster, false);
             let plan: Option<GroupPlan> = order
                 .iter()
                 .map(|&i| trial.reserve(node, requests[i].resources()).map(|inst| (i, node, inst)))
                 .collect();
             if let Some(plan) = plan {
-                let left =
-                    waste(trial.node(node).expect("reserved on it"), &total_of(requests, order));
-                if best.as_ref().is_none_or(|(w, n, _)| (left, node) < (*w, *n)) {
-                    best = Some((left, node, plan));
-                }
+                best = Some((left, node, plan));
             }
         }
         match best {
@@ -528,6 +628,8 @@ impl Scheduler {
         }
     }
 
+    /// STRICT_SPREAD: each bundle's ranking, without the nodes of kept bundles, then a
+    /// matching of bundles to distinct nodes, each bundle trying its best nodes first.
     fn plan_strict_spread(
         &self,
         overlay: &mut Overlay<'_>,
@@ -535,17 +637,14 @@ impl Scheduler {
         fixed: &[(usize, NodeIndex)],
         order: &[usize],
     ) -> Result<GroupPlan, AlternativeDiagnosis> {
-        let taken: Vec<NodeIndex> = fixed.iter().map(|(_, n)| *n).collect();
-        // Each bundle's candidate nodes, least waste first; nodes of fixed bundles are taken.
+        let taken: NodeSet = fixed.iter().map(|(_, n)| *n).collect();
         let mut options: Vec<Vec<NodeIndex>> = Vec::with_capacity(order.len());
         let mut diagnoses = Vec::new();
         for &i in order {
-            let mut found = AttemptDiagnosis::new(AttemptKind::Bundle { index: i }, None);
-            let mut fits = self.fitting(overlay, &requests[i], &mut found);
-            let used = fits.iter().filter(|n| taken.contains(n)).count() as u64;
-            found.count(crate::diagnosis::ReasonKind::SameGroup, used);
-            fits.retain(|n| !taken.contains(n));
-            fits.sort_by_key(|&n| (after_reserving(overlay, n, requests[i].resources()), n));
+            let (mut fits, mut found) = self.rank_bundle(overlay, i, &requests[i], strict());
+            let used = fits.iter().filter(|&&n| taken.contains(n)).count() as u64;
+            found.count(ReasonKind::SameGroup, used);
+            fits.retain(|&n| !taken.contains(n));
             if fits.is_empty() {
                 diagnoses.push((i, found));
             }
@@ -557,9 +656,8 @@ impl Scheduler {
             diagnosis.failed.extend(diagnoses);
             return Err(diagnosis);
         }
-        let Some(matching) = match_bundles(&options) else {
-            let distinct: std::collections::BTreeSet<NodeIndex> =
-                options.iter().flatten().copied().collect();
+        let Some(matching) = matching::match_bundles(&options) else {
+            let distinct: NodeSet = options.iter().flatten().copied().collect();
             // Each bundle alone has nodes; together they do not: no per-bundle counts to show.
             let mut diagnosis = failed(
                 GroupPlan::new(),
@@ -584,8 +682,9 @@ impl Scheduler {
         Ok(plan)
     }
 
-    /// True when the bundles could be reserved once work ends: judged by the static filters
-    /// (taints, totals, selectors) only.
+    /// True when the bundles could be reserved once work ends: each bundle's candidates (by
+    /// index, as for any request) that pass the static filters (taints, totals), then the
+    /// strategy's rule on them.
     fn could_ever_fit(
         &self,
         cluster: &Cluster,
@@ -598,44 +697,47 @@ impl Scheduler {
         let eligible = |i: usize| -> Vec<NodeIndex> {
             let request = &requests[i];
             let cx = DecisionContext { cluster, request, prepared: &prepared };
-            let include = cluster.label_index().select(request.label_selector(), cluster.alive());
-            include
-                .iter()
-                .filter(|&n| {
-                    let node = cluster.node(n).expect("alive nodes exist");
-                    self.filters
-                        .iter()
-                        .filter(|f| f.kind() == FilterKind::Static)
-                        .all(|f| f.check(&cx, node) == super::stage::Verdict::Fit)
-                })
-                .collect()
+            let candidates = candidates(cluster, request, Scope::Alive, Some(0), false);
+            let passes = |n: &NodeIndex| {
+                cluster
+                    .node(*n)
+                    .is_some_and(|node| run_filters(&self.filters, &cx, node, None, true).is_none())
+            };
+            candidates.include.iter().filter(passes).collect()
         };
         let options: Vec<Vec<NodeIndex>> = order.iter().map(|&i| eligible(i)).collect();
         match strategy {
             GroupStrategy::Pack | GroupStrategy::Spread => options.iter().all(|o| !o.is_empty()),
             GroupStrategy::StrictPack => {
                 let total = total_of(requests, order);
-                let mut common: Option<Vec<NodeIndex>> = fixed.first().map(|(_, n)| vec![*n]);
+                let mut common: Option<NodeSet> =
+                    fixed.first().map(|(_, n)| [*n].into_iter().collect());
                 for o in &options {
+                    let o: NodeSet = o.iter().copied().collect();
                     common = Some(match common {
-                        None => o.clone(),
-                        Some(c) => c.into_iter().filter(|n| o.contains(n)).collect(),
+                        None => o,
+                        Some(c) => c.intersection(&o),
                     });
                 }
-                common.unwrap_or_default().iter().any(|&n| {
+                common.unwrap_or_default().iter().any(|n| {
                     cluster.node(n).is_some_and(|node| node.total_shortfall(&total).is_none())
                 })
             }
             GroupStrategy::StrictSpread => {
-                let taken: Vec<NodeIndex> = fixed.iter().map(|(_, n)| *n).collect();
+                let taken: NodeSet = fixed.iter().map(|(_, n)| *n).collect();
                 let options: Vec<Vec<NodeIndex>> = options
                     .into_iter()
-                    .map(|o| o.into_iter().filter(|n| !taken.contains(n)).collect())
+                    .map(|o| o.into_iter().filter(|&n| !taken.contains(n)).collect())
                     .collect();
-                match_bundles(&options).is_some()
+                matching::match_bundles(&options).is_some()
             }
         }
     }
+}
+
+/// The ranking context of a bundle of a strict strategy: no preference, least waste only.
+fn strict() -> GroupContext {
+    GroupContext::default()
 }
 
 /// The sum of the bundles in `order`.
@@ -645,34 +747,6 @@ fn total_of(requests: &[Request], order: &[usize]) -> ResourceSet {
         total.add(requests[i].resources());
     }
     total
-}
-
-/// The waste left on `node` of the overlay if `bundle` were placed there.
-/// Computed from the free amounts, without a copy: the filters already said it fits.
-fn after_reserving(overlay: &Overlay<'_>, node: NodeIndex, bundle: &ResourceSet) -> u64 {
-    let node = overlay.node(node).expect("a candidate node exists");
-    bundle
-        .iter()
-        .map(|(r, amount)| {
-            let total = node.total().get(r).units().max(1) as u128;
-            let left =
-                node.available().get(r).units().saturating_sub(amount.units()).max(0) as u128;
-            (left * 1_000_000 / total) as u64
-        })
-        .sum()
-}
-
-/// How many of the bundles `rest` (in order) fit on `node` one after the other.
-fn holds_how_many(
-    overlay: &Overlay<'_>,
-    node: NodeIndex,
-    requests: &[Request],
-    rest: &[usize],
-) -> usize {
-    let mut copy = overlay.node(node).expect("a candidate node exists").clone();
-    rest.iter()
-        .take_while(|&&i| copy.reserve(requests[i].resources(), overlay.cluster.registry()).is_ok())
-        .count()
 }
 
 /// A diagnosis for a plan that failed at bundle `i`.
@@ -697,44 +771,4 @@ fn internal(alternative: usize, err: &ClusterError) -> AlternativeDiagnosis {
         could_fit_later: true,
         note: Some(format!("internal: {err}")),
     }
-}
-
-/// A perfect matching of slots (bundles) to distinct nodes, `options[slot]` in preference
-/// order, by augmenting paths (Kuhn). Returns the node of each slot.
-fn match_bundles(options: &[Vec<NodeIndex>]) -> Option<Vec<NodeIndex>> {
-    let mut owner: FxHashMap<NodeIndex, usize> = FxHashMap::default();
-    for slot in 0..options.len() {
-        let mut seen = SmallVec::<[NodeIndex; 16]>::new();
-        if !augment(slot, options, &mut owner, &mut seen) {
-            return None;
-        }
-    }
-    let mut result = vec![NodeIndex(0); options.len()];
-    for (node, slot) in owner {
-        result[slot] = node;
-    }
-    Some(result)
-}
-
-fn augment(
-    slot: usize,
-    options: &[Vec<NodeIndex>],
-    owner: &mut FxHashMap<NodeIndex, usize>,
-    seen: &mut SmallVec<[NodeIndex; 16]>,
-) -> bool {
-    for &node in &options[slot] {
-        if seen.contains(&node) {
-            continue;
-        }
-        seen.push(node);
-        let free = match owner.get(&node) {
-            None => true,
-            Some(&other) => augment(other, options, owner, seen),
-        };
-        if free {
-            owner.insert(node, slot);
-            return true;
-        }
-    }
-    false
 }

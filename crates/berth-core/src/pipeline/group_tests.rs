@@ -481,3 +481,60 @@ fn a_request_into_a_group_records_each_bundles_verdict_when_explained() {
         ]
     );
 }
+
+#[test]
+fn a_group_explanation_records_every_bundle_attempt_as_the_stages_ran_it() {
+    let mut c = labelled_cluster(&[
+        ("a", "CPU=4", "zone=a", ""),
+        ("b", "CPU=4", "zone=b", "team=ml"),
+        ("c", "CPU=8", "zone=b", ""),
+        ("d", "CPU=1", "zone=a", ""),
+    ]);
+    let mut spec = group(&mut c, "g", GroupStrategy::Pack, &["CPU=2", "CPU=3"]);
+    spec.alternatives.push(spec.alternatives[0].clone());
+    // The first alternative asks for zone a twice: `a` holds one bundle, `d` none, so it fails.
+    spec.alternatives[0].selectors = vec![selector(&[("zone", "a")]); 2];
+    spec.validate(c.registry()).unwrap();
+    let (decision, explanation) =
+        Scheduler::new(SchedulerConfig::default()).place_group_explained(&mut c, &spec);
+    let GroupDecision::Created { alternative: 1, nodes, tried } = &decision else {
+        panic!("{decision:?}")
+    };
+    assert_eq!(tried.alternatives.len(), 1, "the first alternative's diagnosis is kept");
+    assert_eq!(explanation.alternatives.len(), 2);
+
+    // Alternative 0: bundle 1 (CPU=3, hardest) on `a`, then bundle 0 finds no node.
+    let first = &explanation.alternatives[0];
+    assert_eq!(first.alternative, 0);
+    let kinds: Vec<_> = first.bundles.iter().map(|b| b.kind.clone()).collect();
+    assert_eq!(kinds, [AttemptKind::Bundle { index: 1 }, AttemptKind::Bundle { index: 0 }]);
+    let chosen: Vec<_> = first.bundles.iter().map(|b| b.chosen).collect();
+    assert_eq!(chosen, [Some(index(&c, "a")), None], "planned on a, then given back");
+    let second_bundle = &first.bundles[1];
+    assert_eq!(second_bundle.nodes.len(), 4, "every node has a line");
+    let line = |attempt: &AttemptExplanation, name: &str| {
+        attempt.nodes.iter().find(|n| n.node == index(&c, name)).unwrap().clone()
+    };
+    assert_eq!(line(second_bundle, "b").excluded, Some(Reason::LabelMismatch));
+    let on_a = line(second_bundle, "a");
+    assert!(!on_a.passed(), "the overlay holds bundle 1 on a: {on_a:?}");
+    assert!(on_a.reasons().any(|r| r.kind() == ReasonKind::InsufficientAvailable(ResourceId::CPU)));
+
+    // Alternative 1: the taint is the filter's verdict, and the ranking is the group's.
+    let second = &explanation.alternatives[1];
+    let hardest = &second.bundles[0];
+    let tainted = line(hardest, "b");
+    let taint = c.taint_table().lookup("team", "ml").unwrap();
+    assert!(tainted.reasons().any(|r| r.kind() == ReasonKind::UntoleratedTaint(taint)));
+    let chosen = line(hardest, "c");
+    let scorers: Vec<_> = chosen.scores.iter().map(|s| s.scorer).collect();
+    assert_eq!(scorers, ["holds-rest", "least-waste"]);
+    assert_eq!(chosen.preferences, [("group-nodes", false)]);
+    assert_eq!(hardest.shortlist.first(), Some(&index(&c, "c")), "c holds both bundles");
+    // The recorded choice is the decision's, bundle by bundle.
+    for attempt in &second.bundles {
+        let AttemptKind::Bundle { index: bundle } = attempt.kind else { panic!() };
+        assert_eq!(attempt.chosen, Some(nodes[bundle]));
+    }
+    assert_eq!(names(&c, &decision), ["c", "c"]);
+}

@@ -282,6 +282,8 @@ pub struct Scheduler {
     filters: Vec<Box<dyn Filter>>,
     preferences: Vec<Box<dyn Preference>>,
     scorers: Vec<Weighted>,
+    /// The ranking of a placement group's bundles ([`group::ranking`]).
+    group_ranking: (Vec<Box<dyn Preference>>, Vec<Weighted>),
     spread_cursor: u32,
     /// Where the next early-stopping visit starts (see [`NodesToScore`]).
     scan_cursor: u32,
@@ -314,6 +316,7 @@ impl Scheduler {
             filters,
             preferences,
             scorers,
+            group_ranking: group::ranking::stages(),
             spread_cursor: 0,
             scan_cursor: 0,
             ranked: Vec::new(),
@@ -488,7 +491,9 @@ impl Scheduler {
         let ranks = attempt.select == Select::TopK;
 
         // 1. Candidates: rule out whole sets by index before looking at nodes.
-        let candidates = candidates(cluster, request, attempt);
+        let explaining = record.is_some();
+        let candidates =
+            candidates(cluster, request, attempt.scope, attempt.alternative, explaining);
         candidates.count(&mut found, record.as_deref_mut());
         let Candidates { include, waiting, .. } = candidates;
         let prepared = prepare(cluster, request, attempt, &self.config.profile);
@@ -503,42 +508,21 @@ impl Scheduler {
             .collect();
         let scorers: SmallVec<[&Weighted; 4]> =
             self.scorers.iter().filter(|w| ranks && w.scorer.applies(&cx)).collect();
+        let ranking = Ranking { cx: &cx, preferences: &preferences, scorers: &scorers, ranks };
         self.ranked.clear();
-        let (limit, start) = self.scan_bounds(attempt.select, include.len(), record.is_some());
-        let mut visited = 0u64;
-        for index in include.iter_from(start) {
-            if limit.is_some_and(|limit| self.ranked.len() >= limit) {
-                self.scan_cursor = index.0;
-                break;
-            }
-            visited += 1;
-            let Some(node) = cluster.node(index) else {
-                continue;
-            };
-            let mut line = record.as_ref().map(|_| node_line(index, None));
-            match run_filters(&self.filters, &cx, node, line.as_mut(), false) {
-                Some(reason) => found.count(reason.kind(), 1),
-                None => {
-                    found.could_fit_later = true;
-                    let stages = Ranking { cx: &cx, preferences: &preferences, scorers: &scorers };
-                    let ranked = stages.rank(node, line.as_mut());
-                    if let Some(line) = line.as_mut() {
-                        line.total = ranks.then_some(ranked.score);
-                    }
-                    self.ranked.push(ranked);
-                }
-            }
-            if let (Some(record), Some(line)) = (record.as_deref_mut(), line) {
-                record.nodes.push(line);
-            }
-        }
+        let bounds = self.scan_bounds(attempt.select, include.len(), record.is_some());
+        let visit = Visit { filters: &self.filters, ranking: &ranking, bounds };
+        let visited =
+            visit.run(cluster, &include, &mut self.ranked, &mut found, record.as_deref_mut());
         drop((preferences, scorers));
 
         // 4. Select. After an early stop, top k is a share of the nodes visited.
-        let population = if limit.is_some() && visited < include.len() {
-            visited
-        } else {
-            cluster.alive().len()
+        let population = match visited.stopped_at {
+            Some(stopped_at) => {
+                self.scan_cursor = stopped_at;
+                visited.nodes
+            }
+            None => cluster.alive().len(),
         };
         let shortlist = self.select(attempt.select, request, population, rng);
         let chosen = shortlist.chosen;
@@ -762,8 +746,22 @@ fn strategy_attempts(cluster: &Cluster, request: &Request) -> SmallVec<[Attempt;
 /// (`excluded`) or for now (`waiting`: actor affinity, which placements elsewhere can change).
 struct Candidates<'c> {
     include: Cow<'c, NodeSet>,
-    excluded: SmallVec<[(Cow<'c, NodeSet>, Reason); 3]>,
+    excluded: SmallVec<[Excluded<'c>; 4]>,
     waiting: SmallVec<[(NodeSet, Reason); 2]>,
+}
+
+/// Nodes ruled out whole for one reason: always counted, listed only when explaining (a
+/// decision need not build a set it only counts: `alive − GPU nodes` is most of a cluster).
+struct Excluded<'c> {
+    reason: Reason,
+    count: u64,
+    nodes: Option<Cow<'c, NodeSet>>,
+}
+
+impl<'c> Excluded<'c> {
+    fn listed(nodes: Cow<'c, NodeSet>, reason: Reason) -> Excluded<'c> {
+        Excluded { reason, count: nodes.len(), nodes: Some(nodes) }
+    }
 }
 
 impl Candidates<'_> {
@@ -771,28 +769,37 @@ impl Candidates<'_> {
     /// (recorded in `record` when explaining).
     fn count(&self, found: &mut AttemptDiagnosis, record: Option<&mut AttemptExplanation>) {
         found.nodes = self.include.len()
-            + self.excluded.iter().map(|(set, _)| set.len()).sum::<u64>()
+            + self.excluded.iter().map(|e| e.count).sum::<u64>()
             + self.waiting.iter().map(|(set, _)| set.len()).sum::<u64>();
-        for (set, reason) in &self.excluded {
-            found.count(reason.kind(), set.len());
+        for excluded in &self.excluded {
+            found.count(excluded.reason.kind(), excluded.count);
         }
         if let Some(record) = record {
-            for (set, reason) in &self.excluded {
-                record.nodes.extend(set.iter().map(|node| node_line(node, Some(*reason))));
+            for excluded in &self.excluded {
+                let nodes = excluded.nodes.iter().flat_map(|set| set.iter());
+                record.nodes.extend(nodes.map(|node| node_line(node, Some(excluded.reason))));
             }
         }
     }
 }
 
 /// Stage 1: the nodes to look at one by one, and the sets ruled out whole with their reason:
-/// node state, the affinity node, then the label selectors in force (by the label index).
-fn candidates<'c>(cluster: &'c Cluster, request: &Request, attempt: &Attempt) -> Candidates<'c> {
-    let mut candidates = match attempt.scope {
+/// node state, the affinity node, then the label selectors in force (by the label index), and
+/// the resources some nodes lack (by the resource index). The sets ruled out are built only
+/// when `explaining`; otherwise only counted.
+fn candidates<'c>(
+    cluster: &'c Cluster,
+    request: &Request,
+    scope: Scope,
+    alternative: Option<usize>,
+    explaining: bool,
+) -> Candidates<'c> {
+    let mut candidates = match scope {
         Scope::Alive => Candidates {
             include: Cow::Borrowed(cluster.alive()),
             excluded: smallvec![
-                (Cow::Borrowed(cluster.draining()), Reason::Draining),
-                (Cow::Borrowed(cluster.dead()), Reason::Dead),
+                Excluded::listed(Cow::Borrowed(cluster.draining()), Reason::Draining),
+                Excluded::listed(Cow::Borrowed(cluster.dead()), Reason::Dead),
             ],
             waiting: SmallVec::new(),
         },
@@ -802,28 +809,43 @@ fn candidates<'c>(cluster: &'c Cluster, request: &Request, attempt: &Attempt) ->
             Candidates {
                 include: Cow::Owned(cluster.alive().intersection(&only)),
                 excluded: smallvec![
-                    (Cow::Owned(cluster.draining().intersection(&only)), Reason::Draining),
-                    (Cow::Owned(cluster.dead().intersection(&only)), Reason::Dead),
-                    (Cow::Owned(all.difference(&only)), Reason::NotAffinityNode),
+                    Excluded::listed(
+                        Cow::Owned(cluster.draining().intersection(&only)),
+                        Reason::Draining
+                    ),
+                    Excluded::listed(Cow::Owned(cluster.dead().intersection(&only)), Reason::Dead),
+                    Excluded::listed(Cow::Owned(all.difference(&only)), Reason::NotAffinityNode),
                 ],
                 waiting: SmallVec::new(),
             }
         }
     };
-    let alternative = attempt.alternative.and_then(|i| request.alternative(i));
+    // Narrows `include` to `kept` (a subset of it), ruling out the rest for `reason`.
+    let narrow = |candidates: &mut Candidates<'c>, kept: NodeSet, reason: Reason| {
+        let count = candidates.include.len() - kept.len();
+        let nodes = explaining.then(|| Cow::Owned(candidates.include.difference(&kept)));
+        candidates.include = Cow::Owned(kept);
+        // Several selectors (an alternative and a hard node label) count as one reason.
+        match candidates.excluded.last_mut() {
+            Some(last) if last.reason == reason && reason == Reason::LabelMismatch => {
+                last.count += count;
+                if let (Some(Cow::Owned(set)), Some(more)) = (last.nodes.as_mut(), nodes) {
+                    set.union_with(&more);
+                }
+            }
+            _ if count > 0 => candidates.excluded.push(Excluded { reason, count, nodes }),
+            _ => {}
+        }
+    };
+    let alternative = alternative.and_then(|i| request.alternative(i));
     let hard = match request.strategy() {
         Strategy::NodeLabel(node_label) => Some(&node_label.hard),
         _ => None,
     };
     let selectors = alternative.into_iter().chain(hard).filter(|s| !s.is_empty());
-    let mut mismatched = NodeSet::new();
     for selector in selectors {
         let matched = cluster.label_index().select(selector, &candidates.include);
-        mismatched.union_with(&candidates.include.difference(&matched));
-        candidates.include = Cow::Owned(matched);
-    }
-    if !mismatched.is_empty() {
-        candidates.excluded.push((Cow::Owned(mismatched), Reason::LabelMismatch));
+        narrow(&mut candidates, matched, Reason::LabelMismatch);
     }
     // A requested resource that some nodes do not have at all rules them out by the resource
     // index (GPU requests start from the GPU nodes). Resources every node has cost nothing.
@@ -833,13 +855,8 @@ fn candidates<'c>(cluster: &'c Cluster, request: &Request, attempt: &Attempt) ->
             continue;
         }
         let kept = having.map_or_else(NodeSet::new, |h| candidates.include.intersection(h));
-        if kept.len() == candidates.include.len() {
-            continue;
-        }
-        let lacking = candidates.include.difference(&kept);
-        candidates.include = Cow::Owned(kept);
         let shortfall = Shortfall { resource, requested, have: Quantity::ZERO };
-        candidates.excluded.push((Cow::Owned(lacking), Reason::InsufficientTotal(shortfall)));
+        narrow(&mut candidates, kept, Reason::InsufficientTotal(shortfall));
     }
     narrow_by_actors(cluster, request, &mut candidates);
     candidates
@@ -997,6 +1014,9 @@ struct Ranking<'a, 'c> {
     cx: &'a DecisionContext<'c>,
     preferences: &'a [&'a dyn Preference],
     scorers: &'a [&'a Weighted],
+    /// False when the attempt selects without ranking (SPREAD, RANDOM, one node): no total
+    /// is recorded.
+    ranks: bool,
 }
 
 impl Ranking<'_, '_> {
@@ -1020,6 +1040,79 @@ impl Ranking<'_, '_> {
             }
         }
         ranked
+    }
+}
+
+/// Where the filters read a node: the cluster, or a group plan's overlay (its copies of the
+/// nodes the plan reserved on, the cluster's nodes elsewhere).
+trait NodeSource {
+    fn node_at(&self, index: NodeIndex) -> Option<&Node>;
+}
+
+impl NodeSource for Cluster {
+    #[inline]
+    fn node_at(&self, index: NodeIndex) -> Option<&Node> {
+        self.node(index)
+    }
+}
+
+/// Stages 2 and 3 over the candidates, written once for every request and bundle: each node
+/// through the filters, each one that passes ranked; at most `bounds.0` of them (from node
+/// `bounds.1` on, see [`NodesToScore`]).
+struct Visit<'a, 'c> {
+    filters: &'a [Box<dyn Filter>],
+    ranking: &'a Ranking<'a, 'c>,
+    bounds: (Option<usize>, u32),
+}
+
+/// What a visit looked at.
+struct Visited {
+    /// Nodes visited.
+    nodes: u64,
+    /// Where the visit stopped early, if it did: the next visit starts there.
+    stopped_at: Option<u32>,
+}
+
+impl Visit<'_, '_> {
+    /// Pushes the nodes that pass onto `ranked` (in visit order) and counts the reasons of
+    /// those that do not into `found`; records every node's line when explaining.
+    #[inline]
+    fn run<S: NodeSource + ?Sized>(
+        &self,
+        nodes: &S,
+        include: &NodeSet,
+        ranked: &mut Vec<Ranked>,
+        found: &mut AttemptDiagnosis,
+        mut record: Option<&mut AttemptExplanation>,
+    ) -> Visited {
+        let (limit, start) = self.bounds;
+        let mut visited = Visited { nodes: 0, stopped_at: None };
+        for index in include.iter_from(start) {
+            if limit.is_some_and(|limit| ranked.len() >= limit) {
+                visited.stopped_at = Some(index.0);
+                break;
+            }
+            visited.nodes += 1;
+            let Some(node) = nodes.node_at(index) else {
+                continue;
+            };
+            let mut line = record.as_ref().map(|_| node_line(index, None));
+            match run_filters(self.filters, self.ranking.cx, node, line.as_mut(), false) {
+                Some(reason) => found.count(reason.kind(), 1),
+                None => {
+                    found.could_fit_later = true;
+                    let rank = self.ranking.rank(node, line.as_mut());
+                    if let Some(line) = line.as_mut() {
+                        line.total = self.ranking.ranks.then_some(rank.score);
+                    }
+                    ranked.push(rank);
+                }
+            }
+            if let (Some(record), Some(line)) = (record.as_deref_mut(), line) {
+                record.nodes.push(line);
+            }
+        }
+        visited
     }
 }
 

@@ -33,6 +33,22 @@ pub struct Prepared {
     /// reads it ([`best_fit`](super::profile::best_fit) scales leftovers by it); `None` when
     /// none does, or outside a ranking attempt.
     pub largest_total: Option<ResourceSet>,
+    /// For a bundle of a placement group being planned, what the group's ranking reads;
+    /// `None` for every other request.
+    pub group: Option<GroupContext>,
+}
+
+/// What the ranking of a placement group's bundle reads (see
+/// [`group::ranking`](super::group::ranking)).
+#[derive(Clone, Debug, Default)]
+pub struct GroupContext {
+    /// The nodes the plan has put bundles on so far, kept bundles included.
+    pub used: NodeSet,
+    /// PACK: `Some(true)`, the used nodes are preferred; SPREAD: `Some(false)`, the others
+    /// are; the strict strategies: `None`.
+    pub prefer_used: Option<bool>,
+    /// PACK: the bundles still to place, this one first, in planning order; else empty.
+    pub rest: Vec<ResourceSet>,
 }
 
 /// A filter's answer for one node.
