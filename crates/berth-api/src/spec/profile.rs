@@ -624,91 +624,111 @@ impl<'a> Settings<'a> {
                 Some(policy_leaf.at),
             ));
         };
-        let listed = |name: &str, leaf: &Leaf<'_>| {
-            if names.iter().any(|n| n == name) {
-                Ok(())
-            } else {
-                Err(leaf_error(leaf, format!("{name} is not listed in sra.resources")))
-            }
-        };
-        let off = |leaf: &Leaf<'_>, policy: &str| {
-            leaf_error(leaf, format!("is set but sra.policy does not include {policy}"))
-        };
+        self.sra_retention(policies, names, names_leaf, profile)?;
+        self.sra_proportional(policies, names, policy_leaf, profile)
+    }
 
-        // Retention: a weight per scarce resource (1 unless given) and the policy weight.
+    /// Retention: a weight per scarce resource (1 unless given) and the policy weight.
+    fn sra_retention(
+        &self,
+        policies: Policies,
+        names: &[String],
+        names_leaf: &Leaf<'_>,
+        profile: &mut Profile,
+    ) -> Result<(), ProfileError> {
         if let Some((_, leaf)) = &self.retention_weight {
             if !policies.retention {
-                return Err(off(leaf, "retention"));
+                return Err(policy_off(leaf, "retention"));
             }
         }
         for (name, _, leaf) in &self.retention {
             if !policies.retention {
-                return Err(off(leaf, "retention"));
+                return Err(policy_off(leaf, "retention"));
             }
-            listed(name, leaf)?;
+            listed(names, name, leaf)?;
         }
-        if policies.retention {
-            let scarce: Vec<(String, u32)> = names
-                .iter()
-                .map(|name| {
-                    let given = self.retention.iter().find(|(n, _, _)| n == name);
-                    (name.clone(), given.map_or(1, |(_, weight, _)| *weight))
-                })
-                .collect();
-            if scarce.iter().all(|(_, weight)| *weight == 0) {
-                return Err(error(
-                    "sra.retention",
-                    "the weights of the scarce resources add up to 0, so no node would be \
-                     avoided; give at least one a weight above 0",
-                    Some(names_leaf.at),
-                ));
-            }
-            let weight = self.retention_weight.map_or(1, |(weight, _)| weight);
-            profile
-                .scorers
-                .push(ScorerSpec::Retention { weight, scarce: ResourceRules::new(scarce) });
+        if !policies.retention {
+            return Ok(());
         }
-
-        // Proportional: CPU and memory per idle unit, both required for every primary.
-        for (name, _, _, leaf) in &self.proportional {
-            if !policies.proportional {
-                return Err(off(leaf, "proportional"));
-            }
-            listed(name, leaf)?;
+        let scarce: Vec<(String, u32)> = names
+            .iter()
+            .map(|name| {
+                let given = self.retention.iter().find(|(n, _, _)| n == name);
+                (name.clone(), given.map_or(1, |(_, weight, _)| *weight))
+            })
+            .collect();
+        if scarce.iter().all(|(_, weight)| *weight == 0) {
+            return Err(error(
+                "sra.retention",
+                "the weights of the scarce resources add up to 0, so no node would be \
+                 avoided; give at least one a weight above 0",
+                Some(names_leaf.at),
+            ));
         }
-        if policies.proportional {
-            let mut primaries = Vec::new();
-            for name in names {
-                let amount = |secondary: Secondary| {
-                    self.proportional
-                        .iter()
-                        .find(|(n, s, _, _)| n == name && *s == secondary)
-                        .map(|(_, _, amount, _)| *amount)
-                };
-                let (Some(cpu), Some(memory_gb)) =
-                    (amount(Secondary::Cpu), amount(Secondary::Memory))
-                else {
-                    let (suffix, what) = match amount(Secondary::Cpu) {
-                        None => ("cpu", "CPUs"),
-                        Some(_) => ("memory", "GB of memory (10^9 bytes)"),
-                    };
-                    return Err(error(
-                        format!("sra.proportional.{name}.{suffix}"),
-                        format!(
-                            "is required with sra.policy proportional: the {what} to keep free \
-                             per idle {name}"
-                        ),
-                        Some(policy_leaf.at),
-                    ));
-                };
-                primaries.push((name.clone(), Proportion { cpu, memory_gb }));
-            }
-            profile
-                .filters
-                .push(FilterSpec::Proportional { primaries: ResourceRules::new(primaries) });
-        }
+        let weight = self.retention_weight.map_or(1, |(weight, _)| weight);
+        profile.scorers.push(ScorerSpec::Retention { weight, scarce: ResourceRules::new(scarce) });
         Ok(())
     }
+
+    /// Proportional: CPU and memory per idle unit, both required for every primary.
+    fn sra_proportional(
+        &self,
+        policies: Policies,
+        names: &[String],
+        policy_leaf: &Leaf<'_>,
+        profile: &mut Profile,
+    ) -> Result<(), ProfileError> {
+        for (name, _, _, leaf) in &self.proportional {
+            if !policies.proportional {
+                return Err(policy_off(leaf, "proportional"));
+            }
+            listed(names, name, leaf)?;
+        }
+        if !policies.proportional {
+            return Ok(());
+        }
+        let mut primaries = Vec::new();
+        for name in names {
+            let amount = |secondary: Secondary| {
+                self.proportional
+                    .iter()
+                    .find(|(n, s, _, _)| n == name && *s == secondary)
+                    .map(|(_, _, amount, _)| *amount)
+            };
+            let (Some(cpu), Some(memory_gb)) = (amount(Secondary::Cpu), amount(Secondary::Memory))
+            else {
+                let (suffix, what) = match amount(Secondary::Cpu) {
+                    None => ("cpu", "CPUs"),
+                    Some(_) => ("memory", "GB of memory (10^9 bytes)"),
+                };
+                return Err(error(
+                    format!("sra.proportional.{name}.{suffix}"),
+                    format!(
+                        "is required with sra.policy proportional: the {what} to keep free per \
+                         idle {name}"
+                    ),
+                    Some(policy_leaf.at),
+                ));
+            };
+            primaries.push((name.clone(), Proportion { cpu, memory_gb }));
+        }
+        profile.filters.push(FilterSpec::Proportional { primaries: ResourceRules::new(primaries) });
+        Ok(())
+    }
+}
+
+/// `name` must be one of `sra.resources`.
+fn listed(names: &[String], name: &str, leaf: &Leaf<'_>) -> Result<(), ProfileError> {
+    if names.iter().any(|n| n == name) {
+        Ok(())
+    } else {
+        Err(leaf_error(leaf, format!("{name} is not listed in sra.resources")))
+    }
+}
+
+/// A key of a policy that `sra.policy` does not name.
+fn policy_off(leaf: &Leaf<'_>, policy: &str) -> ProfileError {
+    leaf_error(leaf, format!("is set but sra.policy does not include {policy}"))
 }
 
 fn leaf_error(leaf: &Leaf<'_>, rule: impl Into<String>) -> ProfileError {

@@ -348,35 +348,6 @@ pub fn json(
     explanation: &GroupExplanation,
 ) -> serde_json::Result<String> {
     let all = alternatives(cluster, spec, decision, tried);
-    let decision_json = match decision {
-        GroupDecision::Created { alternative, .. } => DecisionJson::Created {
-            alternative: *alternative,
-            bundles: all
-                .last()
-                .map(|lines| {
-                    lines
-                        .bundles
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(i, outcome)| match outcome {
-                            BundleOutcome::Created(node, instances) => Some(CreatedBundleJson {
-                                bundle: i,
-                                node: node_name(cluster, *node),
-                                resources: named_amounts(
-                                    cluster,
-                                    &spec.alternatives[*alternative].bundles[i],
-                                ),
-                                instances: NamedMap(instances.clone()),
-                            }),
-                            _ => None,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-        },
-        GroupDecision::Pending(_) => DecisionJson::Pending,
-        GroupDecision::Infeasible(_) => DecisionJson::Infeasible,
-    };
     let diagnosis = match decision {
         GroupDecision::Created { .. } => None,
         GroupDecision::Pending(d) | GroupDecision::Infeasible(d) => Some(DiagnosisJson {
@@ -398,68 +369,110 @@ pub fn json(
                 spec.tolerations.0.expressions().map(|(k, e)| (k.to_string(), e)).collect(),
             ),
         },
-        decision: decision_json,
+        decision: decision_json(cluster, spec, decision, all.last()),
         diagnosis,
         alternatives: all
             .iter()
-            .filter_map(|lines| {
-                let set = spec.alternatives.get(lines.alternative)?;
-                Some(AlternativeJson {
-                    alternative: lines.alternative,
-                    name: alternative_name(lines.alternative),
-                    outcome: if lines.failed.is_some() { "not_reserved" } else { "created" },
-                    could_fit_later: lines.failed.map(|f| f.could_fit_later),
-                    note: lines.failed.and_then(|f| f.note.clone()),
-                    bundles: lines
-                        .bundles
-                        .iter()
-                        .enumerate()
-                        .map(|(i, outcome)| BundleJson {
-                            bundle: i,
-                            resources: named_amounts(
-                                cluster,
-                                set.bundles.get(i).unwrap_or(&ResourceSet::new()),
-                            ),
-                            label_selector: set.selector(i).map(|s| {
-                                NamedMap(s.expressions().map(|(k, e)| (k.to_string(), e)).collect())
-                            }),
-                            outcome: outcome.code(),
-                            node: match outcome {
-                                BundleOutcome::Created(node, _) | BundleOutcome::Planned(node) => {
-                                    Some(node_name(cluster, *node))
-                                }
-                                _ => None,
-                            },
-                            instances: match outcome {
-                                BundleOutcome::Created(_, instances) => {
-                                    Some(NamedMap(instances.clone()))
-                                }
-                                _ => None,
-                            },
-                            rejected: match outcome {
-                                BundleOutcome::Failed(found) => Some(rejected(cluster, found)),
-                                _ => None,
-                            },
-                        })
-                        .collect(),
-                    attempts: bundle_attempts(explanation, lines.alternative)
-                        .iter()
-                        .filter_map(|attempt| {
-                            let AttemptKind::Bundle { index } = attempt.kind else { return None };
-                            let request = bundle_request(cluster, spec, set, index)?;
-                            Some(BundleAttemptJson {
-                                bundle: index,
-                                attempt: attempt_json(cluster, &request, attempt),
-                            })
-                        })
-                        .collect(),
-                })
-            })
+            .filter_map(|lines| alternative_json(cluster, spec, lines, explanation))
             .collect(),
     };
     let mut text = serde_json::to_string_pretty(&report)?;
     text.push('\n');
     Ok(text)
+}
+
+/// The outcome, with each created bundle's node and instances (`created` is the last
+/// alternative tried).
+fn decision_json(
+    cluster: &Cluster,
+    spec: &GroupSpec,
+    decision: &GroupDecision,
+    created: Option<&AlternativeLines<'_>>,
+) -> DecisionJson {
+    let GroupDecision::Created { alternative, .. } = decision else {
+        return match decision {
+            GroupDecision::Pending(_) => DecisionJson::Pending,
+            _ => DecisionJson::Infeasible,
+        };
+    };
+    let bundle = |(i, outcome): (usize, &BundleOutcome<'_>)| match outcome {
+        BundleOutcome::Created(node, instances) => Some(CreatedBundleJson {
+            bundle: i,
+            node: node_name(cluster, *node),
+            resources: named_amounts(cluster, &spec.alternatives[*alternative].bundles[i]),
+            instances: NamedMap(instances.clone()),
+        }),
+        _ => None,
+    };
+    DecisionJson::Created {
+        alternative: *alternative,
+        bundles: created
+            .map(|lines| lines.bundles.iter().enumerate().filter_map(bundle).collect())
+            .unwrap_or_default(),
+    }
+}
+
+/// One alternative tried: its outcome, each bundle's, and each bundle attempt as recorded.
+fn alternative_json(
+    cluster: &Cluster,
+    spec: &GroupSpec,
+    lines: &AlternativeLines<'_>,
+    explanation: &GroupExplanation,
+) -> Option<AlternativeJson> {
+    let set = spec.alternatives.get(lines.alternative)?;
+    let attempt = |attempt: &AttemptExplanation| {
+        let AttemptKind::Bundle { index } = attempt.kind else { return None };
+        let request = bundle_request(cluster, spec, set, index)?;
+        Some(BundleAttemptJson { bundle: index, attempt: attempt_json(cluster, &request, attempt) })
+    };
+    Some(AlternativeJson {
+        alternative: lines.alternative,
+        name: alternative_name(lines.alternative),
+        outcome: if lines.failed.is_some() { "not_reserved" } else { "created" },
+        could_fit_later: lines.failed.map(|f| f.could_fit_later),
+        note: lines.failed.and_then(|f| f.note.clone()),
+        bundles: lines
+            .bundles
+            .iter()
+            .enumerate()
+            .map(|(i, outcome)| bundle_json(cluster, set, i, outcome))
+            .collect(),
+        attempts: bundle_attempts(explanation, lines.alternative)
+            .iter()
+            .filter_map(attempt)
+            .collect(),
+    })
+}
+
+/// Bundle `i` of `set` and where it went, or why not.
+fn bundle_json(
+    cluster: &Cluster,
+    set: &BundleSet,
+    i: usize,
+    outcome: &BundleOutcome<'_>,
+) -> BundleJson {
+    BundleJson {
+        bundle: i,
+        resources: named_amounts(cluster, set.bundles.get(i).unwrap_or(&ResourceSet::new())),
+        label_selector: set
+            .selector(i)
+            .map(|s| NamedMap(s.expressions().map(|(k, e)| (k.to_string(), e)).collect())),
+        outcome: outcome.code(),
+        node: match outcome {
+            BundleOutcome::Created(node, _) | BundleOutcome::Planned(node) => {
+                Some(node_name(cluster, *node))
+            }
+            _ => None,
+        },
+        instances: match outcome {
+            BundleOutcome::Created(_, instances) => Some(NamedMap(instances.clone())),
+            _ => None,
+        },
+        rejected: match outcome {
+            BundleOutcome::Failed(found) => Some(rejected(cluster, found)),
+            _ => None,
+        },
+    }
 }
 
 /// The rejected nodes of a bundle, per reason.
