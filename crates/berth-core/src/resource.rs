@@ -172,6 +172,27 @@ pub struct ResourceSet {
     entries: SmallVec<[(ResourceId, Quantity); 4]>,
 }
 
+/// Lookups into a [`ResourceSet`] in ascending resource order ([`ResourceSet::ascending`]).
+pub struct Ascending<'a> {
+    entries: &'a [(ResourceId, Quantity)],
+    at: usize,
+}
+
+impl Ascending<'_> {
+    /// The amount of `id`, zero when absent. Each `id` must be at least the one before it (a
+    /// smaller one reads as absent): the cursor only moves forward.
+    #[inline]
+    pub fn get(&mut self, id: ResourceId) -> Quantity {
+        while let Some(&(entry, amount)) = self.entries.get(self.at) {
+            if entry >= id {
+                return if entry == id { amount } else { Quantity::ZERO };
+            }
+            self.at += 1;
+        }
+        Quantity::ZERO
+    }
+}
+
 /// A strict subtraction found a resource with less than was asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shortfall {
@@ -233,10 +254,18 @@ impl ResourceSet {
 
     /// The first resource where `self` asks more than `other` has, if any.
     pub fn first_shortfall(&self, other: &ResourceSet) -> Option<Shortfall> {
+        // One merge walk over both sorted sets (this runs for every node a decision visits).
+        let mut theirs = other.ascending();
         self.iter().find_map(|(resource, requested)| {
-            let have = other.get(resource);
+            let have = theirs.get(resource);
             (requested > have).then_some(Shortfall { resource, requested, have })
         })
+    }
+
+    /// Amounts looked up in ascending resource order, in one pass over the set: for walks
+    /// that read several sets side by side (the filters and scorers, once per node).
+    pub fn ascending(&self) -> Ascending<'_> {
+        Ascending { entries: &self.entries, at: 0 }
     }
 
     /// True when every amount in `self` is at most the amount in `other`.
@@ -430,5 +459,25 @@ mod tests {
         let mut capped = small.clone();
         capped.add_capped(&big, &big);
         assert_eq!(capped, big);
+    }
+
+    proptest::proptest! {
+        /// Ascending lookups, in one pass, read what `get` reads, for any set and any
+        /// ascending list of IDs (repeats included).
+        #[test]
+        fn ascending_lookups_agree_with_get(
+            amounts in proptest::collection::vec((0u16..12, 0i64..5), 0..8),
+            mut ids in proptest::collection::vec(0u16..14, 0..10),
+        ) {
+            let set: ResourceSet = amounts
+                .iter()
+                .map(|&(id, units)| (ResourceId(id), Quantity::from_units(units)))
+                .collect();
+            ids.sort_unstable();
+            let mut ascending = set.ascending();
+            for id in ids {
+                proptest::prop_assert_eq!(ascending.get(ResourceId(id)), set.get(ResourceId(id)));
+            }
+        }
     }
 }

@@ -6,9 +6,15 @@ use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::request::Strategy;
 use crate::resource::ResourceId;
 
-/// The resources whose utilisation the hybrid score looks at.
-const HYBRID_RESOURCES: [ResourceId; 4] =
-    [ResourceId::CPU, ResourceId::MEMORY, ResourceId::OBJECT_STORE_MEMORY, ResourceId::GPU];
+/// The resources whose utilisation the hybrid score looks at: the four built-in ones, which
+/// have the four lowest IDs, so a node's set lists them first.
+const HYBRID_LAST: ResourceId = ResourceId::OBJECT_STORE_MEMORY;
+const _: () = assert!(
+    ResourceId::CPU.index() < HYBRID_LAST.index()
+        && ResourceId::GPU.index() < HYBRID_LAST.index()
+        && ResourceId::MEMORY.index() < HYBRID_LAST.index()
+        && HYBRID_LAST.index() == 3
+);
 
 /// Ray's hybrid policy, as a score.
 ///
@@ -34,13 +40,14 @@ impl Scorer for HybridUtilization {
         let request = cx.request.resources();
         // The highest utilisation as an exact fraction used/total, compared by cross-multiplying.
         let mut worst: (i128, i128) = (0, 1);
-        for resource in HYBRID_RESOURCES {
-            let total = i128::from(node.total().get(resource).units());
-            if total == 0 {
-                continue;
-            }
-            let free = i128::from(node.available().get(resource).units());
-            let used = (total - free + i128::from(request.get(resource).units())).min(total);
+        // One walk over the node's totals (zero totals are absent: the node lacks them), with
+        // the free and asked amounts looked up alongside.
+        let (mut free, mut asked) = (node.available().ascending(), request.ascending());
+        let totals = node.total().iter().take_while(|(resource, _)| *resource <= HYBRID_LAST);
+        for (resource, total) in totals {
+            let total = i128::from(total.units());
+            let free = i128::from(free.get(resource).units());
+            let used = (total - free + i128::from(asked.get(resource).units())).min(total);
             if used * worst.1 > worst.0 * total {
                 worst = (used, total);
             }
