@@ -64,7 +64,7 @@ pub struct BenchArgs {
     pub nodes: Option<Vec<usize>>,
 
     /// Workloads, comma-separated (default all): default, selector-tolerations,
-    /// actor-anti-affinity, strict-spread-groups.
+    /// actor-anti-affinity, strict-spread-groups, fragmentation-gpu, soft-actor-affinity.
     #[arg(long, value_name = "NAME,…", value_delimiter = ',')]
     pub workload: Option<Vec<String>>,
 

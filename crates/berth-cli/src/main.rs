@@ -227,9 +227,11 @@ enum Command {
 
     /// Measure how fast the scheduler decides, on synthetic clusters of 1k to 100k nodes.
     ///
-    /// Four workloads (plain DEFAULT requests, label selectors with tolerations, hard actor
-    /// anti-affinity with 100,000 actors placed, STRICT_SPREAD placement groups), each at
-    /// every size, on one core, beside a naive linear-scan baseline run in the same process.
+    /// Six workloads (plain DEFAULT requests, label selectors with tolerations, hard actor
+    /// anti-affinity with 100,000 actors placed, STRICT_SPREAD placement groups, the
+    /// fragmentation profile on a GPU mix, soft actor affinity with 100,000 actors placed),
+    /// each at every size, on one core, beside a naive linear-scan baseline run in the same
+    /// process.
     /// Prints decisions/s (median of several runs), p50/p99 latency and memory. `--quick` is a
     /// smoke run for CI (under a minute); the full run takes several minutes.
     Bench(bench::BenchArgs),

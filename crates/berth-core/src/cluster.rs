@@ -2,6 +2,7 @@
 //! (reserve, release, capacity changes) that keep every node's invariants.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
 
 use rustc_hash::FxHashMap;
 use thiserror::Error;
@@ -198,6 +199,9 @@ pub struct Cluster {
     /// Per resource (by [`ResourceId::index`]), the nodes that have some of it in total: a
     /// request for GPUs starts from the GPU nodes instead of visiting every node.
     having: Vec<NodeSet>,
+    /// The largest total of each resource among the alive nodes, computed when first asked
+    /// after a change of the alive nodes or their totals (rare), not per decision.
+    largest: OnceLock<ResourceSet>,
 }
 
 /// Everything a node is registered with.
@@ -384,6 +388,7 @@ impl Cluster {
     /// Brings what is derived from a node's resources in line with them: its automatic taints,
     /// the tainted set, and the per-resource node sets.
     fn refresh_derived(&mut self, index: NodeIndex) {
+        self.largest.take();
         let Ok(node) = slot_mut(&mut self.nodes, index) else { return };
         // The per-resource sets follow the same changes as the automatic taints.
         for (i, set) in self.having.iter_mut().enumerate() {
@@ -563,6 +568,7 @@ impl Cluster {
         for set in [&mut self.alive, &mut self.draining, &mut self.dead] {
             set.remove(index);
         }
+        self.largest.take();
         match state {
             NodeState::Alive => self.alive.insert(index),
             NodeState::Draining => self.draining.insert(index),
@@ -597,6 +603,7 @@ impl Cluster {
         for set in [&mut self.alive, &mut self.draining, &mut self.dead, &mut self.tainted] {
             set.remove(index);
         }
+        self.largest.take();
         for set in &mut self.having {
             set.remove(index);
         }
@@ -889,8 +896,31 @@ impl Cluster {
         Ok(())
     }
 
+    /// The largest total of each resource among the alive nodes (what the best-fit scorer
+    /// scales leftovers by). Computed once per change of the alive nodes or their totals.
+    pub fn largest_totals(&self) -> &ResourceSet {
+        self.largest.get_or_init(|| self.scan_largest_totals())
+    }
+
+    fn scan_largest_totals(&self) -> ResourceSet {
+        let mut largest = ResourceSet::new();
+        for node in self.alive.iter().filter_map(|index| self.node(index)) {
+            for (resource, total) in node.total().iter() {
+                if total > largest.get(resource) {
+                    largest.set(resource, total);
+                }
+            }
+        }
+        largest
+    }
+
     /// Checks every node's ledger and the state sets.
     pub fn check_invariants(&self) -> Result<(), String> {
+        if let Some(cached) = self.largest.get() {
+            if *cached != self.scan_largest_totals() {
+                return Err(format!("largest totals are stale: {cached:?}"));
+            }
+        }
         for (index, node) in self.nodes() {
             node.check_invariants()?;
             for (i, set) in self.having.iter().enumerate() {

@@ -101,7 +101,7 @@ pub fn run_case(workload: Workload, nodes: usize, options: &BenchOptions) -> Ben
     let before = resident_bytes();
     let probe = cluster::build(nodes);
     let mut probe = probe;
-    if workload == Workload::AntiAffinity {
+    if workload.places_actors() {
         workloads::place_actors(&mut probe, nodes);
     }
     let cluster_bytes = resident_bytes().saturating_sub(before);

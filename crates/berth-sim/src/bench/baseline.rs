@@ -13,7 +13,8 @@ use berth_core::{ResourceId, ResourceSet};
 use super::cluster::node_spec;
 use super::cluster::ZONES;
 use super::workloads::{
-    replica_zones, resources_for, selector_for, service_for, Timings, Workload, SERVICES,
+    gpu_mix_for, replica_zones, resources_for, selector_for, service_for, Timings, Workload,
+    SERVICES,
 };
 
 const ZONE: &str = "berth.io/availability-zone";
@@ -103,7 +104,7 @@ impl Naive {
         100 - utilisation.min(100)
     }
 
-    /// The best node by a full scan, skipping `skip`.
+    /// The best node by a full scan, skipping `skip`; nodes in `preferred` score 1000 more.
     fn decide(
         &self,
         request: &ResourceSet,
@@ -111,6 +112,7 @@ impl Naive {
         tolerations: &Tolerations,
         excluded_zones: &HashSet<String>,
         skip: &[usize],
+        preferred: &HashSet<usize>,
     ) -> Option<usize> {
         let mut best: Option<(i64, usize)> = None;
         for (i, node) in self.nodes.iter().enumerate() {
@@ -125,7 +127,7 @@ impl Naive {
             {
                 continue;
             }
-            let score = Naive::score(node, request);
+            let score = Naive::score(node, request) + if preferred.contains(&i) { 1000 } else { 0 };
             if best.is_none_or(|(s, _)| score > s) {
                 best = Some((score, i));
             }
@@ -173,6 +175,15 @@ impl Naive {
         }
     }
 
+    /// Nodes hosting a replica of `service`: a scan of every placed actor.
+    fn nodes_of(&self, service: &str) -> HashSet<usize> {
+        self.actors
+            .iter()
+            .filter(|a| a.labels.get("app").is_some_and(|v| v == service))
+            .map(|a| a.node)
+            .collect()
+    }
+
     /// Zones hosting a replica of `service`: a scan of every placed actor.
     fn zones_of(&self, service: &str) -> HashSet<String> {
         self.actors
@@ -186,7 +197,7 @@ impl Naive {
 /// Runs the naive baseline of `workload`, as [`super::workloads::run`] runs Berth.
 pub fn run(workload: Workload, nodes: usize, warmup: usize, decisions: usize) -> Timings {
     let mut naive = Naive::new(nodes);
-    if workload == Workload::AntiAffinity {
+    if workload.places_actors() {
         let per_zone = (nodes / ZONES).max(1);
         for k in 0..SERVICES {
             for (j, zone) in replica_zones(k).enumerate() {
@@ -198,31 +209,42 @@ pub fn run(workload: Workload, nodes: usize, warmup: usize, decisions: usize) ->
     }
     let none = LabelSelector::default();
     let no_tolerations = Tolerations::default();
+    let (no_zones, nowhere) = (HashSet::new(), HashSet::new());
     let mut live = VecDeque::new();
     let mut timings = Timings::default();
     for d in 0..warmup + decisions {
         let started = Instant::now();
         let mut taken = Vec::new();
         match workload {
-            Workload::Default | Workload::Selector => {
-                let request = resources_for(d);
+            // The baseline has no fragmentation measure: the fragmentation workload's requests
+            // are scanned with the plain score.
+            Workload::Default | Workload::Selector | Workload::Fragmentation => {
+                let request = match workload {
+                    Workload::Fragmentation => gpu_mix_for(d),
+                    _ => resources_for(d),
+                };
                 let (selector, tolerations) = match workload {
                     Workload::Selector => selector_for(d),
                     _ => (none.clone(), no_tolerations.clone()),
                 };
-                if let Some(i) =
-                    naive.decide(&request, &selector, &tolerations, &HashSet::new(), &[])
-                {
+                let found =
+                    naive.decide(&request, &selector, &tolerations, &no_zones, &[], &nowhere);
+                if let Some(i) = found {
                     taken.push(naive.take(i, &request));
                 }
             }
-            Workload::AntiAffinity => {
-                let excluded = naive.zones_of(&service_for(d));
+            Workload::AntiAffinity | Workload::SoftAffinity => {
+                let (excluded, preferred) = match workload {
+                    Workload::SoftAffinity => (HashSet::new(), naive.nodes_of(&service_for(d))),
+                    _ => (naive.zones_of(&service_for(d)), HashSet::new()),
+                };
                 let request: ResourceSet =
                     [(ResourceId::CPU, berth_core::Quantity::from_units(1000))]
                         .into_iter()
                         .collect();
-                if let Some(i) = naive.decide(&request, &none, &no_tolerations, &excluded, &[]) {
+                let found =
+                    naive.decide(&request, &none, &no_tolerations, &excluded, &[], &preferred);
+                if let Some(i) = found {
                     taken.push(naive.take(i, &request));
                 }
             }
@@ -231,7 +253,8 @@ pub fn run(workload: Workload, nodes: usize, warmup: usize, decisions: usize) ->
                     [(ResourceId::CPU, berth_core::Quantity::ONE)].into_iter().collect();
                 let mut used = Vec::new();
                 for _ in 0..4 {
-                    match naive.decide(&bundle, &none, &no_tolerations, &HashSet::new(), &used) {
+                    match naive.decide(&bundle, &none, &no_tolerations, &no_zones, &used, &nowhere)
+                    {
                         Some(i) => {
                             used.push(i);
                             taken.push(naive.take(i, &bundle));
@@ -254,7 +277,9 @@ pub fn run(workload: Workload, nodes: usize, warmup: usize, decisions: usize) ->
         }
         match workload {
             // The newcomer leaves again, as in Berth's run.
-            Workload::AntiAffinity => taken.into_iter().for_each(|t| naive.give_back(t)),
+            Workload::AntiAffinity | Workload::SoftAffinity => {
+                taken.into_iter().for_each(|t| naive.give_back(t))
+            }
             _ => {
                 if placed {
                     live.push_back(taken);

@@ -8,13 +8,15 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use berth_core::actors::{ActorAffinity, ActorId, ActorSpec, AffinityExpression, AffinityOperator};
+use berth_core::cluster::Allocation;
 use berth_core::labels::Labels;
 use berth_core::pipeline::group::GroupDecision;
+use berth_core::pipeline::profile::fragmentation::Shape;
 use berth_core::placement_group::{BundleSet, GroupId, GroupSpec, GroupStrategy};
 use berth_core::selector::{LabelSelector, Tolerations};
 use berth_core::{
-    Cluster, Decision, NodeIndex, Quantity, Request, ResourceId, ResourceSet, Scheduler,
-    SchedulerConfig, Strategy,
+    Cluster, Decision, NodeIndex, Quantity, Request, ResourceId, ResourceRegistry, ResourceSet,
+    Scheduler, SchedulerConfig, Strategy,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -38,12 +40,25 @@ pub enum Workload {
     AntiAffinity,
     /// Placement groups of 4 one-CPU bundles, STRICT_SPREAD.
     Groups,
+    /// The fragmentation profile (`examples/profile-fragmentation.yaml`, the placement-quality
+    /// policy) on a GPU mix: shares of a GPU, one and two GPUs, and CPU-only work, in turn,
+    /// with those four as the typical shapes.
+    Fragmentation,
+    /// Soft actor affinity to the replicas of a service (node level), with 100,000 actors
+    /// placed.
+    SoftAffinity,
 }
 
 impl Workload {
     /// Every workload, in report order.
-    pub const ALL: [Workload; 4] =
-        [Workload::Default, Workload::Selector, Workload::AntiAffinity, Workload::Groups];
+    pub const ALL: [Workload; 6] = [
+        Workload::Default,
+        Workload::Selector,
+        Workload::AntiAffinity,
+        Workload::Groups,
+        Workload::Fragmentation,
+        Workload::SoftAffinity,
+    ];
 
     /// The name in reports and on the command line.
     pub fn name(self) -> &'static str {
@@ -52,12 +67,19 @@ impl Workload {
             Workload::Selector => "selector-tolerations",
             Workload::AntiAffinity => "actor-anti-affinity",
             Workload::Groups => "strict-spread-groups",
+            Workload::Fragmentation => "fragmentation-gpu",
+            Workload::SoftAffinity => "soft-actor-affinity",
         }
     }
 
     /// The workload with this name.
     pub fn parse(name: &str) -> Option<Workload> {
         Workload::ALL.into_iter().find(|w| w.name() == name)
+    }
+
+    /// True when the workload starts with [`PLACED_ACTORS`] actors placed.
+    pub fn places_actors(self) -> bool {
+        matches!(self, Workload::AntiAffinity | Workload::SoftAffinity)
     }
 }
 
@@ -107,6 +129,43 @@ pub fn resources_for(d: usize) -> ResourceSet {
     } else {
         set(&[(ResourceId::CPU, "1"), (ResourceId::MEMORY, "2Gi")])
     }
+}
+
+/// The `d`-th request of the fragmentation workload: half a GPU, one GPU, two GPUs, no GPU.
+pub fn gpu_mix_for(d: usize) -> ResourceSet {
+    match d % 4 {
+        0 => set(&[(ResourceId::CPU, "1"), (ResourceId::GPU, "0.5")]),
+        1 => set(&[(ResourceId::CPU, "4"), (ResourceId::GPU, "1")]),
+        2 => set(&[(ResourceId::CPU, "8"), (ResourceId::GPU, "2")]),
+        _ => set(&[(ResourceId::CPU, "1"), (ResourceId::MEMORY, "2Gi")]),
+    }
+}
+
+/// The fragmentation workload's typical shapes: its four requests, equally often.
+pub fn gpu_mix_shapes() -> Vec<Shape> {
+    (0..4)
+        .map(|d| {
+            let request = gpu_mix_for(d);
+            Shape {
+                cpu: request.get(ResourceId::CPU),
+                gpu: request.get(ResourceId::GPU),
+                accelerators: Vec::new(),
+                weight: 1,
+            }
+        })
+        .collect()
+}
+
+/// The scheduler settings of `workload`: the default, or the fragmentation profile with the
+/// GPU mix's shapes (and the default early stop, as a head would run it).
+pub fn config_for(workload: Workload) -> SchedulerConfig {
+    if workload != Workload::Fragmentation {
+        return SchedulerConfig::default();
+    }
+    let mut profile = berth_api::spec::profile::parse_profile(crate::policy::FRAGMENTATION_PROFILE)
+        .expect("the built-in profile is valid");
+    profile.set_observed_shapes(&gpu_mix_shapes());
+    SchedulerConfig { profile, ..SchedulerConfig::default() }
 }
 
 /// The `d`-th request's label selector and tolerations in the selector workload.
@@ -159,6 +218,12 @@ pub fn place_actors(cluster: &mut Cluster, nodes: usize) {
     }
 }
 
+/// Soft affinity to the replicas of `service`, per node.
+pub fn soft(service: &str) -> AffinityExpression {
+    AffinityExpression::new("app", AffinityOperator::In, vec![service.to_string()], true, None)
+        .expect("valid")
+}
+
 /// Hard anti-affinity to the replicas of `service`, per zone.
 pub fn anti(service: &str) -> AffinityExpression {
     AffinityExpression::new(
@@ -180,94 +245,129 @@ pub fn run(
     decisions: usize,
     seed: u64,
 ) -> Timings {
-    let mut cluster = build(nodes);
-    let mut scheduler = Scheduler::new(SchedulerConfig::default());
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    if workload == Workload::AntiAffinity {
-        place_actors(&mut cluster, nodes);
-    }
-    let registry = cluster.registry().clone();
-    let mut live = VecDeque::new();
-    let mut groups = VecDeque::new();
-    let keep = nodes;
+    let mut state = State::new(workload, nodes, seed);
     let mut timings = Timings::default();
     for d in 0..warmup + decisions {
-        let started;
-        let placed;
-        match workload {
-            Workload::Default | Workload::Selector => {
-                let mut request =
-                    Request::new(resources_for(d), Strategy::Default, &registry).expect("valid");
-                if workload == Workload::Selector {
-                    let (selector, tolerations) = selector_for(d);
-                    request = request.with_label_selector(selector).with_tolerations(tolerations);
-                }
-                started = Instant::now();
-                let decision = scheduler.place(&mut cluster, &request, &mut rng);
-                let elapsed = started.elapsed();
-                placed = if let Decision::Placed(allocation) = decision {
-                    live.push_back(allocation);
-                    if live.len() > keep {
-                        cluster.release(&live.pop_front().expect("not empty"));
-                    }
-                    true
-                } else {
-                    false
-                };
-                record(&mut timings, d >= warmup, elapsed.as_nanos() as u64, placed);
-            }
-            Workload::AntiAffinity => {
-                let service = service_for(d);
-                let labels = Labels::from_pairs([("app", service.as_str())]).expect("valid");
-                let id = ActorId::new(&format!("new-{d}")).expect("valid");
-                let spec = ActorSpec::new(id, "default", labels).expect("valid");
-                let strategy = Strategy::ActorAffinity(ActorAffinity {
-                    expressions: vec![anti(&service)],
-                    ..ActorAffinity::default()
-                });
-                let request = Request::new(set(&[(ResourceId::CPU, "0.1")]), strategy, &registry)
-                    .expect("valid")
-                    .with_actor(spec);
-                started = Instant::now();
-                let decision = scheduler.place(&mut cluster, &request, &mut rng);
-                let elapsed = started.elapsed();
-                placed = matches!(decision, Decision::Placed(_));
-                if let Decision::Placed(allocation) = decision {
-                    // Steady state: the newcomer leaves again, so 100,000 actors stay placed.
-                    cluster.remove_actor(&format!("new-{d}"));
-                    cluster.release(&allocation);
-                }
-                record(&mut timings, d >= warmup, elapsed.as_nanos() as u64, placed);
-            }
-            Workload::Groups => {
-                let bundles = (0..4).map(|_| set(&[(ResourceId::CPU, "1")])).collect();
-                let spec = GroupSpec {
-                    id: GroupId::new(&format!("pg-{d}")).expect("valid"),
-                    name: String::new(),
-                    namespace: "default".into(),
-                    strategy: GroupStrategy::StrictSpread,
-                    alternatives: vec![BundleSet {
-                        bundles,
-                        selectors: Vec::new(),
-                        unknown: Vec::new(),
-                    }],
-                    tolerations: Tolerations::default(),
-                };
-                started = Instant::now();
-                let decision = scheduler.place_group(&mut cluster, &spec);
-                let elapsed = started.elapsed();
-                placed = matches!(decision, GroupDecision::Created { .. });
-                if placed {
-                    groups.push_back(spec.id.to_string());
-                    if groups.len() > keep / 4 {
-                        cluster.remove_group(&groups.pop_front().expect("not empty"));
-                    }
-                }
-                record(&mut timings, d >= warmup, elapsed.as_nanos() as u64, placed);
-            }
-        }
+        let (nanos, placed) = state.step(d);
+        record(&mut timings, d >= warmup, nanos, placed);
     }
     timings
+}
+
+/// A workload's cluster, scheduler and the placements it keeps alive.
+struct State {
+    workload: Workload,
+    cluster: Cluster,
+    scheduler: Scheduler,
+    rng: ChaCha8Rng,
+    registry: ResourceRegistry,
+    live: VecDeque<Allocation>,
+    groups: VecDeque<String>,
+    /// Placements (groups: bundles) kept alive: one per node.
+    keep: usize,
+}
+
+impl State {
+    fn new(workload: Workload, nodes: usize, seed: u64) -> State {
+        let mut cluster = build(nodes);
+        if workload.places_actors() {
+            place_actors(&mut cluster, nodes);
+        }
+        State {
+            workload,
+            registry: cluster.registry().clone(),
+            cluster,
+            scheduler: Scheduler::new(config_for(workload)),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            live: VecDeque::new(),
+            groups: VecDeque::new(),
+            keep: nodes,
+        }
+    }
+
+    /// The `d`-th decision: its time in nanoseconds (the scheduler call only) and whether it
+    /// placed.
+    fn step(&mut self, d: usize) -> (u64, bool) {
+        match self.workload {
+            Workload::Default | Workload::Selector | Workload::Fragmentation => self.request(d),
+            Workload::AntiAffinity | Workload::SoftAffinity => self.actor(d),
+            Workload::Groups => self.group(d),
+        }
+    }
+
+    /// A plain request, kept until `keep` newer ones are placed.
+    fn request(&mut self, d: usize) -> (u64, bool) {
+        let resources = match self.workload {
+            Workload::Fragmentation => gpu_mix_for(d),
+            _ => resources_for(d),
+        };
+        let mut request =
+            Request::new(resources, Strategy::Default, &self.registry).expect("valid");
+        if self.workload == Workload::Selector {
+            let (selector, tolerations) = selector_for(d);
+            request = request.with_label_selector(selector).with_tolerations(tolerations);
+        }
+        let started = Instant::now();
+        let decision = self.scheduler.place(&mut self.cluster, &request, &mut self.rng);
+        let nanos = started.elapsed().as_nanos() as u64;
+        let Decision::Placed(allocation) = decision else { return (nanos, false) };
+        self.live.push_back(allocation);
+        if self.live.len() > self.keep {
+            self.cluster.release(&self.live.pop_front().expect("not empty"));
+        }
+        (nanos, true)
+    }
+
+    /// An actor of a service, with hard anti-affinity (per zone) or soft affinity (per node)
+    /// to its replicas; it leaves again, so the placed actors stay the same.
+    fn actor(&mut self, d: usize) -> (u64, bool) {
+        let service = service_for(d);
+        let labels = Labels::from_pairs([("app", service.as_str())]).expect("valid");
+        let id = ActorId::new(&format!("new-{d}")).expect("valid");
+        let spec = ActorSpec::new(id, "default", labels).expect("valid");
+        let expression = match self.workload {
+            Workload::SoftAffinity => soft(&service),
+            _ => anti(&service),
+        };
+        let strategy = Strategy::ActorAffinity(ActorAffinity {
+            expressions: vec![expression],
+            ..ActorAffinity::default()
+        });
+        let request = Request::new(set(&[(ResourceId::CPU, "0.1")]), strategy, &self.registry)
+            .expect("valid")
+            .with_actor(spec);
+        let started = Instant::now();
+        let decision = self.scheduler.place(&mut self.cluster, &request, &mut self.rng);
+        let nanos = started.elapsed().as_nanos() as u64;
+        let Decision::Placed(allocation) = decision else { return (nanos, false) };
+        self.cluster.remove_actor(&format!("new-{d}"));
+        self.cluster.release(&allocation);
+        (nanos, true)
+    }
+
+    /// A STRICT_SPREAD group of four one-CPU bundles, kept until `keep` bundles are newer.
+    fn group(&mut self, d: usize) -> (u64, bool) {
+        let bundles = (0..4).map(|_| set(&[(ResourceId::CPU, "1")])).collect();
+        let spec = GroupSpec {
+            id: GroupId::new(&format!("pg-{d}")).expect("valid"),
+            name: String::new(),
+            namespace: "default".into(),
+            strategy: GroupStrategy::StrictSpread,
+            alternatives: vec![BundleSet { bundles, selectors: Vec::new(), unknown: Vec::new() }],
+            tolerations: Tolerations::default(),
+        };
+        let started = Instant::now();
+        let decision = self.scheduler.place_group(&mut self.cluster, &spec);
+        let nanos = started.elapsed().as_nanos() as u64;
+        if !matches!(decision, GroupDecision::Created { .. }) {
+            return (nanos, false);
+        }
+        self.groups.push_back(spec.id.to_string());
+        if self.groups.len() > self.keep / 4 {
+            self.cluster.remove_group(&self.groups.pop_front().expect("not empty"));
+        }
+        (nanos, true)
+    }
 }
 
 fn record(timings: &mut Timings, timed: bool, nanos: u64, placed: bool) {

@@ -74,16 +74,7 @@ impl Scorer for BestFit {
 
 /// The largest total of each resource among the alive nodes.
 pub fn largest_totals(cluster: &Cluster) -> ResourceSet {
-    let mut largest = ResourceSet::new();
-    for index in cluster.alive().iter() {
-        let Some(node) = cluster.node(index) else { continue };
-        for (resource, total) in node.total().iter() {
-            if total > largest.get(resource) {
-                largest.set(resource, total);
-            }
-        }
-    }
-    largest
+    cluster.largest_totals().clone()
 }
 
 #[cfg(test)]
