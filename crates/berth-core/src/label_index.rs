@@ -1,7 +1,10 @@
 //! The label index: key → value → nodes, so that a selector narrows candidates by set algebra
 //! instead of visiting every node (seed 003's "hard match" done on bitmaps).
 
+use std::borrow::Cow;
+
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use crate::labels::Labels;
 use crate::node::NodeIndex;
@@ -67,34 +70,64 @@ impl LabelIndex {
     }
 
     /// The nodes of `universe` that `selector` matches.
+    ///
+    /// Every condition narrows by intersection (`=`, `in`, exists) or difference (the
+    /// others), which commute: so the work starts from the smallest set a condition names and
+    /// meets the universe once, instead of copying the universe (most of the cluster) and
+    /// narrowing it condition by condition.
     pub fn select(&self, selector: &LabelSelector, universe: &NodeSet) -> NodeSet {
-        let mut result = universe.clone();
+        let empty = NodeSet::new();
+        let mut narrowing: SmallVec<[Cow<'_, NodeSet>; 4]> = SmallVec::new();
+        let mut removing: SmallVec<[(&str, &Condition); 2]> = SmallVec::new();
         for (key, conditions) in selector.iter() {
             for condition in conditions {
-                self.apply(&mut result, key, condition);
-                if result.is_empty() {
-                    return result;
-                }
+                let set = match condition {
+                    Condition::Equal(value) => {
+                        Cow::Borrowed(self.nodes_with(key, value).unwrap_or(&empty))
+                    }
+                    Condition::In(values) => Cow::Owned(self.any_of(key, values)),
+                    Condition::Exists => Cow::Borrowed(self.nodes_with_key(key).unwrap_or(&empty)),
+                    _ => {
+                        removing.push((key, condition));
+                        continue;
+                    }
+                };
+                narrowing.push(set);
             }
         }
+        let smallest = (0..narrowing.len()).min_by_key(|&i| narrowing[i].len());
+        let mut result = match smallest {
+            None => universe.clone(),
+            Some(i) => narrowing.swap_remove(i).intersection(universe),
+        };
+        for set in &narrowing {
+            if result.is_empty() {
+                return result;
+            }
+            result.intersect_with(set);
+        }
+        for (key, condition) in removing {
+            if result.is_empty() {
+                return result;
+            }
+            self.apply(&mut result, key, condition);
+        }
         result
+    }
+
+    /// The nodes whose `key` is one of `values`.
+    fn any_of(&self, key: &str, values: &[String]) -> NodeSet {
+        NodeSet::union_all(values.iter().filter_map(|value| self.nodes_with(key, value)))
     }
 
     fn apply(&self, result: &mut NodeSet, key: &str, condition: &Condition) {
         let empty = NodeSet::new();
         let nodes_with = |value: &str| self.nodes_with(key, value).unwrap_or(&empty);
-        let any_of = |values: &[String]| {
-            let mut set = NodeSet::new();
-            for value in values {
-                set.union_with(nodes_with(value));
-            }
-            set
-        };
         match condition {
             Condition::Equal(value) => result.intersect_with(nodes_with(value)),
             Condition::NotEqual(value) => result.difference_with(nodes_with(value)),
-            Condition::In(values) => result.intersect_with(&any_of(values)),
-            Condition::NotIn(values) => result.difference_with(&any_of(values)),
+            Condition::In(values) => result.intersect_with(&self.any_of(key, values)),
+            Condition::NotIn(values) => result.difference_with(&self.any_of(key, values)),
             Condition::Exists => result.intersect_with(self.nodes_with_key(key).unwrap_or(&empty)),
             Condition::DoesNotExist => {
                 result.difference_with(self.nodes_with_key(key).unwrap_or(&empty))

@@ -3,7 +3,7 @@
 //! Candidate narrowing is set algebra (alive ∩ has-label − tainted …); a bitmap makes each step
 //! cost what the seeds' pseudo-code assumes, where hash sets would allocate per element.
 
-use roaring::RoaringBitmap;
+use roaring::{MultiOps, RoaringBitmap};
 
 use crate::node::NodeIndex;
 
@@ -85,6 +85,12 @@ impl NodeSet {
     /// `self ∪ other`.
     pub fn union(&self, other: &NodeSet) -> NodeSet {
         NodeSet(&self.0 | &other.0)
+    }
+
+    /// The union of every set of `sets` in one pass (roaring's multi-way union: it
+    /// accumulates into bitmap containers instead of merging sorted arrays pair by pair).
+    pub fn union_all<'a>(sets: impl IntoIterator<Item = &'a NodeSet>) -> NodeSet {
+        NodeSet(sets.into_iter().map(|set| &set.0).union())
     }
 }
 
