@@ -2,8 +2,10 @@
 //! instead of visiting every node (seed 003's "hard match" done on bitmaps).
 
 use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHasher};
 use smallvec::SmallVec;
 
 use crate::labels::Labels;
@@ -19,14 +21,37 @@ struct KeyEntry {
 }
 
 /// Which nodes carry which labels. Kept current by the cluster on every label change.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct LabelIndex {
     keys: FxHashMap<String, KeyEntry>,
+    /// The nodes of recent `key in (values)` conditions: a union over several value sets is
+    /// most of a selector's cost, and the same selectors come again and again (every replica
+    /// of a deployment has its one). Emptied on every label change, and when it holds
+    /// [`UNIONS_KEPT`] entries.
+    unions: Mutex<FxHashMap<u64, Vec<CachedUnion>>>,
+}
+
+/// How many `in` unions the index keeps between label changes.
+const UNIONS_KEPT: usize = 1024;
+
+#[derive(Debug)]
+struct CachedUnion {
+    key: String,
+    values: Vec<String>,
+    nodes: Arc<NodeSet>,
+}
+
+impl Clone for LabelIndex {
+    /// The index without its cache of unions (the copy fills its own).
+    fn clone(&self) -> LabelIndex {
+        LabelIndex { keys: self.keys.clone(), unions: Mutex::default() }
+    }
 }
 
 impl LabelIndex {
     /// Records `node`'s labels.
     pub fn insert(&mut self, node: NodeIndex, labels: &Labels) {
+        self.unions.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
         for (key, value) in labels.iter() {
             let entry = self.keys.entry(key.to_string()).or_default();
             entry.any.insert(node);
@@ -36,6 +61,7 @@ impl LabelIndex {
 
     /// Forgets `node`'s labels (the ones it was inserted with).
     pub fn remove(&mut self, node: NodeIndex, labels: &Labels) {
+        self.unions.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
         for (key, value) in labels.iter() {
             let Some(entry) = self.keys.get_mut(key) else { continue };
             entry.any.remove(node);
@@ -85,7 +111,7 @@ impl LabelIndex {
                     Condition::Equal(value) => {
                         Cow::Borrowed(self.nodes_with(key, value).unwrap_or(&empty))
                     }
-                    Condition::In(values) => Cow::Owned(self.any_of(key, values)),
+                    Condition::In(values) => self.any_of(key, values),
                     Condition::Exists => Cow::Borrowed(self.nodes_with_key(key).unwrap_or(&empty)),
                     _ => {
                         removing.push((key, condition));
@@ -115,9 +141,35 @@ impl LabelIndex {
         result
     }
 
-    /// The nodes whose `key` is one of `values`.
-    fn any_of(&self, key: &str, values: &[String]) -> NodeSet {
-        NodeSet::union_all(values.iter().filter_map(|value| self.nodes_with(key, value)))
+    /// The nodes whose `key` is one of `values`: one set's nodes as they are, several sets'
+    /// union from the cache when a selector asked for it since the last label change.
+    fn any_of(&self, key: &str, values: &[String]) -> Cow<'_, NodeSet> {
+        let sets = || values.iter().filter_map(|value| self.nodes_with(key, value));
+        if values.len() < 2 {
+            return sets().next().map_or_else(|| Cow::Owned(NodeSet::new()), Cow::Borrowed);
+        }
+        let mut hasher = FxHasher::default();
+        (key, values).hash(&mut hasher);
+        let fingerprint = hasher.finish();
+        let cached = |unions: &FxHashMap<u64, Vec<CachedUnion>>| {
+            let entries = unions.get(&fingerprint)?;
+            let entry = entries.iter().find(|e| e.key == key && e.values == values)?;
+            Some(Arc::clone(&entry.nodes))
+        };
+        let unions = self.unions.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(nodes) = cached(&unions) {
+            return Cow::Owned(NodeSet::clone(&nodes));
+        }
+        drop(unions);
+        let nodes = Arc::new(NodeSet::union_all(sets()));
+        let mut unions = self.unions.lock().unwrap_or_else(PoisonError::into_inner);
+        if unions.values().map(Vec::len).sum::<usize>() >= UNIONS_KEPT {
+            unions.clear();
+        }
+        let entry =
+            CachedUnion { key: key.to_string(), values: values.to_vec(), nodes: Arc::clone(&nodes) };
+        unions.entry(fingerprint).or_default().push(entry);
+        Cow::Owned(NodeSet::clone(&nodes))
     }
 
     fn apply(&self, result: &mut NodeSet, key: &str, condition: &Condition) {
@@ -133,5 +185,36 @@ impl LabelIndex {
                 result.difference_with(self.nodes_with_key(key).unwrap_or(&empty))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        Labels::from_pairs(pairs.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn cached_unions_follow_every_label_change() {
+        let mut index = LabelIndex::default();
+        for (node, zone) in [(0, "a"), (1, "b"), (2, "c")] {
+            index.insert(NodeIndex(node), &labels(&[("zone", zone)]));
+        }
+        let all: NodeSet = (0..4).map(NodeIndex).collect();
+        let selector = LabelSelector::parse([("zone", "in(a,b)")]).unwrap();
+        let nodes = |index: &LabelIndex| index.select(&selector, &all).iter().collect::<Vec<_>>();
+        assert_eq!(nodes(&index), [NodeIndex(0), NodeIndex(1)]);
+        assert_eq!(nodes(&index), [NodeIndex(0), NodeIndex(1)], "from the cache");
+        index.insert(NodeIndex(3), &labels(&[("zone", "b")]));
+        assert_eq!(nodes(&index), [NodeIndex(0), NodeIndex(1), NodeIndex(3)]);
+        index.remove(NodeIndex(0), &labels(&[("zone", "a")]));
+        assert_eq!(nodes(&index), [NodeIndex(1), NodeIndex(3)]);
+        // A copy answers the same, with its own cache.
+        assert_eq!(nodes(&index.clone()), [NodeIndex(1), NodeIndex(3)]);
+        // Another order of the same values is another entry with the same nodes.
+        let reversed = LabelSelector::parse([("zone", "in(b,a)")]).unwrap();
+        assert_eq!(index.select(&reversed, &all).iter().collect::<Vec<_>>(), nodes(&index));
     }
 }
