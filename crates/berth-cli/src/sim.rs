@@ -33,8 +33,11 @@ pub enum SimCommand {
     /// the GPU allocation ratio and the fragmentation are measured; they are averaged per
     /// whole percent of arrived workload (k) and over seeds.
     ///
-    /// Writes the summary table (allocation at k = 80, 90, 100, 110, 130 per policy) or, with
-    /// --output json, one JSON object per trace and policy to stdout; and openb.csv plus a plot
+    /// Writes the summary table (allocation at k = 80, 90, 100, 110, 130 per policy; then, when
+    /// the trace folder has fgd_published_alloc.csv, every trace at k = 100 beside FGD's
+    /// published mean and the last policy's difference to it) or, with --output json, one JSON
+    /// object per trace and policy to stdout (with `fgd` and `vs_fgd` where FGD published the
+    /// trace); and openb.csv plus a plot
     /// per trace (openb-<trace>.svg and .png) to --out. Exit status: 0 done, 2 bad input, 1
     /// when the results cannot be written.
     Openb(OpenbArgs),
@@ -125,7 +128,12 @@ fn openb(args: &OpenbArgs) -> Result<(), Failure> {
     let seeds =
         parse_seeds(&args.seeds).map_err(|rule| Failure::Input(format!("--seeds: {rule}")))?;
     let policies = policies(args)?;
-    let scenarios = scenarios(args)?;
+    let (scenarios, dir) = scenarios(args)?;
+    // FGD's published results, when the trace folder has them: printed beside Berth's.
+    let published = match dir.as_deref() {
+        Some(dir) => berth_sim::published::Published::in_dir(dir).map_err(Failure::Input)?,
+        None => None,
+    };
     let plan = Plan::new(&scenarios, &policies, &seeds);
     let threads = args
         .jobs
@@ -143,8 +151,13 @@ fn openb(args: &OpenbArgs) -> Result<(), Failure> {
     let elapsed = started.elapsed().as_secs_f64();
     let written = write_files(&args.out, &curves)?;
     let text = match args.output {
-        Output::Table => report::table(&curves),
-        Output::Json => report::json_lines(&curves),
+        Output::Table => match &published {
+            Some(published) => {
+                format!("{}\n{}", report::table(&curves), report::versus_fgd(&curves, published))
+            }
+            None => report::table(&curves),
+        },
+        Output::Json => report::json_lines(&curves, published.as_ref()),
     };
     let mut stdout = io::stdout().lock();
     match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
@@ -225,7 +238,8 @@ fn policies(args: &OpenbArgs) -> Result<Vec<Policy>, Failure> {
     Ok(policies)
 }
 
-fn scenarios(args: &OpenbArgs) -> Result<Vec<Scenario>, Failure> {
+/// The scenarios, and the trace folder when one was needed.
+fn scenarios(args: &OpenbArgs) -> Result<(Vec<Scenario>, Option<PathBuf>), Failure> {
     let needs_dir = args.trace.iter().any(|t| !locate::is_path(t)) || !locate::is_path(&args.nodes);
     let dir = if needs_dir {
         let search = Search {
@@ -259,7 +273,7 @@ fn scenarios(args: &OpenbArgs) -> Result<Vec<Scenario>, Failure> {
     if scenarios.is_empty() {
         return Err(Failure::Input("--trace: no trace given".to_string()));
     }
-    Ok(scenarios)
+    Ok((scenarios, dir))
 }
 
 /// Writes `openb.csv` and a plot per trace into `out`; returns the paths written.

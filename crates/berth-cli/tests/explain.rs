@@ -108,10 +108,11 @@ fn actor_is_placed_on_a_half_free_gpu() {
         .find(|n| n["node"] == "gpu-2")
         .expect("gpu-2 is listed");
     assert_eq!(gpu2["passed"], true);
-    assert_eq!(gpu2["scores"][0]["scorer"], "hybrid_utilization");
-    assert_eq!(gpu2["scores"][0]["raw"], 25);
-    assert_eq!(gpu2["scores"][0]["weight"], 1);
-    assert_eq!(gpu2["total"], 25);
+    // A cluster with GPUs: the default profile's fragmentation-aware scorers.
+    assert_eq!(gpu2["scores"][0]["scorer"], "fragmentation");
+    assert_eq!(gpu2["scores"][0]["raw"], 66);
+    assert_eq!(gpu2["scores"][0]["weight"], 30);
+    assert_eq!(gpu2["total"], 4036);
     // Every node of the cluster is listed, excluded ones with their reason.
     let nodes = attempt["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 7);
@@ -125,7 +126,7 @@ fn actor_is_placed_on_a_half_free_gpu() {
 fn cpu_task_avoids_gpu_nodes() {
     let report = explain_json("cpu-task.yaml");
     assert_eq!(report["decision"]["outcome"], "placed");
-    assert_eq!(report["decision"]["node"], "cpu-1");
+    assert_eq!(report["decision"]["node"], "cpu-3");
     assert_eq!(report["decision"]["instances"], serde_json::json!({}));
     let nodes = report["attempts"][0]["nodes"].as_array().unwrap();
     let gpu1 = nodes.iter().find(|n| n["node"] == "gpu-1").unwrap();
@@ -155,7 +156,7 @@ fn hard_affinity_places_on_its_node_only() {
 fn soft_affinity_spills_to_default_when_its_node_is_busy() {
     let report = explain_json("affinity-soft.yaml");
     assert_eq!(report["decision"]["outcome"], "placed");
-    assert_eq!(report["decision"]["node"], "cpu-2");
+    assert_eq!(report["decision"]["node"], "cpu-1");
     let attempts = report["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 2);
     assert_eq!(attempts[0]["attempt"], "soft node affinity to cpu-3");
@@ -163,7 +164,7 @@ fn soft_affinity_spills_to_default_when_its_node_is_busy() {
     assert!(attempts[0]["chosen"].is_null());
     assert_eq!(attempts[1]["attempt"], "DEFAULT");
     assert_eq!(attempts[1]["code"], "default");
-    assert_eq!(attempts[1]["chosen"], "cpu-2");
+    assert_eq!(attempts[1]["chosen"], "cpu-1");
 }
 
 #[test]
@@ -223,7 +224,7 @@ fn table_output_starts_with_the_decision_and_fits_100_columns() {
     assert_eq!(output.status.code(), Some(0));
     let text = String::from_utf8(output.stdout).unwrap();
     assert_eq!(text.lines().next(), Some("placed on gpu-2, GPU instances [0]"));
-    assert!(text.contains("hybrid_utilization 25×1"), "{text}");
+    assert!(text.contains("fragmentation 66×30"), "{text}");
     assert!(text.contains("excluded: draining"), "{text}");
     assert!(text.contains("chosen"), "{text}");
     for line in text.lines() {

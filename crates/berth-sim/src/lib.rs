@@ -22,6 +22,8 @@
 //! - [`policy`]: the policies (built-in and profile files).
 //! - [`run`]: every (trace, policy, seed) on a pool of threads.
 //! - [`report`], [`plot`]: CSV, JSON lines, the summary table; SVG and PNG.
+//! - [`published`]: the FGD authors' own results (`fgd_published_alloc.csv`), printed beside
+//!   Berth's.
 //! - [`locate`]: the trace folder and file names.
 //! - [`bench`]: `berth bench`, decision speed on synthetic clusters of 1k–100k nodes beside a
 //!   naive baseline.
@@ -43,6 +45,7 @@ pub mod locate;
 pub mod metrics;
 pub mod plot;
 pub mod policy;
+pub mod published;
 pub mod replay;
 pub mod report;
 pub mod run;

@@ -168,3 +168,31 @@ fn progress_counts_every_pod() {
     .unwrap();
     assert_eq!(done.into_inner(), plan.total_pods());
 }
+
+/// The trace folder of the repository's layout (`../shared/traces/openb`), or `BERTH_TRACES`.
+fn openb_dir() -> std::path::PathBuf {
+    let search = berth_sim::locate::Search {
+        flag: None,
+        env: std::env::var_os(berth_sim::locate::ENV).map(Into::into),
+        cwd: Some(env!("CARGO_MANIFEST_DIR").into()),
+        exe: None,
+    };
+    berth_sim::locate::traces_dir(&search).expect("the openb traces are in ../shared/traces/openb")
+}
+
+/// Pins what Berth's default placement reaches on the production trace: the `default` policy
+/// (fragmentation-aware on this GPU cluster, shapes learned as requests come) on `default`,
+/// seed 42, at k = 100. A change of the default policy or of the replay moves it.
+#[test]
+fn the_default_policy_on_the_default_trace_at_k_100() {
+    let dir = openb_dir();
+    let nodes = berth_sim::read_nodes(&dir.join("openb_node_list_gpu_node.csv")).unwrap();
+    let pods = berth_sim::read_pods(&dir.join("openb_pod_list_default.csv")).unwrap();
+    let scenario = Scenario::new("default", &nodes, pods).unwrap();
+    let policy = Policy::built_in("default").unwrap();
+    let order = scenario.arrival_order(42);
+    let run = replay(&scenario, &policy, 42, &order, &mut |_| {}).unwrap();
+    let k100 = run.buckets[100];
+    let alloc = k100.alloc / k100.events as f64;
+    assert!((alloc - 95.47).abs() < 0.005, "default policy, seed 42, k = 100: {alloc:.4}");
+}

@@ -524,7 +524,8 @@ impl Scheduler {
             }
             None => cluster.alive().len(),
         };
-        let shortlist = self.select(attempt.select, request, population, rng);
+        let pick = self.config.profile.pick.on(cluster);
+        let shortlist = self.select(attempt.select, pick, request, population, rng);
         let chosen = shortlist.chosen;
 
         self.count_waiting(&cx, &waiting, chosen.is_some(), &mut found, record.as_deref_mut());
@@ -598,6 +599,7 @@ impl Scheduler {
     fn select<R: Rng + ?Sized>(
         &mut self,
         select: Select,
+        pick: Pick,
         request: &Request,
         alive: u64,
         rng: &mut R,
@@ -624,11 +626,11 @@ impl Scheduler {
             Select::TopK => {
                 let best_tier = ranked.iter().map(|r| r.tier).max().unwrap_or(0);
                 ranked.retain(|r| r.tier == best_tier);
-                let k = match self.config.profile.pick {
+                let k = match pick {
                     Pick::TopK => top_k(alive, self.config.top_k_fraction).min(ranked.len()),
                     Pick::TopKFraction(fraction) => top_k(alive, fraction).min(ranked.len()),
                     // Every node tied for the best total.
-                    Pick::Best => {
+                    Pick::Best | Pick::Auto => {
                         let best = ranked.iter().map(|r| r.score).max().unwrap_or(0);
                         ranked.iter().filter(|r| r.score == best).count()
                     }

@@ -47,9 +47,12 @@ pub mod strategy_fit;
 use std::sync::Arc;
 
 use super::scorers::HybridUtilization;
-use super::stage::{Filter, Weighted};
+use super::stage::{DecisionContext, Filter, Score, Scorer, Weighted};
 use super::SchedulerConfig;
+use crate::cluster::Cluster;
+use crate::node::Node;
 use crate::quantity::Quantity;
+use crate::resource::ResourceId;
 use best_fit::BestFit;
 pub use fragmentation::Measure;
 use fragmentation::{Fragmentation, Shape, ShapeTable};
@@ -85,6 +88,25 @@ pub enum Pick {
     TopKFraction(Quantity),
     /// A node with the best total; ties at random.
     Best,
+    /// `Best` on a cluster with GPU nodes, `TopK` on one without: the default profile's (see
+    /// [`Profile::default`]).
+    Auto,
+}
+
+impl Pick {
+    /// The pick on `cluster`: [`Pick::Auto`] resolved, the others as they are.
+    pub fn on(self, cluster: &Cluster) -> Pick {
+        match self {
+            Pick::Auto if has_gpu_nodes(cluster) => Pick::Best,
+            Pick::Auto => Pick::TopK,
+            pick => pick,
+        }
+    }
+}
+
+/// True when some alive node of `cluster` has GPUs.
+pub fn has_gpu_nodes(cluster: &Cluster) -> bool {
+    cluster.nodes_having(ResourceId::GPU).is_some_and(|gpus| !gpus.is_disjoint(cluster.alive()))
 }
 
 /// One scorer of a profile and its weight.
@@ -116,6 +138,14 @@ pub enum ScorerSpec {
         /// Each resource counted (exact names) and its weight, `bestFit.resources`.
         resources: ResourceRules<u32>,
     },
+    /// Another scorer, on clusters of one kind only (the default profile's; see
+    /// [`Profile::default`]).
+    Only {
+        /// The clusters it applies on.
+        clusters: Clusters,
+        /// The scorer.
+        scorer: Box<ScorerSpec>,
+    },
     /// [`Fragmentation`]: the least growth of expected GPU fragmentation (`fragmentation`) or
     /// of lost capacity (`capacity`).
     Fragmentation {
@@ -128,6 +158,15 @@ pub enum ScorerSpec {
     },
 }
 
+/// Which clusters a [`ScorerSpec::Only`] scorer applies on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clusters {
+    /// Clusters where some alive node has GPUs.
+    WithGpus,
+    /// Clusters where no alive node has GPUs.
+    WithoutGpus,
+}
+
 /// Where the fragmentation scorer's typical shapes come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Shapes {
@@ -137,6 +176,9 @@ pub enum Shapes {
     Observed,
     /// Given in the profile.
     Given(Vec<Shape>),
+    /// Learned by the scorer from the requests it ranks nodes for
+    /// ([`fragmentation::learn`]): the default profile's.
+    Learned,
 }
 
 /// One extra filter of a profile.
@@ -180,12 +222,50 @@ pub struct Proportion {
 /// Bytes in the GB of [`Proportion::memory_gb`].
 pub const BYTES_PER_GB: i64 = 1_000_000_000;
 
+/// The weight of the fragmentation and capacity scorers in the default profile on clusters
+/// with GPUs (as in `examples/profile-fragmentation.yaml`): 30 each, so that best fit (weight
+/// 1) only breaks their ties.
+pub const DEFAULT_GPU_WEIGHT: u32 = 30;
+
 impl Default for Profile {
+    /// Berth's default placement.
+    ///
+    /// Assumptions: on a cluster without GPUs, spreading after a pack threshold is what
+    /// services want (Ray's hybrid policy); on a cluster with GPUs, the costly failure is a
+    /// GPU request that finds its GPUs scattered in pieces no node can serve, and work arrives
+    /// in a handful of typical shapes. Rules: without GPU nodes, the hybrid score alone,
+    /// random among the best 20% (exactly the policy before GPU clusters had their own);
+    /// with GPU nodes, `fragmentation` and `capacity` (weight 30 each) with shapes learned
+    /// from the requests ranked so far, `best_fit` (weight 1) between nodes they rank alike,
+    /// and the best node every time ([`Pick::Auto`]). Behaviour: the same placement as Berth's
+    /// best profile on the openb traces (`examples/profile-fragmentation.yaml`), without
+    /// having to describe the workload; a cluster that gains its first GPU node switches.
     fn default() -> Self {
+        let on_gpus =
+            |scorer| ScorerSpec::Only { clusters: Clusters::WithGpus, scorer: Box::new(scorer) };
         Profile {
-            scorers: vec![ScorerSpec::Hybrid { weight: 1 }],
+            scorers: vec![
+                ScorerSpec::Only {
+                    clusters: Clusters::WithoutGpus,
+                    scorer: Box::new(ScorerSpec::Hybrid { weight: 1 }),
+                },
+                on_gpus(ScorerSpec::Fragmentation {
+                    weight: DEFAULT_GPU_WEIGHT,
+                    shapes: Shapes::Learned,
+                    measure: Measure::Fragment,
+                }),
+                on_gpus(ScorerSpec::Fragmentation {
+                    weight: DEFAULT_GPU_WEIGHT,
+                    shapes: Shapes::Learned,
+                    measure: Measure::LostCapacity,
+                }),
+                on_gpus(ScorerSpec::BestFit {
+                    weight: 1,
+                    resources: best_fit::default_resources(),
+                }),
+            ],
             filters: Vec::new(),
-            pick: Pick::TopK,
+            pick: Pick::Auto,
         }
     }
 }
@@ -208,7 +288,14 @@ impl Profile {
 
     /// True when some scorer reads [`Prepared::largest_total`](super::stage::Prepared).
     pub fn needs_largest_total(&self) -> bool {
-        self.scorers.iter().any(|spec| matches!(spec, ScorerSpec::BestFit { .. }))
+        fn reads(spec: &ScorerSpec) -> bool {
+            match spec {
+                ScorerSpec::BestFit { .. } => true,
+                ScorerSpec::Only { scorer, .. } => reads(scorer),
+                _ => false,
+            }
+        }
+        self.scorers.iter().any(reads)
     }
 
     /// Filters the profile adds to the standard ones (the runner orders static before dynamic).
@@ -227,40 +314,69 @@ impl Profile {
 
     /// The weighted scorers the DEFAULT strategy ranks nodes by.
     pub fn scorers(&self, config: &SchedulerConfig) -> Vec<Weighted> {
-        self.scorers
-            .iter()
-            .map(|spec| match spec {
-                ScorerSpec::Hybrid { weight } => Weighted {
-                    scorer: Box::new(HybridUtilization {
-                        spread_threshold: config.spread_threshold,
-                    }),
-                    weight: *weight,
-                },
-                ScorerSpec::ResourceStrategyFit { weight, resources } => Weighted {
-                    scorer: Box::new(ResourceStrategyFit { resources: resources.clone() }),
-                    weight: *weight,
-                },
-                ScorerSpec::Retention { weight, scarce } => {
-                    Weighted { scorer: Box::new(Retention::new(scarce.clone())), weight: *weight }
+        self.scorers.iter().map(|spec| spec.weighted(config)).collect()
+    }
+}
+
+impl ScorerSpec {
+    /// The scorer and its weight.
+    fn weighted(&self, config: &SchedulerConfig) -> Weighted {
+        match self {
+            ScorerSpec::Only { clusters, scorer } => {
+                let inner = scorer.weighted(config);
+                Weighted {
+                    scorer: Box::new(OnClusters { clusters: *clusters, scorer: inner.scorer }),
+                    weight: inner.weight,
                 }
-                ScorerSpec::BestFit { weight, resources } => {
-                    Weighted { scorer: Box::new(BestFit::new(resources.clone())), weight: *weight }
-                }
-                ScorerSpec::Fragmentation { weight, shapes, measure } => {
-                    let table = match shapes {
-                        Shapes::Observed => ShapeTable::default(),
-                        Shapes::Given(shapes) => ShapeTable::new(shapes),
-                    };
-                    Weighted {
-                        scorer: Box::new(Fragmentation {
-                            shapes: Arc::new(table),
-                            measure: *measure,
-                        }),
-                        weight: *weight,
+            }
+            ScorerSpec::Hybrid { weight } => Weighted {
+                scorer: Box::new(HybridUtilization { spread_threshold: config.spread_threshold }),
+                weight: *weight,
+            },
+            ScorerSpec::ResourceStrategyFit { weight, resources } => Weighted {
+                scorer: Box::new(ResourceStrategyFit { resources: resources.clone() }),
+                weight: *weight,
+            },
+            ScorerSpec::Retention { weight, scarce } => {
+                Weighted { scorer: Box::new(Retention::new(scarce.clone())), weight: *weight }
+            }
+            ScorerSpec::BestFit { weight, resources } => {
+                Weighted { scorer: Box::new(BestFit::new(resources.clone())), weight: *weight }
+            }
+            ScorerSpec::Fragmentation { weight, shapes, measure } => {
+                let scorer = match shapes {
+                    Shapes::Observed => Fragmentation::new(Arc::default(), *measure),
+                    Shapes::Given(shapes) => {
+                        Fragmentation::new(Arc::new(ShapeTable::new(shapes)), *measure)
                     }
-                }
-            })
-            .collect()
+                    Shapes::Learned => Fragmentation::learning(*measure),
+                };
+                Weighted { scorer: Box::new(scorer), weight: *weight }
+            }
+        }
+    }
+}
+
+/// A scorer that applies on clusters of one kind only ([`ScorerSpec::Only`]); `berth explain`
+/// lists it under the scorer's own name.
+struct OnClusters {
+    clusters: Clusters,
+    scorer: Box<dyn Scorer>,
+}
+
+impl Scorer for OnClusters {
+    fn name(&self) -> &'static str {
+        self.scorer.name()
+    }
+
+    fn applies(&self, cx: &DecisionContext<'_>) -> bool {
+        let kind =
+            if has_gpu_nodes(cx.cluster) { Clusters::WithGpus } else { Clusters::WithoutGpus };
+        kind == self.clusters && self.scorer.applies(cx)
+    }
+
+    fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
+        self.scorer.score(cx, node)
     }
 }
 
@@ -349,15 +465,52 @@ pub fn wildcard_prefix(name: &str) -> Option<&str> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn default_profile_is_hybrid_alone() {
-        let profile = Profile::default();
-        assert_eq!(profile.scorers, [ScorerSpec::Hybrid { weight: 1 }]);
-        assert!(profile.filters().is_empty());
-        assert_eq!(profile.pick, Pick::TopK);
+    /// The scorers of `profile` that apply to `ask` on `cluster`, by name.
+    fn applying(profile: &Profile, cluster: &mut Cluster, ask: &str) -> Vec<&'static str> {
+        let req = crate::testutil::request(cluster, ask, crate::request::Strategy::Default);
+        let prepared = super::super::stage::Prepared::default();
+        let cx = DecisionContext { cluster, request: &req, prepared: &prepared };
         let scorers = profile.scorers(&SchedulerConfig::default());
-        assert_eq!(scorers.len(), 1);
-        assert_eq!(scorers[0].scorer.name(), "hybrid_utilization");
+        scorers.iter().filter(|w| w.scorer.applies(&cx)).map(|w| w.scorer.name()).collect()
+    }
+
+    fn cluster_of(nodes: &[(&str, &str)]) -> Cluster {
+        let mut c = Cluster::new(crate::resource::ResourceRegistry::default());
+        for (id, spec) in nodes {
+            let total = crate::testutil::resources(c.registry_mut(), spec);
+            c.add_node(crate::node::NodeId::new(id).unwrap(), total).unwrap();
+        }
+        c
+    }
+
+    #[test]
+    fn the_default_profile_is_hybrid_without_gpus_and_fragmentation_aware_with() {
+        let profile = Profile::default();
+        assert!(profile.filters().is_empty());
+        assert_eq!(profile.pick, Pick::Auto);
+        assert!(profile.needs_largest_total());
+
+        // CPU only: the hybrid score alone, random among the top k, as before GPU clusters
+        // had a default of their own.
+        let mut cpu_only = cluster_of(&[("a", "CPU=8"), ("b", "CPU=16")]);
+        assert_eq!(applying(&profile, &mut cpu_only, "CPU=1"), ["hybrid_utilization"]);
+        assert_eq!(profile.pick.on(&cpu_only), Pick::TopK);
+
+        // One GPU node: the fragmentation-aware scorers (their shapes learned from this very
+        // request on), the best node every time; also for CPU-only requests.
+        let mut gpus = cluster_of(&[("a", "CPU=8"), ("g", "CPU=16,GPU=4")]);
+        for ask in ["CPU=1,GPU=0.5", "CPU=1"] {
+            assert_eq!(
+                applying(&profile, &mut gpus, ask),
+                ["fragmentation", "capacity", "best_fit"],
+                "{ask}"
+            );
+        }
+        assert_eq!(profile.pick.on(&gpus), Pick::Best);
+
+        // A profile of one's own keeps its pick whatever the cluster.
+        assert_eq!(Pick::TopK.on(&gpus), Pick::TopK);
+        assert_eq!(Pick::Best.on(&cpu_only), Pick::Best);
     }
 
     #[test]

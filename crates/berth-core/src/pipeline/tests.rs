@@ -224,8 +224,22 @@ fn default_avoids_gpu_nodes_unless_only_they_fit() {
     }
     // The CPU node is full: the GPU node is used rather than leaving the request pending.
     assert_eq!(placed_on(&c.clone(), &s.place(&mut c, &req, &mut rng(9))).as_deref(), Some("gpu"));
+    // Without the preference, the default profile on this GPU cluster still keeps the CPU
+    // task off the GPU node (best fit breaks the fragmentation scorers' tie: the CPU node is
+    // left with less free)...
     let mut off =
         Scheduler::new(SchedulerConfig { avoid_gpu_nodes: false, ..SchedulerConfig::default() });
+    let mut c = cluster(&[("gpu", "CPU=8,GPU=2"), ("cpu", "CPU=2")]);
+    assert_eq!(
+        placed_on(&c.clone(), &off.place(&mut c, &req, &mut rng(0))).as_deref(),
+        Some("cpu")
+    );
+    // ...while the hybrid score alone sends it to the emptier GPU node.
+    let mut off = Scheduler::new(SchedulerConfig {
+        avoid_gpu_nodes: false,
+        profile: Profile::of_scorers(vec![profile::ScorerSpec::Hybrid { weight: 1 }]),
+        ..SchedulerConfig::default()
+    });
     let mut c = cluster(&[("gpu", "CPU=8,GPU=2"), ("cpu", "CPU=2")]);
     assert_eq!(
         placed_on(&c.clone(), &off.place(&mut c, &req, &mut rng(0))).as_deref(),
@@ -486,8 +500,12 @@ fn explaining_records_every_filter_for_every_node() {
     let b = &attempt.nodes[1];
     assert!(b.passed());
     assert_eq!(b.preferences, [("avoid_gpu_nodes", false)]);
-    assert_eq!(b.scores[0].scorer, "hybrid_utilization");
-    assert_eq!(b.total, Some(100 * u64::from(Score::UNIT)), "100 points, in millionths");
+    // A cluster with a GPU node: the default profile's fragmentation-aware scorers. The CPU
+    // task strands no GPU (100 each, weight 30) and best fit counts the leftover CPU 3/4 and
+    // GPU 1/1: ⌊100 × (1 − 1.75 / 2)⌋ = 12.
+    let scorers: Vec<&str> = b.scores.iter().map(|line| line.scorer).collect();
+    assert_eq!(scorers, ["fragmentation", "capacity", "best_fit"]);
+    assert_eq!(b.total, Some(6012 * u64::from(Score::UNIT)), "6012 points, in millionths");
     assert_eq!(attempt.nodes[2].excluded, Some(Reason::Dead));
     assert_eq!(attempt.chosen, Some(index(&c, "b")));
 }
@@ -524,23 +542,23 @@ fn config_ranges_are_checked() {
 
 const GOLDEN_42: [&str; 18] = [
     "placed:n0",
-    "placed:n3",
-    "placed:n2",
-    "placed:n5",
-    "placed:n6",
-    "placed:n11",
-    "placed:n4",
-    "placed:n7",
-    "placed:n10",
-    "placed:n1",
-    "placed:n8",
     "placed:n9",
+    "placed:n0",
+    "placed:n3",
+    "placed:n0",
+    "placed:n9",
+    "placed:n6",
+    "placed:n7",
+    "placed:n6",
+    "placed:n1",
+    "placed:n6",
+    "placed:n7",
+    "placed:n4",
+    "placed:n5",
     "placed:n4",
     "placed:n11",
-    "placed:n8",
-    "pending",
-    "placed:n2",
-    "placed:n3",
+    "placed:n4",
+    "placed:n5",
 ];
 
 #[test]

@@ -182,13 +182,17 @@ fn best_fit_resources(leaf: &Leaf<'_>) -> Result<Vec<(String, u32)>, ProfileErro
     Ok(out)
 }
 
-/// `fragmentation.shapes`: `observed`, or a list of `{cpu, gpu, accelerators, weight}`.
+/// `fragmentation.shapes`: `observed`, `learned`, or a list of `{cpu, gpu, accelerators,
+/// weight}`.
 fn shapes(leaf: &Leaf<'_>) -> Result<Shapes, ProfileError> {
-    const HELP: &str = "expected `observed` or a list of shapes such as \
+    const HELP: &str = "expected `observed`, `learned` or a list of shapes such as \
                         [{cpu: 8, gpu: 0.5, weight: 30}]";
     let items = match &leaf.value.value {
         Value::Str(text) if text.trim().eq_ignore_ascii_case("observed") => {
             return Ok(Shapes::Observed)
+        }
+        Value::Str(text) if text.trim().eq_ignore_ascii_case("learned") => {
+            return Ok(Shapes::Learned)
         }
         Value::Seq(items) if !items.is_empty() => items,
         Value::Seq(_) => {

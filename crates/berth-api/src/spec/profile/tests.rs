@@ -701,6 +701,15 @@ pick: best
     );
     assert_eq!(flat.pick, Pick::TopKFraction(q("0.05")));
     assert_eq!(load("hybridWeight: 1\npick: top-k\n").pick, Pick::TopK);
+    // Shapes learned from the requests ranked, as the default profile's on GPU clusters.
+    assert_eq!(
+        load("capacity.shapes: learned\n").scorers,
+        [ScorerSpec::Fragmentation {
+            weight: 1,
+            shapes: Shapes::Learned,
+            measure: Measure::LostCapacity,
+        }]
+    );
     // The example profiles load.
     for text in [
         include_str!("../../../../../examples/profile-best-fit.yaml"),
@@ -740,7 +749,7 @@ fn invalid_placement_quality_keys_name_the_key_and_the_rule() {
         (
             "fragmentation: {shapes: all}\n",
             "fragmentation.shapes",
-            "expected `observed` or a list of shapes",
+            "expected `observed`, `learned` or a list of shapes",
             Some(1),
         ),
         ("fragmentation: {shapes: []}\n", "fragmentation.shapes", "lists no shape", Some(1)),

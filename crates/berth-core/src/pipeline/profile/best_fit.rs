@@ -36,6 +36,11 @@ pub struct BestFit {
     weight_sum: u64,
 }
 
+/// The resources best fit counts when a profile names none: CPU and GPU, weight 1 each.
+pub fn default_resources() -> ResourceRules<u32> {
+    ResourceRules::new([("CPU".to_string(), 1), ("GPU".to_string(), 1)])
+}
+
 impl BestFit {
     /// A scorer of the listed resources and their weights (exact names).
     pub fn new(resources: ResourceRules<u32>) -> BestFit {

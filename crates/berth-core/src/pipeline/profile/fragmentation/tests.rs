@@ -98,40 +98,45 @@ fn shapes_of_weight_zero_and_duplicates_group() {
     assert!(ShapeTable::new(&[shape("1", "0", &[], 0)]).is_empty());
 }
 
-/// The scorer's raw score for `ask` on the only node of `c`.
+/// The scorer's raw score for `ask` on node "t4" of `c`.
 fn score(c: &mut Cluster, shapes: &[Shape], ask: &str) -> u32 {
     let req = request(c, ask, Strategy::Default);
-    let scorer = Fragmentation {
-        shapes: std::sync::Arc::new(ShapeTable::new(shapes)),
-        measure: Measure::Fragment,
-    };
+    let scorer =
+        Fragmentation::new(std::sync::Arc::new(ShapeTable::new(shapes)), Measure::Fragment);
     let cx = DecisionContext { cluster: c, request: &req, prepared: &Prepared::default() };
-    let (_, node) = c.nodes().next().unwrap();
+    assert!(scorer.applies(&cx));
+    let node = c.node(index(c, "t4")).unwrap();
     scorer.score(&cx, node).micros() / Score::UNIT
 }
 
 #[test]
 fn the_score_by_hand() {
     let shapes = five_shapes();
-    // Before: 11.5 (above). Weight sum 9, so one GPU of excess is 9 in these units.
-    // (request, after, excess = after + g × 9 − 11.5, score = ⌊100 × 9 / (9 + excess)⌋)
+    // The T4 node of `t4_node`, beside an idle V100 node of 4 GPUs: V100s are half the
+    // cluster's 8 GPUs, so the V100 shape C weighs 8 / 4 = 2 times its weight, and the weight
+    // sum is 2 + 1 + 2 + 3 + 2 = 10. Before: A 0, B 2.5, C 2.5 × 2, D 1.5, E 2.5 × 2 = 14.
+    // (request, after, excess = after + g × 10 − 14, score = ⌊100 × 10 / (10 + excess)⌋)
     let cases = [
         // The share goes on GPU 0 (0.5 free, tightest): free [0, 0, 1, 1], CPU 9, idle 2.
-        // A 0, B 2, C 2, D 0 (partial GPUs hold nothing), E 2 × 2: after 8; excess 8 + 4.5
-        // − 11.5 = 1: 100 × 9 / 10 = 90.
+        // A 0, B 2, C 2 × 2, D 0 (partial GPUs hold nothing), E 2 × 2: after 10; excess 10 + 5
+        // − 14 = 1: 100 × 10 / 11 = 90.9.
         ("CPU=1,GPU=0.5", 90),
-        // One whole GPU (GPU 2): free [0.5, 0, 0, 1], idle 1.5. A 0, B 1.5, C 1.5, D cannot
-        // (one whole GPU left) 3 × 1.5, E 2 × 1.5: after 10.5; excess 10.5 + 9 − 11.5 = 8:
-        // 100 × 9 / 17 = 52.9.
-        ("CPU=1,GPU=1", 52),
-        // CPU only, 8 of the 10 free: A now lacks CPU (2 × 2.5), B 2.5, C 2.5, D 1.5, E 5:
-        // after 16.5; excess 5: 100 × 9 / 14 = 64.3.
-        ("CPU=8", 64),
+        // One whole GPU (GPU 2): free [0.5, 0, 0, 1], idle 1.5. A 0, B 1.5, C 1.5 × 2, D cannot
+        // (one whole GPU left) 3 × 1.5, E 2 × 1.5: after 12; excess 12 + 10 − 14 = 8:
+        // 100 × 10 / 18 = 55.6.
+        ("CPU=1,GPU=1", 55),
+        // CPU only, 8 of the 10 free: A now lacks CPU (2 × 2.5), B 2.5, C 5, D 1.5, E 5:
+        // after 19; excess 5: 100 × 10 / 15 = 66.7.
+        ("CPU=8", 66),
         // CPU only, 1: nothing changes: excess 0.
         ("CPU=1", 100),
     ];
     for (ask, expected) in cases {
         let mut c = t4_node();
+        let total = resources(c.registry_mut(), "CPU=16,GPU=4");
+        let mut v100 = NodeSpec::new(NodeId::new("v100").unwrap(), total);
+        v100.facts = NodeFacts { accelerator_type: Some("V100".into()), ..NodeFacts::default() };
+        c.add_node_with(v100).unwrap();
         assert_eq!(score(&mut c, &shapes, ask), expected, "{ask}");
     }
 }
@@ -165,15 +170,33 @@ fn shares_go_to_split_gpus_and_unconstrained_work_keeps_off_rare_types() {
     reserve(&mut c, "split", "GPU=0.5");
     assert_eq!(place(&mut c, &shares, "CPU=1,GPU=0.5"), "split");
 
-    // Half the work needs V100; unconstrained work should leave the V100 node alone.
-    // t4: the V100 shape cannot use it, so all its idle is fragment: 2 before, 1 after; the
-    //     any-type shape sees no partial GPU either way. Excess 1 + 1 × 2 − 2 = 1 of weight 2
-    //     → 100 / 1.5 = 66.
-    // v100: both shapes can use it, nothing partial before or after: excess 0 + 2 − 0 = 2 →
+    // Half the work needs V100; unconstrained work should leave the V100 node alone. V100s
+    // are half the cluster's GPUs, so the V100 shape weighs 2 and the weight sum is 3.
+    // t4: the V100 shape cannot use it, so all its idle is fragment: 2 × 2 before, 1 × 2
+    //     after; the any-type shape sees no partial GPU either way. Excess 2 + 1 × 3 − 4 = 1
+    //     of weight 3 → 100 / (1 + 1/3) = 75.
+    // v100: both shapes can use it, nothing partial before or after: excess 0 + 3 − 0 = 3 →
     //       100 / 2 = 50.
     let rare = profile(vec![shape("1", "1", &["V100"], 1), shape("1", "1", &[], 1)]);
     let mut c = typed_cluster(&[("v100", "CPU=8,GPU=2", "V100"), ("t4", "CPU=8,GPU=2", "T4")]);
     assert_eq!(place(&mut c, &rare, "CPU=1,GPU=1"), "t4");
+}
+
+#[test]
+fn shapes_weigh_by_the_share_of_the_cluster_they_can_use() {
+    // 2 T4 GPUs and 6 G2 GPUs: a T4 shape weighs 8 / 2 = 4 times its weight, a T4|G2 or an
+    // any-type shape once, and an A10 shape nothing (no node could take it).
+    let c = typed_cluster(&[("t4", "CPU=8,GPU=2", "T4"), ("g2", "CPU=8,GPU=6", "G2")]);
+    let table = ShapeTable::new(&[
+        shape("1", "1", &["T4"], 1),
+        shape("1", "1", &["G2", "T4"], 1),
+        shape("1", "0", &[], 1),
+        shape("1", "1", &["A10"], 5),
+    ]);
+    assert_eq!(table.total_weight(), 8);
+    let weighed = table.weighed_by_supply(&c);
+    assert_eq!(weighed.total_weight(), (4 + 1 + 1) * SCALE_ONE);
+    assert_eq!(weighed.groups.len(), 2);
 }
 
 #[test]
@@ -203,10 +226,7 @@ fn take_follows_the_ledger() {
 fn without_shapes_the_scorer_does_not_apply() {
     let mut c = t4_node();
     let req = request(&mut c, "CPU=1", Strategy::Default);
-    let scorer = Fragmentation {
-        shapes: std::sync::Arc::new(ShapeTable::default()),
-        measure: Measure::Fragment,
-    };
+    let scorer = Fragmentation::new(std::sync::Arc::new(ShapeTable::default()), Measure::Fragment);
     let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
     assert!(!scorer.applies(&cx));
 }
