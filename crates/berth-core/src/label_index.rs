@@ -166,8 +166,11 @@ impl LabelIndex {
         if unions.values().map(Vec::len).sum::<usize>() >= UNIONS_KEPT {
             unions.clear();
         }
-        let entry =
-            CachedUnion { key: key.to_string(), values: values.to_vec(), nodes: Arc::clone(&nodes) };
+        let entry = CachedUnion {
+            key: key.to_string(),
+            values: values.to_vec(),
+            nodes: Arc::clone(&nodes),
+        };
         unions.entry(fingerprint).or_default().push(entry);
         Cow::Owned(NodeSet::clone(&nodes))
     }

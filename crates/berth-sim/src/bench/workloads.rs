@@ -11,12 +11,12 @@ use berth_core::actors::{ActorAffinity, ActorId, ActorSpec, AffinityExpression, 
 use berth_core::cluster::Allocation;
 use berth_core::labels::Labels;
 use berth_core::pipeline::group::GroupDecision;
-use berth_core::pipeline::profile::fragmentation::Shape;
+use berth_core::pipeline::profile::ScorerSpec;
 use berth_core::placement_group::{BundleSet, GroupId, GroupSpec, GroupStrategy};
 use berth_core::selector::{LabelSelector, Tolerations};
 use berth_core::{
-    Cluster, Decision, NodeIndex, Quantity, Request, ResourceId, ResourceRegistry, ResourceSet,
-    Scheduler, SchedulerConfig, Strategy,
+    Cluster, Decision, NodeIndex, Profile, Quantity, Request, ResourceId, ResourceRegistry,
+    ResourceSet, Scheduler, SchedulerConfig, Strategy,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -40,9 +40,9 @@ pub enum Workload {
     AntiAffinity,
     /// Placement groups of 4 one-CPU bundles, STRICT_SPREAD.
     Groups,
-    /// The fragmentation profile (`examples/profile-fragmentation.yaml`, the placement-quality
-    /// policy) on a GPU mix: shares of a GPU, one and two GPUs, and CPU-only work, in turn,
-    /// with those four as the typical shapes.
+    /// The default of a GPU cluster (fragmentation-aware, the placement-quality policy, with
+    /// shapes learned from the requests) on a GPU mix: shares of a GPU, one and two GPUs, and
+    /// CPU-only work, in turn.
     Fragmentation,
     /// Soft actor affinity to the replicas of a service (node level), with 100,000 actors
     /// placed.
@@ -141,30 +141,16 @@ pub fn gpu_mix_for(d: usize) -> ResourceSet {
     }
 }
 
-/// The fragmentation workload's typical shapes: its four requests, equally often.
-pub fn gpu_mix_shapes() -> Vec<Shape> {
-    (0..4)
-        .map(|d| {
-            let request = gpu_mix_for(d);
-            Shape {
-                cpu: request.get(ResourceId::CPU),
-                gpu: request.get(ResourceId::GPU),
-                accelerators: Vec::new(),
-                weight: 1,
-            }
-        })
-        .collect()
-}
-
-/// The scheduler settings of `workload`: the default, or the fragmentation profile with the
-/// GPU mix's shapes (and the default early stop, as a head would run it).
+/// The scheduler settings of `workload`. The fragmentation workload runs the default a GPU
+/// cluster gets (fragmentation-aware, shapes learned from the requests); the others run the
+/// hybrid score alone, the default of clusters without GPUs, so that they measure the
+/// pipeline's mechanics (candidates, filters, indexes) the way they always have, although
+/// the synthetic cluster has GPU nodes.
 pub fn config_for(workload: Workload) -> SchedulerConfig {
-    if workload != Workload::Fragmentation {
-        return SchedulerConfig::default();
-    }
-    let mut profile = berth_api::spec::profile::parse_profile(crate::policy::FRAGMENTATION_PROFILE)
-        .expect("the built-in profile is valid");
-    profile.set_observed_shapes(&gpu_mix_shapes());
+    let profile = match workload {
+        Workload::Fragmentation => Profile::default(),
+        _ => Profile::of_scorers(vec![ScorerSpec::Hybrid { weight: 1 }]),
+    };
     SchedulerConfig { profile, ..SchedulerConfig::default() }
 }
 
