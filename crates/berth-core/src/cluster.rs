@@ -201,7 +201,19 @@ pub struct Cluster {
     having: Vec<NodeSet>,
     /// The largest total of each resource among the alive nodes, computed when first asked
     /// after a change of the alive nodes or their totals (rare), not per decision.
-    largest: OnceLock<ResourceSet>,
+    largest: Derived<ResourceSet>,
+}
+
+/// A value computed from the cluster and kept until the cluster changes: a cache, not part of
+/// what the cluster is, so its `Debug` does not show it (a dry run that fills it changes
+/// nothing).
+#[derive(Clone, Default)]
+struct Derived<T>(OnceLock<T>);
+
+impl<T> std::fmt::Debug for Derived<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("(derived)")
+    }
 }
 
 /// Everything a node is registered with.
@@ -388,7 +400,7 @@ impl Cluster {
     /// Brings what is derived from a node's resources in line with them: its automatic taints,
     /// the tainted set, and the per-resource node sets.
     fn refresh_derived(&mut self, index: NodeIndex) {
-        self.largest.take();
+        self.largest.0.take();
         let Ok(node) = slot_mut(&mut self.nodes, index) else { return };
         // The per-resource sets follow the same changes as the automatic taints.
         for (i, set) in self.having.iter_mut().enumerate() {
@@ -568,7 +580,7 @@ impl Cluster {
         for set in [&mut self.alive, &mut self.draining, &mut self.dead] {
             set.remove(index);
         }
-        self.largest.take();
+        self.largest.0.take();
         match state {
             NodeState::Alive => self.alive.insert(index),
             NodeState::Draining => self.draining.insert(index),
@@ -603,7 +615,7 @@ impl Cluster {
         for set in [&mut self.alive, &mut self.draining, &mut self.dead, &mut self.tainted] {
             set.remove(index);
         }
-        self.largest.take();
+        self.largest.0.take();
         for set in &mut self.having {
             set.remove(index);
         }
@@ -899,7 +911,7 @@ impl Cluster {
     /// The largest total of each resource among the alive nodes (what the best-fit scorer
     /// scales leftovers by). Computed once per change of the alive nodes or their totals.
     pub fn largest_totals(&self) -> &ResourceSet {
-        self.largest.get_or_init(|| self.scan_largest_totals())
+        self.largest.0.get_or_init(|| self.scan_largest_totals())
     }
 
     fn scan_largest_totals(&self) -> ResourceSet {
@@ -916,7 +928,7 @@ impl Cluster {
 
     /// Checks every node's ledger and the state sets.
     pub fn check_invariants(&self) -> Result<(), String> {
-        if let Some(cached) = self.largest.get() {
+        if let Some(cached) = self.largest.0.get() {
             if *cached != self.scan_largest_totals() {
                 return Err(format!("largest totals are stale: {cached:?}"));
             }

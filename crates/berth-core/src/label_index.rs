@@ -28,7 +28,17 @@ pub struct LabelIndex {
     /// most of a selector's cost, and the same selectors come again and again (every replica
     /// of a deployment has its one). Emptied on every label change, and when it holds
     /// [`UNIONS_KEPT`] entries.
-    unions: Mutex<FxHashMap<u64, Vec<CachedUnion>>>,
+    unions: Unions,
+}
+
+/// The cache of `in` unions: not part of what the index is, so its `Debug` does not show it.
+#[derive(Default)]
+struct Unions(Mutex<FxHashMap<u64, Vec<CachedUnion>>>);
+
+impl std::fmt::Debug for Unions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("(cache)")
+    }
 }
 
 /// How many `in` unions the index keeps between label changes.
@@ -44,14 +54,14 @@ struct CachedUnion {
 impl Clone for LabelIndex {
     /// The index without its cache of unions (the copy fills its own).
     fn clone(&self) -> LabelIndex {
-        LabelIndex { keys: self.keys.clone(), unions: Mutex::default() }
+        LabelIndex { keys: self.keys.clone(), unions: Unions::default() }
     }
 }
 
 impl LabelIndex {
     /// Records `node`'s labels.
     pub fn insert(&mut self, node: NodeIndex, labels: &Labels) {
-        self.unions.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
+        self.unions.0.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
         for (key, value) in labels.iter() {
             let entry = self.keys.entry(key.to_string()).or_default();
             entry.any.insert(node);
@@ -61,7 +71,7 @@ impl LabelIndex {
 
     /// Forgets `node`'s labels (the ones it was inserted with).
     pub fn remove(&mut self, node: NodeIndex, labels: &Labels) {
-        self.unions.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
+        self.unions.0.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
         for (key, value) in labels.iter() {
             let Some(entry) = self.keys.get_mut(key) else { continue };
             entry.any.remove(node);
@@ -156,13 +166,13 @@ impl LabelIndex {
             let entry = entries.iter().find(|e| e.key == key && e.values == values)?;
             Some(Arc::clone(&entry.nodes))
         };
-        let unions = self.unions.lock().unwrap_or_else(PoisonError::into_inner);
+        let unions = self.unions.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(nodes) = cached(&unions) {
             return Cow::Owned(NodeSet::clone(&nodes));
         }
         drop(unions);
         let nodes = Arc::new(NodeSet::union_all(sets()));
-        let mut unions = self.unions.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut unions = self.unions.0.lock().unwrap_or_else(PoisonError::into_inner);
         if unions.values().map(Vec::len).sum::<usize>() >= UNIONS_KEPT {
             unions.clear();
         }
