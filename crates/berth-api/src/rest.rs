@@ -15,10 +15,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 mod autoscaler;
+mod raw_json;
 pub use autoscaler::{
     AutoscaledNode, AutoscalerDecision, AutoscalerPlan, AutoscalerStatus, NodeTypeStatus, PlanItem,
 };
-use serde_json::Value;
+pub use raw_json::RawJson;
 use utoipa::{IntoParams, ToSchema};
 
 /// Where the API lives.
@@ -304,24 +305,24 @@ pub struct ActorCreate {
     pub max_restarts: i64,
     /// What to reserve: resource name to amount, `{"CPU": 1, "GPU": 0.5}`.
     #[schema(value_type = Object)]
-    pub resources: Value,
+    pub resources: RawJson,
     /// DEFAULT, SPREAD, RANDOM, or a map (NODE_AFFINITY, NODE_LABEL, ACTOR_AFFINITY,
     /// PLACEMENT_GROUP with `group` and `bundle`), as in the request file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub scheduling_strategy: Option<Value>,
+    pub scheduling_strategy: Option<RawJson>,
     /// Label key to expression (`"in(a,b)"`, `"!gpu"`, `"exists()"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub label_selector: Option<Value>,
+    pub label_selector: Option<RawJson>,
     /// Alternatives to `label_selector`: `[{"label_selector": {...}}]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
-    pub fallback_strategy: Option<Value>,
+    pub fallback_strategy: Option<RawJson>,
     /// Taint key to expression: the taints it accepts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub tolerations: Option<Value>,
+    pub tolerations: Option<RawJson>,
 }
 
 /// An actor.
@@ -468,23 +469,23 @@ pub struct TaskSubmit {
     pub max_retries: u32,
     /// What to reserve, as for actors.
     #[schema(value_type = Object)]
-    pub resources: Value,
+    pub resources: RawJson,
     /// As for actors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub scheduling_strategy: Option<Value>,
+    pub scheduling_strategy: Option<RawJson>,
     /// As for actors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub label_selector: Option<Value>,
+    pub label_selector: Option<RawJson>,
     /// As for actors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
-    pub fallback_strategy: Option<Value>,
+    pub fallback_strategy: Option<RawJson>,
     /// As for actors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub tolerations: Option<Value>,
+    pub tolerations: Option<RawJson>,
 }
 
 /// Ray's default for tasks.
@@ -597,19 +598,19 @@ pub struct GroupCreate {
     pub strategy: Option<String>,
     /// Resource maps, one per bundle: `[{"GPU": 1}, {"GPU": 1}]`.
     #[schema(value_type = Vec<Object>)]
-    pub bundles: Value,
+    pub bundles: RawJson,
     /// One selector per bundle, or none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
-    pub bundle_label_selector: Option<Value>,
+    pub bundle_label_selector: Option<RawJson>,
     /// Taint key to expression, for every bundle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub tolerations: Option<Value>,
+    pub tolerations: Option<RawJson>,
     /// Alternatives: `[{"bundles": [...], "bundle_label_selector": [...]}]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
-    pub fallback_strategy: Option<Value>,
+    pub fallback_strategy: Option<RawJson>,
 }
 
 /// One bundle of a group.

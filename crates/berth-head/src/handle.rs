@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use berth_api::rest::{
     Actor, ActorCreate, ActorEndpoint, ActorState, DryRun, Endpoint, EndpointRegister, Group,
-    GroupCreate, Node, StringMap, Task, TaskSubmit, TasksEnded, MAX_WAIT_IDS,
+    GroupCreate, Node, RawJson, StringMap, Task, TaskSubmit, TasksEnded, MAX_WAIT_IDS,
 };
 use berth_api::spec::{FileKind, InputError, ParsedRequest};
-use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::HeadError;
@@ -528,71 +527,114 @@ impl HeadHandle {
 
 /// An actor's body as a request document (`actor:` carries its ID, namespace and labels).
 pub(crate) fn actor_document(seq: u64, body: &ActorCreate) -> Result<ParsedRequest, HeadError> {
-    let mut doc = placement(&[
-        ("resources", Some(&body.resources)),
-        ("scheduling_strategy", body.scheduling_strategy.as_ref()),
-        ("label_selector", body.label_selector.as_ref()),
-        ("fallback_strategy", body.fallback_strategy.as_ref()),
-        ("tolerations", body.tolerations.as_ref()),
-    ]);
-    let mut actor = Map::new();
-    actor.insert("id".into(), Value::String(Kind::Actor.id(seq)));
+    let mut actor = Document::default();
+    actor.text("id", &Kind::Actor.id(seq));
     if let Some(ns) = &body.namespace {
-        actor.insert("namespace".into(), Value::String(ns.clone()));
+        actor.text("namespace", ns);
     }
-    let labels = body.labels.iter().map(|(k, v)| (k.clone(), Value::String(v.clone())));
-    actor.insert("labels".into(), Value::Object(labels.collect()));
-    doc.insert("actor".into(), Value::Object(actor));
-    parse(doc, "POST /api/v1/actors", &[("actor.", "")])
+    actor.json("labels", &body.labels);
+    let mut doc = Document::default();
+    doc.raw("resources", Some(&body.resources))
+        .raw("scheduling_strategy", body.scheduling_strategy.as_ref())
+        .raw("label_selector", body.label_selector.as_ref())
+        .raw("fallback_strategy", body.fallback_strategy.as_ref())
+        .raw("tolerations", body.tolerations.as_ref())
+        .nested("actor", actor);
+    doc.parse("POST /api/v1/actors", &[("actor.", "")])
 }
 
 /// A task's body as a request document.
 pub(crate) fn task_document(body: &TaskSubmit) -> Result<ParsedRequest, HeadError> {
-    let doc = placement(&[
-        ("resources", Some(&body.resources)),
-        ("scheduling_strategy", body.scheduling_strategy.as_ref()),
-        ("label_selector", body.label_selector.as_ref()),
-        ("fallback_strategy", body.fallback_strategy.as_ref()),
-        ("tolerations", body.tolerations.as_ref()),
-    ]);
-    parse(doc, "POST /api/v1/tasks", &[])
+    let mut doc = Document::default();
+    doc.raw("resources", Some(&body.resources))
+        .raw("scheduling_strategy", body.scheduling_strategy.as_ref())
+        .raw("label_selector", body.label_selector.as_ref())
+        .raw("fallback_strategy", body.fallback_strategy.as_ref())
+        .raw("tolerations", body.tolerations.as_ref());
+    doc.parse("POST /api/v1/tasks", &[])
 }
 
 /// A group's body as a request document (`placement_group:` with its ID).
 pub(crate) fn group_document(seq: u64, body: &GroupCreate) -> Result<ParsedRequest, HeadError> {
-    let mut group = placement(&[
-        ("bundles", Some(&body.bundles)),
-        ("bundle_label_selector", body.bundle_label_selector.as_ref()),
-        ("tolerations", body.tolerations.as_ref()),
-        ("fallback_strategy", body.fallback_strategy.as_ref()),
-    ]);
-    group.insert("id".into(), Value::String(Kind::Group.id(seq)));
+    let mut group = Document::default();
+    group
+        .raw("bundles", Some(&body.bundles))
+        .raw("bundle_label_selector", body.bundle_label_selector.as_ref())
+        .raw("tolerations", body.tolerations.as_ref())
+        .raw("fallback_strategy", body.fallback_strategy.as_ref());
+    group.text("id", &Kind::Group.id(seq));
     for (key, value) in
         [("name", &body.name), ("namespace", &body.namespace), ("strategy", &body.strategy)]
     {
         if let Some(v) = value {
-            group.insert(key.into(), Value::String(v.clone()));
+            group.text(key, v);
         }
     }
-    let mut doc = Map::new();
-    doc.insert("placement_group".into(), Value::Object(group));
-    parse(doc, "POST /api/v1/placement_groups", &[("placement_group.", "")])
+    let mut doc = Document::default();
+    doc.nested("placement_group", group);
+    doc.parse("POST /api/v1/placement_groups", &[("placement_group.", "")])
 }
 
-/// The placement keys of a body, as a request document.
-fn placement(keys: &[(&str, Option<&Value>)]) -> Map<String, Value> {
-    keys.iter().filter_map(|(k, v)| v.map(|v| (k.to_string(), v.clone()))).collect()
+/// A request document's text, written from a body's fields: the placement fields are the
+/// client's own JSON text ([`berth_api::rest::RawJson`]), copied in, so the document is parsed
+/// once, into the request file's typed form, and never built as a tree first.
+#[derive(Default)]
+struct Document {
+    text: String,
 }
 
-/// Parses a request document built from a body; `renames` turns the document's field paths
-/// back into the body's (`actor.labels.x` → `labels.x`).
-fn parse(
-    doc: Map<String, Value>,
-    route: &str,
-    renames: &[(&str, &str)],
-) -> Result<ParsedRequest, HeadError> {
-    let text = serde_json::to_string(&Value::Object(doc)).expect("a JSON value serializes");
-    ParsedRequest::parse(FileKind::Body, route, text).map_err(|e| input_error(e, renames))
+impl Document {
+    /// Starts the member `key` (one of this module's constants: no escaping needed).
+    fn key(&mut self, key: &str) {
+        self.text.push(if self.text.is_empty() { '{' } else { ',' });
+        self.text.push('"');
+        self.text.push_str(key);
+        self.text.push_str("\":");
+    }
+
+    /// `key` with the client's JSON text, when given.
+    fn raw(&mut self, key: &str, value: Option<&RawJson>) -> &mut Document {
+        if let Some(value) = value {
+            self.key(key);
+            self.text.push_str(value.get());
+        }
+        self
+    }
+
+    /// `key` with a string value.
+    fn text(&mut self, key: &str, value: &str) -> &mut Document {
+        self.json(key, value)
+    }
+
+    /// `key` with a value of ours, written as JSON.
+    fn json(&mut self, key: &str, value: &(impl serde::Serialize + ?Sized)) -> &mut Document {
+        self.key(key);
+        let written = serde_json::to_string(value).expect("strings and string maps serialize");
+        self.text.push_str(&written);
+        self
+    }
+
+    /// `key` with a document of its own.
+    fn nested(&mut self, key: &str, inner: Document) -> &mut Document {
+        self.key(key);
+        self.text.push_str(&inner.finish());
+        self
+    }
+
+    fn finish(mut self) -> String {
+        if self.text.is_empty() {
+            self.text.push('{');
+        }
+        self.text.push('}');
+        self.text
+    }
+
+    /// Parses the document; `renames` turns its field paths back into the body's
+    /// (`actor.labels.x` → `labels.x`).
+    fn parse(self, route: &str, renames: &[(&str, &str)]) -> Result<ParsedRequest, HeadError> {
+        ParsedRequest::parse(FileKind::Body, route, self.finish())
+            .map_err(|e| input_error(e, renames))
+    }
 }
 
 /// A request document's error as a [`HeadError`], with the body's field path.

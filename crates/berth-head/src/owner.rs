@@ -86,10 +86,14 @@ pub(crate) struct Owner {
     pub(crate) scheduler: Scheduler,
     pub(crate) rng: ChaCha8Rng,
     pub(crate) queue: PendingQueue<WorkKey>,
-    pub(crate) actors: HashMap<u64, work::ActorEntry>,
+    /// Boxed: an entry is about 600 bytes, and a table of them inline was most of the head's
+    /// memory per actor (a hash table keeps up to half its slots free) and of a batch's time
+    /// (each doubling moved every entry into freshly zeroed pages).
+    pub(crate) actors: HashMap<u64, Box<work::ActorEntry>>,
     /// Named actors by (namespace, name): the last actor created with the name.
     pub(crate) names: HashMap<(String, String), u64>,
-    pub(crate) tasks: HashMap<u64, work::TaskEntry>,
+    /// Boxed, as `actors`.
+    pub(crate) tasks: HashMap<u64, Box<work::TaskEntry>>,
     pub(crate) groups: HashMap<u64, groups::GroupEntry>,
     /// Groups waiting to be reserved (or re-planned), oldest first.
     pub(crate) waiting_groups: BTreeSet<u64>,

@@ -528,7 +528,7 @@ async fn agents_reconnect_to_a_restarted_head_and_nothing_restarts() {
             head.handle
                 .create_actor(berth_api::rest::ActorCreate {
                     command: "x".into(),
-                    resources: json!({"CPU": 1}),
+                    resources: json!({"CPU": 1}).into(),
                     ..Default::default()
                 })
                 .await

@@ -41,7 +41,7 @@ fn actor(max_restarts: i64) -> ActorCreate {
     ActorCreate {
         command: "sleep".into(),
         args: vec!["1000".into()],
-        resources: serde_json::json!({"CPU": 1, "GPU": 0.5}),
+        resources: serde_json::json!({"CPU": 1, "GPU": 0.5}).into(),
         max_restarts,
         ..Default::default()
     }
@@ -194,7 +194,7 @@ trait CpuOnly {
 
 impl CpuOnly for ActorCreate {
     fn clone_with_cpu(mut self) -> Self {
-        self.resources = serde_json::json!({"CPU": 1});
+        self.resources = serde_json::json!({"CPU": 1}).into();
         self
     }
 }

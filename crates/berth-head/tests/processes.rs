@@ -42,7 +42,7 @@ async fn processes_see_their_gpus_restart_when_killed_and_tasks_fail_after_retri
             .create_actor(ActorCreate {
                 command: "sh".into(),
                 args: vec!["-c".into(), env.into()],
-                resources: json!({"GPU": gpus}),
+                resources: json!({"GPU": gpus}).into(),
                 max_restarts: 1,
                 ..Default::default()
             })
@@ -86,7 +86,7 @@ async fn processes_see_their_gpus_restart_when_killed_and_tasks_fail_after_retri
         .submit_task(TaskSubmit {
             command: "sh".into(),
             args: vec!["-c".into(), "exit 1".into()],
-            resources: json!({"CPU": 1}),
+            resources: json!({"CPU": 1}).into(),
             max_retries: 1,
             ..Default::default()
         })
@@ -104,7 +104,7 @@ async fn processes_see_their_gpus_restart_when_killed_and_tasks_fail_after_retri
         .handle
         .create_actor(ActorCreate {
             command: "/no/such/program".into(),
-            resources: json!({"CPU": 1}),
+            resources: json!({"CPU": 1}).into(),
             max_restarts: 5,
             ..Default::default()
         })

@@ -44,7 +44,7 @@ async fn an_unknown_resource_is_infeasible_until_a_node_brings_it() {
         .handle
         .create_actor(ActorCreate {
             command: "sleep".into(),
-            resources: serde_json::json!({"CPU": 1, "TPU": 2}),
+            resources: serde_json::json!({"CPU": 1, "TPU": 2}).into(),
             ..Default::default()
         })
         .await

@@ -64,8 +64,8 @@ async fn survives_a_crash(config: HeadConfig) {
         .create_actor(ActorCreate {
             name: Some("trainer".into()),
             command: "train".into(),
-            resources: serde_json::json!({"GPU": 2}),
-            tolerations: Some(tolerate.clone()),
+            resources: serde_json::json!({"GPU": 2}).into(),
+            tolerations: Some(tolerate.clone().into()),
             labels: [("app".into(), "train".into())].into(),
             ..Default::default()
         })
@@ -74,8 +74,8 @@ async fn survives_a_crash(config: HeadConfig) {
     let group = head
         .handle
         .create_group(GroupCreate {
-            bundles: serde_json::json!([{"GPU": 1}, {"GPU": 1}]),
-            tolerations: Some(tolerate.clone()),
+            bundles: serde_json::json!([{"GPU": 1}, {"GPU": 1}]).into(),
+            tolerations: Some(tolerate.clone().into()),
             ..Default::default()
         })
         .await
@@ -85,7 +85,7 @@ async fn survives_a_crash(config: HeadConfig) {
         .handle
         .submit_task(TaskSubmit {
             command: "big".into(),
-            resources: serde_json::json!({"GPU": 8}),
+            resources: serde_json::json!({"GPU": 8}).into(),
             ..Default::default()
         })
         .await
@@ -147,8 +147,8 @@ async fn survives_a_crash(config: HeadConfig) {
         .handle
         .create_actor(ActorCreate {
             command: "x".into(),
-            resources: serde_json::json!({"CPU": 1}),
-            tolerations: Some(tolerate),
+            resources: serde_json::json!({"CPU": 1}).into(),
+            tolerations: Some(tolerate.into()),
             ..Default::default()
         })
         .await
@@ -160,7 +160,7 @@ async fn survives_a_crash(config: HeadConfig) {
         .create_actor(ActorCreate {
             name: Some("trainer".into()),
             command: "x".into(),
-            resources: serde_json::json!({"CPU": 1}),
+            resources: serde_json::json!({"CPU": 1}).into(),
             ..Default::default()
         })
         .await;

@@ -17,7 +17,7 @@ fn config(dir: &std::path::Path) -> HeadConfig {
 fn task() -> TaskSubmit {
     TaskSubmit {
         command: "true".into(),
-        resources: serde_json::json!({"CPU": 1}),
+        resources: serde_json::json!({"CPU": 1}).into(),
         ..Default::default()
     }
 }

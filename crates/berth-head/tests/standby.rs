@@ -91,7 +91,7 @@ async fn takeover(store: &str, within: Duration) {
                 name: Some(format!("svc-{i}")),
                 command: "sleep".into(),
                 args: vec!["600".into()],
-                resources: serde_json::json!({"CPU": 1}),
+                resources: serde_json::json!({"CPU": 1}).into(),
                 ..Default::default()
             })
             .await

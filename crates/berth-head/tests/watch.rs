@@ -105,7 +105,7 @@ async fn create(head: &RunningHead, labels: &[(&str, &str)]) -> String {
         .handle
         .create_actor(ActorCreate {
             command: "sleep".into(),
-            resources: json!({"CPU": 1}),
+            resources: json!({"CPU": 1}).into(),
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             ..Default::default()
         })

@@ -108,6 +108,11 @@ impl RedbStore {
     }
 }
 
+/// redb's page cache. Its default (1 GiB) keeps every page a write touched, so a head's memory
+/// grew by about a record's size per object written; the head reads its tables only when it
+/// starts, and writes need only the tree's interior pages (a few MiB at a million records).
+const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
 /// Creates the data directory and the database, and makes sure every table exists (so `load`
 /// on a new store finds empty tables, not missing ones).
 fn open_database(
@@ -121,7 +126,10 @@ fn open_database(
     std::fs::create_dir_all(data_dir).map_err(|e| {
         open_failed(format!("cannot create the data directory {}: {e}", data_dir.display()).into())
     })?;
-    let db = Database::create(path).map_err(|e| open_failed(redb::Error::from(e).into()))?;
+    let db = redb::Builder::new()
+        .set_cache_size(CACHE_BYTES)
+        .create(path)
+        .map_err(|e| open_failed(redb::Error::from(e).into()))?;
     if has_every_table(&db) {
         return Ok(db);
     }

@@ -101,7 +101,7 @@ pub fn fill(policy: &str, dir: &Path, tasks: usize) -> anyhow::Result<RetentionR
             callers.push(tokio::spawn(async move {
                 let body = TaskSubmit {
                     command: "true".into(),
-                    resources: serde_json::json!({"CPU": 1}),
+                    resources: serde_json::json!({"CPU": 1}).into(),
                     ..Default::default()
                 };
                 while next.fetch_add(1, Ordering::Relaxed) < tasks {

@@ -150,10 +150,10 @@ mod tests {
         assert_eq!(body.labels, fixtures::map(&[("app", "web")]));
         assert_eq!(body.max_restarts, -1);
         assert_eq!(body.name.as_deref(), Some("web"));
-        assert_eq!(body.resources, json!({}));
+        assert_eq!(body.resources, json!({}).into());
         assert_eq!(
             body.scheduling_strategy,
-            Some(json!({"type": "PLACEMENT_GROUP", "group": "pg-7", "bundle": 0}))
+            Some(json!({"type": "PLACEMENT_GROUP", "group": "pg-7", "bundle": 0}).into())
         );
         // The wire form leaves out what was not given.
         let wire = serde_json::to_value(&body).unwrap();

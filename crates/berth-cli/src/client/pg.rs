@@ -235,14 +235,14 @@ mod tests {
         ])
         .unwrap();
         let body = body(&args).unwrap();
-        assert_eq!(body.bundles, json!([{"GPU": 1}, {"GPU": 1}]));
+        assert_eq!(body.bundles, json!([{"GPU": 1}, {"GPU": 1}]).into());
         assert_eq!(body.strategy.as_deref(), Some("STRICT_SPREAD"));
-        assert_eq!(body.tolerations, Some(json!({"gpu_node": "exists()"})));
+        assert_eq!(body.tolerations, Some(json!({"gpu_node": "exists()"}).into()));
         assert_eq!(
             body.fallback_strategy,
-            Some(json!([{"bundles": [{"GPU": "1"}, {"GPU": "1"}, {"GPU": "1"}]}]))
+            Some(json!([{"bundles": [{"GPU": "1"}, {"GPU": "1"}, {"GPU": "1"}]}]).into())
         );
-        assert_eq!(body.bundle_label_selector, Some(json!([{"zone": "a"}, {"zone": "b"}])));
+        assert_eq!(body.bundle_label_selector, Some(json!([{"zone": "a"}, {"zone": "b"}]).into()));
     }
 
     #[test]

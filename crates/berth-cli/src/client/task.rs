@@ -117,7 +117,7 @@ mod tests {
             parse(&["--command", "train", "--resources", "GPU=1", "--max-retries", "0"]).unwrap();
         let body = body(&args).unwrap();
         assert_eq!(body.max_retries, 0);
-        assert_eq!(body.resources, json!({"GPU": "1"}));
+        assert_eq!(body.resources, json!({"GPU": "1"}).into());
         let body = super::body(&parse(&["--command", "x"]).unwrap()).unwrap();
         assert_eq!(body.max_retries, berth_api::rest::DEFAULT_TASK_RETRIES);
         assert!(parse(&["--command", "x", "--max-retries", "-1"]).is_err());
@@ -137,7 +137,7 @@ mod tests {
             ("train", &["b".to_string()][..])
         );
         assert_eq!(body.max_retries, 1);
-        assert_eq!(body.resources, json!({"GPU": 1}));
+        assert_eq!(body.resources, json!({"GPU": 1}).into());
     }
 
     #[test]

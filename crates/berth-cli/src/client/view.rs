@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use berth_api::rest::{
-    Actor, Bundle, Diagnosis, Event, Group, Node, ResourceUse, StringMap, Taint, Task,
+    Actor, Bundle, Diagnosis, Event, Group, Node, RawJson, ResourceUse, StringMap, Taint, Task,
 };
 use comfy_table::{presets, CellAlignment, ContentArrangement, Table};
 use serde::Serialize;
@@ -135,8 +135,8 @@ pub fn use_text(resources: &BTreeMap<String, ResourceUse>) -> String {
 }
 
 /// A resource map as given in a body (`{"CPU": 1, "GPU": "0.5"}`): `CPU 1, GPU 0.5`.
-pub fn spec_resources(resources: &Value) -> String {
-    match resources {
+pub fn spec_resources(resources: &RawJson) -> String {
+    match &resources.to_value() {
         Value::Object(map) if map.is_empty() => "nothing".into(),
         Value::Object(map) => map
             .iter()
@@ -439,16 +439,21 @@ pub fn groups_table(groups: &[Group]) -> String {
 /// Adds the placement keys of a create body that were given.
 fn placement_fields(
     fields: &mut Fields,
-    strategy: Option<&Value>,
-    selector: Option<&Value>,
-    fallback: Option<&Value>,
-    tolerations: Option<&Value>,
+    strategy: Option<&RawJson>,
+    selector: Option<&RawJson>,
+    fallback: Option<&RawJson>,
+    tolerations: Option<&RawJson>,
 ) {
     fields
-        .add("strategy", strategy.map(plain).unwrap_or_default())
-        .add("label selector", selector.map(plain).unwrap_or_default())
-        .add("fallback", fallback.map(plain).unwrap_or_default())
-        .add("tolerations", tolerations.map(plain).unwrap_or_default());
+        .add("strategy", given(strategy))
+        .add("label selector", given(selector))
+        .add("fallback", given(fallback))
+        .add("tolerations", given(tolerations));
+}
+
+/// An optional placement field of a spec, as [`plain`] text; empty when not given.
+fn given(value: Option<&RawJson>) -> String {
+    value.map(|v| plain(&v.to_value())).unwrap_or_default()
 }
 
 /// The diagnosis (when waiting) and history sections.
@@ -590,9 +595,9 @@ pub fn group_detail(group: &Group) -> String {
         .add("strategy", group.strategy.as_str())
         .add("alternative", alternative)
         .add("created", time(group.created_at_ms))
-        .add("bundle selectors", spec.bundle_label_selector.as_ref().map(plain).unwrap_or_default())
-        .add("tolerations", spec.tolerations.as_ref().map(plain).unwrap_or_default())
-        .add("fallback", spec.fallback_strategy.as_ref().map(plain).unwrap_or_default());
+        .add("bundle selectors", given(spec.bundle_label_selector.as_ref()))
+        .add("tolerations", given(spec.tolerations.as_ref()))
+        .add("fallback", given(spec.fallback_strategy.as_ref()));
     let mut out = fields.render();
     out.push_str("\nbundles:\n");
     let rows: Vec<Vec<String>> = group
@@ -725,8 +730,8 @@ pub mod fixtures {
                 args: vec!["serve.py".into(), "--title".into(), "hello world".into()],
                 labels: map(&[("app", "web")]),
                 max_restarts: -1,
-                resources: json!({"CPU": 1, "GPU": "0.5"}),
-                tolerations: Some(json!({"gpu_node": "exists()"})),
+                resources: json!({"CPU": 1, "GPU": "0.5"}).into(),
+                tolerations: Some(json!({"gpu_node": "exists()"}).into()),
                 ..ActorCreate::default()
             },
         }
@@ -749,7 +754,7 @@ pub mod fixtures {
             created_at_ms: 1_700_000_000_000,
             spec: TaskSubmit {
                 command: "train".into(),
-                resources: json!({"GPU": "1"}),
+                resources: json!({"GPU": "1"}).into(),
                 max_retries: 3,
                 ..TaskSubmit::default()
             },
@@ -772,7 +777,7 @@ pub mod fixtures {
             history: vec![],
             created_at_ms: 1_700_000_000_000,
             spec: GroupCreate {
-                bundles: json!([{"GPU": 1}, {"GPU": 1}]),
+                bundles: json!([{"GPU": 1}, {"GPU": 1}]).into(),
                 ..GroupCreate::default()
             },
         }

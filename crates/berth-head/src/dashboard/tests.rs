@@ -102,7 +102,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
             labels: map(labels),
             command: "sleep".into(),
             args: vec!["600".into()],
-            resources: json!({"CPU": 1}),
+            resources: json!({"CPU": 1}).into(),
             ..Default::default()
         },
     }
@@ -125,7 +125,7 @@ fn task(seq: u64, state: TaskState) -> Task {
         created_at_ms: 1,
         spec: TaskSubmit {
             command: "true".into(),
-            resources: json!({"CPU": 2}),
+            resources: json!({"CPU": 2}).into(),
             max_retries: 3,
             ..Default::default()
         },
@@ -148,7 +148,7 @@ fn group(seq: u64, state: GroupState) -> Group {
         diagnosis: None,
         history: vec![],
         created_at_ms: 1,
-        spec: GroupCreate { bundles: json!([{"GPU": 1}]), ..Default::default() },
+        spec: GroupCreate { bundles: json!([{"GPU": 1}]).into(), ..Default::default() },
     }
 }
 
@@ -170,8 +170,8 @@ fn sample_view() -> View {
     }
     view.actors.insert(1, Arc::new(actor(1, ActorState::Alive, Some("node-1"), &[("app", "web")])));
     let mut pending = actor(2, ActorState::Pending, None, &[("app", "train")]);
-    pending.spec.resources = json!({"GPU": 16});
-    pending.spec.tolerations = Some(json!({"dedicated": "ml"}));
+    pending.spec.resources = json!({"GPU": 16}).into();
+    pending.spec.tolerations = Some(json!({"dedicated": "ml"}).into());
     pending.diagnosis = Some(gpu_diagnosis());
     view.actors.insert(2, Arc::new(pending));
     view.waiting.insert(

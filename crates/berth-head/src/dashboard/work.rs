@@ -6,8 +6,7 @@ use askama::Template;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
-use berth_api::rest::{Actor, Diagnosis, Event, Group, ListQuery, Task};
-use serde_json::Value;
+use berth_api::rest::{Actor, Diagnosis, Event, Group, ListQuery, RawJson, Task};
 
 use super::format::{self, NONE};
 use super::{path_param, render, Ui, UiError};
@@ -391,13 +390,14 @@ fn or_none(text: Option<&str>) -> String {
 
 /// The placement keys every kind shares.
 fn placement(
-    strategy: Option<&Value>,
-    selector: Option<&Value>,
-    fallback: Option<&Value>,
-    tolerations: Option<&Value>,
+    strategy: Option<&RawJson>,
+    selector: Option<&RawJson>,
+    fallback: Option<&RawJson>,
+    tolerations: Option<&RawJson>,
 ) -> Vec<(&'static str, String)> {
+    let strategy = strategy.map(|s| format::plain(&s.to_value()));
     vec![
-        ("Strategy", strategy.map(format::plain).unwrap_or_else(|| "DEFAULT".into())),
+        ("Strategy", strategy.unwrap_or_else(|| "DEFAULT".into())),
         ("Label selector", format::optional(selector)),
         ("Fallback", format::optional(fallback)),
         ("Tolerations", format::optional(tolerations)),

@@ -48,7 +48,7 @@ pub(crate) async fn create_actor(
 )]
 pub(crate) async fn create_actors(
     State(api): State<Api>,
-    JsonBody(body): JsonBody<Batch<serde_json::Value>>,
+    JsonBody(body): JsonBody<Batch<Box<serde_json::value::RawValue>>>,
 ) -> Result<Json<BatchAnswer<Actor>>, Failure> {
     let items = super::batch::items::<ActorCreate>(body)?;
     let handle = api.handle.clone();

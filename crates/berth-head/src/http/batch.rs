@@ -6,13 +6,15 @@
 use axum::http::StatusCode;
 use berth_api::rest::{Batch, BatchAnswer, BatchItem, MAX_BATCH_ITEMS};
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 
-use super::extract::{parse_value, Failure};
+use super::extract::{parse_item, Failure};
 use crate::error::HeadError;
 
-/// Each item of `batch` read as `T` (an item that is not one is that item's error).
+/// Each item of `batch` read as `T` (an item that is not one is that item's error). Items
+/// arrive as their JSON text: each is parsed once, as `T`, never as a tree first.
 pub(crate) fn items<T: DeserializeOwned>(
-    batch: Batch<serde_json::Value>,
+    batch: Batch<Box<RawValue>>,
 ) -> Result<Vec<Result<T, Failure>>, Failure> {
     if batch.items.is_empty() || batch.items.len() > MAX_BATCH_ITEMS {
         return Err(Failure::invalid(
@@ -20,7 +22,7 @@ pub(crate) fn items<T: DeserializeOwned>(
             format!("{} items; a batch has 1 to {MAX_BATCH_ITEMS}", batch.items.len()),
         ));
     }
-    Ok(batch.items.into_iter().map(parse_value).collect())
+    Ok(batch.items.iter().map(|item| parse_item(item)).collect())
 }
 
 /// Runs `apply` on the items that parsed and answers every item in order.

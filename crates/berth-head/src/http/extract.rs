@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use berth_api::rest::{ApiError, ErrorKind};
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 
 use crate::error::HeadError;
 use crate::view::QueryError;
@@ -150,24 +151,25 @@ async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Fa
     Ok(bytes)
 }
 
-/// Reads one JSON value (a batch's item) as `T`, naming the field at fault.
-pub(crate) fn parse_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, Failure> {
-    serde_path_to_error::deserialize(value).map_err(|err| {
-        let inner = err.inner().to_string();
-        let field = serde_field(err.path(), &inner);
-        Failure::invalid(field, format!("not valid: {inner}"))
-    })
+/// Reads one batch item (kept as its JSON text) as `T`, naming the field at fault.
+pub(crate) fn parse_item<T: DeserializeOwned>(item: &RawValue) -> Result<T, Failure> {
+    parse_text(item.get().as_bytes(), "not valid")
 }
 
 /// Parses `bytes` as one JSON value of type `T`, naming the field at fault.
 pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Failure> {
+    parse_text(bytes, "the body is not valid")
+}
+
+/// Parses `bytes` as one `T`; an error is `{what}: {serde's message}` at the field at fault.
+fn parse_text<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, Failure> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let inner = err.inner().to_string();
         let field = serde_field(err.path(), &inner);
-        Failure::invalid(field, format!("the body is not valid: {inner}"))
+        Failure::invalid(field, format!("{what}: {inner}"))
     })?;
-    de.end().map_err(|err| Failure::invalid(None, format!("the body is not valid: {err}")))?;
+    de.end().map_err(|err| Failure::invalid(None, format!("{what}: {err}")))?;
     Ok(value)
 }
 

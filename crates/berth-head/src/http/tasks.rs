@@ -45,7 +45,7 @@ pub(crate) async fn submit_task(
 )]
 pub(crate) async fn submit_tasks(
     State(api): State<Api>,
-    JsonBody(body): JsonBody<Batch<serde_json::Value>>,
+    JsonBody(body): JsonBody<Batch<Box<serde_json::value::RawValue>>>,
 ) -> Result<Json<BatchAnswer<Task>>, Failure> {
     let items = super::batch::items::<TaskSubmit>(body)?;
     let handle = api.handle.clone();

@@ -58,7 +58,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
         spec: ActorCreate {
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             command: "sleep".into(),
-            resources: json!({"CPU": 1}),
+            resources: json!({"CPU": 1}).into(),
             ..Default::default()
         },
     }

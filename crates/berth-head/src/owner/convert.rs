@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use berth_api::rest::{self, ReasonCount, ResourceUse, StringMap, Taint};
+use berth_api::rest::{self, RawJson, ReasonCount, ResourceUse, StringMap, Taint};
 use berth_core::cluster::NamedInstances;
 use berth_core::pipeline::group::GroupDiagnosis;
 use berth_core::{Allocation, Cluster, Diagnosis, NodeIndex, ReasonKind, ResourceSet};
@@ -63,8 +63,8 @@ pub(crate) fn named_instances(
 }
 
 /// A selector or tolerations map of a body (key to expression text).
-pub(crate) fn string_map(value: Option<&Value>) -> StringMap {
-    let Some(Value::Object(map)) = value else { return StringMap::new() };
+pub(crate) fn string_map(value: Option<&RawJson>) -> StringMap {
+    let Some(Value::Object(map)) = value.map(RawJson::to_value) else { return StringMap::new() };
     map.iter()
         .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
         .collect()

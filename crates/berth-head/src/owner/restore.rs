@@ -241,7 +241,7 @@ impl Owner {
             if let Some(name) = &entry.api.name {
                 self.names.insert((entry.api.namespace.clone(), name.clone()), seq);
             }
-            self.actors.insert(seq, entry);
+            self.actors.insert(seq, Box::new(entry));
             out.actors += 1;
             let key = WorkKey::Actor(seq);
             match (state, record.placement) {
@@ -278,7 +278,7 @@ impl Owner {
                 last_diagnosis: None,
             };
             self.view.tasks.insert(seq, entry.api.clone());
-            self.tasks.insert(seq, entry);
+            self.tasks.insert(seq, Box::new(entry));
             out.tasks += 1;
             let key = WorkKey::Task(seq);
             match (state, record.placement) {

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use berth_api::rest::{
-    Actor, ActorCreate, ActorState, Endpoint, Event, StringMap, Task, TaskState, TaskSubmit,
+    Actor, ActorCreate, ActorState, Endpoint, Event, RawJson, StringMap, Task, TaskState,
+    TaskSubmit,
 };
 use berth_api::spec::{LoadedRequest, ParsedRequest};
 use berth_core::actors::ActorAffinity;
 use berth_core::{Allocation, Decision, Request, Scheduler, Strategy, Trigger};
-use serde_json::Value;
 
 use super::convert;
 use super::Owner;
@@ -105,7 +105,7 @@ pub(crate) trait WorkObject {
     /// The command may be forked from a warm copy (see `fork_server` in the REST bodies).
     fn fork_server(&self) -> bool;
     fn namespace(&self) -> &str;
-    fn selectors(&self) -> (Option<&Value>, Option<&Value>);
+    fn selectors(&self) -> (Option<&RawJson>, Option<&RawJson>);
     fn history(&mut self) -> &mut Vec<Event>;
     fn node_id(&self) -> Option<&str>;
     fn set_placed(&mut self, node: Option<String>, instances: BTreeMap<String, Vec<u32>>);
@@ -128,7 +128,7 @@ impl WorkObject for Actor {
     fn namespace(&self) -> &str {
         &self.namespace
     }
-    fn selectors(&self) -> (Option<&Value>, Option<&Value>) {
+    fn selectors(&self) -> (Option<&RawJson>, Option<&RawJson>) {
         (self.spec.label_selector.as_ref(), self.spec.tolerations.as_ref())
     }
     fn history(&mut self) -> &mut Vec<Event> {
@@ -164,7 +164,7 @@ impl WorkObject for Task {
     fn namespace(&self) -> &str {
         &self.namespace
     }
-    fn selectors(&self) -> (Option<&Value>, Option<&Value>) {
+    fn selectors(&self) -> (Option<&RawJson>, Option<&RawJson>) {
         (self.spec.label_selector.as_ref(), self.spec.tolerations.as_ref())
     }
     fn history(&mut self) -> &mut Vec<Event> {
@@ -301,7 +301,7 @@ impl Owner {
         if let Some(name) = &api.name {
             self.names.insert((api.namespace.clone(), name.clone()), seq);
         }
-        self.actors.insert(seq, Work::new(api, request));
+        self.actors.insert(seq, Box::new(Work::new(api, request)));
         self.submit(WorkKey::Actor(seq));
         Ok((*self.actors[&seq].api).clone())
     }
@@ -330,7 +330,7 @@ impl Owner {
             spec: body,
         };
         push_event(&mut api.history, "created", None, String::new());
-        self.tasks.insert(seq, Work::new(api, request));
+        self.tasks.insert(seq, Box::new(Work::new(api, request)));
         self.submit(WorkKey::Task(seq));
         Ok((*self.tasks[&seq].api).clone())
     }
