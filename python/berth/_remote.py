@@ -172,9 +172,6 @@ class ActorClass:
         except BaseException:
             runtime.owner.forget(call)
             raise
-        runtime.owner.bind(call, actor["actor_id"], actor["work_key"])
-        if self._options.get("lifetime") != "detached":
-            runtime.owns_actor(actor["actor_id"])
         handle = ActorHandle(actor["actor_id"], actor["work_key"], name, _method_names(self._cls),
                              actor.get("namespace", runtime.namespace), actor.get("name"))
         connection = handle._connection()
@@ -183,7 +180,13 @@ class ActorClass:
             connection.fail(ActorDiedError(actor["actor_id"], f"its constructor raised: {error}", cause=error))
             runtime.submitter.submit(_kill_quietly, runtime, actor["actor_id"])
 
+        # Set before binding: binding lets the worker fetch its spec, and a constructor that
+        # raises at once reports before this function returns. Bound first, the report found no
+        # hook and the caller saw only "exited with code 1".
         call.on_failed = constructor_failed
+        runtime.owner.bind(call, actor["actor_id"], actor["work_key"])
+        if self._options.get("lifetime") != "detached":
+            runtime.owns_actor(actor["actor_id"])
         return handle
 
 

@@ -65,13 +65,15 @@ public final class ActorCreator<A> extends WorkOptions<ActorCreator<A>> {
     var actor = session.client.call("POST", "/api/v1/actors", body);
     String id = actor.get("actor_id").asText();
     String key = actor.get("work_key").asText();
-    session.owner.bind(call, id, key);
-    session.owned.add(id);
     var connection = new ActorConnection(session, id, key);
+    // Set before binding: binding lets the worker fetch its spec, and a constructor that throws
+    // at once reports before this method returns; bound first, the report could find no hook.
     call.onFailed = error -> {
       connection.fail(new BerthException.ActorDiedException("actor " + id + " is dead: its constructor threw " + error));
       new Thread(() -> session.killQuietly(id)).start();
     };
+    session.owner.bind(call, id, key);
+    session.owned.add(id);
     return new ActorHandle<>(id, connection);
   }
 }
