@@ -238,22 +238,17 @@ impl ShapeTable {
     /// GPUs of those of the types it accepts (a shape none of whose types is there is left
     /// out). See [`Fragmentation`] for why.
     pub fn weighed_by_supply(&self, cluster: &Cluster) -> ShapeTable {
-        let mut supply = vec![0u64; self.models.len()];
-        let mut total = 0u64;
-        if let Some(gpu_nodes) = cluster.nodes_having(ResourceId::GPU) {
-            for index in gpu_nodes.intersection(cluster.alive()).iter() {
-                let Some(node) = cluster.node(index) else { continue };
-                let gpus = node.total().get(ResourceId::GPU).units().max(0) as u64;
-                total += gpus;
-                if let Some(model) = self.model_of(node) {
-                    supply[model as usize] += gpus;
-                }
-            }
-        }
+        self.weighed(&Supply::of(cluster))
+    }
+
+    /// [`ShapeTable::weighed_by_supply`] with the cluster's supply counted already.
+    fn weighed(&self, supply: &Supply) -> ShapeTable {
+        let by_model: Vec<u64> = self.models.iter().map(|m| supply.of_type(m)).collect();
         self.rescaled(|models| {
-            let usable: u64 = models.iter().map(|&m| supply[m as usize]).sum();
-            (usable > 0)
-                .then(|| (u128::from(total) * u128::from(SCALE_ONE) / u128::from(usable)) as u64)
+            let usable: u64 = models.iter().map(|&m| by_model[m as usize]).sum();
+            (usable > 0).then(|| {
+                (u128::from(supply.total) * u128::from(SCALE_ONE) / u128::from(usable)) as u64
+            })
         })
     }
 
@@ -406,6 +401,38 @@ fn take(free: &mut [i64], asked: i64) -> bool {
     true
 }
 
+/// The GPUs of a cluster's alive nodes, in all and per accelerator type: what
+/// [`ShapeTable::weighed_by_supply`] weighs shapes by. Counted in one pass over the GPU nodes,
+/// so a scorer counts it again only when the cluster's nodes change, not when its shapes do.
+#[derive(Debug, Default)]
+struct Supply {
+    total: u64,
+    /// Accelerator type to GPUs, sorted by type.
+    by_type: Vec<(Box<str>, u64)>,
+}
+
+impl Supply {
+    fn of(cluster: &Cluster) -> Supply {
+        let mut supply = Supply::default();
+        let Some(gpu_nodes) = cluster.nodes_having(ResourceId::GPU) else { return supply };
+        for index in gpu_nodes.intersection(cluster.alive()).iter() {
+            let Some(node) = cluster.node(index) else { continue };
+            let gpus = node.total().get(ResourceId::GPU).units().max(0) as u64;
+            supply.total += gpus;
+            let Some(model) = node.labels().get(ACCELERATOR_TYPE) else { continue };
+            match supply.by_type.binary_search_by(|(t, _)| (**t).cmp(model)) {
+                Ok(i) => supply.by_type[i].1 += gpus,
+                Err(i) => supply.by_type.insert(i, (model.into(), gpus)),
+            }
+        }
+        supply
+    }
+
+    fn of_type(&self, model: &str) -> u64 {
+        self.by_type.binary_search_by(|(t, _)| (**t).cmp(model)).map_or(0, |i| self.by_type[i].1)
+    }
+}
+
 /// What the scorer measures the growth of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Measure {
@@ -423,14 +450,27 @@ pub struct Fragmentation {
     source: Source,
     /// What it measures.
     pub measure: Measure,
-    /// The table the scores read: the shapes weighed by the cluster's supply
-    /// ([`ShapeTable::weighed_by_supply`]), with what identifies the cluster and the shapes it
-    /// was computed for. Recomputed once per attempt at most, when those change, so the
-    /// per-node work reads a ready table.
-    ready: RwLock<Option<(Fingerprint, Arc<ShapeTable>)>>,
-    /// Recent scores per node (by index), with the node state and request they were computed
-    /// for: emptied whenever the ready table changes. See [`Memo`].
+    /// The table the scores read. Recomputed once per attempt at most, when the cluster's
+    /// nodes or the shapes change, so the per-node work reads a ready table.
+    ready: RwLock<Option<Ready>>,
+    /// Recent scores per node (by index), with the node state, request and table they were
+    /// computed for. See [`Memo`].
     memo: Mutex<Vec<Option<Memo>>>,
+}
+
+/// The shapes weighed by the cluster's supply ([`ShapeTable::weighed_by_supply`]), with what
+/// they were computed from.
+#[derive(Debug)]
+struct Ready {
+    fingerprint: Fingerprint,
+    table: Arc<ShapeTable>,
+    /// The supply counted for `fingerprint`'s cluster part: learned shapes change every few
+    /// hundred requests, and counting the supply again then was a pass over every GPU node
+    /// (at 100,000 nodes, milliseconds: the decision's p99).
+    supply: Arc<Supply>,
+    /// Tells memo entries of earlier tables from this one's; bumped with every new table, so
+    /// that a new table costs no pass over the memo.
+    stamp: u64,
 }
 
 /// Where a [`Fragmentation`] scorer's shapes come from.
@@ -497,17 +537,25 @@ impl Fragmentation {
             cluster.nodes_having(ResourceId::GPU).map_or(0, |s| s.len()),
             generation,
         );
-        if let Ok(ready) = self.ready.read() {
-            if ready.as_ref().is_some_and(|(f, _)| *f == fingerprint) {
-                return;
+        let same_nodes =
+            |f: &Fingerprint| f.0 == fingerprint.0 && f.1 == fingerprint.1 && f.2 == fingerprint.2;
+        let (supply, stamp) = match self.ready.read().as_deref() {
+            Ok(Some(ready)) if ready.fingerprint == fingerprint => return,
+            Ok(Some(ready)) if same_nodes(&ready.fingerprint) => {
+                (ready.supply.clone(), ready.stamp + 1)
             }
-        }
-        let table = shapes.weighed_by_supply(cluster);
+            Ok(Some(ready)) => (Arc::new(Supply::of(cluster)), ready.stamp + 1),
+            _ => (Arc::new(Supply::of(cluster)), 0),
+        };
+        let table = Arc::new(shapes.weighed(&supply));
         if let Ok(mut ready) = self.ready.write() {
-            *ready = Some((fingerprint, Arc::new(table)));
+            *ready = Some(Ready { fingerprint, table, supply, stamp });
         }
         if let Ok(mut memo) = self.memo.lock() {
-            memo.clear();
+            // Sized once here, not grown node by node while scoring.
+            if memo.len() < cluster.index_bound() {
+                memo.resize_with(cluster.index_bound(), || None);
+            }
         }
     }
 }
@@ -522,12 +570,13 @@ impl Scorer for Fragmentation {
 
     fn applies(&self, cx: &DecisionContext<'_>) -> bool {
         self.prepare(cx);
-        self.ready.read().is_ok_and(|ready| ready.as_ref().is_some_and(|(_, t)| !t.is_empty()))
+        self.ready.read().is_ok_and(|ready| ready.as_ref().is_some_and(|r| !r.table.is_empty()))
     }
 
     fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
         let ready = self.ready.read();
-        let Some((_, table)) = ready.as_ref().ok().and_then(|ready| ready.as_ref()) else {
+        let Some(Ready { table, stamp, .. }) = ready.as_ref().ok().and_then(|ready| ready.as_ref())
+        else {
             return Score::MIN;
         };
         let asked = cx.request.resources();
@@ -551,7 +600,7 @@ impl Scorer for Fragmentation {
             memo.resize_with(slot + 1, || None);
         }
         let entry = match &mut memo[slot] {
-            Some(entry) if entry.state == state => entry,
+            Some(entry) if entry.stamp == *stamp && entry.state == state => entry,
             other => {
                 let before = table.measure(
                     self.measure,
@@ -559,7 +608,13 @@ impl Scorer for Fragmentation {
                     state.model,
                     &SortedFree::new(state.free.clone()),
                 );
-                other.insert(Memo { state, before, scores: SmallVec::new(), next: 0 })
+                other.insert(Memo {
+                    stamp: *stamp,
+                    state,
+                    before,
+                    scores: SmallVec::new(),
+                    next: 0,
+                })
             }
         };
         if let Some(&(_, score)) = entry.scores.iter().find(|(r, _)| *r == request) {
@@ -615,6 +670,8 @@ struct NodeState {
 /// with one evaluation of the measure per node and decision at most, instead of two.
 #[derive(Debug)]
 struct Memo {
+    /// The [`Ready::stamp`] of the table it was computed with.
+    stamp: u64,
     state: NodeState,
     before: u128,
     scores: SmallVec<[((i64, i64), Score); MEMO_PER_NODE]>,

@@ -13,6 +13,7 @@ use crate::pipeline::stage::Prepared;
 use crate::pipeline::{Decision, Scheduler, SchedulerConfig};
 use crate::request::Strategy;
 use crate::resource::ResourceRegistry;
+use crate::selector::LabelSelector;
 use crate::testutil::{index, request, resources};
 
 fn q(text: &str) -> Quantity {
@@ -197,6 +198,59 @@ fn shapes_weigh_by_the_share_of_the_cluster_they_can_use() {
     let weighed = table.weighed_by_supply(&c);
     assert_eq!(weighed.total_weight(), (4 + 1 + 1) * SCALE_ONE);
     assert_eq!(weighed.groups.len(), 2);
+}
+
+/// A learning scorer keeps its memo and the cluster's supply across decisions; neither may
+/// change a score. Every score it gives, through shape rebuilds, reservations and a node that
+/// joins, equals that of a fresh scorer given the same learned shapes.
+#[test]
+fn the_memo_and_the_kept_supply_score_as_a_fresh_scorer() {
+    let mut c = typed_cluster(&[
+        ("t4", "CPU=16,GPU=4", "T4"),
+        ("v100", "CPU=32,GPU=8", "V100"),
+        ("g2", "CPU=8,GPU=2", "G2"),
+    ]);
+    let learning = Fragmentation::learning(Measure::Fragment);
+    // (resources, accelerator types accepted): the constrained shapes weigh by supply.
+    let asks = [
+        ("CPU=2,GPU=0.5", ""),
+        ("CPU=4,GPU=1", "in(T4)"),
+        ("CPU=1", ""),
+        ("CPU=8,GPU=2", "in(V100,G2)"),
+        ("CPU=2,GPU=0.25", ""),
+    ];
+    for step in 0..300usize {
+        if step == 150 {
+            let total = resources(c.registry_mut(), "CPU=16,GPU=4");
+            let mut node = NodeSpec::new(NodeId::new("late").unwrap(), total);
+            node.facts = NodeFacts { accelerator_type: Some("T4".into()), ..NodeFacts::default() };
+            c.add_node_with(node).unwrap();
+        }
+        let (ask, types) = asks[step % asks.len()];
+        let mut req = request(&mut c, ask, Strategy::Default);
+        if !types.is_empty() {
+            req = req.with_label_selector(
+                LabelSelector::parse([(crate::labels::ACCELERATOR_TYPE, types)]).unwrap(),
+            );
+        }
+        let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
+        if !learning.applies(&cx) {
+            continue;
+        }
+        let Source::Learned(learner) = &learning.source else { unreachable!() };
+        let shapes = learner.lock().unwrap().table().clone();
+        let fresh = Fragmentation::new(shapes, Measure::Fragment);
+        assert!(fresh.applies(&cx));
+        for index in c.alive().iter() {
+            let node = c.node(index).unwrap();
+            assert_eq!(learning.score(&cx, node), fresh.score(&cx, node), "step {step}");
+        }
+        // Something changes between decisions: a share of a GPU or some CPU goes.
+        let node = ["t4", "v100", "g2"][step % 3];
+        let used = if step % 2 == 0 { "GPU=0.25" } else { "CPU=1" };
+        let set = resources(c.registry_mut(), used);
+        let _ = c.reserve(index(&c, node), &set);
+    }
 }
 
 #[test]
