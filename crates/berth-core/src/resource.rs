@@ -31,6 +31,12 @@ impl ResourceId {
     pub const fn index(self) -> usize {
         self.0 as usize
     }
+
+    /// The ID of dense index `index` (the inverse of [`ResourceId::index`]); `None` past the
+    /// largest ID there can be.
+    pub fn from_index(index: usize) -> Option<ResourceId> {
+        u16::try_from(index).ok().map(ResourceId)
+    }
 }
 
 /// The predefined names, in ID order.

@@ -23,17 +23,36 @@ use super::super::stage::{DecisionContext, Score, Scorer};
 use super::ResourceRules;
 use crate::cluster::Cluster;
 use crate::node::Node;
-use crate::resource::ResourceSet;
+use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
+use std::sync::RwLock;
 
 /// Resolution of each scaled leftover: a millionth.
 const PARTS: i128 = 1_000_000;
 
 /// The BestFit scorer. See the module documentation.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct BestFit {
     resources: ResourceRules<u32>,
     /// `Σ wᵣ` over every listed resource.
     weight_sum: u64,
+    /// Each resource's weight by [`ResourceId`] index, resolved from `resources` by
+    /// [`Scorer::applies`] for the registry of the decision's cluster, instead of by name
+    /// per node and resource.
+    by_id: RwLock<Resolved>,
+}
+
+/// Weights by resource ID, and the registry's names they were resolved for (a scorer may serve
+/// clusters whose registries differ: their custom resources can have other IDs).
+#[derive(Debug, Default)]
+struct Resolved {
+    names: Vec<Box<str>>,
+    weights: Vec<Option<u32>>,
+}
+
+impl Clone for BestFit {
+    fn clone(&self) -> BestFit {
+        BestFit::new(self.resources.clone())
+    }
 }
 
 /// The resources best fit counts when a profile names none: CPU and GPU, weight 1 each.
@@ -45,7 +64,32 @@ impl BestFit {
     /// A scorer of the listed resources and their weights (exact names).
     pub fn new(resources: ResourceRules<u32>) -> BestFit {
         let weight_sum = resources.iter().map(|(_, w)| u64::from(*w)).sum();
-        BestFit { resources, weight_sum }
+        BestFit { resources, weight_sum, by_id: RwLock::default() }
+    }
+
+    /// The weight of `resource`: by ID as [`Scorer::applies`] resolved it, else by name.
+    fn weight(
+        &self,
+        by_id: &[Option<u32>],
+        registry: &ResourceRegistry,
+        resource: ResourceId,
+    ) -> Option<u32> {
+        match by_id.get(resource.index()) {
+            Some(weight) => *weight,
+            None => self.resources.get(registry.name(resource)).copied(),
+        }
+    }
+}
+
+/// `a * b / c` for non-negative `a` and `b` and positive `c`, exactly: in 64 bits when the
+/// product fits (a 128-bit division was a fifth of a score), else in 128.
+fn mul_div(a: i128, b: i128, c: i128) -> i128 {
+    match (i64::try_from(a), i64::try_from(b), i64::try_from(c)) {
+        (Ok(a), Ok(b), Ok(c)) => match a.checked_mul(b) {
+            Some(product) => i128::from(product / c),
+            None => a as i128 * b as i128 / c as i128,
+        },
+        _ => a * b / c,
     }
 }
 
@@ -54,26 +98,45 @@ impl Scorer for BestFit {
         "best_fit"
     }
 
+    fn applies(&self, cx: &DecisionContext<'_>) -> bool {
+        let registry = cx.cluster.registry();
+        let names = || (0..registry.len()).filter_map(ResourceId::from_index);
+        let current = self.by_id.read().is_ok_and(|r| {
+            r.names.len() == registry.len()
+                && names().zip(&r.names).all(|(id, name)| registry.name(id) == &**name)
+        });
+        if !current {
+            if let Ok(mut resolved) = self.by_id.write() {
+                resolved.names = names().map(|id| registry.name(id).into()).collect();
+                resolved.weights =
+                    names().map(|id| self.resources.get(registry.name(id)).copied()).collect();
+            }
+        }
+        true
+    }
+
     fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
         if self.weight_sum == 0 {
             return Score::MAX;
         }
         let registry = cx.cluster.registry();
+        let resolved = self.by_id.read();
+        let by_id = resolved.as_deref().map_or(&[][..], |r| r.weights.as_slice());
         let largest = cx.prepared.largest_total.as_ref();
         let mut weighted: i128 = 0;
         for (resource, total) in node.total().iter() {
-            let Some(&weight) = self.resources.get(registry.name(resource)) else {
+            let Some(weight) = self.weight(by_id, registry, resource) else {
                 continue;
             };
             let free = i128::from(node.available().get(resource).units());
             let asked = i128::from(cx.request.resources().get(resource).units());
             let scale = largest.map_or(total, |l| l.get(resource).max(total));
             let leftover = (free - asked).max(0);
-            weighted += i128::from(weight) * (leftover * PARTS / i128::from(scale.units()));
+            weighted += i128::from(weight) * mul_div(leftover, PARTS, i128::from(scale.units()));
         }
         let whole = i128::from(self.weight_sum) * PARTS;
         let kept = (whole - weighted).max(0);
-        Score::new((kept * 100 / whole) as u32)
+        Score::new(mul_div(kept, 100, whole) as u32)
     }
 }
 
@@ -185,6 +248,38 @@ mod tests {
             // c fills up (2 GPUs left), then the third goes to one of the empty nodes.
             assert_eq!(placed[..2], ["c", "c"], "seed {seed}");
             assert_ne!(placed[2], "c", "seed {seed}");
+        }
+    }
+
+    /// Weights resolved by ID for one cluster's registry are resolved again for another whose
+    /// custom resources have other IDs: every score equals that of a fresh scorer resolving by
+    /// name.
+    #[test]
+    fn weights_by_id_follow_the_registry_of_the_decision() {
+        let rules = ResourceRules::new([("CPU".to_string(), 1), ("TPU".to_string(), 3)]);
+        let scorer = BestFit::new(rules.clone());
+        // TPU is the fifth name in one registry, the sixth in the other.
+        let mut clusters = [
+            cluster(&[("a", "CPU=8,TPU=4"), ("b", "CPU=8,FPGA=2,TPU=2")]),
+            cluster(&[("a", "CPU=8,FPGA=2"), ("b", "CPU=8,TPU=4")]),
+        ];
+        for c in &mut clusters {
+            let req = request(c, "CPU=1", Strategy::Default);
+            let prepared = Prepared::default();
+            let cx = DecisionContext { cluster: c, request: &req, prepared: &prepared };
+            assert!(scorer.applies(&cx));
+            for (_, node) in c.nodes() {
+                let fresh = BestFit::new(rules.clone());
+                assert_eq!(scorer.score(&cx, node), fresh.score(&cx, node));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The 64-bit fast path divides exactly as 128 bits do.
+        #[test]
+        fn mul_div_is_exact(a in 0i128..i128::from(i64::MAX), b in 0i128..=1_000_000, c in 1i128..i128::from(i64::MAX)) {
+            proptest::prop_assert_eq!(mul_div(a, b, c), a * b / c);
         }
     }
 }

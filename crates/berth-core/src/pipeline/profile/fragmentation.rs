@@ -453,9 +453,8 @@ pub struct Fragmentation {
     /// The table the scores read. Recomputed once per attempt at most, when the cluster's
     /// nodes or the shapes change, so the per-node work reads a ready table.
     ready: RwLock<Option<Ready>>,
-    /// Recent scores per node (by index), with the node state, request and table they were
-    /// computed for. See [`Memo`].
-    memo: Mutex<Vec<Option<Memo>>>,
+    /// Recent scores per node, and scores shared by nodes in the same state. See [`Memos`].
+    memo: Mutex<Memos>,
 }
 
 /// The shapes weighed by the cluster's supply ([`ShapeTable::weighed_by_supply`]), with what
@@ -553,8 +552,8 @@ impl Fragmentation {
         }
         if let Ok(mut memo) = self.memo.lock() {
             // Sized once here, not grown node by node while scoring.
-            if memo.len() < cluster.index_bound() {
-                memo.resize_with(cluster.index_bound(), || None);
+            if memo.nodes.len() < cluster.index_bound() {
+                memo.nodes.resize_with(cluster.index_bound(), || None);
             }
         }
     }
@@ -596,10 +595,25 @@ impl Scorer for Fragmentation {
             );
             return self.compute(table, &state, before, request);
         };
-        if memo.len() <= slot {
-            memo.resize_with(slot + 1, || None);
+        let Memos { nodes, shared, shared_stamp } = &mut *memo;
+        if nodes.len() <= slot {
+            nodes.resize_with(slot + 1, || None);
         }
-        let entry = match &mut memo[slot] {
+        let known = nodes[slot].as_ref().filter(|e| e.stamp == *stamp && e.state == state);
+        if let Some(&(_, score)) = known.and_then(|e| e.scores.iter().find(|(r, _)| *r == request))
+        {
+            return score;
+        }
+        if *shared_stamp != *stamp || shared.len() >= SHARED_MAX {
+            shared.clear();
+            *shared_stamp = *stamp;
+        }
+        let key = (state, request);
+        if let Some(&score) = shared.get(&key) {
+            return score;
+        }
+        let (state, request) = key;
+        let entry = match &mut nodes[slot] {
             Some(entry) if entry.stamp == *stamp && entry.state == state => entry,
             other => {
                 let before = table.measure(
@@ -617,11 +631,9 @@ impl Scorer for Fragmentation {
                 })
             }
         };
-        if let Some(&(_, score)) = entry.scores.iter().find(|(r, _)| *r == request) {
-            return score;
-        }
         let score = self.compute(table, &entry.state, entry.before, request);
         entry.insert(request, score);
+        shared.insert((entry.state.clone(), request), score);
         score
     }
 }
@@ -650,9 +662,8 @@ impl Fragmentation {
     }
 }
 
-/// What a node's measure depends on: its free CPU, type and free GPUs (and the table, whose
-/// change empties the memo).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What a node's measure depends on: its free CPU, type and free GPUs (and the table).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct NodeState {
     cpu_free: i64,
     model: Option<u16>,
@@ -681,6 +692,25 @@ struct Memo {
 
 /// Scores kept per node.
 const MEMO_PER_NODE: usize = 4;
+
+/// The scorers' memos: per node, and shared by nodes in the same state.
+///
+/// Assumptions: a cluster's nodes come in a few types, and many are in the same state at once
+/// (idle ones especially), while requests come in more shapes than a node's memo keeps (the
+/// openb traces ask for dozens of CPU amounts). Rules: besides each node's [`Memo`], scores are
+/// kept by (node state, request) for the current table, at most [`SHARED_MAX`] of them (then
+/// emptied). Behaviour: a score computed for one node serves every node in that state, exactly
+/// (a score is a function of the table, the state and the request alone).
+#[derive(Debug, Default)]
+struct Memos {
+    nodes: Vec<Option<Memo>>,
+    shared: rustc_hash::FxHashMap<(NodeState, (i64, i64)), Score>,
+    /// The [`Ready::stamp`] of the table `shared` holds scores of.
+    shared_stamp: u64,
+}
+
+/// Scores shared by state at most.
+const SHARED_MAX: usize = 65_536;
 
 impl Memo {
     fn insert(&mut self, request: (i64, i64), score: Score) {
