@@ -155,6 +155,29 @@ pub struct Node {
     facts: NodeFacts,
     /// Taints, sorted; few per node.
     taints: SmallVec<[TaintId; 2]>,
+    /// Changes with every change to the node (see [`Version`]).
+    version: Version,
+}
+
+/// Identifies what a node is at one moment: every change to a node gives it a value that no
+/// node of any cluster in this process has had, so a cache keyed by a node's version (a
+/// scorer's memo) knows the node is unchanged without comparing it. A clone keeps the value,
+/// as it is the same. Not part of what the node is: `Debug` does not show it, so a dry run
+/// that reserves and releases shows the cluster unchanged.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Version(u64);
+
+impl Version {
+    fn next() -> Version {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Version(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl fmt::Debug for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("(version)")
+    }
 }
 
 /// What a reservation on one node took of its unit-instance resources.
@@ -179,6 +202,7 @@ impl Node {
             user_labels: Labels::new(),
             facts: NodeFacts::default(),
             taints: SmallVec::new(),
+            version: Version::next(),
         };
         for (resource, amount) in total.iter() {
             node.set_capacity(resource, amount, registry)?;
@@ -192,6 +216,11 @@ impl Node {
     }
 
     /// The node's index in its cluster.
+    /// What the node is now (see [`Version`]).
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
     pub fn index(&self) -> NodeIndex {
         self.index
     }
@@ -222,6 +251,7 @@ impl Node {
         facts: NodeFacts,
         user: Labels,
     ) -> Result<Labels, LabelError> {
+        self.version = Version::next();
         let labels = node_labels(self.id.as_str(), &facts, &user)?;
         self.facts = facts;
         self.user_labels = user;
@@ -230,6 +260,7 @@ impl Node {
 
     /// Adds a taint; false when it was there.
     pub(crate) fn add_taint(&mut self, taint: TaintId) -> bool {
+        self.version = Version::next();
         match self.taints.binary_search(&taint) {
             Ok(_) => false,
             Err(i) => {
@@ -241,6 +272,7 @@ impl Node {
 
     /// Removes a taint; false when it was not there.
     pub(crate) fn remove_taint(&mut self, taint: TaintId) -> bool {
+        self.version = Version::next();
         match self.taints.binary_search(&taint) {
             Ok(i) => {
                 self.taints.remove(i);
@@ -256,6 +288,7 @@ impl Node {
     }
 
     pub(crate) fn set_state(&mut self, state: NodeState) {
+        self.version = Version::next();
         self.state = state;
     }
 
@@ -336,6 +369,7 @@ impl Node {
         request: &ResourceSet,
         registry: &ResourceRegistry,
     ) -> Result<NodeShares, Reason> {
+        self.version = Version::next();
         if let Some(reason) = self.unfit_reason(request, registry) {
             return Err(reason);
         }
@@ -358,6 +392,7 @@ impl Node {
         instances: &[(ResourceId, Vec<InstanceId>)],
         registry: &ResourceRegistry,
     ) -> Result<NodeShares, ExactReserveError> {
+        self.version = Version::next();
         if let Some(shortfall) = self.total_shortfall(request) {
             return Err(ExactReserveError::Unfit(Reason::InsufficientTotal(shortfall)));
         }
@@ -399,6 +434,7 @@ impl Node {
 
     /// Returns what a reservation took; never more than `total` becomes available.
     pub(crate) fn release(&mut self, request: &ResourceSet, shares: &NodeShares) {
+        self.version = Version::next();
         if self.state == NodeState::Dead {
             return;
         }
@@ -429,6 +465,7 @@ impl Node {
         total: Quantity,
         registry: &ResourceRegistry,
     ) -> Result<(), NodeError> {
+        self.version = Version::next();
         if registry.is_unit_instance(resource) {
             if !total.is_whole() || total.whole() > MAX_INSTANCES {
                 return Err(NodeError::BadInstanceTotal {
@@ -463,6 +500,7 @@ impl Node {
 
     /// Removes a resource from the node entirely.
     pub(crate) fn delete_resource(&mut self, resource: ResourceId) {
+        self.version = Version::next();
         self.total.remove(resource);
         self.available.remove(resource);
         // Emptied, not dropped: see `set_capacity`.
@@ -513,6 +551,41 @@ mod tests {
         let total: ResourceSet =
             [(ResourceId::CPU, q(cpu)), (ResourceId::GPU, q(gpu))].into_iter().collect();
         (Node::new(NodeId::new("n1").unwrap(), NodeIndex(0), total, &registry).unwrap(), registry)
+    }
+
+    /// Every change gives the node a version no node has had; a clone keeps it; a node made
+    /// afresh gets its own.
+    #[test]
+    fn every_change_gives_a_new_version() {
+        let (mut n, registry) = node("8", "2");
+        let mut seen = vec![n.version()];
+        let mut changed = |n: &Node| {
+            assert!(!seen.contains(&n.version()), "a version came back");
+            seen.push(n.version());
+        };
+        let ask: ResourceSet =
+            [(ResourceId::CPU, q("1")), (ResourceId::GPU, q("0.5"))].into_iter().collect();
+        let shares = n.reserve(&ask, &registry).unwrap();
+        changed(&n);
+        let clone = n.clone();
+        assert_eq!(clone.version(), n.version());
+        n.release(&ask, &shares);
+        changed(&n);
+        let taint = crate::taints::TaintTable::default().intern("dedicated", "ml").unwrap();
+        n.add_taint(taint);
+        changed(&n);
+        n.remove_taint(taint);
+        changed(&n);
+        n.set_state(NodeState::Draining);
+        changed(&n);
+        n.set_capacity(ResourceId::CPU, q("4"), &registry).unwrap();
+        changed(&n);
+        n.delete_resource(ResourceId::GPU);
+        changed(&n);
+        n.set_labels(NodeFacts::default(), Labels::new()).unwrap();
+        changed(&n);
+        let (again, _) = node("8", "2");
+        changed(&again);
     }
 
     #[test]

@@ -67,14 +67,18 @@
 //! sorted free amounts and one in the group's CPU steps. No allocation for nodes of up to 16
 //! GPUs, no hashing.
 
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, RwLock};
+
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
 
 use smallvec::SmallVec;
 
 use super::super::stage::{DecisionContext, Score, Scorer};
 use crate::cluster::Cluster;
 use crate::labels::ACCELERATOR_TYPE;
-use crate::node::Node;
+use crate::node::{Node, Version};
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::resource::ResourceId;
 
@@ -580,13 +584,14 @@ impl Scorer for Fragmentation {
         };
         let asked = cx.request.resources();
         let request = (asked.get(ResourceId::CPU).units(), asked.get(ResourceId::GPU).units());
-        let state = NodeState {
+        let state_of = |node: &Node| NodeState {
             cpu_free: node.available().get(ResourceId::CPU).units(),
             model: table.model_of(node),
             free: gpu_free(node),
         };
         let slot = node.index().0 as usize;
         let Ok(mut memo) = self.memo.lock() else {
+            let state = state_of(node);
             let before = table.measure(
                 self.measure,
                 state.cpu_free,
@@ -599,41 +604,55 @@ impl Scorer for Fragmentation {
         if nodes.len() <= slot {
             nodes.resize_with(slot + 1, || None);
         }
-        let known = nodes[slot].as_ref().filter(|e| e.stamp == *stamp && e.state == state);
-        if let Some(&(_, score)) = known.and_then(|e| e.scores.iter().find(|(r, _)| *r == request))
-        {
+        // The node's state, measured: from its memo when the node has not changed since (its
+        // version says so without building the state) or is back in the same state.
+        let version = node.version();
+        let known = nodes[slot].as_ref().is_some_and(|e| e.stamp == *stamp && e.version == version);
+        if !known {
+            let state = state_of(node);
+            match &mut nodes[slot] {
+                Some(entry) if entry.stamp == *stamp && entry.state == state => {
+                    entry.version = version;
+                }
+                other => {
+                    let before = table.measure(
+                        self.measure,
+                        state.cpu_free,
+                        state.model,
+                        &SortedFree::new(state.free.clone()),
+                    );
+                    *other = Some(Memo {
+                        stamp: *stamp,
+                        version,
+                        state_hash: FxBuildHasher.hash_one(&state),
+                        state,
+                        before,
+                        scores: SmallVec::new(),
+                        next: 0,
+                    });
+                }
+            }
+        }
+        let entry = nodes[slot].as_mut().expect("filled above");
+        if let Some(&(_, score)) = entry.scores.iter().find(|(r, _)| *r == request) {
             return score;
         }
         if *shared_stamp != *stamp || shared.len() >= SHARED_MAX {
             shared.clear();
             *shared_stamp = *stamp;
         }
-        let key = (state, request);
-        if let Some(&score) = shared.get(&key) {
-            return score;
-        }
-        let (state, request) = key;
-        let entry = match &mut nodes[slot] {
-            Some(entry) if entry.stamp == *stamp && entry.state == state => entry,
-            other => {
-                let before = table.measure(
-                    self.measure,
-                    state.cpu_free,
-                    state.model,
-                    &SortedFree::new(state.free.clone()),
-                );
-                other.insert(Memo {
-                    stamp: *stamp,
-                    state,
-                    before,
-                    scores: SmallVec::new(),
-                    next: 0,
-                })
+        let hash = FxBuildHasher.hash_one((entry.state_hash, request));
+        let found = shared.find(hash, |e| e.request == request && e.state == entry.state);
+        let score = match found {
+            Some(known) => known.score,
+            None => {
+                let score = self.compute(table, &entry.state, entry.before, request);
+                let state = entry.state.clone();
+                shared.insert_unique(hash, SharedScore { hash, state, request, score }, |e| e.hash);
+                score
             }
         };
-        let score = self.compute(table, &entry.state, entry.before, request);
         entry.insert(request, score);
-        shared.insert((entry.state.clone(), request), score);
         score
     }
 }
@@ -683,7 +702,11 @@ struct NodeState {
 struct Memo {
     /// The [`Ready::stamp`] of the table it was computed with.
     stamp: u64,
+    /// The node's version when its state was last seen to be `state`.
+    version: Version,
     state: NodeState,
+    /// `state`'s hash, for the shared scores.
+    state_hash: u64,
     before: u128,
     scores: SmallVec<[((i64, i64), Score); MEMO_PER_NODE]>,
     /// The score replaced next once full.
@@ -704,9 +727,20 @@ const MEMO_PER_NODE: usize = 4;
 #[derive(Debug, Default)]
 struct Memos {
     nodes: Vec<Option<Memo>>,
-    shared: rustc_hash::FxHashMap<(NodeState, (i64, i64)), Score>,
+    /// Looked up by the hash of the node memo's state hash and the request, so that a lookup
+    /// neither copies nor hashes the state.
+    shared: HashTable<SharedScore>,
     /// The [`Ready::stamp`] of the table `shared` holds scores of.
     shared_stamp: u64,
+}
+
+/// A score shared by the nodes in `state`, for `request`.
+#[derive(Debug)]
+struct SharedScore {
+    hash: u64,
+    state: NodeState,
+    request: (i64, i64),
+    score: Score,
 }
 
 /// Scores shared by state at most.
