@@ -615,18 +615,12 @@ impl Scorer for Fragmentation {
                     entry.version = version;
                 }
                 other => {
-                    let before = table.measure(
-                        self.measure,
-                        state.cpu_free,
-                        state.model,
-                        &SortedFree::new(state.free.clone()),
-                    );
                     *other = Some(Memo {
                         stamp: *stamp,
                         version,
                         state_hash: FxBuildHasher.hash_one(&state),
                         state,
-                        before,
+                        before: None,
                         scores: SmallVec::new(),
                         next: 0,
                     });
@@ -646,7 +640,13 @@ impl Scorer for Fragmentation {
         let score = match found {
             Some(known) => known.score,
             None => {
-                let score = self.compute(table, &entry.state, entry.before, request);
+                // Measured only now: a node whose scores are all shared never needs it.
+                let state = &entry.state;
+                let before = *entry.before.get_or_insert_with(|| {
+                    let free = SortedFree::new(state.free.clone());
+                    table.measure(self.measure, state.cpu_free, state.model, &free)
+                });
+                let score = self.compute(table, &entry.state, before, request);
                 let state = entry.state.clone();
                 shared.insert_unique(hash, SharedScore { hash, state, request, score }, |e| e.hash);
                 score
@@ -707,7 +707,8 @@ struct Memo {
     state: NodeState,
     /// `state`'s hash, for the shared scores.
     state_hash: u64,
-    before: u128,
+    /// The measure of `state`, once a score needed it.
+    before: Option<u128>,
     scores: SmallVec<[((i64, i64), Score); MEMO_PER_NODE]>,
     /// The score replaced next once full.
     next: usize,
