@@ -122,15 +122,18 @@ impl Scorer for BestFit {
         let registry = cx.cluster.registry();
         let resolved = self.by_id.read();
         let by_id = resolved.as_deref().map_or(&[][..], |r| r.weights.as_slice());
-        let largest = cx.prepared.largest_total.as_ref();
+        // One forward walk through each set: `total` lists resources in ascending order.
+        let mut largest = cx.prepared.largest_total.as_ref().map(ResourceSet::ascending);
+        let mut available = node.available().ascending();
+        let mut asked_set = cx.request.resources().ascending();
         let mut weighted: i128 = 0;
         for (resource, total) in node.total().iter() {
             let Some(weight) = self.weight(by_id, registry, resource) else {
                 continue;
             };
-            let free = i128::from(node.available().get(resource).units());
-            let asked = i128::from(cx.request.resources().get(resource).units());
-            let scale = largest.map_or(total, |l| l.get(resource).max(total));
+            let free = i128::from(available.get(resource).units());
+            let asked = i128::from(asked_set.get(resource).units());
+            let scale = largest.as_mut().map_or(total, |l| l.get(resource).max(total));
             let leftover = (free - asked).max(0);
             weighted += i128::from(weight) * mul_div(leftover, PARTS, i128::from(scale.units()));
         }
