@@ -62,17 +62,17 @@
 //! because on a type a constrained shape cannot use, every idle GPU is fragment for it already,
 //! and taking one lowers its fragment by exactly what is taken.
 //!
-//! Cost: per node, two evaluations of the measure, each one sort of the node's GPUs (a handful)
-//! and, per group of shapes with the same GPU need and accelerator types, a search in the
-//! sorted free amounts and one in the group's CPU steps. No allocation for nodes of up to 16
-//! GPUs, no hashing.
+//! Cost: a score not computed before is two evaluations of the measure, each one sort of the
+//! node's GPUs (a handful) and, per group of shapes with the same GPU need and accelerator
+//! types, a search in the sorted free amounts and one in the group's CPU steps; no allocation
+//! for nodes of up to 16 GPUs. Scores are kept per node and shared by nodes in the same state
+//! (see `Memos`), so most scores are a version check and a lookup.
 
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, RwLock};
 
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
-
 use smallvec::SmallVec;
 
 use super::super::stage::{DecisionContext, Score, Scorer};
@@ -693,11 +693,12 @@ struct NodeState {
 ///
 /// Assumptions: a decision changes one node, and requests come in a few shapes, so nearly
 /// every node is measured again unchanged, and many are scored again for a request shape they
-/// were scored for before. Rules: per node, the state last seen and its measure; while the
-/// node stays in that state, the scores of the last [`MEMO_PER_NODE`] request shapes (CPU and
-/// GPU asked), the oldest replaced first; a new state starts afresh. Behaviour: exactly the
-/// scores computed without the memo (everything a score depends on is compared, not hashed),
-/// with one evaluation of the measure per node and decision at most, instead of two.
+/// were scored for before. Rules: per node, the state last seen, the node's version then, and
+/// the state's measure once a score needed it; while the node keeps that version (or comes
+/// back to that state), the scores of the last [`MEMO_PER_NODE`] request shapes (CPU and GPU
+/// asked), the oldest replaced first; a new state starts afresh. Behaviour: exactly the scores
+/// computed without the memo (a state is compared, never trusted by its hash), with one
+/// evaluation of the measure per node state at most, instead of two per score.
 #[derive(Debug)]
 struct Memo {
     /// The [`Ready::stamp`] of the table it was computed with.
