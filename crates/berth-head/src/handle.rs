@@ -528,29 +528,37 @@ impl HeadHandle {
 /// An actor's body as a request document (`actor:` carries its ID, namespace and labels).
 pub(crate) fn actor_document(seq: u64, body: &ActorCreate) -> Result<ParsedRequest, HeadError> {
     let mut actor = Document::default();
-    actor.text("id", &Kind::Actor.id(seq));
+    actor.json("id", &Kind::Actor.id(seq));
     if let Some(ns) = &body.namespace {
-        actor.text("namespace", ns);
+        actor.json("namespace", ns);
     }
     actor.json("labels", &body.labels);
     let mut doc = Document::default();
-    doc.raw("resources", Some(&body.resources))
-        .raw("scheduling_strategy", body.scheduling_strategy.as_ref())
-        .raw("label_selector", body.label_selector.as_ref())
-        .raw("fallback_strategy", body.fallback_strategy.as_ref())
-        .raw("tolerations", body.tolerations.as_ref())
-        .nested("actor", actor);
+    doc.request(
+        &body.resources,
+        [
+            &body.scheduling_strategy,
+            &body.label_selector,
+            &body.fallback_strategy,
+            &body.tolerations,
+        ],
+    )
+    .nested("actor", actor);
     doc.parse("POST /api/v1/actors", &[("actor.", "")])
 }
 
 /// A task's body as a request document.
 pub(crate) fn task_document(body: &TaskSubmit) -> Result<ParsedRequest, HeadError> {
     let mut doc = Document::default();
-    doc.raw("resources", Some(&body.resources))
-        .raw("scheduling_strategy", body.scheduling_strategy.as_ref())
-        .raw("label_selector", body.label_selector.as_ref())
-        .raw("fallback_strategy", body.fallback_strategy.as_ref())
-        .raw("tolerations", body.tolerations.as_ref());
+    doc.request(
+        &body.resources,
+        [
+            &body.scheduling_strategy,
+            &body.label_selector,
+            &body.fallback_strategy,
+            &body.tolerations,
+        ],
+    );
     doc.parse("POST /api/v1/tasks", &[])
 }
 
@@ -562,12 +570,12 @@ pub(crate) fn group_document(seq: u64, body: &GroupCreate) -> Result<ParsedReque
         .raw("bundle_label_selector", body.bundle_label_selector.as_ref())
         .raw("tolerations", body.tolerations.as_ref())
         .raw("fallback_strategy", body.fallback_strategy.as_ref());
-    group.text("id", &Kind::Group.id(seq));
+    group.json("id", &Kind::Group.id(seq));
     for (key, value) in
         [("name", &body.name), ("namespace", &body.namespace), ("strategy", &body.strategy)]
     {
         if let Some(v) = value {
-            group.text(key, v);
+            group.json(key, v);
         }
     }
     let mut doc = Document::default();
@@ -601,9 +609,15 @@ impl Document {
         self
     }
 
-    /// `key` with a string value.
-    fn text(&mut self, key: &str, value: &str) -> &mut Document {
-        self.json(key, value)
+    /// The placement keys of an actor or task body (the two share them): `resources`, then
+    /// `scheduling_strategy`, `label_selector`, `fallback_strategy` and `tolerations` when given.
+    fn request(&mut self, resources: &RawJson, rest: [&Option<RawJson>; 4]) -> &mut Document {
+        self.raw("resources", Some(resources));
+        let keys = ["scheduling_strategy", "label_selector", "fallback_strategy", "tolerations"];
+        for (key, value) in keys.into_iter().zip(rest) {
+            self.raw(key, value.as_ref());
+        }
+        self
     }
 
     /// `key` with a value of ours, written as JSON.
