@@ -226,24 +226,15 @@ impl ActorIndex {
         match expression.topology_key.as_deref() {
             None if positive => universe.intersection(&hosting),
             None => universe.difference(&hosting),
-            // Domain by domain against `universe`: the widened union is never built, which is
-            // what makes zone-level rules cheap (a handful of set operations per decision).
+            // The domains holding a named actor, as one (cached) union: one set operation
+            // against `universe` per decision.
             Some(topology) => {
-                let mut result = if positive { NodeSet::new() } else { universe.clone() };
-                if hosting.is_empty() {
-                    return result;
+                let domains = labels.domains_of(topology, &hosting);
+                if positive {
+                    universe.intersection(&domains)
+                } else {
+                    universe.difference(&domains)
                 }
-                for (_, domain) in labels.values_of(topology) {
-                    if domain.is_disjoint(&hosting) {
-                        continue;
-                    }
-                    if positive {
-                        result.union_with(&universe.intersection(domain));
-                    } else {
-                        result.difference_with(domain);
-                    }
-                }
-                result
             }
         }
     }
@@ -266,11 +257,7 @@ impl ActorIndex {
                 match topology.as_deref() {
                     None => result.difference_with(&set.nodes),
                     Some(topology) => {
-                        for (_, domain) in labels.values_of(topology) {
-                            if !domain.is_disjoint(&set.nodes) {
-                                result.difference_with(domain);
-                            }
-                        }
+                        result.difference_with(&labels.domains_of(topology, &set.nodes))
                     }
                 }
             }
@@ -365,17 +352,10 @@ fn update_guards(entry: &mut GuardEntry, guard: &AffinityExpression, node: NodeI
 }
 
 /// `nodes` widened to whole domains of `topology` (a node label key); unchanged without one.
-/// Costs one intersection test per value of the topology label (a handful of zones).
+/// See [`LabelIndex::domains_of`].
 pub fn widen(labels: &LabelIndex, topology: Option<&str>, nodes: &NodeSet) -> NodeSet {
-    let Some(topology) = topology else { return nodes.clone() };
-    let mut domains = NodeSet::new();
-    if nodes.is_empty() {
-        return domains;
+    match topology {
+        None => nodes.clone(),
+        Some(topology) => labels.domains_of(topology, nodes).into_owned(),
     }
-    for (_, domain) in labels.values_of(topology) {
-        if !domain.is_disjoint(nodes) {
-            domains.union_with(domain);
-        }
-    }
-    domains
 }

@@ -151,19 +151,40 @@ impl LabelIndex {
         result
     }
 
+    /// The nodes of every domain of `topology` (each value of that label key is a domain) that
+    /// holds a node of `nodes`: `nodes` widened to whole domains. The union is cached as an
+    /// `in` union is: the same few domains come again and again (the zones of a service's
+    /// replicas), and one set difference against the union is far cheaper than one per domain.
+    pub fn domains_of(&self, topology: &str, nodes: &NodeSet) -> Cow<'_, NodeSet> {
+        if nodes.is_empty() {
+            return Cow::Owned(NodeSet::new());
+        }
+        let hit: SmallVec<[&str; 8]> = self
+            .values_of(topology)
+            .filter(|(_, domain)| !domain.is_disjoint(nodes))
+            .map(|(value, _)| value)
+            .collect();
+        self.any_of(topology, &hit)
+    }
+
     /// The nodes whose `key` is one of `values`: one set's nodes as they are, several sets'
-    /// union from the cache when a selector asked for it since the last label change.
-    fn any_of(&self, key: &str, values: &[String]) -> Cow<'_, NodeSet> {
-        let sets = || values.iter().filter_map(|value| self.nodes_with(key, value));
+    /// union from the cache when asked for since the last label change.
+    fn any_of<V: AsRef<str> + Hash>(&self, key: &str, values: &[V]) -> Cow<'_, NodeSet> {
+        let sets = || values.iter().filter_map(|value| self.nodes_with(key, value.as_ref()));
         if values.len() < 2 {
             return sets().next().map_or_else(|| Cow::Owned(NodeSet::new()), Cow::Borrowed);
         }
+        // `str` and `String` hash alike, so either kind of list finds the same entry.
         let mut hasher = FxHasher::default();
         (key, values).hash(&mut hasher);
         let fingerprint = hasher.finish();
+        let same = |entry: &CachedUnion| {
+            entry.key == key
+                && entry.values.len() == values.len()
+                && entry.values.iter().zip(values).all(|(a, b)| a == b.as_ref())
+        };
         let cached = |unions: &FxHashMap<u64, Vec<CachedUnion>>| {
-            let entries = unions.get(&fingerprint)?;
-            let entry = entries.iter().find(|e| e.key == key && e.values == values)?;
+            let entry = unions.get(&fingerprint)?.iter().find(|e| same(e))?;
             Some(Arc::clone(&entry.nodes))
         };
         let unions = self.unions.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -178,7 +199,7 @@ impl LabelIndex {
         }
         let entry = CachedUnion {
             key: key.to_string(),
-            values: values.to_vec(),
+            values: values.iter().map(|v| v.as_ref().to_string()).collect(),
             nodes: Arc::clone(&nodes),
         };
         unions.entry(fingerprint).or_default().push(entry);
@@ -229,5 +250,26 @@ mod tests {
         // Another order of the same values is another entry with the same nodes.
         let reversed = LabelSelector::parse([("zone", "in(b,a)")]).unwrap();
         assert_eq!(index.select(&reversed, &all).iter().collect::<Vec<_>>(), nodes(&index));
+    }
+
+    #[test]
+    fn domains_are_the_zones_holding_the_nodes_and_follow_label_changes() {
+        let mut index = LabelIndex::default();
+        for (node, zone) in [(0, "a"), (1, "a"), (2, "b"), (3, "b"), (4, "c")] {
+            index.insert(NodeIndex(node), &labels(&[("zone", zone)]));
+        }
+        let set = |nodes: &[u32]| nodes.iter().map(|&n| NodeIndex(n)).collect::<NodeSet>();
+        let domains = |index: &LabelIndex, nodes: &[u32]| {
+            index.domains_of("zone", &set(nodes)).iter().map(|n| n.0).collect::<Vec<_>>()
+        };
+        assert_eq!(domains(&index, &[]), Vec::<u32>::new());
+        assert_eq!(domains(&index, &[1]), [0, 1]);
+        assert_eq!(domains(&index, &[1, 4]), [0, 1, 4]);
+        assert_eq!(domains(&index, &[1, 4]), [0, 1, 4], "from the cache");
+        assert_eq!(domains(&index, &[9]), Vec::<u32>::new(), "a node without the key");
+        // Node 5 joins zone c: the cached union of a and c must include it.
+        index.insert(NodeIndex(5), &labels(&[("zone", "c")]));
+        assert_eq!(domains(&index, &[1, 4]), [0, 1, 4, 5]);
+        assert!(index.domains_of("rack", &set(&[1])).is_empty(), "an unknown topology key");
     }
 }

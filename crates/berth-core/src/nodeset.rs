@@ -7,6 +7,9 @@ use roaring::{MultiOps, RoaringBitmap};
 
 use crate::node::NodeIndex;
 
+/// Sets up to this size are tested against others node by node ([`NodeSet::is_disjoint`]).
+const PROBE_MAX: u64 = 16;
+
 /// A set of nodes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeSet(RoaringBitmap);
@@ -64,6 +67,13 @@ impl NodeSet {
 
     /// True when the sets share no node.
     pub fn is_disjoint(&self, other: &NodeSet) -> bool {
+        // roaring compares two sorted arrays by merging them, in time of both; a handful of
+        // nodes against a large set (the hosts of a service against a zone) is cheaper
+        // looked up one by one.
+        let (small, large) = if self.len() <= other.len() { (self, other) } else { (other, self) };
+        if small.len() <= PROBE_MAX {
+            return small.0.iter().all(|node| !large.0.contains(node));
+        }
         self.0.is_disjoint(&other.0)
     }
 
