@@ -7,13 +7,14 @@ use berth_core::actors::{AffinityExpression, AffinityOperator};
 use berth_core::cluster::NodeSpec;
 use berth_core::labels::{Labels, NodeFacts};
 use berth_core::pipeline::filters::{InstancesFit, ResourcesFree, ResourcesTotal, TaintsTolerated};
+use berth_core::pipeline::profile::ScorerSpec;
 use berth_core::pipeline::scorers::HybridUtilization;
 use berth_core::pipeline::stage::{DecisionContext, Filter, Prepared, Scorer};
 use berth_core::placement_group::{BundleSet, GroupId, GroupSpec, GroupStrategy};
 use berth_core::selector::LabelSelector;
 use berth_core::selector::Tolerations;
 use berth_core::{
-    Cluster, Decision, NodeId, NodeIndex, Quantity, Request, ResourceId, ResourceRegistry,
+    Cluster, Decision, NodeId, NodeIndex, Profile, Quantity, Request, ResourceId, ResourceRegistry,
     ResourceSet, Scheduler, SchedulerConfig, Strategy,
 };
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -93,8 +94,54 @@ fn stages(c: &mut Criterion) {
     });
 }
 
+/// The DEFAULT strategy with the hybrid score alone (the default of clusters without GPUs, and
+/// what `berth bench`'s `default` workload runs) at steady state: as many placements alive as
+/// nodes, 4 in 5 of one CPU and 2 GiB, 1 in 5 of 4 CPUs and a GPU, the oldest released as each
+/// new one is placed. Times one placement and one release.
+fn steady_state(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decision/hybrid, steady state");
+    for n in [1_000usize, 10_000] {
+        let mut cluster = cluster(n);
+        let set = |pairs: &[(ResourceId, Quantity)]| pairs.iter().copied().collect::<ResourceSet>();
+        let small = set(&[
+            (ResourceId::CPU, Quantity::ONE),
+            (ResourceId::MEMORY, Quantity::from_whole(2 << 30)),
+        ]);
+        let large =
+            set(&[(ResourceId::CPU, Quantity::from_whole(4)), (ResourceId::GPU, Quantity::ONE)]);
+        let requests: Vec<Request> = [small, large]
+            .into_iter()
+            .map(|r| Request::new(r, Strategy::Default, cluster.registry()).unwrap())
+            .collect();
+        let profile = Profile::of_scorers(vec![ScorerSpec::Hybrid { weight: 1 }]);
+        let mut scheduler =
+            Scheduler::new(SchedulerConfig { profile, ..SchedulerConfig::default() });
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut live = std::collections::VecDeque::new();
+        let mut d = 0usize;
+        let mut step = |cluster: &mut Cluster| {
+            let request = &requests[usize::from(d.is_multiple_of(5))];
+            d += 1;
+            if let Decision::Placed(allocation) = scheduler.place(cluster, request, &mut rng) {
+                live.push_back(allocation);
+            }
+            if live.len() > n {
+                cluster.release(&live.pop_front().unwrap());
+            }
+        };
+        for _ in 0..n {
+            step(&mut cluster);
+        }
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter(|| step(&mut cluster))
+        });
+    }
+    group.finish();
+}
+
 fn decisions(c: &mut Criterion) {
-    let mut group = c.benchmark_group("decision/default, place and release");
+    // On this cluster (GPU nodes among the others) the default profile is fragmentation-aware.
+    let mut group = c.benchmark_group("decision/GPU cluster default, place and release");
     for n in [1_000usize, 10_000] {
         let mut cluster = cluster(n);
         let request = cpu_request(&cluster);
@@ -193,5 +240,5 @@ fn groups(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, stages, decisions, dry_runs, groups);
+criterion_group!(benches, stages, steady_state, decisions, dry_runs, groups);
 criterion_main!(benches);

@@ -338,6 +338,11 @@ impl Node {
         request: &ResourceSet,
         registry: &ResourceRegistry,
     ) -> Option<ResourceId> {
+        // Most nodes have no unit-instance resource, and then nothing is fragmented: a node
+        // with some of one has its pool, so without pools none is available.
+        if self.pools.is_empty() {
+            return None;
+        }
         request.iter().find_map(|(resource, amount)| {
             if !registry.is_unit_instance(resource) || self.available.get(resource) < amount {
                 return None;

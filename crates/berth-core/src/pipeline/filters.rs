@@ -1,5 +1,5 @@
 //! The resource filters every strategy runs, in the order the runner needs: static (totals)
-//! before dynamic (free now).
+//! before dynamic (free now), and [`FilterStage`], how the runner holds them.
 
 use super::stage::{DecisionContext, Filter, FilterKind, Verdict};
 use crate::diagnosis::Reason;
@@ -17,6 +17,7 @@ impl Filter for TaintsTolerated {
     fn kind(&self) -> FilterKind {
         FilterKind::Static
     }
+    #[inline]
     fn check(&self, cx: &DecisionContext<'_>, node: &Node) -> Verdict {
         for &id in node.taints() {
             let taint = cx.cluster.taint(id);
@@ -40,6 +41,7 @@ impl Filter for ResourcesTotal {
     fn kind(&self) -> FilterKind {
         FilterKind::Static
     }
+    #[inline]
     fn check(&self, cx: &DecisionContext<'_>, node: &Node) -> Verdict {
         match node.total_shortfall(cx.request.resources()) {
             None => Verdict::Fit,
@@ -58,6 +60,7 @@ impl Filter for ResourcesFree {
     fn kind(&self) -> FilterKind {
         FilterKind::Dynamic
     }
+    #[inline]
     fn check(&self, cx: &DecisionContext<'_>, node: &Node) -> Verdict {
         match node.available_shortfall(cx.request.resources()) {
             None => Verdict::Fit,
@@ -77,6 +80,7 @@ impl Filter for InstancesFit {
     fn kind(&self) -> FilterKind {
         FilterKind::Dynamic
     }
+    #[inline]
     fn check(&self, cx: &DecisionContext<'_>, node: &Node) -> Verdict {
         let request = cx.request.resources();
         match node.fragmented(request, cx.cluster.registry()) {
@@ -84,6 +88,66 @@ impl Filter for InstancesFit {
             Some(resource) => {
                 Verdict::Unfit(Reason::Fragmented { resource, requested: request.get(resource) })
             }
+        }
+    }
+}
+
+/// One filter of the runner's list: a built-in one by value, a profile's behind its trait.
+///
+/// Every node a decision visits goes through the built-in filters, so the runner calls them
+/// directly (the match is cheap and predictable; the compiler inlines each check into the
+/// visit loop) instead of through a trait object. Profiles add filters through [`Filter`] as
+/// before.
+pub enum FilterStage {
+    /// [`TaintsTolerated`].
+    Taints,
+    /// [`ResourcesTotal`].
+    Total,
+    /// [`ResourcesFree`].
+    Free,
+    /// [`InstancesFit`].
+    Instances,
+    /// A filter a profile adds.
+    Profile(Box<dyn Filter>),
+}
+
+impl FilterStage {
+    /// The built-in filters, in the runner's order.
+    pub fn builtin() -> [FilterStage; 4] {
+        [FilterStage::Taints, FilterStage::Total, FilterStage::Free, FilterStage::Instances]
+    }
+}
+
+impl Filter for FilterStage {
+    fn name(&self) -> &'static str {
+        match self {
+            FilterStage::Taints => TaintsTolerated.name(),
+            FilterStage::Total => ResourcesTotal.name(),
+            FilterStage::Free => ResourcesFree.name(),
+            FilterStage::Instances => InstancesFit.name(),
+            FilterStage::Profile(filter) => filter.name(),
+        }
+    }
+
+    #[inline]
+    fn kind(&self) -> FilterKind {
+        match self {
+            FilterStage::Taints => TaintsTolerated.kind(),
+            FilterStage::Total => ResourcesTotal.kind(),
+            FilterStage::Free => ResourcesFree.kind(),
+            FilterStage::Instances => InstancesFit.kind(),
+            FilterStage::Profile(filter) => filter.kind(),
+        }
+    }
+
+    #[inline]
+    fn check(&self, cx: &DecisionContext<'_>, node: &Node) -> Verdict {
+        match self {
+            FilterStage::Taints => TaintsTolerated.check(cx, node),
+            FilterStage::Total => ResourcesTotal.check(cx, node),
+            FilterStage::Free => ResourcesFree.check(cx, node),
+            FilterStage::Instances => InstancesFit.check(cx, node),
+            FilterStage::Profile(filter) => filter.check(cx, node),
         }
     }
 }

@@ -40,7 +40,7 @@ use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::request::{GroupPlacement, Request, Strategy};
 use crate::resource::Shortfall;
 use explain::{AttemptExplanation, BundleVerdict, Explanation, NodeExplanation, ScoreLine};
-use filters::{InstancesFit, ResourcesFree, ResourcesTotal, TaintsTolerated};
+use filters::FilterStage;
 use profile::{Pick, Profile};
 use scorers::{AvoidGpuNodes, SoftActorAffinity, SoftLabels, SOFT_AFFINITY_WEIGHT};
 use stage::{DecisionContext, Filter, FilterKind, Preference, Prepared, Verdict, Weighted};
@@ -279,7 +279,7 @@ fn internal_pending(err: &crate::cluster::ClusterError) -> Decision {
 pub struct Scheduler {
     config: SchedulerConfig,
     /// Static filters first, then dynamic ones (checked in `new`).
-    filters: Vec<Box<dyn Filter>>,
+    filters: Vec<FilterStage>,
     preferences: Vec<Box<dyn Preference>>,
     scorers: Vec<Weighted>,
     /// The ranking of a placement group's bundles ([`group::ranking`]).
@@ -294,13 +294,8 @@ pub struct Scheduler {
 impl Scheduler {
     /// A scheduler with the standard stages. `config` must be valid ([`SchedulerConfig::validate`]).
     pub fn new(config: SchedulerConfig) -> Scheduler {
-        let mut filters: Vec<Box<dyn Filter>> = vec![
-            Box::new(TaintsTolerated),
-            Box::new(ResourcesTotal),
-            Box::new(ResourcesFree),
-            Box::new(InstancesFit),
-        ];
-        filters.extend(config.profile.filters());
+        let mut filters = Vec::from(FilterStage::builtin());
+        filters.extend(config.profile.filters().into_iter().map(FilterStage::Profile));
         // Static before dynamic (a stable sort keeps each group's order): a node's first
         // failure then tells pending from infeasible.
         filters.sort_by_key(|f| f.kind());
@@ -1062,7 +1057,7 @@ impl NodeSource for Cluster {
 /// through the filters, each one that passes ranked; at most `bounds.0` of them (from node
 /// `bounds.1` on, see [`NodesToScore`]).
 struct Visit<'a, 'c> {
-    filters: &'a [Box<dyn Filter>],
+    filters: &'a [FilterStage],
     ranking: &'a Ranking<'a, 'c>,
     bounds: (Option<usize>, u32),
 }
@@ -1120,8 +1115,9 @@ impl Visit<'_, '_> {
 
 /// Runs the filters (only the static ones when `static_only`) on one node; returns the first
 /// failure. When explaining, every filter runs and each verdict is recorded in `line`.
+#[inline]
 fn run_filters(
-    filters: &[Box<dyn Filter>],
+    filters: &[FilterStage],
     cx: &DecisionContext<'_>,
     node: &Node,
     mut line: Option<&mut NodeExplanation>,

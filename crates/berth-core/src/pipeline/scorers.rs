@@ -39,33 +39,47 @@ impl Scorer for HybridUtilization {
     fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
         let request = cx.request.resources();
         // The highest utilisation as an exact fraction used/total, compared by cross-multiplying.
-        let mut worst: (i128, i128) = (0, 1);
+        // Amounts are never negative, so they are compared as u64 with u128 products: one
+        // widening multiply each, where i128 operands take three.
+        let mut worst: (u64, u64) = (0, 1);
         // One walk over the node's totals (zero totals are absent: the node lacks them), with
         // the free and asked amounts looked up alongside.
         let (mut free, mut asked) = (node.available().ascending(), request.ascending());
         let totals = node.total().iter().take_while(|(resource, _)| *resource <= HYBRID_LAST);
         for (resource, total) in totals {
-            let total = i128::from(total.units());
-            let free = i128::from(free.get(resource).units());
-            let used = (total - free + i128::from(asked.get(resource).units())).min(total);
-            if used * worst.1 > worst.0 * total {
+            let total = units(total);
+            let free = units(free.get(resource));
+            // Never more than the total: what is asked beyond the free part counts as full.
+            let used = (total - free.min(total)).saturating_add(units(asked.get(resource)));
+            let used = used.min(total);
+            if wide(used) * wide(worst.1) > wide(worst.0) * wide(total) {
                 worst = (used, total);
             }
         }
         let (used, total) = worst;
-        let threshold = i128::from(self.spread_threshold.units());
-        if used * i128::from(UNITS_PER_WHOLE) < threshold * total {
+        let threshold = units(self.spread_threshold);
+        if wide(used) * wide(UNITS_PER_WHOLE.unsigned_abs()) < wide(threshold) * wide(total) {
             return Score::MAX;
         }
         // 64-bit division where the product fits (every realistic node): it is far cheaper
         // than 128-bit division on the hot path.
-        let percent = if used <= i128::from(u64::MAX / 100) && total <= i128::from(u64::MAX) {
-            (used as u64 * 100 / total as u64) as u32
-        } else {
-            (used * 100 / total) as u32
+        let percent = match used.checked_mul(100) {
+            Some(scaled) => (scaled / total) as u32,
+            None => (wide(used) * 100 / wide(total)) as u32,
         };
         Score::new(100 - percent.min(100))
     }
+}
+
+/// `quantity` in units; never negative here (amounts, totals and thresholds are not).
+#[inline]
+fn units(quantity: Quantity) -> u64 {
+    u64::try_from(quantity.units()).unwrap_or(0)
+}
+
+#[inline]
+fn wide(units: u64) -> u128 {
+    u128::from(units)
 }
 
 /// NODE_LABEL's soft selector: nodes that match it come before those that do not (applies only

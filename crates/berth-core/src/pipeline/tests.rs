@@ -10,7 +10,7 @@ use super::*;
 use crate::diagnosis::ReasonKind;
 use crate::node::NodeState;
 use crate::request::NodeAffinity;
-use crate::resource::ResourceId;
+use crate::resource::{ResourceId, ResourceSet};
 use crate::testutil::{cluster, index, request, resources};
 
 fn rng(seed: u64) -> ChaCha8Rng {
@@ -167,6 +167,85 @@ fn hybrid_score_packs_below_threshold_and_spreads_above() {
         let scorer = HybridUtilization { spread_threshold: q(threshold) };
         let score = scorer.score(&cx, c.node(index(&c, "n1")).unwrap());
         assert_eq!(score, Score::new(expected), "{total} used {used} asking {ask} at {threshold}");
+    }
+}
+
+/// The hybrid score as its rule states it, in i128 and without shortcuts: the reference the
+/// scorer's widening arithmetic must match exactly.
+fn hybrid_reference(node: &Node, request: &ResourceSet, threshold: Quantity) -> Score {
+    let mut worst: (i128, i128) = (0, 1);
+    let hybrid =
+        [ResourceId::CPU, ResourceId::GPU, ResourceId::MEMORY, ResourceId::OBJECT_STORE_MEMORY];
+    for resource in hybrid {
+        let total = i128::from(node.total().get(resource).units());
+        if total == 0 {
+            continue;
+        }
+        let free = i128::from(node.available().get(resource).units());
+        let used = (total - free + i128::from(request.get(resource).units())).min(total);
+        if used * worst.1 > worst.0 * total {
+            worst = (used, total);
+        }
+    }
+    let (used, total) = worst;
+    if used * i128::from(crate::quantity::UNITS_PER_WHOLE) < i128::from(threshold.units()) * total {
+        return Score::MAX;
+    }
+    Score::new(100 - (used * 100 / total) as u32)
+}
+
+/// Amounts for the property below: often round (so that a node sits exactly on the threshold),
+/// else any.
+fn cpu_units() -> impl proptest::strategy::Strategy<Value = i64> {
+    use proptest::prelude::*;
+    prop_oneof![(1i64..=16).prop_map(|whole| whole * 10_000), 1i64..10_240_000]
+}
+
+fn share() -> impl proptest::strategy::Strategy<Value = f64> {
+    use proptest::prelude::*;
+    prop_oneof![Just(0.0), Just(0.25), Just(0.5), 0.0..=1.0f64]
+}
+
+fn threshold_units() -> impl proptest::strategy::Strategy<Value = i64> {
+    use proptest::prelude::*;
+    prop_oneof![(0i64..=4).prop_map(|k| k * 2_500), 0i64..=10_000]
+}
+
+/// `units` of CPU as a decimal amount.
+fn cpu_text(units: i64) -> String {
+    format!("CPU={}.{:04}", units / 10_000, units % 10_000)
+}
+
+proptest::proptest! {
+    /// On nodes up to 1,024 CPUs, the largest memory accepted and 8 GPUs, in any state, the
+    /// hybrid score equals its rule computed in i128.
+    #[test]
+    fn the_hybrid_score_is_its_rule_exactly(
+        cpus in cpu_units(),
+        memory in 1i64..=crate::quantity::MAX_WHOLE,
+        gpus in 0i64..=8,
+        used in (share(), share(), 0i64..=8),
+        asked in (0i64..=40_000, share(), 0i64..=8),
+        threshold in threshold_units(),
+    ) {
+        let gpu_text = |n: i64| if n > 0 { format!(",GPU={n}") } else { String::new() };
+        let part = |amount: i64, share: f64| (amount as f64 * share) as i64;
+        let total = format!("{},memory={memory}{}", cpu_text(cpus), gpu_text(gpus));
+        let mut c = cluster(&[("n1", &total)]);
+        let (cpu_used, memory_used) = (part(cpus, used.0), part(memory, used.1));
+        let busy = format!("{},memory={memory_used}{}", cpu_text(cpu_used), gpu_text(used.2.min(gpus)));
+        let set = resources(c.registry_mut(), &busy);
+        c.reserve(index(&c, "n1"), &set).unwrap();
+        // A byte of memory at least, so that the request is never empty.
+        let memory_asked = part(memory, asked.1) + 1;
+        let ask = format!("{},memory={memory_asked}{}", cpu_text(asked.0), gpu_text(asked.2));
+        let req = request(&mut c, &ask, Strategy::Default);
+        let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
+        let spread_threshold = Quantity::from_units(threshold);
+        let node = c.node(index(&c, "n1")).unwrap();
+        let score = HybridUtilization { spread_threshold }.score(&cx, node);
+        let expected = hybrid_reference(node, req.resources(), spread_threshold);
+        proptest::prop_assert_eq!(score, expected);
     }
 }
 
