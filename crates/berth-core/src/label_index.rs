@@ -1,7 +1,6 @@
 //! The label index: key → value → nodes, so that a selector narrows candidates by set algebra
 //! instead of visiting every node (seed 003's "hard match" done on bitmaps).
 
-use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -18,6 +17,40 @@ struct KeyEntry {
     /// Nodes with the key, whatever the value.
     any: NodeSet,
     values: FxHashMap<String, NodeSet>,
+}
+
+/// A set of nodes from the index: one of its own, one its cache shares, or one made for the
+/// caller. Reads as a [`NodeSet`].
+pub enum Nodes<'a> {
+    /// A set the index holds.
+    Borrowed(&'a NodeSet),
+    /// A cached union, shared (not copied: a zone-wide set is kilobytes).
+    Shared(Arc<NodeSet>),
+    /// A set made for this call.
+    Owned(NodeSet),
+}
+
+impl Nodes<'_> {
+    /// The set, copied unless it was made for this call.
+    pub fn into_owned(self) -> NodeSet {
+        match self {
+            Nodes::Borrowed(set) => set.clone(),
+            Nodes::Shared(set) => Arc::unwrap_or_clone(set),
+            Nodes::Owned(set) => set,
+        }
+    }
+}
+
+impl std::ops::Deref for Nodes<'_> {
+    type Target = NodeSet;
+
+    fn deref(&self) -> &NodeSet {
+        match self {
+            Nodes::Borrowed(set) => set,
+            Nodes::Shared(set) => set,
+            Nodes::Owned(set) => set,
+        }
+    }
 }
 
 /// Which nodes carry which labels. Kept current by the cluster on every label change.
@@ -113,16 +146,18 @@ impl LabelIndex {
     /// narrowing it condition by condition.
     pub fn select(&self, selector: &LabelSelector, universe: &NodeSet) -> NodeSet {
         let empty = NodeSet::new();
-        let mut narrowing: SmallVec<[Cow<'_, NodeSet>; 4]> = SmallVec::new();
+        let mut narrowing: SmallVec<[Nodes<'_>; 4]> = SmallVec::new();
         let mut removing: SmallVec<[(&str, &Condition); 2]> = SmallVec::new();
         for (key, conditions) in selector.iter() {
             for condition in conditions {
                 let set = match condition {
                     Condition::Equal(value) => {
-                        Cow::Borrowed(self.nodes_with(key, value).unwrap_or(&empty))
+                        Nodes::Borrowed(self.nodes_with(key, value).unwrap_or(&empty))
                     }
                     Condition::In(values) => self.any_of(key, values),
-                    Condition::Exists => Cow::Borrowed(self.nodes_with_key(key).unwrap_or(&empty)),
+                    Condition::Exists => {
+                        Nodes::Borrowed(self.nodes_with_key(key).unwrap_or(&empty))
+                    }
                     _ => {
                         removing.push((key, condition));
                         continue;
@@ -155,9 +190,9 @@ impl LabelIndex {
     /// holds a node of `nodes`: `nodes` widened to whole domains. The union is cached as an
     /// `in` union is: the same few domains come again and again (the zones of a service's
     /// replicas), and one set difference against the union is far cheaper than one per domain.
-    pub fn domains_of(&self, topology: &str, nodes: &NodeSet) -> Cow<'_, NodeSet> {
+    pub fn domains_of(&self, topology: &str, nodes: &NodeSet) -> Nodes<'_> {
         if nodes.is_empty() {
-            return Cow::Owned(NodeSet::new());
+            return Nodes::Owned(NodeSet::new());
         }
         let hit: SmallVec<[&str; 8]> = self
             .values_of(topology)
@@ -169,10 +204,10 @@ impl LabelIndex {
 
     /// The nodes whose `key` is one of `values`: one set's nodes as they are, several sets'
     /// union from the cache when asked for since the last label change.
-    fn any_of<V: AsRef<str> + Hash>(&self, key: &str, values: &[V]) -> Cow<'_, NodeSet> {
+    fn any_of<V: AsRef<str> + Hash>(&self, key: &str, values: &[V]) -> Nodes<'_> {
         let sets = || values.iter().filter_map(|value| self.nodes_with(key, value.as_ref()));
         if values.len() < 2 {
-            return sets().next().map_or_else(|| Cow::Owned(NodeSet::new()), Cow::Borrowed);
+            return sets().next().map_or_else(|| Nodes::Owned(NodeSet::new()), Nodes::Borrowed);
         }
         // `str` and `String` hash alike, so either kind of list finds the same entry.
         let mut hasher = FxHasher::default();
@@ -189,7 +224,7 @@ impl LabelIndex {
         };
         let unions = self.unions.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(nodes) = cached(&unions) {
-            return Cow::Owned(NodeSet::clone(&nodes));
+            return Nodes::Shared(nodes);
         }
         drop(unions);
         let nodes = Arc::new(NodeSet::union_all(sets()));
@@ -203,7 +238,7 @@ impl LabelIndex {
             nodes: Arc::clone(&nodes),
         };
         unions.entry(fingerprint).or_default().push(entry);
-        Cow::Owned(NodeSet::clone(&nodes))
+        Nodes::Shared(nodes)
     }
 
     fn apply(&self, result: &mut NodeSet, key: &str, condition: &Condition) {

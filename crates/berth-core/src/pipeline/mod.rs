@@ -523,7 +523,8 @@ impl Scheduler {
         let shortlist = self.select(attempt.select, pick, request, population, rng);
         let chosen = shortlist.chosen;
 
-        self.count_waiting(&cx, &waiting, chosen.is_some(), &mut found, record.as_deref_mut());
+        let waited = (&waiting[..], &*include);
+        self.count_waiting(&cx, waited, chosen.is_some(), &mut found, record.as_deref_mut());
         if let Scope::Only(None) = attempt.scope {
             found.note = Some("no node with this ID is in the cluster".to_string());
         }
@@ -568,17 +569,18 @@ impl Scheduler {
     fn count_waiting(
         &self,
         cx: &DecisionContext<'_>,
-        waiting: &[(NodeSet, Reason)],
+        (waiting, include): (&[(Cow<'_, NodeSet>, Reason)], &NodeSet),
         chosen: bool,
         found: &mut AttemptDiagnosis,
         mut record: Option<&mut AttemptExplanation>,
     ) {
-        for (set, reason) in waiting {
+        for (i, (before, reason)) in waiting.iter().enumerate() {
+            let after: &NodeSet = waiting.get(i + 1).map_or(include, |(next, _)| next);
             if chosen && record.is_none() {
-                found.count(reason.kind(), set.len());
+                found.count(reason.kind(), before.len() - after.len());
                 continue;
             }
-            for index in set.iter() {
+            for index in before.difference(after).iter() {
                 let Some(node) = cx.cluster.node(index) else { continue };
                 let mut line = record.as_ref().map(|_| node_line(index, Some(*reason)));
                 let failure = run_filters(&self.filters, cx, node, line.as_mut(), true);
@@ -744,7 +746,11 @@ fn strategy_attempts(cluster: &Cluster, request: &Request) -> SmallVec<[Attempt;
 struct Candidates<'c> {
     include: Cow<'c, NodeSet>,
     excluded: SmallVec<[Excluded<'c>; 4]>,
-    waiting: SmallVec<[(NodeSet, Reason); 2]>,
+    /// Nodes actor affinity rules out for now, rule by rule: each entry's set minus the next
+    /// entry's set (minus `include` after the last) waits for its reason. Kept as the sets the
+    /// rules narrowed (no copy), so the nodes a rule ruled out are built only when listed
+    /// ([`Scheduler::count_waiting`]); counted, they are a difference of sizes.
+    waiting: SmallVec<[(Cow<'c, NodeSet>, Reason); 2]>,
 }
 
 /// Nodes ruled out whole for one reason: always counted, listed only when explaining (a
@@ -761,13 +767,22 @@ impl<'c> Excluded<'c> {
     }
 }
 
-impl Candidates<'_> {
+impl<'c> Candidates<'c> {
+    /// Narrows `include` to `kept` (a subset of it) by an actor affinity rule: the nodes it
+    /// rules out wait for `reason`.
+    fn wait(&mut self, kept: NodeSet, reason: Reason) {
+        let before = std::mem::replace(&mut self.include, Cow::Owned(kept));
+        if before.len() > self.include.len() {
+            self.waiting.push((before, reason));
+        }
+    }
+
     /// Counts every node the attempt looks at, and those ruled out by index by their reason
     /// (recorded in `record` when explaining).
     fn count(&self, found: &mut AttemptDiagnosis, record: Option<&mut AttemptExplanation>) {
         found.nodes = self.include.len()
             + self.excluded.iter().map(|e| e.count).sum::<u64>()
-            + self.waiting.iter().map(|(set, _)| set.len()).sum::<u64>();
+            + self.waiting.first().map_or(0, |(set, _)| set.len() - self.include.len());
         for excluded in &self.excluded {
             found.count(excluded.reason.kind(), excluded.count);
         }
@@ -873,11 +888,7 @@ fn narrow_by_actors(cluster: &Cluster, request: &Request, candidates: &mut Candi
                 for (i, expression) in hard {
                     let kept =
                         actors.satisfying(namespace, expression, labels, &candidates.include);
-                    let failed = candidates.include.difference(&kept);
-                    candidates.include = Cow::Owned(kept);
-                    if !failed.is_empty() {
-                        candidates.waiting.push((failed, Reason::ActorAffinity(i as u16)));
-                    }
+                    candidates.wait(kept, Reason::ActorAffinity(i as u16));
                 }
             }
             MatchMode::Any if !hard.is_empty() => {
@@ -890,11 +901,7 @@ fn narrow_by_actors(cluster: &Cluster, request: &Request, candidates: &mut Candi
                         &candidates.include,
                     ));
                 }
-                let failed = candidates.include.difference(&kept);
-                candidates.include = Cow::Owned(kept);
-                if !failed.is_empty() {
-                    candidates.waiting.push((failed, Reason::ActorAffinity(ANY_EXPRESSION)));
-                }
+                candidates.wait(kept, Reason::ActorAffinity(ANY_EXPRESSION));
             }
             MatchMode::Any => {}
         }
@@ -902,11 +909,7 @@ fn narrow_by_actors(cluster: &Cluster, request: &Request, candidates: &mut Candi
     if let Some(actor) = request.actor() {
         let kept =
             actors.unguarded(&actor.namespace, &actor.placed_labels(), labels, &candidates.include);
-        let failed = candidates.include.difference(&kept);
-        if !failed.is_empty() {
-            candidates.include = Cow::Owned(kept);
-            candidates.waiting.push((failed, Reason::AntiAffinityGuard));
-        }
+        candidates.wait(kept, Reason::AntiAffinityGuard);
     }
 }
 
