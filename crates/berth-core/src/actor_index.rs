@@ -5,13 +5,15 @@
 //! Every question a decision asks costs set operations on node bitmaps, independent of how
 //! many actors are placed: no code path scans the actors of every node.
 
+use std::borrow::Cow;
+
 use rustc_hash::FxHashMap;
 use thiserror::Error;
 
 use crate::actors::{
     ActorAffinity, ActorId, AffinityExpression, AffinityOperator, MatchMode, OnPeerMoved,
 };
-use crate::label_index::LabelIndex;
+use crate::label_index::{LabelIndex, Nodes};
 use crate::labels::Labels;
 use crate::node::NodeIndex;
 use crate::nodeset::NodeSet;
@@ -240,26 +242,32 @@ impl ActorIndex {
     }
 
     /// `from` without the domains guarded against an actor of `namespace` with `actor_labels`
-    /// (see [`ActorIndex::guarded`]), computed domain by domain.
-    pub fn unguarded(
+    /// (see [`ActorIndex::guarded`]), one (cached) union of domains per guard. `from` itself
+    /// when no guard applies: a decision then copies nothing.
+    pub fn unguarded<'f>(
         &self,
         namespace: &str,
         actor_labels: &Labels,
         labels: &LabelIndex,
-        from: &NodeSet,
-    ) -> NodeSet {
-        let mut result = from.clone();
+        from: &'f NodeSet,
+    ) -> Cow<'f, NodeSet> {
+        let mut result = Cow::Borrowed(from);
         let Some(ns) = self.namespaces.get(namespace) else { return result };
         for (key, value) in actor_labels.iter() {
             let Some(entry) = ns.guards.get(key) else { continue };
             let by_topology = entry.any.iter().chain(entry.values.get(value).into_iter().flatten());
             for (topology, set) in by_topology {
-                match topology.as_deref() {
-                    None => result.difference_with(&set.nodes),
-                    Some(topology) => {
-                        result.difference_with(&labels.domains_of(topology, &set.nodes))
+                let guarded = match topology.as_deref() {
+                    None => Nodes::Borrowed(&set.nodes),
+                    Some(topology) => labels.domains_of(topology, &set.nodes),
+                };
+                result = Cow::Owned(match result {
+                    Cow::Borrowed(from) => from.difference(&guarded),
+                    Cow::Owned(mut kept) => {
+                        kept.difference_with(&guarded);
+                        kept
                     }
-                }
+                });
             }
         }
         result

@@ -909,7 +909,10 @@ fn narrow_by_actors(cluster: &Cluster, request: &Request, candidates: &mut Candi
     if let Some(actor) = request.actor() {
         let kept =
             actors.unguarded(&actor.namespace, &actor.placed_labels(), labels, &candidates.include);
-        candidates.wait(kept, Reason::AntiAffinityGuard);
+        // Borrowed: no guard applies, nothing is ruled out.
+        if let Cow::Owned(kept) = kept {
+            candidates.wait(kept, Reason::AntiAffinityGuard);
+        }
     }
 }
 
