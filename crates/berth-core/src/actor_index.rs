@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 use thiserror::Error;
 
 use crate::actors::{
-    ActorAffinity, ActorId, AffinityExpression, AffinityOperator, MatchMode, OnPeerMoved,
+    ActorAffinity, ActorId, AffinityExpression, AffinityOperator, MatchMode, OnPeerMoved, ACTOR_ID,
 };
 use crate::label_index::{LabelIndex, Nodes};
 use crate::labels::Labels;
@@ -107,7 +107,9 @@ impl ActorIndex {
         for (key, value) in actor.labels.iter() {
             let entry = ns.labels.entry(key.to_string()).or_default();
             entry.any.add(actor.node);
-            entry.values.entry(value.to_string()).or_default().add(actor.node);
+            if by_value(key) {
+                entry.values.entry(value.to_string()).or_default().add(actor.node);
+            }
         }
         for guard in hard_anti(&actor.affinity) {
             update_guards(ns.guards.entry(guard.key.clone()).or_default(), guard, actor.node, true);
@@ -124,7 +126,9 @@ impl ActorIndex {
             for (key, value) in actor.labels.iter() {
                 if let Some(entry) = ns.labels.get_mut(key) {
                     entry.any.sub(actor.node);
-                    if entry.values.get_mut(value).is_some_and(|c| c.sub(actor.node)) {
+                    let emptied = by_value(key)
+                        && entry.values.get_mut(value).is_some_and(|c| c.sub(actor.node));
+                    if emptied {
                         entry.values.remove(value);
                     }
                     if entry.any.counts.is_empty() {
@@ -201,6 +205,18 @@ impl ActorIndex {
             match expression.operator {
                 AffinityOperator::Exists | AffinityOperator::DoesNotExist => {
                     nodes = entry.any.nodes.clone()
+                }
+                AffinityOperator::In | AffinityOperator::NotIn if !by_value(&expression.key) => {
+                    // An actor's ID label is its ID: the actors themselves are that index.
+                    for value in &expression.values {
+                        let named = self.actors.get(value.as_str()).filter(|actor| {
+                            actor.namespace == namespace
+                                && actor.labels.get(&expression.key) == Some(value.as_str())
+                        });
+                        if let Some(actor) = named {
+                            nodes.insert(actor.node);
+                        }
+                    }
                 }
                 AffinityOperator::In | AffinityOperator::NotIn => {
                     for value in &expression.values {
@@ -327,6 +343,13 @@ impl ActorIndex {
             }
         }
     }
+}
+
+/// True when the index keeps, for label `key`, the nodes of each value. Not for the actor-ID
+/// label: each of its values names one actor, found by ID in the actors themselves, and a
+/// counted node set per actor was most of what a placed actor cost the index.
+fn by_value(key: &str) -> bool {
+    key != ACTOR_ID
 }
 
 /// The hard anti-affinity expressions of an affinity: the ones that guard.

@@ -12,7 +12,8 @@ use berth_core::{Cluster, NodeIndex, NodeState};
 use proptest::prelude::*;
 
 const KEYS: [&str; 3] = ["app", "tier", "berth.io/actor-id"];
-const VALUES: [&str; 3] = ["web", "db", "a1"];
+// "x1" and "x2" name placed actors (`x{n}`), so that rules on `berth.io/actor-id` match some.
+const VALUES: [&str; 4] = ["web", "db", "x1", "x2"];
 const NAMESPACES: [&str; 2] = ["default", "other"];
 const OPERATORS: [AffinityOperator; 4] = [
     AffinityOperator::In,
