@@ -182,9 +182,18 @@ impl Labels {
         }
     }
 
-    /// Where `key` is, or where it would go.
+    /// Where `key` is, or where it would go: a forward scan, as a B-tree node searches, since
+    /// sets are small and the keys read most (`berth.io/accelerator-type` for every node a
+    /// GPU decision scores) sort first.
     fn position(&self, key: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(k, _)| (**k).cmp(key))
+        for (i, (k, _)) in self.0.iter().enumerate() {
+            match (**k).cmp(key) {
+                std::cmp::Ordering::Less => continue,
+                std::cmp::Ordering::Equal => return Ok(i),
+                std::cmp::Ordering::Greater => return Err(i),
+            }
+        }
+        Err(self.0.len())
     }
 
     /// Removes `key`, returning its value.
