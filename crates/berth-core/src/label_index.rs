@@ -60,22 +60,52 @@ pub struct LabelIndex {
     /// The nodes of recent `key in (values)` conditions: a union over several value sets is
     /// most of a selector's cost, and the same selectors come again and again (every replica
     /// of a deployment has its one). Emptied on every label change, and when it holds
-    /// [`UNIONS_KEPT`] entries.
-    unions: Unions,
+    /// [`CACHE_KEPT`] entries.
+    unions: Cache<CachedUnion>,
+    /// The nodes recent selectors match, whatever the universe (see [`LabelIndex::select`]);
+    /// emptied as `unions` is.
+    selections: Cache<(LabelSelector, Arc<NodeSet>)>,
 }
 
-/// The cache of `in` unions: not part of what the index is, so its `Debug` does not show it.
-#[derive(Default)]
-struct Unions(Mutex<FxHashMap<u64, Vec<CachedUnion>>>);
+/// A cache by fingerprint: not part of what the index is, so its `Debug` does not show it.
+struct Cache<T>(Mutex<FxHashMap<u64, Vec<T>>>);
 
-impl std::fmt::Debug for Unions {
+impl<T> Default for Cache<T> {
+    fn default() -> Self {
+        Cache(Mutex::default())
+    }
+}
+
+impl<T> Cache<T> {
+    /// The first entry under `fingerprint` that `hit` accepts, mapped by it.
+    fn find<R>(&self, fingerprint: u64, hit: impl Fn(&T) -> Option<R>) -> Option<R> {
+        let cache = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.get(&fingerprint)?.iter().find_map(hit)
+    }
+
+    /// Keeps `entry` under `fingerprint`, emptying the cache first when it is full.
+    fn keep(&self, fingerprint: u64, entry: T) {
+        let mut cache = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.values().map(Vec::len).sum::<usize>() >= CACHE_KEPT {
+            cache.clear();
+        }
+        cache.entry(fingerprint).or_default().push(entry);
+    }
+
+    /// Forgets every entry (labels changed).
+    fn clear(&mut self) {
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+}
+
+impl<T> std::fmt::Debug for Cache<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("(cache)")
     }
 }
 
-/// How many `in` unions the index keeps between label changes.
-const UNIONS_KEPT: usize = 1024;
+/// How many entries each cache of the index keeps between label changes.
+const CACHE_KEPT: usize = 1024;
 
 #[derive(Debug)]
 struct CachedUnion {
@@ -85,16 +115,21 @@ struct CachedUnion {
 }
 
 impl Clone for LabelIndex {
-    /// The index without its cache of unions (the copy fills its own).
+    /// The index without its caches (the copy fills its own).
     fn clone(&self) -> LabelIndex {
-        LabelIndex { keys: self.keys.clone(), unions: Unions::default() }
+        LabelIndex {
+            keys: self.keys.clone(),
+            unions: Cache::default(),
+            selections: Cache::default(),
+        }
     }
 }
 
 impl LabelIndex {
     /// Records `node`'s labels.
     pub fn insert(&mut self, node: NodeIndex, labels: &Labels) {
-        self.unions.0.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
+        self.unions.clear();
+        self.selections.clear();
         for (key, value) in labels.iter() {
             let entry = self.keys.entry(key.to_string()).or_default();
             entry.any.insert(node);
@@ -104,7 +139,8 @@ impl LabelIndex {
 
     /// Forgets `node`'s labels (the ones it was inserted with).
     pub fn remove(&mut self, node: NodeIndex, labels: &Labels) {
-        self.unions.0.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
+        self.unions.clear();
+        self.selections.clear();
         for (key, value) in labels.iter() {
             let Some(entry) = self.keys.get_mut(key) else { continue };
             entry.any.remove(node);
@@ -140,11 +176,44 @@ impl LabelIndex {
 
     /// The nodes of `universe` that `selector` matches.
     ///
+    /// A selector with a condition that names nodes (`=`, `in`, exists) matches the same
+    /// nodes whatever the universe, and the same selectors come again and again (every
+    /// replica of a deployment has its one): those nodes are kept until a label changes, and
+    /// a decision meets them with its universe once.
+    pub fn select(&self, selector: &LabelSelector, universe: &NodeSet) -> NodeSet {
+        let names_nodes = |(_, conditions): (&str, &[Condition])| {
+            conditions
+                .iter()
+                .any(|c| matches!(c, Condition::Equal(_) | Condition::In(_) | Condition::Exists))
+        };
+        if !selector.iter().any(names_nodes) {
+            return self.narrow(selector, Some(universe));
+        }
+        let mut hasher = FxHasher::default();
+        selector.hash(&mut hasher);
+        let fingerprint = hasher.finish();
+        let hit = |(cached, nodes): &(LabelSelector, Arc<NodeSet>)| {
+            (cached == selector).then(|| Arc::clone(nodes))
+        };
+        let matched = match self.selections.find(fingerprint, hit) {
+            Some(nodes) => nodes,
+            None => {
+                let nodes = Arc::new(self.narrow(selector, None));
+                self.selections.keep(fingerprint, (selector.clone(), Arc::clone(&nodes)));
+                nodes
+            }
+        };
+        matched.intersection(universe)
+    }
+
+    /// The nodes `selector` matches within `universe`, or among all nodes when `None` (then
+    /// the selector must name nodes).
+    ///
     /// Every condition narrows by intersection (`=`, `in`, exists) or difference (the
     /// others), which commute: so the work starts from the smallest set a condition names and
     /// meets the universe once, instead of copying the universe (most of the cluster) and
     /// narrowing it condition by condition.
-    pub fn select(&self, selector: &LabelSelector, universe: &NodeSet) -> NodeSet {
+    fn narrow(&self, selector: &LabelSelector, universe: Option<&NodeSet>) -> NodeSet {
         let empty = NodeSet::new();
         let mut narrowing: SmallVec<[Nodes<'_>; 4]> = SmallVec::new();
         let mut removing: SmallVec<[(&str, &Condition); 2]> = SmallVec::new();
@@ -167,9 +236,11 @@ impl LabelIndex {
             }
         }
         let smallest = (0..narrowing.len()).min_by_key(|&i| narrowing[i].len());
-        let mut result = match smallest {
-            None => universe.clone(),
-            Some(i) => narrowing.swap_remove(i).intersection(universe),
+        let mut result = match (smallest, universe) {
+            (Some(i), Some(universe)) => narrowing.swap_remove(i).intersection(universe),
+            (Some(i), None) => narrowing.swap_remove(i).into_owned(),
+            (None, Some(universe)) => universe.clone(),
+            (None, None) => NodeSet::new(),
         };
         for set in &narrowing {
             if result.is_empty() {
@@ -218,26 +289,18 @@ impl LabelIndex {
                 && entry.values.len() == values.len()
                 && entry.values.iter().zip(values).all(|(a, b)| a == b.as_ref())
         };
-        let cached = |unions: &FxHashMap<u64, Vec<CachedUnion>>| {
-            let entry = unions.get(&fingerprint)?.iter().find(|e| same(e))?;
-            Some(Arc::clone(&entry.nodes))
-        };
-        let unions = self.unions.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(nodes) = cached(&unions) {
+        if let Some(nodes) =
+            self.unions.find(fingerprint, |entry| same(entry).then(|| Arc::clone(&entry.nodes)))
+        {
             return Nodes::Shared(nodes);
         }
-        drop(unions);
         let nodes = Arc::new(NodeSet::union_all(sets()));
-        let mut unions = self.unions.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if unions.values().map(Vec::len).sum::<usize>() >= UNIONS_KEPT {
-            unions.clear();
-        }
         let entry = CachedUnion {
             key: key.to_string(),
             values: values.iter().map(|v| v.as_ref().to_string()).collect(),
             nodes: Arc::clone(&nodes),
         };
-        unions.entry(fingerprint).or_default().push(entry);
+        self.unions.keep(fingerprint, entry);
         Nodes::Shared(nodes)
     }
 
