@@ -104,6 +104,13 @@ impl<T> std::fmt::Debug for Cache<T> {
     }
 }
 
+/// What a cache entry is filed under.
+fn fingerprint(value: &impl Hash) -> u64 {
+    let mut hasher = FxHasher::default();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// How many entries each cache of the index keeps between label changes.
 const CACHE_KEPT: usize = 1024;
 
@@ -189,9 +196,7 @@ impl LabelIndex {
         if !selector.iter().any(names_nodes) {
             return self.narrow(selector, Some(universe));
         }
-        let mut hasher = FxHasher::default();
-        selector.hash(&mut hasher);
-        let fingerprint = hasher.finish();
+        let fingerprint = fingerprint(selector);
         let hit = |(cached, nodes): &(LabelSelector, Arc<NodeSet>)| {
             (cached == selector).then(|| Arc::clone(nodes))
         };
@@ -265,6 +270,8 @@ impl LabelIndex {
         if nodes.is_empty() {
             return Nodes::Owned(NodeSet::new());
         }
+        // In the index's order of values: it holds until a label changes, which empties the
+        // cache, so the same domains always make the same cache key.
         let hit: SmallVec<[&str; 8]> = self
             .values_of(topology)
             .filter(|(_, domain)| !domain.is_disjoint(nodes))
@@ -281,9 +288,7 @@ impl LabelIndex {
             return sets().next().map_or_else(|| Nodes::Owned(NodeSet::new()), Nodes::Borrowed);
         }
         // `str` and `String` hash alike, so either kind of list finds the same entry.
-        let mut hasher = FxHasher::default();
-        (key, values).hash(&mut hasher);
-        let fingerprint = hasher.finish();
+        let fingerprint = fingerprint(&(key, values));
         let same = |entry: &CachedUnion| {
             entry.key == key
                 && entry.values.len() == values.len()
