@@ -399,10 +399,10 @@ fn expression_context(
     for other in domain(cluster, expression, node).iter() {
         for id in placed_before(cluster, request, other) {
             let Some(actor) = actors.get(id) else { continue };
-            if actor.namespace != request.namespace() || !expression.names_actor(&actor.labels) {
+            if actor.namespace() != request.namespace() || !actor.is_named_by(expression) {
                 continue;
             }
-            let value = actor.labels.get(&expression.key).unwrap_or_default();
+            let value = actor.label(&expression.key).unwrap_or_default();
             let place = if other == node {
                 String::new()
             } else {
@@ -442,15 +442,15 @@ fn guards(cluster: &Cluster, request: &Request, node: NodeIndex) -> Vec<String> 
     let mut found: Vec<String> = Vec::new();
     // Not the request's own actor: `cluster` is the cluster after the decision.
     let placed =
-        cluster.actors().iter().filter(|a| a.namespace == actor.namespace && a.id != actor.id);
+        cluster.actors().iter().filter(|a| a.namespace() == actor.namespace && *a.id() != actor.id);
     for placed in placed {
-        for expression in &placed.affinity.expressions {
+        for expression in &placed.affinity().expressions {
             let guards = !expression.soft
                 && !expression.operator.is_positive()
                 && expression.names_actor(&labels)
-                && domain(cluster, expression, placed.node).contains(node);
+                && domain(cluster, expression, placed.node()).contains(node);
             if guards {
-                found.push(format!("{} ({expression})", placed.id));
+                found.push(format!("{} ({expression})", placed.id()));
             }
         }
     }

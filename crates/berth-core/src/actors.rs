@@ -17,6 +17,7 @@
 //! its namespace, and no actor of its namespace joins it afterwards: exclusive access.
 
 use std::fmt;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -28,8 +29,9 @@ pub const ACTOR_ID: &str = "berth.io/actor-id";
 pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// An actor's ID: the syntax of a label value (it becomes the `berth.io/actor-id` label).
+/// Shared, not copied, when cloned: the actor index keeps it per actor and per node.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ActorId(String);
+pub struct ActorId(Arc<str>);
 
 impl ActorId {
     /// Validates `text` as an actor ID.
@@ -42,7 +44,7 @@ impl ActorId {
             });
         }
         validate_value(ACTOR_ID, text)?;
-        Ok(ActorId(text.to_string()))
+        Ok(ActorId(Arc::from(text)))
     }
 
     /// The ID as text.
@@ -181,7 +183,13 @@ impl AffinityExpression {
 
     /// True when an actor with `labels` is one this expression names.
     pub fn names_actor(&self, labels: &Labels) -> bool {
-        match (self.operator, labels.get(&self.key)) {
+        self.names_value(labels.get(&self.key))
+    }
+
+    /// True when an actor whose label under this expression's key has `value` (`None`: it has
+    /// no such label) is one this expression names.
+    pub fn names_value(&self, value: Option<&str>) -> bool {
+        match (self.operator, value) {
             (_, None) => false,
             (AffinityOperator::In | AffinityOperator::NotIn, Some(value)) => {
                 self.values.iter().any(|v| v == value)

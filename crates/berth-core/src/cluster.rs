@@ -487,13 +487,7 @@ impl Cluster {
             Some(_) => {}
         }
         self.actors.remove(spec.id.as_str());
-        let actor = PlacedActor {
-            id: spec.id.clone(),
-            namespace: spec.namespace.clone(),
-            labels: spec.placed_labels(),
-            node,
-            affinity,
-        };
+        let actor = PlacedActor::new(spec, node, affinity);
         self.actors.insert(actor).expect("the old entry was removed");
         Ok(())
     }

@@ -43,6 +43,11 @@ fn labels() -> impl Strategy<Value = Labels> {
     })
 }
 
+/// A placed actor's labels, `berth.io/actor-id` included, as a label map.
+fn all_labels(actor: &PlacedActor) -> Labels {
+    Labels::from_pairs(actor.labels()).unwrap()
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Place {
@@ -129,14 +134,14 @@ proptest! {
         let ns = NAMESPACES[namespace];
         let placed: Vec<&PlacedActor> = cluster.actors().iter().collect();
         for actor in &placed {
-            prop_assert!(cluster.node(actor.node).unwrap().state() != NodeState::Dead, "no actor on a dead node");
+            prop_assert!(cluster.node(actor.node()).unwrap().state() != NodeState::Dead, "no actor on a dead node");
         }
 
         // Named nodes.
         let hosting: BTreeSet<NodeIndex> = placed
             .iter()
-            .filter(|a| a.namespace == ns && query.names_actor(&a.labels))
-            .map(|a| a.node)
+            .filter(|a| a.namespace() == ns && query.names_actor(&all_labels(a)))
+            .map(|a| a.node())
             .collect();
         let expected = widen_by_scan(&cluster, query.topology_key.as_deref(), hosting);
         let got: BTreeSet<NodeIndex> =
@@ -147,10 +152,10 @@ proptest! {
         let mut newcomer_labels = newcomer.clone();
         newcomer_labels.insert("berth.io/actor-id", "new").unwrap();
         let mut expected = BTreeSet::new();
-        for actor in placed.iter().filter(|a| a.namespace == ns) {
-            for guard in actor.affinity.expressions.iter().filter(|e| !e.soft && !e.operator.is_positive()) {
+        for actor in placed.iter().filter(|a| a.namespace() == ns) {
+            for guard in actor.affinity().expressions.iter().filter(|e| !e.soft && !e.operator.is_positive()) {
                 if guard.names_actor(&newcomer_labels) {
-                    expected.extend(widen_by_scan(&cluster, guard.topology_key.as_deref(), [actor.node].into()));
+                    expected.extend(widen_by_scan(&cluster, guard.topology_key.as_deref(), [actor.node()].into()));
                 }
             }
         }

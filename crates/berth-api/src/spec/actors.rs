@@ -396,7 +396,7 @@ pub(super) fn with_actor(
     let Some(section) = section else { return Ok(request) };
     let actor = request_actor(source, section)?;
     if let Some(placed) = cluster.actors().get(actor.id.as_str()) {
-        let node = cluster.node(placed.node).map_or_else(String::new, |n| n.id().to_string());
+        let node = cluster.node(placed.node()).map_or_else(String::new, |n| n.id().to_string());
         return Err(source.invalid(
             "actor.id",
             format!(

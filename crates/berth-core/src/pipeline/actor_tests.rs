@@ -255,7 +255,7 @@ fn pending_until_the_peer_arrives_then_placed_next_to_it() {
     let placed = queue.retry(Trigger::ActorsChanged, &mut scheduler, &mut c, &mut rng);
     assert_eq!(placed.len(), 1);
     assert_eq!(placed[0].1.node(), index(&c, "n3"));
-    assert_eq!(c.actors().get("cache").unwrap().node, index(&c, "n3"), "recorded on placement");
+    assert_eq!(c.actors().get("cache").unwrap().node(), index(&c, "n3"), "recorded on placement");
 }
 
 #[test]
