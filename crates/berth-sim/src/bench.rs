@@ -4,8 +4,9 @@
 //! is the median over several runs, latencies are the p50 and p99 of the median run, and a
 //! naive linear-scan baseline runs in the same process on the same cluster and requests, so
 //! that the ratio stays meaningful on a noisy machine. Memory is the growth of the resident set
-//! while the cluster (and, for the anti-affinity workload, its 100,000 actors) is built, read
-//! from `/proc/self/status`; the CLI runs each case in its own process so peaks do not mix.
+//! while the cluster (and, for the actor workloads, its 100,000 actors) is built, read from
+//! `/proc/self/status` after the allocator returned its free pages; the CLI runs each case in
+//! its own process so peaks do not mix.
 //!
 //! What is timed is the decision: candidates, filters, scores, selection and the reservation,
 //! as `Scheduler::place` and `Scheduler::place_group` do them. Not the head's API, store or
@@ -34,6 +35,11 @@ pub struct BenchOptions {
     pub decisions: usize,
     /// Timed decisions of the (slow) baseline.
     pub baseline_decisions: usize,
+    /// Returns the pages the process's allocator holds free to the system. Called before each
+    /// read of the resident set, so that the memory figures count what the cluster holds, not
+    /// what the allocator keeps for reuse (a hash table's old buckets after it grew, say). A
+    /// no-op by default; the CLI passes its allocator's.
+    pub release_free_memory: fn(),
 }
 
 impl BenchOptions {
@@ -46,6 +52,7 @@ impl BenchOptions {
             warmup: 2_000,
             decisions: 20_000,
             baseline_decisions: 200,
+            release_free_memory: || {},
         }
     }
 
@@ -58,6 +65,7 @@ impl BenchOptions {
             warmup: 100,
             decisions: 1_000,
             baseline_decisions: 20,
+            release_free_memory: || {},
         }
     }
 }
@@ -98,12 +106,13 @@ impl BenchResult {
 
 /// Runs one case in this process.
 pub fn run_case(workload: Workload, nodes: usize, options: &BenchOptions) -> BenchResult {
+    (options.release_free_memory)();
     let before = resident_bytes();
-    let probe = cluster::build(nodes);
-    let mut probe = probe;
+    let mut probe = cluster::build(nodes);
     if workload.places_actors() {
         workloads::place_actors(&mut probe, nodes);
     }
+    (options.release_free_memory)();
     let cluster_bytes = resident_bytes().saturating_sub(before);
     drop(probe);
 
@@ -164,6 +173,7 @@ mod tests {
             warmup: 10,
             decisions: 100,
             baseline_decisions: 10,
+            release_free_memory: || {},
         };
         for workload in Workload::ALL {
             let result = run_case(workload, 200, &options);
