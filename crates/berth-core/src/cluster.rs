@@ -202,6 +202,9 @@ pub struct Cluster {
     /// The largest total of each resource among the alive nodes, computed when first asked
     /// after a change of the alive nodes or their totals (rare), not per decision.
     largest: Derived<ResourceSet>,
+    /// Per resource, the alive nodes that have some of it: where a request for it starts.
+    /// Computed, and forgotten, as `largest` is.
+    alive_having: Derived<Vec<NodeSet>>,
 }
 
 /// A value computed from the cluster and kept until the cluster changes: a cache, not part of
@@ -401,6 +404,7 @@ impl Cluster {
     /// the tainted set, and the per-resource node sets.
     fn refresh_derived(&mut self, index: NodeIndex) {
         self.largest.0.take();
+        self.alive_having.0.take();
         let Ok(node) = slot_mut(&mut self.nodes, index) else { return };
         // The per-resource sets follow the same changes as the automatic taints.
         for (i, set) in self.having.iter_mut().enumerate() {
@@ -463,6 +467,16 @@ impl Cluster {
     /// The nodes that have some of `resource` in total (whatever their state).
     pub fn nodes_having(&self, resource: ResourceId) -> Option<&NodeSet> {
         self.having.get(resource.index())
+    }
+
+    /// The alive nodes that have some of `resource` in total: computed once per change of the
+    /// alive nodes or their totals, so that a request for a resource few nodes have starts from
+    /// them without a set operation per decision.
+    pub fn alive_having(&self, resource: ResourceId) -> Option<&NodeSet> {
+        let sets = self.alive_having.0.get_or_init(|| {
+            self.having.iter().map(|having| self.alive.intersection(having)).collect()
+        });
+        sets.get(resource.index())
     }
 
     /// The placed actors, by label.
@@ -575,6 +589,7 @@ impl Cluster {
             set.remove(index);
         }
         self.largest.0.take();
+        self.alive_having.0.take();
         match state {
             NodeState::Alive => self.alive.insert(index),
             NodeState::Draining => self.draining.insert(index),
@@ -610,6 +625,7 @@ impl Cluster {
             set.remove(index);
         }
         self.largest.0.take();
+        self.alive_having.0.take();
         for set in &mut self.having {
             set.remove(index);
         }
@@ -925,6 +941,13 @@ impl Cluster {
         if let Some(cached) = self.largest.0.get() {
             if *cached != self.scan_largest_totals() {
                 return Err(format!("largest totals are stale: {cached:?}"));
+            }
+        }
+        if let Some(cached) = self.alive_having.0.get() {
+            let fresh: Vec<NodeSet> =
+                self.having.iter().map(|having| self.alive.intersection(having)).collect();
+            if *cached != fresh {
+                return Err("the alive nodes per resource are stale".to_string());
             }
         }
         for (index, node) in self.nodes() {

@@ -11,6 +11,10 @@ use crate::node::Node;
 pub struct TaintsTolerated;
 
 impl Filter for TaintsTolerated {
+    fn node_and_request_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "taints"
     }
@@ -35,6 +39,10 @@ impl Filter for TaintsTolerated {
 pub struct ResourcesTotal;
 
 impl Filter for ResourcesTotal {
+    fn node_and_request_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "resources_total"
     }
@@ -54,6 +62,10 @@ impl Filter for ResourcesTotal {
 pub struct ResourcesFree;
 
 impl Filter for ResourcesFree {
+    fn node_and_request_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "resources_free"
     }
@@ -74,6 +86,10 @@ impl Filter for ResourcesFree {
 pub struct InstancesFit;
 
 impl Filter for InstancesFit {
+    fn node_and_request_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "instances"
     }
@@ -140,7 +156,17 @@ impl Filter for FilterStage {
         }
     }
 
-    #[inline]
+    fn node_and_request_only(&self) -> bool {
+        match self {
+            FilterStage::Profile(filter) => filter.node_and_request_only(),
+            // Taints: the definitions of a node's taints do not change while it carries them
+            // (an ID is reused only once no node carries it). Instances: whether a resource is
+            // counted per instance is fixed when it is registered.
+            _ => true,
+        }
+    }
+
+    #[inline(always)]
     fn check(&self, cx: &DecisionContext<'_>, node: &Node) -> Verdict {
         match self {
             FilterStage::Taints => TaintsTolerated.check(cx, node),

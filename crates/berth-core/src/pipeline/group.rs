@@ -521,7 +521,7 @@ impl Scheduler {
         };
         let visit = Visit { filters: &self.filters, ranking: &ranking, bounds };
         let mut ranked = Vec::new();
-        visit.run(&*overlay, &candidates.include, &mut ranked, &mut found, record.as_mut());
+        visit.run(&*overlay, &candidates.include, (&mut ranked, &mut found), None, record.as_mut());
         ranked.sort_unstable_by(|a, b| {
             b.tier.cmp(&a.tier).then(b.score.cmp(&a.score)).then(a.node.cmp(&b.node))
         });

@@ -18,6 +18,7 @@ pub mod group;
 mod group_tests;
 #[cfg(test)]
 mod label_tests;
+mod memo;
 pub mod profile;
 pub mod scorers;
 pub mod stage;
@@ -41,6 +42,7 @@ use crate::request::{GroupPlacement, Request, Strategy};
 use crate::resource::Shortfall;
 use explain::{AttemptExplanation, BundleVerdict, Explanation, NodeExplanation, ScoreLine};
 use filters::FilterStage;
+use memo::{Outcome, VisitMemo};
 use profile::{Pick, Profile};
 use scorers::{AvoidGpuNodes, SoftActorAffinity, SoftLabels, SOFT_AFFINITY_WEIGHT};
 use stage::{DecisionContext, Filter, FilterKind, Preference, Prepared, Verdict, Weighted};
@@ -289,6 +291,11 @@ pub struct Scheduler {
     scan_cursor: u32,
     /// Reused between decisions so the hot path does not allocate.
     ranked: Vec<Ranked>,
+    /// What the last visit of each node said ([`memo`]), for attempts whose stages read only
+    /// the node and the request.
+    memo: VisitMemo,
+    /// True when every filter reads only the node and the request.
+    filters_memoized: bool,
 }
 
 impl Scheduler {
@@ -306,8 +313,11 @@ impl Scheduler {
         let mut scorers = config.profile.scorers(&config);
         scorers
             .push(Weighted { scorer: Box::new(SoftActorAffinity), weight: SOFT_AFFINITY_WEIGHT });
+        let filters_memoized = filters.iter().all(|f| f.node_and_request_only());
         Scheduler {
             config,
+            filters_memoized,
+            memo: VisitMemo::default(),
             filters,
             preferences,
             scorers,
@@ -494,21 +504,39 @@ impl Scheduler {
         let prepared = prepare(cluster, request, attempt, &self.config.profile);
         let cx = DecisionContext { cluster, request, prepared: &prepared };
 
-        // 2. Filters, then 3. preferences and scores, node by node.
-        let preferences: SmallVec<[&dyn Preference; 4]> = self
-            .preferences
-            .iter()
-            .filter(|p| ranks && p.applies(&cx))
-            .map(|p| p.as_ref())
-            .collect();
-        let scorers: SmallVec<[&Weighted; 4]> =
-            self.scorers.iter().filter(|w| ranks && w.scorer.applies(&cx)).collect();
+        // 2. Filters, then 3. preferences and scores, node by node. `stages` has a bit per
+        // preference and scorer that applies, for the memo.
+        let (mut preferences, mut scorers) = (SmallVec::<[_; 4]>::new(), SmallVec::<[_; 4]>::new());
+        let (mut stages, mut memoized) = (0u64, self.filters_memoized && !explaining);
+        for (i, preference) in self.preferences.iter().enumerate().filter(|_| ranks) {
+            if preference.applies(&cx) {
+                preferences.push(preference.as_ref());
+                stages |= 1u64.checked_shl(i as u32).unwrap_or(0);
+                memoized &= preference.node_and_request_only() && i < 32;
+            }
+        }
+        for (i, weighted) in self.scorers.iter().enumerate().filter(|_| ranks) {
+            if weighted.scorer.applies(&cx) {
+                scorers.push(weighted);
+                stages |= 1u64.checked_shl(32 + i as u32).unwrap_or(0);
+                memoized &= weighted.scorer.node_and_request_only() && i < 32;
+            }
+        }
         let ranking = Ranking { cx: &cx, preferences: &preferences, scorers: &scorers, ranks };
         self.ranked.clear();
         let bounds = self.scan_bounds(attempt.select, include.len(), record.is_some());
         let visit = Visit { filters: &self.filters, ranking: &ranking, bounds };
-        let visited =
-            visit.run(cluster, &include, &mut self.ranked, &mut found, record.as_deref_mut());
+        let memo = memoized.then(|| {
+            let shape = self.memo.shape(request, stages);
+            (&mut self.memo, shape)
+        });
+        let visited = visit.run(
+            cluster,
+            &include,
+            (&mut self.ranked, &mut found),
+            memo,
+            record.as_deref_mut(),
+        );
         drop((preferences, scorers));
 
         // 4. Select. After an early stop, top k is a share of the nodes visited.
@@ -622,7 +650,9 @@ impl Scheduler {
             }
             Select::TopK => {
                 let best_tier = ranked.iter().map(|r| r.tier).max().unwrap_or(0);
-                ranked.retain(|r| r.tier == best_tier);
+                if ranked.iter().any(|r| r.tier != best_tier) {
+                    ranked.retain(|r| r.tier == best_tier);
+                }
                 let k = match pick {
                     Pick::TopK => top_k(alive, self.config.top_k_fraction).min(ranked.len()),
                     Pick::TopKFraction(fraction) => top_k(alive, fraction).min(ranked.len()),
@@ -833,10 +863,10 @@ fn candidates<'c>(
         }
     };
     // Narrows `include` to `kept` (a subset of it), ruling out the rest for `reason`.
-    let narrow = |candidates: &mut Candidates<'c>, kept: NodeSet, reason: Reason| {
+    let narrow = |candidates: &mut Candidates<'c>, kept: Cow<'c, NodeSet>, reason: Reason| {
         let count = candidates.include.len() - kept.len();
         let nodes = explaining.then(|| Cow::Owned(candidates.include.difference(&kept)));
-        candidates.include = Cow::Owned(kept);
+        candidates.include = kept;
         // Several selectors (an alternative and a hard node label) count as one reason.
         match candidates.excluded.last_mut() {
             Some(last) if last.reason == reason && reason == Reason::LabelMismatch => {
@@ -857,7 +887,7 @@ fn candidates<'c>(
     let selectors = alternative.into_iter().chain(hard).filter(|s| !s.is_empty());
     for selector in selectors {
         let matched = cluster.label_index().select(selector, &candidates.include);
-        narrow(&mut candidates, matched, Reason::LabelMismatch);
+        narrow(&mut candidates, Cow::Owned(matched), Reason::LabelMismatch);
     }
     // A requested resource that some nodes do not have at all rules them out by the resource
     // index (GPU requests start from the GPU nodes). Resources every node has cost nothing.
@@ -866,7 +896,14 @@ fn candidates<'c>(
         if having.is_some_and(|h| h.len() == cluster.len() as u64) {
             continue;
         }
-        let kept = having.map_or_else(NodeSet::new, |h| candidates.include.intersection(h));
+        // From all alive nodes (no selector narrowed them): the cluster keeps that set.
+        let from_alive = matches!(&candidates.include, Cow::Borrowed(set) if std::ptr::eq(*set, cluster.alive()));
+        let kept = match cluster.alive_having(resource) {
+            Some(alive_having) if from_alive => Cow::Borrowed(alive_having),
+            _ => {
+                Cow::Owned(having.map_or_else(NodeSet::new, |h| candidates.include.intersection(h)))
+            }
+        };
         let shortfall = Shortfall { resource, requested, have: Quantity::ZERO };
         narrow(&mut candidates, kept, Reason::InsufficientTotal(shortfall));
     }
@@ -1023,7 +1060,7 @@ struct Ranking<'a, 'c> {
 }
 
 impl Ranking<'_, '_> {
-    #[inline]
+    #[inline(always)]
     fn rank(&self, node: &Node, mut line: Option<&mut NodeExplanation>) -> Ranked {
         let mut ranked = Ranked { node: node.index(), tier: 0, score: 0 };
         for preference in self.preferences {
@@ -1079,13 +1116,32 @@ struct Visited {
 impl Visit<'_, '_> {
     /// Pushes the nodes that pass onto `ranked` (in visit order) and counts the reasons of
     /// those that do not into `found`; records every node's line when explaining.
-    #[inline]
+    /// With `memo` (the memo and the request's shape), a node whose last visit was for an
+    /// equal request and that has not changed since is not looked at again.
     fn run<S: NodeSource + ?Sized>(
         &self,
         nodes: &S,
         include: &NodeSet,
-        ranked: &mut Vec<Ranked>,
-        found: &mut AttemptDiagnosis,
+        found: (&mut Vec<Ranked>, &mut AttemptDiagnosis),
+        memo: Option<(&mut VisitMemo, u64)>,
+        record: Option<&mut AttemptExplanation>,
+    ) -> Visited {
+        // Compiled twice: without a record, no line exists, and the per-node bookkeeping of
+        // explanations is gone from the loop every decision runs.
+        match record {
+            None => self.visit::<S, false>(nodes, include, found, memo, None),
+            Some(record) => self.visit::<S, true>(nodes, include, found, memo, Some(record)),
+        }
+    }
+
+    // Always inlined, as are the filters and the ranking: each instance is one loop.
+    #[inline(always)]
+    fn visit<S: NodeSource + ?Sized, const EXPLAINING: bool>(
+        &self,
+        nodes: &S,
+        include: &NodeSet,
+        (ranked, found): (&mut Vec<Ranked>, &mut AttemptDiagnosis),
+        mut memo: Option<(&mut VisitMemo, u64)>,
         mut record: Option<&mut AttemptExplanation>,
     ) -> Visited {
         let (limit, start) = self.bounds;
@@ -1099,16 +1155,30 @@ impl Visit<'_, '_> {
             let Some(node) = nodes.node_at(index) else {
                 continue;
             };
-            let mut line = record.as_ref().map(|_| node_line(index, None));
-            match run_filters(self.filters, self.ranking.cx, node, line.as_mut(), false) {
-                Some(reason) => found.count(reason.kind(), 1),
-                None => {
+            let mut line = EXPLAINING.then(|| node_line(index, None));
+            let remembered = memo.as_ref().and_then(|(memo, shape)| memo.get(node, *shape));
+            let outcome = remembered.unwrap_or_else(|| {
+                let outcome =
+                    match run_filters(self.filters, self.ranking.cx, node, line.as_mut(), false) {
+                        Some(reason) => Outcome::Unfit(reason.kind()),
+                        None => {
+                            let rank = self.ranking.rank(node, line.as_mut());
+                            if let Some(line) = line.as_mut() {
+                                line.total = self.ranking.ranks.then_some(rank.score);
+                            }
+                            Outcome::Fit { tier: rank.tier, score: rank.score }
+                        }
+                    };
+                if let Some((memo, shape)) = memo.as_mut() {
+                    memo.put(node, *shape, outcome);
+                }
+                outcome
+            });
+            match outcome {
+                Outcome::Unfit(kind) => found.count(kind, 1),
+                Outcome::Fit { tier, score } => {
                     found.could_fit_later = true;
-                    let rank = self.ranking.rank(node, line.as_mut());
-                    if let Some(line) = line.as_mut() {
-                        line.total = self.ranking.ranks.then_some(rank.score);
-                    }
-                    ranked.push(rank);
+                    ranked.push(Ranked { node: index, tier, score });
                 }
             }
             if let (Some(record), Some(line)) = (record.as_deref_mut(), line) {
@@ -1121,7 +1191,7 @@ impl Visit<'_, '_> {
 
 /// Runs the filters (only the static ones when `static_only`) on one node; returns the first
 /// failure. When explaining, every filter runs and each verdict is recorded in `line`.
-#[inline]
+#[inline(always)]
 fn run_filters(
     filters: &[FilterStage],
     cx: &DecisionContext<'_>,

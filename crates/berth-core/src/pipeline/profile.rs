@@ -378,6 +378,11 @@ impl Scorer for OnClusters {
     fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
         self.scorer.score(cx, node)
     }
+
+    // Which clusters it applies on is decided once per decision, not per node.
+    fn node_and_request_only(&self) -> bool {
+        self.scorer.node_and_request_only()
+    }
 }
 
 /// Values keyed by resource name, where a name may be a `prefix/*` wildcard.

@@ -32,6 +32,10 @@ pub struct HybridUtilization {
 }
 
 impl Scorer for HybridUtilization {
+    fn node_and_request_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "hybrid_utilization"
     }
@@ -87,6 +91,10 @@ fn wide(units: u64) -> u128 {
 pub struct SoftLabels;
 
 impl Preference for SoftLabels {
+    fn node_and_request_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "soft_labels"
     }
@@ -109,6 +117,10 @@ impl Preference for SoftLabels {
 pub struct AvoidGpuNodes;
 
 impl Preference for AvoidGpuNodes {
+    fn node_and_request_only(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "avoid_gpu_nodes"
     }

@@ -82,6 +82,16 @@ pub trait Filter: Send + Sync {
     fn kind(&self) -> FilterKind;
     /// The verdict for `node`.
     fn check(&self, cx: &DecisionContext<'_>, node: &Node) -> Verdict;
+
+    /// True when the answer is a function of the node as it is (what [`Node::version`]
+    /// identifies; the definitions of the taints it carries count as part of it), of the
+    /// request's resources, tolerations and strategy, and of the stage's own settings, and of
+    /// nothing else: not the rest of the cluster, not [`Prepared`]. The scheduler then reuses
+    /// the answer while the node is unchanged and an equal request comes (see
+    /// `pipeline::memo`). False unless the stage says so.
+    fn node_and_request_only(&self) -> bool {
+        false
+    }
 }
 
 /// A lexicographic preference: nodes it prefers come before any node it does not, whatever
@@ -96,6 +106,11 @@ pub trait Preference: Send + Sync {
     }
     /// True when `node` is in the preferred tier for this request.
     fn prefers(&self, cx: &DecisionContext<'_>, node: &Node) -> bool;
+
+    /// See [`Filter::node_and_request_only`]; false unless the preference says so.
+    fn node_and_request_only(&self) -> bool {
+        false
+    }
 }
 
 /// A node score, 0 (worst) to 100 (best) points, before its weight is applied.
@@ -184,6 +199,11 @@ pub trait Scorer: Send + Sync {
     }
     /// The raw score of `node`.
     fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score;
+
+    /// See [`Filter::node_and_request_only`]; false unless the scorer says so.
+    fn node_and_request_only(&self) -> bool {
+        false
+    }
 }
 
 /// A scorer and the weight the runner multiplies its score by.
