@@ -474,6 +474,9 @@ struct Ready {
     /// Tells memo entries of earlier tables from this one's; bumped with every new table, so
     /// that a new table costs no pass over the memo.
     stamp: u64,
+    /// The stamp of the first table with this table's accelerator types in this order: a
+    /// node state seen since then has its type's index right.
+    models_since: u64,
 }
 
 /// Where a [`Fragmentation`] scorer's shapes come from.
@@ -542,17 +545,25 @@ impl Fragmentation {
         );
         let same_nodes =
             |f: &Fingerprint| f.0 == fingerprint.0 && f.1 == fingerprint.1 && f.2 == fingerprint.2;
-        let (supply, stamp) = match self.ready.read().as_deref() {
+        let (supply, stamp, before) = match self.ready.read().as_deref() {
             Ok(Some(ready)) if ready.fingerprint == fingerprint => return,
             Ok(Some(ready)) if same_nodes(&ready.fingerprint) => {
-                (ready.supply.clone(), ready.stamp + 1)
+                let before = (ready.table.clone(), ready.models_since);
+                (ready.supply.clone(), ready.stamp + 1, Some(before))
             }
-            Ok(Some(ready)) => (Arc::new(Supply::of(cluster)), ready.stamp + 1),
-            _ => (Arc::new(Supply::of(cluster)), 0),
+            Ok(Some(ready)) => {
+                let before = (ready.table.clone(), ready.models_since);
+                (Arc::new(Supply::of(cluster)), ready.stamp + 1, Some(before))
+            }
+            _ => (Arc::new(Supply::of(cluster)), 0, None),
         };
         let table = Arc::new(shapes.weighed(&supply));
+        let models_since = match before {
+            Some((old, since)) if old.models == table.models => since,
+            _ => stamp,
+        };
         if let Ok(mut ready) = self.ready.write() {
-            *ready = Some(Ready { fingerprint, table, supply, stamp });
+            *ready = Some(Ready { fingerprint, table, supply, stamp, models_since });
         }
         if let Ok(mut memo) = self.memo.lock() {
             // Sized once here, not grown node by node while scoring.
@@ -578,7 +589,8 @@ impl Scorer for Fragmentation {
 
     fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
         let ready = self.ready.read();
-        let Some(Ready { table, stamp, .. }) = ready.as_ref().ok().and_then(|ready| ready.as_ref())
+        let Some(Ready { table, stamp, models_since, .. }) =
+            ready.as_ref().ok().and_then(|ready| ready.as_ref())
         else {
             return Score::MIN;
         };
@@ -607,7 +619,31 @@ impl Scorer for Fragmentation {
         // The node's state, measured: from its memo when the node has not changed since (its
         // version says so without building the state) or is back in the same state.
         let version = node.version();
-        let known = nodes[slot].as_ref().is_some_and(|e| e.stamp == *stamp && e.version == version);
+        let known = match &mut nodes[slot] {
+            // Unchanged since it was seen, under this table: state, measure and scores hold.
+            Some(entry) if entry.version == version && entry.stamp == *stamp => true,
+            // Unchanged, but the table is new (learned shapes are rebuilt every few hundred
+            // requests): the state holds but for its type's index in the new table, and the
+            // measure and scores are the new table's to compute. On a large cluster most nodes
+            // a decision visits were last seen under an earlier table, and building their
+            // state again was most of what scoring them cost.
+            Some(entry) if entry.version == version => {
+                // The type's index is read again only when the types changed since.
+                if entry.stamp < *models_since {
+                    let model = table.model_of(node);
+                    if model != entry.state.model {
+                        entry.state.model = model;
+                        entry.state_hash = FxBuildHasher.hash_one(&entry.state);
+                    }
+                }
+                entry.stamp = *stamp;
+                entry.before = None;
+                entry.scores.clear();
+                entry.next = 0;
+                true
+            }
+            _ => false,
+        };
         if !known {
             let state = state_of(node);
             match &mut nodes[slot] {

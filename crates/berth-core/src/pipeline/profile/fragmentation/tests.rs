@@ -200,6 +200,38 @@ fn shapes_weigh_by_the_share_of_the_cluster_they_can_use() {
     assert_eq!(weighed.groups.len(), 2);
 }
 
+/// Asks `learning` and a fresh scorer given its shapes for the score of `ask` (resources,
+/// accelerator types accepted) on every alive node, and checks they agree; returns how many
+/// scores were compared (none while nothing is learned yet).
+fn scores_as_fresh(
+    c: &mut Cluster,
+    learning: &Fragmentation,
+    (ask, types): (&str, &str),
+    step: usize,
+) -> usize {
+    let mut req = request(c, ask, Strategy::Default);
+    if !types.is_empty() {
+        req = req.with_label_selector(
+            LabelSelector::parse([(crate::labels::ACCELERATOR_TYPE, types)]).unwrap(),
+        );
+    }
+    let cx = DecisionContext { cluster: c, request: &req, prepared: &Prepared::default() };
+    if !learning.applies(&cx) {
+        return 0;
+    }
+    let Source::Learned(learner) = &learning.source else { unreachable!() };
+    let shapes = learner.lock().unwrap().table().clone();
+    let fresh = Fragmentation::new(shapes, Measure::Fragment);
+    assert!(fresh.applies(&cx));
+    let mut compared = 0;
+    for index in c.alive().iter() {
+        let node = c.node(index).unwrap();
+        assert_eq!(learning.score(&cx, node), fresh.score(&cx, node), "step {step}");
+        compared += 1;
+    }
+    compared
+}
+
 /// A learning scorer keeps its memo and the cluster's supply across decisions; neither may
 /// change a score. Every score it gives, through shape rebuilds, reservations and a node that
 /// joins, equals that of a fresh scorer given the same learned shapes.
@@ -226,31 +258,36 @@ fn the_memo_and_the_kept_supply_score_as_a_fresh_scorer() {
             node.facts = NodeFacts { accelerator_type: Some("T4".into()), ..NodeFacts::default() };
             c.add_node_with(node).unwrap();
         }
-        let (ask, types) = asks[step % asks.len()];
-        let mut req = request(&mut c, ask, Strategy::Default);
-        if !types.is_empty() {
-            req = req.with_label_selector(
-                LabelSelector::parse([(crate::labels::ACCELERATOR_TYPE, types)]).unwrap(),
-            );
-        }
-        let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
-        if !learning.applies(&cx) {
-            continue;
-        }
-        let Source::Learned(learner) = &learning.source else { unreachable!() };
-        let shapes = learner.lock().unwrap().table().clone();
-        let fresh = Fragmentation::new(shapes, Measure::Fragment);
-        assert!(fresh.applies(&cx));
-        for index in c.alive().iter() {
-            let node = c.node(index).unwrap();
-            assert_eq!(learning.score(&cx, node), fresh.score(&cx, node), "step {step}");
-        }
+        scores_as_fresh(&mut c, &learning, asks[step % asks.len()], step);
         // Something changes between decisions: a share of a GPU or some CPU goes.
         let node = ["t4", "v100", "g2"][step % 3];
         let used = if step % 2 == 0 { "GPU=0.25" } else { "CPU=1" };
         let set = resources(c.registry_mut(), used);
         let _ = c.reserve(index(&c, node), &set);
     }
+}
+
+/// Nodes that do not change while the learned shapes are rebuilt keep their state, not their
+/// measure or scores: every score still equals that of a fresh scorer given the same shapes.
+/// Three request shapes, so that a node's memo still holds a score from before a rebuild.
+#[test]
+fn an_unchanged_node_is_scored_afresh_under_a_new_table() {
+    let mut c = typed_cluster(&[
+        ("t4", "CPU=16,GPU=4", "T4"),
+        ("v100", "CPU=32,GPU=8", "V100"),
+        ("g2", "CPU=8,GPU=2", "G2"),
+    ]);
+    for (node, used) in [("t4", "CPU=3,GPU=0.5"), ("v100", "CPU=20,GPU=1"), ("g2", "GPU=0.75")] {
+        let set = resources(c.registry_mut(), used);
+        c.reserve(index(&c, node), &set).unwrap();
+    }
+    let learning = Fragmentation::learning(Measure::Fragment);
+    let asks = [("CPU=2,GPU=0.5", ""), ("CPU=4,GPU=1", "in(T4)"), ("CPU=8,GPU=1", "in(V100)")];
+    let mut compared = 0;
+    for step in 0..600usize {
+        compared += scores_as_fresh(&mut c, &learning, asks[step % asks.len()], step);
+    }
+    assert!(compared > 1_000);
 }
 
 #[test]
