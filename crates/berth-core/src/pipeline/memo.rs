@@ -7,7 +7,7 @@
 //! node and "equivalence class" of pods, and dropped the cache because invalidating it right
 //! was hard. Here nothing is invalidated: an entry holds the node's [`Version`], which every
 //! change to the node replaces, and the ID of the request's shape (the parts of a request the
-//! stages read, compared in full, not hashed). Only stages that read nothing else
+//! stages read: resources, tolerations, node-label selectors; compared in full, not hashed). Only stages that read nothing else
 //! ([`Filter::node_and_request_only`](super::stage::Filter::node_and_request_only)) are
 //! memoized; an attempt with any other stage visits every node as before, and so does
 //! `berth explain`.
@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use crate::diagnosis::ReasonKind;
 use crate::node::{Node, Version};
-use crate::request::{Request, Strategy};
+use crate::request::{NodeLabel, Request, Strategy};
 use crate::resource::ResourceSet;
 use crate::selector::Tolerations;
 
@@ -33,14 +33,17 @@ pub(super) enum Outcome {
     Unfit(ReasonKind),
 }
 
-/// The parts of a request the memoized stages read, and which preferences and scorers applied
-/// (so that an answer given under some stages is never reused under others: a scorer may
-/// apply on clusters of one kind only, an attempt may not rank).
+/// The parts of a request the memoized stages read (see
+/// [`Filter::node_and_request_only`](super::stage::Filter::node_and_request_only)), and which
+/// preferences and scorers applied (so that an answer given under some stages is never reused
+/// under others: a scorer may apply on clusters of one kind only, an attempt may not rank).
+/// Not the rest of the strategy: actor affinity, say, names a service per request, and is
+/// read by the candidate stage and by soft affinity's scorer, which is not memoized.
 #[derive(Debug, PartialEq, Eq)]
 struct Shape {
     resources: ResourceSet,
     tolerations: Tolerations,
-    strategy: Strategy,
+    node_label: Option<NodeLabel>,
     stages: u64,
 }
 
@@ -49,7 +52,15 @@ impl Shape {
         self.stages == stages
             && self.resources == *request.resources()
             && self.tolerations == *request.tolerations()
-            && self.strategy == *request.strategy()
+            && self.node_label.as_ref() == node_label(request)
+    }
+}
+
+/// The node-label selectors of a NODE_LABEL request.
+fn node_label(request: &Request) -> Option<&NodeLabel> {
+    match request.strategy() {
+        Strategy::NodeLabel(node_label) => Some(node_label),
+        _ => None,
     }
 }
 
@@ -85,7 +96,7 @@ impl VisitMemo {
         let shape = Shape {
             resources: request.resources().clone(),
             tolerations: request.tolerations().clone(),
-            strategy: request.strategy().clone(),
+            node_label: node_label(request).cloned(),
             stages,
         };
         self.shapes.push_back((shape, self.last_shape));
@@ -118,6 +129,7 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
 
     use super::VisitMemo;
+    use crate::actors::{ActorAffinity, AffinityExpression, AffinityOperator};
     use crate::cluster::{Allocation, Cluster};
     use crate::labels::Labels;
     use crate::node::NodeState;
@@ -164,6 +176,19 @@ mod tests {
                 .with_tolerations(tolerations(&[("team", "in(ml)"), ("spot", "exists()")])),
             4 => request(cluster, "CPU=1", soft("c")),
             5 => request(cluster, "CPU=1", soft("a")),
+            // Away from another service per request: the same shape for the memo.
+            7 | 8 => {
+                let away = AffinityExpression::new(
+                    "app",
+                    AffinityOperator::NotIn,
+                    vec![format!("svc-{shape}")],
+                    false,
+                    Some("zone".to_string()),
+                )
+                .unwrap();
+                let affinity = ActorAffinity { expressions: vec![away], ..Default::default() };
+                request(cluster, "CPU=1", Placement::ActorAffinity(affinity))
+            }
             // One node first (no ranking), then DEFAULT.
             _ => {
                 let node = NodeAffinity {
@@ -189,7 +214,7 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (0..7usize).prop_map(Op::Place),
+            4 => (0..9usize).prop_map(Op::Place),
             2 => any::<prop::sample::Index>().prop_map(|i| Op::Release(i.index(64))),
             1 => (0..8u32, any::<bool>()).prop_map(|(n, on)| Op::Taint(n, on)),
             1 => (0..8u32, prop::sample::select(vec!["a", "b", "c"])).prop_map(|(n, z)| Op::Zone(n, z)),

@@ -85,8 +85,9 @@ pub trait Filter: Send + Sync {
 
     /// True when the answer is a function of the node as it is (what [`Node::version`]
     /// identifies; the definitions of the taints it carries count as part of it), of the
-    /// request's resources, tolerations and strategy, and of the stage's own settings, and of
-    /// nothing else: not the rest of the cluster, not [`Prepared`]. The scheduler then reuses
+    /// request's resources, tolerations and, under NODE_LABEL, node-label selectors, and of
+    /// the stage's own settings, and of nothing else: not the rest of the request or the
+    /// cluster, not [`Prepared`]. The scheduler then reuses
     /// the answer while the node is unchanged and an equal request comes (see
     /// `pipeline::memo`). False unless the stage says so.
     fn node_and_request_only(&self) -> bool {
