@@ -504,8 +504,9 @@ impl Scheduler {
         let prepared = prepare(cluster, request, attempt, &self.config.profile);
         let cx = DecisionContext { cluster, request, prepared: &prepared };
 
-        // 2. Filters, then 3. preferences and scores, node by node. `stages` has a bit per
-        // preference and scorer that applies, for the memo.
+        // 2. Filters, then 3. preferences and scores, node by node. For the memo, `stages` has
+        // a bit per preference (low half) and scorer (high half) that applies; past 32 of
+        // either, an attempt is not memoized.
         let (mut preferences, mut scorers) = (SmallVec::<[_; 4]>::new(), SmallVec::<[_; 4]>::new());
         let (mut stages, mut memoized) = (0u64, self.filters_memoized && !explaining);
         for (i, preference) in self.preferences.iter().enumerate().filter(|_| ranks) {
