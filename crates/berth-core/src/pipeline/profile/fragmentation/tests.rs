@@ -200,6 +200,15 @@ fn shapes_weigh_by_the_share_of_the_cluster_they_can_use() {
     assert_eq!(weighed.groups.len(), 2);
 }
 
+/// One node each of T4, V100 and G2 GPUs.
+fn three_types() -> Cluster {
+    typed_cluster(&[
+        ("t4", "CPU=16,GPU=4", "T4"),
+        ("v100", "CPU=32,GPU=8", "V100"),
+        ("g2", "CPU=8,GPU=2", "G2"),
+    ])
+}
+
 /// Asks `learning` and a fresh scorer given its shapes for the score of `ask` (resources,
 /// accelerator types accepted) on every alive node, and checks they agree; returns how many
 /// scores were compared (none while nothing is learned yet).
@@ -237,11 +246,7 @@ fn scores_as_fresh(
 /// joins, equals that of a fresh scorer given the same learned shapes.
 #[test]
 fn the_memo_and_the_kept_supply_score_as_a_fresh_scorer() {
-    let mut c = typed_cluster(&[
-        ("t4", "CPU=16,GPU=4", "T4"),
-        ("v100", "CPU=32,GPU=8", "V100"),
-        ("g2", "CPU=8,GPU=2", "G2"),
-    ]);
+    let mut c = three_types();
     let learning = Fragmentation::learning(Measure::Fragment);
     // (resources, accelerator types accepted): the constrained shapes weigh by supply.
     let asks = [
@@ -272,11 +277,7 @@ fn the_memo_and_the_kept_supply_score_as_a_fresh_scorer() {
 /// Three request shapes, so that a node's memo still holds a score from before a rebuild.
 #[test]
 fn an_unchanged_node_is_scored_afresh_under_a_new_table() {
-    let mut c = typed_cluster(&[
-        ("t4", "CPU=16,GPU=4", "T4"),
-        ("v100", "CPU=32,GPU=8", "V100"),
-        ("g2", "CPU=8,GPU=2", "G2"),
-    ]);
+    let mut c = three_types();
     for (node, used) in [("t4", "CPU=3,GPU=0.5"), ("v100", "CPU=20,GPU=1"), ("g2", "GPU=0.75")] {
         let set = resources(c.registry_mut(), used);
         c.reserve(index(&c, node), &set).unwrap();
