@@ -168,6 +168,9 @@ pub struct Node {
 pub struct Version(u64);
 
 impl Version {
+    /// A version no node ever has (they start at 1): for an entry not filled yet.
+    pub(crate) const NONE: Version = Version(0);
+
     fn next() -> Version {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Version(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))

@@ -65,22 +65,20 @@
 //! Cost: a score not computed before is two evaluations of the measure, each one sort of the
 //! node's GPUs (a handful) and, per group of shapes with the same GPU need and accelerator
 //! types, a search in the sorted free amounts and one in the group's CPU steps; no allocation
-//! for nodes of up to 16 GPUs. Scores are kept per node and shared by nodes in the same state
-//! (see `Memos`), so most scores are a version check and a lookup.
+//! for nodes of up to 16 GPUs. Scores are kept by node state, a node's state by its version
+//! (see [`memo`]), so most scores are a version check and a lookup.
 
-use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, RwLock};
 
-use hashbrown::HashTable;
-use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
 use super::super::stage::{DecisionContext, Score, Scorer};
 use crate::cluster::Cluster;
 use crate::labels::ACCELERATOR_TYPE;
-use crate::node::{Node, Version};
+use crate::node::Node;
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::resource::ResourceId;
+use memo::{Memos, NodeState};
 
 /// A typical request shape of the workload, and how often it comes.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -132,7 +130,8 @@ struct SortedFree {
 }
 
 impl SortedFree {
-    fn new(mut free: SmallVec<[i64; 16]>) -> SortedFree {
+    fn new(free: &[i64]) -> SortedFree {
+        let mut free: SmallVec<[i64; 16]> = SmallVec::from_slice(free);
         free.sort_unstable();
         let mut sums = SmallVec::with_capacity(free.len() + 1);
         let mut sum = 0;
@@ -279,7 +278,7 @@ impl ShapeTable {
     /// The node's fragment (see the module documentation) in units of 0.0001 GPU, times
     /// [`ShapeTable::total_weight`]: exact, so that sums over nodes are exact too.
     pub fn node_fragment(&self, node: &Node) -> u128 {
-        let free = SortedFree::new(gpu_free(node));
+        let free = SortedFree::new(&gpu_free(node));
         let cpu_free = node.available().get(ResourceId::CPU).units();
         self.fragment(cpu_free, self.model_of(node), &free)
     }
@@ -457,7 +456,7 @@ pub struct Fragmentation {
     /// The table the scores read. Recomputed once per attempt at most, when the cluster's
     /// nodes or the shapes change, so the per-node work reads a ready table.
     ready: RwLock<Option<Ready>>,
-    /// Recent scores per node, and scores shared by nodes in the same state. See [`Memos`].
+    /// Each node's state, and scores by state. See [`memo`].
     memo: Mutex<Memos>,
 }
 
@@ -474,8 +473,8 @@ struct Ready {
     /// Tells memo entries of earlier tables from this one's; bumped with every new table, so
     /// that a new table costs no pass over the memo.
     stamp: u64,
-    /// The stamp of the first table with this table's accelerator types in this order: a
-    /// node state seen since then has its type's index right.
+    /// The stamp of the first table with this table's accelerator types in this order: node
+    /// states read since then have their type's index right.
     models_since: u64,
 }
 
@@ -567,9 +566,7 @@ impl Fragmentation {
         }
         if let Ok(mut memo) = self.memo.lock() {
             // Sized once here, not grown node by node while scoring.
-            if memo.nodes.len() < cluster.index_bound() {
-                memo.nodes.resize_with(cluster.index_bound(), || None);
-            }
+            memo.reserve_slots(cluster.index_bound());
         }
     }
 }
@@ -596,100 +593,29 @@ impl Scorer for Fragmentation {
         };
         let asked = cx.request.resources();
         let request = (asked.get(ResourceId::CPU).units(), asked.get(ResourceId::GPU).units());
-        let state_of = |node: &Node| NodeState {
-            cpu_free: node.available().get(ResourceId::CPU).units(),
-            model: table.model_of(node),
-            free: gpu_free(node),
-        };
-        let slot = node.index().0 as usize;
-        let Ok(mut memo) = self.memo.lock() else {
-            let state = state_of(node);
-            let before = table.measure(
-                self.measure,
-                state.cpu_free,
-                state.model,
-                &SortedFree::new(state.free.clone()),
-            );
-            return self.compute(table, &state, before, request);
-        };
-        let Memos { nodes, shared, shared_stamp } = &mut *memo;
-        if nodes.len() <= slot {
-            nodes.resize_with(slot + 1, || None);
-        }
-        // The node's state, measured: from its memo when the node has not changed since (its
-        // version says so without building the state) or is back in the same state.
-        let version = node.version();
-        let known = match &mut nodes[slot] {
-            // Unchanged since it was seen, under this table: state, measure and scores hold.
-            Some(entry) if entry.version == version && entry.stamp == *stamp => true,
-            // Unchanged, but the table is new (learned shapes are rebuilt every few hundred
-            // requests): the state holds but for its type's index in the new table, and the
-            // measure and scores are the new table's to compute. On a large cluster most nodes
-            // a decision visits were last seen under an earlier table, and building their
-            // state again was most of what scoring them cost.
-            Some(entry) if entry.version == version => {
-                // The type's index is read again only when the types changed since.
-                if entry.stamp < *models_since {
-                    let model = table.model_of(node);
-                    if model != entry.state.model {
-                        entry.state.model = model;
-                        entry.state_hash = FxBuildHasher.hash_one(&entry.state);
-                    }
-                }
-                entry.stamp = *stamp;
-                entry.before = None;
-                entry.scores.clear();
-                entry.next = 0;
-                true
-            }
-            _ => false,
-        };
-        if !known {
-            let state = state_of(node);
-            match &mut nodes[slot] {
-                Some(entry) if entry.stamp == *stamp && entry.state == state => {
-                    entry.version = version;
-                }
-                other => {
-                    *other = Some(Memo {
-                        stamp: *stamp,
-                        version,
-                        state_hash: FxBuildHasher.hash_one(&state),
-                        state,
-                        before: None,
-                        scores: SmallVec::new(),
-                        next: 0,
-                    });
-                }
-            }
-        }
-        let entry = nodes[slot].as_mut().expect("filled above");
-        if let Some(&(_, score)) = entry.scores.iter().find(|(r, _)| *r == request) {
-            return score;
-        }
-        if *shared_stamp != *stamp || shared.len() >= SHARED_MAX {
-            shared.clear();
-            *shared_stamp = *stamp;
-        }
-        let hash = FxBuildHasher.hash_one((entry.state_hash, request));
-        let found = shared.find(hash, |e| e.request == request && e.state == entry.state);
-        let score = match found {
-            Some(known) => known.score,
-            None => {
-                // Measured only now: a node whose scores are all shared never needs it.
-                let state = &entry.state;
-                let before = *entry.before.get_or_insert_with(|| {
-                    let free = SortedFree::new(state.free.clone());
-                    table.measure(self.measure, state.cpu_free, state.model, &free)
-                });
-                let score = self.compute(table, &entry.state, before, request);
-                let state = entry.state.clone();
-                shared.insert_unique(hash, SharedScore { hash, state, request, score }, |e| e.hash);
-                score
+        let state_of = |node: &Node| {
+            let mut free: SmallVec<[i64; 8]> = gpu_free(node).into_iter().collect();
+            free.sort_unstable();
+            NodeState {
+                cpu_free: node.available().get(ResourceId::CPU).units(),
+                model: table.model_of(node),
+                free,
             }
         };
-        entry.insert(request, score);
-        score
+        let measure = |state: &NodeState| {
+            table.measure(self.measure, state.cpu_free, state.model, &SortedFree::new(&state.free))
+        };
+        let compute = |state: &NodeState, before| self.compute(table, state, before, request);
+        match self.memo.lock() {
+            Ok(mut memo) => {
+                memo.score((*stamp, *models_since), node, request, state_of, measure, compute)
+            }
+            // A scorer that panicked while holding its memo scores without one.
+            Err(_) => {
+                let state = state_of(node);
+                compute(&state, measure(&state))
+            }
+        }
     }
 }
 
@@ -709,7 +635,7 @@ impl Fragmentation {
             return Score::MIN;
         }
         let cpu_after = state.cpu_free - cpu_asked;
-        let after = table.measure(self.measure, cpu_after, state.model, &SortedFree::new(free));
+        let after = table.measure(self.measure, cpu_after, state.model, &SortedFree::new(&free));
         let whole = u128::from(table.total_weight) * UNITS_PER_WHOLE as u128;
         let taken = gpu_asked.max(0) as u128 * u128::from(table.total_weight);
         let excess = (after + taken).saturating_sub(before);
@@ -717,84 +643,7 @@ impl Fragmentation {
     }
 }
 
-/// What a node's measure depends on: its free CPU, type and free GPUs (and the table).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct NodeState {
-    cpu_free: i64,
-    model: Option<u16>,
-    free: SmallVec<[i64; 16]>,
-}
-
-/// A node's measure and last few scores, for the state they were computed in.
-///
-/// Assumptions: a decision changes one node, and requests come in a few shapes, so nearly
-/// every node is measured again unchanged, and many are scored again for a request shape they
-/// were scored for before. Rules: per node, the state last seen, the node's version then, and
-/// the state's measure once a score needed it; while the node keeps that version (or comes
-/// back to that state), the scores of the last [`MEMO_PER_NODE`] request shapes (CPU and GPU
-/// asked), the oldest replaced first; a new state starts afresh. Behaviour: exactly the scores
-/// computed without the memo (a state is compared, never trusted by its hash), with one
-/// evaluation of the measure per node state at most, instead of two per score.
-#[derive(Debug)]
-struct Memo {
-    /// The [`Ready::stamp`] of the table it was computed with.
-    stamp: u64,
-    /// The node's version when its state was last seen to be `state`.
-    version: Version,
-    state: NodeState,
-    /// `state`'s hash, for the shared scores.
-    state_hash: u64,
-    /// The measure of `state`, once a score needed it.
-    before: Option<u128>,
-    scores: SmallVec<[((i64, i64), Score); MEMO_PER_NODE]>,
-    /// The score replaced next once full.
-    next: usize,
-}
-
-/// Scores kept per node.
-const MEMO_PER_NODE: usize = 4;
-
-/// The scorers' memos: per node, and shared by nodes in the same state.
-///
-/// Assumptions: a cluster's nodes come in a few types, and many are in the same state at once
-/// (idle ones especially), while requests come in more shapes than a node's memo keeps (the
-/// openb traces ask for dozens of CPU amounts). Rules: besides each node's [`Memo`], scores are
-/// kept by (node state, request) for the current table, at most [`SHARED_MAX`] of them (then
-/// emptied). Behaviour: a score computed for one node serves every node in that state, exactly
-/// (a score is a function of the table, the state and the request alone).
-#[derive(Debug, Default)]
-struct Memos {
-    nodes: Vec<Option<Memo>>,
-    /// Looked up by the hash of the node memo's state hash and the request, so that a lookup
-    /// neither copies nor hashes the state.
-    shared: HashTable<SharedScore>,
-    /// The [`Ready::stamp`] of the table `shared` holds scores of.
-    shared_stamp: u64,
-}
-
-/// A score shared by the nodes in `state`, for `request`.
-#[derive(Debug)]
-struct SharedScore {
-    hash: u64,
-    state: NodeState,
-    request: (i64, i64),
-    score: Score,
-}
-
-/// Scores shared by state at most.
-const SHARED_MAX: usize = 65_536;
-
-impl Memo {
-    fn insert(&mut self, request: (i64, i64), score: Score) {
-        if self.scores.len() < MEMO_PER_NODE {
-            self.scores.push((request, score));
-        } else {
-            self.scores[self.next] = (request, score);
-            self.next = (self.next + 1) % MEMO_PER_NODE;
-        }
-    }
-}
-
 pub mod learn;
+mod memo;
 #[cfg(test)]
 mod tests;

@@ -230,7 +230,7 @@ fn scores_as_fresh(
     }
     let Source::Learned(learner) = &learning.source else { unreachable!() };
     let shapes = learner.lock().unwrap().table().clone();
-    let fresh = Fragmentation::new(shapes, Measure::Fragment);
+    let fresh = Fragmentation::new(shapes, learning.measure);
     assert!(fresh.applies(&cx));
     let mut compared = 0;
     for index in c.alive().iter() {
@@ -289,6 +289,89 @@ fn an_unchanged_node_is_scored_afresh_under_a_new_table() {
         compared += scores_as_fresh(&mut c, &learning, asks[step % asks.len()], step);
     }
     assert!(compared > 1_000);
+}
+
+/// One step of [`a_memo_that_forgets_scores_as_a_fresh_scorer`]: the request (an index into
+/// its asks), then a change to one of the three nodes.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// A quarter of a GPU, or more, up to a whole one.
+    Quarters(u32),
+    /// One CPU.
+    Cpu,
+    /// The oldest reservation still held goes.
+    Release,
+}
+
+fn change() -> impl proptest::strategy::Strategy<Value = Change> {
+    use proptest::strategy::Strategy as _;
+    prop_oneof![(1u32..=4).prop_map(Change::Quarters), Just(Change::Cpu), Just(Change::Release)]
+}
+
+/// Runs `steps` (ask, node, change) with a memo that forgets its states as soon as there are
+/// twice as many as nodes, and numbers request shapes anew after three, checking every score
+/// against a fresh scorer's and the bound on states; true when states were forgotten.
+fn forgetting_memo_scores_as_fresh(measure: Measure, steps: &[(usize, usize, Change)]) -> bool {
+    let mut c = three_types();
+    let learning = Fragmentation {
+        memo: Mutex::new(Memos::with_limits(0, 3)),
+        ..Fragmentation::learning(measure)
+    };
+    let asks = [
+        ("CPU=2,GPU=0.5", ""),
+        ("CPU=4,GPU=1", "in(T4)"),
+        ("CPU=1", ""),
+        ("CPU=8,GPU=2", "in(V100,G2)"),
+        ("CPU=2,GPU=0.25", ""),
+    ];
+    let mut held = std::collections::VecDeque::new();
+    let (mut forgotten, mut interned) = (false, 0);
+    for (step, &(ask, node, change)) in steps.iter().enumerate() {
+        scores_as_fresh(&mut c, &learning, asks[ask], step);
+        let now = learning.memo.lock().unwrap().states();
+        assert!(now <= 2 * c.index_bound(), "{now} states for {} nodes", c.index_bound());
+        forgotten |= now < interned;
+        interned = now;
+        let node = index(&c, ["t4", "v100", "g2"][node]);
+        let used = match change {
+            Change::Quarters(q) => format!("GPU={}", f64::from(q) / 4.0),
+            Change::Cpu => "CPU=1".to_string(),
+            Change::Release => {
+                if let Some(allocation) = held.pop_front() {
+                    c.release(&allocation);
+                }
+                continue;
+            }
+        };
+        let set = resources(c.registry_mut(), &used);
+        if let Ok(allocation) = c.reserve(node, &set) {
+            held.push_back(allocation);
+        }
+    }
+    forgotten
+}
+
+/// Forgetting is exercised, not only allowed: a run that changes nodes reaches the bound.
+#[test]
+fn a_memo_forgets_its_states_beyond_twice_the_nodes() {
+    let changes = [Change::Quarters(1), Change::Cpu, Change::Release, Change::Quarters(2)];
+    let steps: Vec<_> = (0..200).map(|i| (i % 5, i % 3, changes[i % 4])).collect();
+    assert!(forgetting_memo_scores_as_fresh(Measure::Fragment, &steps));
+}
+
+proptest! {
+    /// The forgetting memo scores exactly as a fresh scorer given the same shapes, for either
+    /// measure, whatever changes between decisions: shares taken from any GPU (so nodes pass
+    /// through equal multisets of free amounts on different GPUs), releases, CPU taken,
+    /// shapes rebuilt.
+    #[test]
+    fn a_memo_that_forgets_scores_as_a_fresh_scorer(
+        lost_capacity in any::<bool>(),
+        steps in proptest::collection::vec((0usize..5, 0usize..3, change()), 1..150),
+    ) {
+        let measure = if lost_capacity { Measure::LostCapacity } else { Measure::Fragment };
+        forgetting_memo_scores_as_fresh(measure, &steps);
+    }
 }
 
 #[test]
@@ -359,11 +442,11 @@ proptest! {
         let mut free = gpu_free(node);
         let cpu_free = node.available().get(ResourceId::CPU).units();
         let model = table.model_of(node);
-        let before = table.fragment(cpu_free, model, &SortedFree::new(free.clone()));
+        let before = table.fragment(cpu_free, model, &SortedFree::new(&free));
         prop_assume!(take(&mut free, asked));
         let cpu_after = cpu_free - Quantity::from_whole(i64::from(ask_cpu)).units();
         prop_assume!(cpu_after >= 0);
-        let after = table.fragment(cpu_after, model, &SortedFree::new(free));
+        let after = table.fragment(cpu_after, model, &SortedFree::new(&free));
         let taken = asked as u128 * u128::from(table.total_weight());
         prop_assert!(after + taken >= before, "before {before}, after {after}, taken {taken}");
     }

@@ -1,0 +1,246 @@
+//! The fragmentation scorers' memo: each node's state by its version, and scores by state.
+//!
+//! Assumptions: a decision changes one node, so nearly every node a decision visits is
+//! unchanged since its last visit; a cluster's nodes come in a few types and many are in the
+//! same state at once (idle ones especially); requests come in a few shapes, though more than a
+//! handful (the openb traces ask for dozens of CPU amounts); the learned shapes, so the table,
+//! change every few hundred requests.
+//!
+//! Rules:
+//! - a node's state (free CPU, accelerator type, the multiset of its GPUs' free amounts) is
+//!   interned: equal states get one ID, found by hash and compared in full;
+//! - per node slot, 16 bytes: the node's version when its state was last read, and the
+//!   state's ID. While the version holds, so does the ID: a state does not depend on the
+//!   table, but for its type's index among the table's types, and a change of the types
+//!   forgets every ID (as does forgetting the interned states, below);
+//! - per state, its measure under the current table, once a score needed it;
+//! - scores by (state, request shape) under the current table, at most [`SCORES_MAX`] (then
+//!   emptied); a new table empties them;
+//! - interned states are forgotten, and every ID with them, once there are more than twice as
+//!   many as node slots (plus [`STATES_SLACK`]): nodes leave states behind as they change, and
+//!   forgetting costs each node one more reading of its state.
+//!
+//! Behaviour: exactly the scores computed without the memo. A visit of an unchanged node reads
+//! its 16-byte entry (decisions visit nodes in slot order, four to a cache line) and probes a
+//! table of a few scores per state; a score is computed once per state, request shape and
+//! table, whichever node is in that state.
+//!
+//! Why this layout: the memo it replaces kept, per node and scorer, the state, its measure and
+//! the last four scores (320 bytes). At 100,000 nodes a decision's nodes were last visited
+//! hundreds of decisions before, out of every cache: callgrind counted the same instructions
+//! per decision as at 1,000 nodes, and 5 first-level cache misses per score, which made a
+//! decision three times slower there.
+
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+use smallvec::SmallVec;
+
+use crate::node::{Node, Version};
+use crate::pipeline::stage::Score;
+
+/// What a node's measure depends on, besides the table: its free CPU, its type's index among
+/// the table's types, and its GPUs' free units, ascending (which GPU has which amount does not
+/// change a measure or a score).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct NodeState {
+    pub cpu_free: i64,
+    pub model: Option<u16>,
+    pub free: SmallVec<[i64; 8]>,
+}
+
+/// A request as the scorers read it: CPU and GPU units asked.
+pub(super) type Asked = (i64, i64);
+
+/// Scores kept at most; then they are emptied.
+const SCORES_MAX: usize = 65_536;
+/// Request shapes numbered at most; then the numbering starts again, and the scores go.
+const ASKED_MAX: usize = 4_096;
+/// Interned states allowed beyond twice the node slots before all are forgotten.
+const STATES_SLACK: usize = 1_024;
+
+/// A node slot's entry: the node's version when its state was read, and the state's ID.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    version: Version,
+    state: u32,
+    /// The [`Memos::epoch`] the ID belongs to; 0 (never an epoch) for a slot not seen.
+    epoch: u32,
+}
+
+const UNSEEN: Seen = Seen { version: Version::NONE, state: 0, epoch: 0 };
+
+/// An interned state, and its measure under the table of `before.0`.
+#[derive(Debug)]
+struct Interned {
+    state: NodeState,
+    hash: u64,
+    before: Option<(u64, u128)>,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(super) struct Memos {
+    nodes: Vec<Seen>,
+    states: Vec<Interned>,
+    /// IDs into `states`, by the state's hash.
+    by_state: HashTable<u32>,
+    /// Numbers of the request shapes seen; the last one looked up, as a decision asks for one
+    /// shape on every node it scores.
+    asked: FxHashMap<Asked, u32>,
+    last_asked: Option<(Asked, u32)>,
+    /// By (state ID, request shape number), under the table of `stamp`.
+    scores: FxHashMap<(u32, u32), Score>,
+    /// The table's stamp (see `Ready::stamp`).
+    stamp: u64,
+    /// The stamp since which the table's types are the same, in the same order.
+    models_since: u64,
+    /// Bumped whenever the state IDs are forgotten; starts at 1.
+    epoch: u32,
+    /// States allowed beyond twice the node slots.
+    slack: usize,
+    /// Request shapes numbered at most.
+    asked_max: usize,
+}
+
+impl Default for Memos {
+    fn default() -> Self {
+        Memos::with_limits(STATES_SLACK, ASKED_MAX)
+    }
+}
+
+impl Memos {
+    /// A memo that forgets its states beyond twice the node slots plus `slack`, and numbers
+    /// `asked_max` request shapes at most (tests set them low, to see forgetting at work).
+    pub fn with_limits(slack: usize, asked_max: usize) -> Memos {
+        Memos {
+            nodes: Vec::new(),
+            states: Vec::new(),
+            by_state: HashTable::new(),
+            asked: FxHashMap::default(),
+            last_asked: None,
+            scores: FxHashMap::default(),
+            stamp: 0,
+            models_since: 0,
+            epoch: 1,
+            slack,
+            asked_max,
+        }
+    }
+
+    /// Sizes the memo for `slots` node slots (once per attempt, not node by node).
+    pub fn reserve_slots(&mut self, slots: usize) {
+        if self.nodes.len() < slots {
+            self.nodes.resize(slots, UNSEEN);
+        }
+    }
+
+    /// The score of `asked` on `node` under the table of `stamp` (whose types are those of
+    /// `models_since`'s table): from the memo, or `compute(state, measure of the state)`.
+    /// `state_of` reads a node's state; `measure` measures one.
+    pub fn score(
+        &mut self,
+        (stamp, models_since): (u64, u64),
+        node: &Node,
+        asked: Asked,
+        state_of: impl FnOnce(&Node) -> NodeState,
+        measure: impl FnOnce(&NodeState) -> u128,
+        compute: impl FnOnce(&NodeState, u128) -> Score,
+    ) -> Score {
+        if self.models_since != models_since {
+            // The types' indices changed: every state holds an index of the old table.
+            self.forget_states();
+            self.models_since = models_since;
+        }
+        if self.stamp != stamp {
+            self.scores.clear();
+            self.stamp = stamp;
+        }
+        let asked_number = self.number(asked);
+        let state = self.state_id(node, state_of);
+        let key = (state, asked_number);
+        if let Some(&score) = self.scores.get(&key) {
+            return score;
+        }
+        if self.scores.len() >= SCORES_MAX {
+            self.scores.clear();
+        }
+        let interned = &mut self.states[state as usize];
+        let before = match interned.before {
+            Some((at, before)) if at == stamp => before,
+            _ => {
+                let before = measure(&interned.state);
+                interned.before = Some((stamp, before));
+                before
+            }
+        };
+        let score = compute(&interned.state, before);
+        self.scores.insert(key, score);
+        score
+    }
+
+    /// The number of the request shape `asked`.
+    fn number(&mut self, asked: Asked) -> u32 {
+        if let Some((last, number)) = self.last_asked {
+            if last == asked {
+                return number;
+            }
+        }
+        if self.asked.len() >= self.asked_max && !self.asked.contains_key(&asked) {
+            self.asked.clear();
+            self.scores.clear();
+        }
+        let next = self.asked.len() as u32;
+        let number = *self.asked.entry(asked).or_insert(next);
+        self.last_asked = Some((asked, number));
+        number
+    }
+
+    /// The ID of `node`'s state: from its slot while its version holds, else read and interned.
+    fn state_id(&mut self, node: &Node, state_of: impl FnOnce(&Node) -> NodeState) -> u32 {
+        let slot = node.index().0 as usize;
+        if self.nodes.len() <= slot {
+            self.nodes.resize(slot + 1, UNSEEN);
+        }
+        let seen = self.nodes[slot];
+        let version = node.version();
+        if seen.epoch == self.epoch && seen.version == version {
+            return seen.state;
+        }
+        if self.states.len() >= 2 * self.nodes.len() + self.slack {
+            self.forget_states();
+        }
+        let state = self.intern(state_of(node));
+        self.nodes[slot] = Seen { version, state, epoch: self.epoch };
+        state
+    }
+
+    fn intern(&mut self, state: NodeState) -> u32 {
+        let hash = FxBuildHasher.hash_one(&state);
+        let states = &self.states;
+        if let Some(&id) = self.by_state.find(hash, |&id| states[id as usize].state == state) {
+            return id;
+        }
+        let id = self.states.len() as u32;
+        self.states.push(Interned { state, hash, before: None });
+        let states = &self.states;
+        self.by_state.insert_unique(hash, id, |&id| states[id as usize].hash);
+        id
+    }
+
+    /// Forgets every interned state, and so every slot's ID and every score.
+    fn forget_states(&mut self) {
+        self.states.clear();
+        self.by_state.clear();
+        self.scores.clear();
+        // Each bump follows thousands of states interned: u32 does not wrap in practice.
+        self.epoch += 1;
+    }
+
+    /// States interned now.
+    #[cfg(test)]
+    pub fn states(&self) -> usize {
+        self.states.len()
+    }
+}
