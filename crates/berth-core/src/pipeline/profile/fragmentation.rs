@@ -21,16 +21,20 @@
 //!
 //! ## Weighed by supply (the scorers only)
 //!
-//! The paper weighs each shape by how often it comes. The scorers weigh a shape that accepts
-//! only some accelerator types `C / S` times more, where `C` is the GPUs of the cluster's alive
-//! nodes and `S` the GPUs of the types it accepts (a shape none of whose types is in the
-//! cluster is left out, since no node could take it). Why: by frequency alone, work that
-//! accepts any type goes where the fewest constrained shapes are counted, and on the openb
-//! traces those are the rare types (V100, P100, G3), which the shapes naming them cannot do
-//! without; measured against what they can use, those shapes weigh what they stand to lose
-//! (`gpuspec25`: 90.8% of the GPUs allocated at k = 100 by frequency, 95.1% weighed). Shapes
-//! that accept any type, and traces without constraints, score exactly as before. The
-//! fragmentation *metric* (`berth sim`) keeps the paper's weights.
+//! The paper weighs each shape by how often it comes. The scorers weigh a shape `C / S` times
+//! more, where `C` is the GPUs of the cluster's alive nodes and `S` the GPUs of the nodes that
+//! could ever take it: of a type it accepts, with at least as many GPUs and as much CPU in all
+//! as it asks (a shape no node could take is left out). Why: by frequency alone, work goes
+//! where the fewest shapes are counted, and on the openb traces those are the nodes only rare
+//! shapes can use: the rare types (V100, P100, G3) that shapes naming them cannot do without,
+//! and the 39 nodes with 8 GPUs and 128 CPUs that alone can take a pod of 8 GPUs and 120 CPUs;
+//! measured against what can take them, those shapes weigh what they stand to lose
+//! (`gpuspec25`: 90.8% of the GPUs allocated at k = 100 by frequency, 95.1% weighed by type;
+//! `multigpu50`: 78.8% at k = 80, where best fit has 80.0, 80.0% weighed by capacity too).
+//! Shapes that every GPU node could take score exactly as before. Learned shapes are cut to
+//! those covering 95% of the weight after this weighing, not before ([`learn`]), so that such
+//! a shape stays although it is rare. The fragmentation *metric* (`berth sim`) keeps the
+//! paper's weights.
 //!
 //! ## The lost-capacity measure
 //!
@@ -212,46 +216,104 @@ impl ShapeTable {
         table
     }
 
-    /// The same shapes, each weighed by what it can use: its weight times `scale(models)`
-    /// (`SCALE_ONE` for a shape that accepts any accelerator type, or asks for no GPU), and
-    /// `None` leaves the shape out.
-    fn rescaled(&self, scale: impl Fn(&[u16]) -> Option<u64>) -> ShapeTable {
+    /// The same shapes, reweighed: the shapes without GPUs by `no_gpu` times their weight, and
+    /// those of the `g`-th group asking `cpu` by `scale(g, group, cpu)` times theirs (`None`
+    /// or 0 leaves them out).
+    fn rescaled(
+        &self,
+        no_gpu: u64,
+        scale: impl Fn(usize, &Group, i64) -> Option<u64>,
+    ) -> ShapeTable {
         let mut table = ShapeTable {
             models: self.models.clone(),
             groups: Vec::with_capacity(self.groups.len()),
-            no_gpu_weight: self.no_gpu_weight * SCALE_ONE,
-            total_weight: self.no_gpu_weight * SCALE_ONE,
+            no_gpu_weight: self.no_gpu_weight * no_gpu,
+            total_weight: self.no_gpu_weight * no_gpu,
         };
-        for group in &self.groups {
-            let factor =
-                if group.models.is_empty() { Some(SCALE_ONE) } else { scale(&group.models) };
-            let Some(factor) = factor.filter(|&f| f > 0) else { continue };
-            let mut scaled = group.clone();
-            scaled.weight *= factor;
-            scaled.cpu_steps.iter_mut().for_each(|step| step.1 *= factor);
-            scaled.cpu_weights.iter_mut().for_each(|step| step.1 *= factor);
-            table.total_weight += scaled.weight;
-            table.groups.push(scaled);
+        for (g, group) in self.groups.iter().enumerate() {
+            let cpu_weights: Vec<(i64, u64)> = group
+                .cpu_weights
+                .iter()
+                .filter_map(|&(cpu, weight)| {
+                    let factor = scale(g, group, cpu).filter(|&f| f > 0)?;
+                    Some((cpu, weight * factor))
+                })
+                .collect();
+            if cpu_weights.is_empty() {
+                continue;
+            }
+            let mut cumulative = 0;
+            let cpu_steps = cpu_weights
+                .iter()
+                .map(|&(cpu, weight)| {
+                    cumulative += weight;
+                    (cpu, cumulative)
+                })
+                .collect();
+            table.total_weight += cumulative;
+            table.groups.push(Group {
+                cpu_steps,
+                cpu_weights,
+                weight: cumulative,
+                models: group.models.clone(),
+                ..*group
+            });
         }
         table
     }
 
-    /// The table for `cluster`: each shape that accepts only some accelerator types weighs
-    /// `C / S` times as much, where `C` is the GPUs of the cluster's alive nodes and `S` the
-    /// GPUs of those of the types it accepts (a shape none of whose types is there is left
-    /// out). See [`Fragmentation`] for why.
+    /// The table for `cluster`: each shape weighs `C / S` times as much, where `C` is the GPUs
+    /// of the cluster's alive nodes and `S` the GPUs of the nodes that could ever take it
+    /// (enough GPUs and CPU in all, and a type it accepts); a shape no node could take is left
+    /// out. See [`Fragmentation`] for why.
     pub fn weighed_by_supply(&self, cluster: &Cluster) -> ShapeTable {
         self.weighed(&Supply::of(cluster))
     }
 
     /// [`ShapeTable::weighed_by_supply`] with the cluster's supply counted already.
     fn weighed(&self, supply: &Supply) -> ShapeTable {
-        let by_model: Vec<u64> = self.models.iter().map(|m| supply.of_type(m)).collect();
-        self.rescaled(|models| {
-            let usable: u64 = models.iter().map(|&m| by_model[m as usize]).sum();
+        self.rescaled(SCALE_ONE, |_, group, cpu| {
+            let models: SmallVec<[&str; 4]> =
+                group.models.iter().map(|&m| &*self.models[m as usize]).collect();
+            let usable = supply.able(group.count as u64, cpu, &models);
             (usable > 0).then(|| {
                 (u128::from(supply.total) * u128::from(SCALE_ONE) / u128::from(usable)) as u64
             })
+        })
+    }
+
+    /// The shapes of most weight that together cover `percent` of the table's weight, heaviest
+    /// first (equal weights: in the table's order; the shapes without GPUs count as one).
+    /// Applied to a table weighed by supply, a rare shape stays when few nodes could take it.
+    pub fn covering(&self, percent: u64) -> ShapeTable {
+        // (weight, group and CPU step; `None`: the shapes without GPUs).
+        let mut entries: Vec<(u64, Option<(usize, usize)>)> = Vec::new();
+        if self.no_gpu_weight > 0 {
+            entries.push((self.no_gpu_weight, None));
+        }
+        for (g, group) in self.groups.iter().enumerate() {
+            let steps = group.cpu_weights.iter().enumerate();
+            entries.extend(steps.map(|(step, &(_, weight))| (weight, Some((g, step)))));
+        }
+        // Stable: equal weights keep the table's order.
+        entries.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+        let mut kept: Vec<Vec<bool>> =
+            self.groups.iter().map(|g| vec![false; g.cpu_weights.len()]).collect();
+        let (mut covered, mut no_gpu) = (0u64, 0);
+        for (weight, entry) in entries {
+            if u128::from(covered) * 100 >= u128::from(percent) * u128::from(self.total_weight) {
+                break;
+            }
+            covered += weight;
+            match entry {
+                Some((g, step)) => kept[g][step] = true,
+                None => no_gpu = 1,
+            }
+        }
+        self.rescaled(no_gpu, |g, group, cpu| {
+            // CPU amounts are unique within a group.
+            let step = group.cpu_weights.binary_search_by_key(&cpu, |&(c, _)| c).ok()?;
+            kept[g][step].then_some(1)
         })
     }
 
@@ -404,15 +466,19 @@ fn take(free: &mut [i64], asked: i64) -> bool {
     true
 }
 
-/// The GPUs of a cluster's alive nodes, in all and per accelerator type: what
+/// The GPUs of a cluster's alive nodes, in all and per kind of node (GPUs, CPU, type): what
 /// [`ShapeTable::weighed_by_supply`] weighs shapes by. Counted in one pass over the GPU nodes,
 /// so a scorer counts it again only when the cluster's nodes change, not when its shapes do.
 #[derive(Debug, Default)]
 struct Supply {
+    /// GPU units of every alive GPU node.
     total: u64,
-    /// Accelerator type to GPUs, sorted by type.
-    by_type: Vec<(Box<str>, u64)>,
+    /// The kinds of alive GPU nodes, and the GPU units of the nodes of each kind.
+    kinds: Vec<(NodeKind, u64)>,
 }
+
+/// What a node has in all, as far as which shapes it could take: GPUs, CPU units, type.
+type NodeKind = (u64, i64, Option<Box<str>>);
 
 impl Supply {
     fn of(cluster: &Cluster) -> Supply {
@@ -420,19 +486,33 @@ impl Supply {
         let Some(gpu_nodes) = cluster.nodes_having(ResourceId::GPU) else { return supply };
         for index in gpu_nodes.intersection(cluster.alive()).iter() {
             let Some(node) = cluster.node(index) else { continue };
-            let gpus = node.total().get(ResourceId::GPU).units().max(0) as u64;
-            supply.total += gpus;
-            let Some(model) = node.labels().get(ACCELERATOR_TYPE) else { continue };
-            match supply.by_type.binary_search_by(|(t, _)| (**t).cmp(model)) {
-                Ok(i) => supply.by_type[i].1 += gpus,
-                Err(i) => supply.by_type.insert(i, (model.into(), gpus)),
+            let units = node.total().get(ResourceId::GPU).units().max(0) as u64;
+            supply.total += units;
+            let kind = (
+                units / UNITS_PER_WHOLE as u64,
+                node.total().get(ResourceId::CPU).units(),
+                node.labels().get(ACCELERATOR_TYPE).map(Box::from),
+            );
+            match supply.kinds.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, sum)) => *sum += units,
+                None => supply.kinds.push((kind, units)),
             }
         }
         supply
     }
 
-    fn of_type(&self, model: &str) -> u64 {
-        self.by_type.binary_search_by(|(t, _)| (**t).cmp(model)).map_or(0, |i| self.by_type[i].1)
+    /// The GPU units of the nodes that could take `count` GPUs and `cpu` CPU units in all, of
+    /// one of `models` (any when empty).
+    fn able(&self, count: u64, cpu: i64, models: &[&str]) -> u64 {
+        self.kinds
+            .iter()
+            .filter(|((gpus, cpus, model), _)| {
+                *gpus >= count
+                    && *cpus >= cpu
+                    && (models.is_empty() || model.as_deref().is_some_and(|m| models.contains(&m)))
+            })
+            .map(|(_, units)| units)
+            .sum()
     }
 }
 
@@ -453,6 +533,9 @@ pub struct Fragmentation {
     source: Source,
     /// What it measures.
     pub measure: Measure,
+    /// The share of the weight the shapes are cut to once weighed by supply, in percent:
+    /// learned shapes are all the shapes seen, given ones are what the user or the trace chose.
+    cover: Option<u64>,
     /// The table the scores read. Recomputed once per attempt at most, when the cluster's
     /// nodes or the shapes change, so the per-node work reads a ready table.
     ready: RwLock<Option<Ready>>,
@@ -513,7 +596,11 @@ impl Fragmentation {
     }
 
     fn with_source(source: Source, measure: Measure) -> Fragmentation {
-        Fragmentation { source, measure, ready: RwLock::new(None), memo: Mutex::default() }
+        let cover = match source {
+            Source::Given(_) => None,
+            Source::Learned(_) => Some(learn::COVERAGE_PERCENT),
+        };
+        Fragmentation { source, measure, cover, ready: RwLock::new(None), memo: Mutex::default() }
     }
 
     /// The shapes as given or learned so far, and their generation.
@@ -556,7 +643,11 @@ impl Fragmentation {
             }
             _ => (Arc::new(Supply::of(cluster)), 0, None),
         };
-        let table = Arc::new(shapes.weighed(&supply));
+        let mut table = shapes.weighed(&supply);
+        if let Some(percent) = self.cover {
+            table = table.covering(percent);
+        }
+        let table = Arc::new(table);
         let models_since = match before {
             Some((old, since)) if old.models == table.models => since,
             _ => stamp,

@@ -3,10 +3,13 @@
 //!
 //! Assumptions: the requests seen so far are a fair sample of those to come; nobody has to
 //! describe the workload up front. Rules: every request the scorer ranks nodes for counts once
-//! by its shape (CPU, GPU, the accelerator types its label selector accepts); the typical
-//! shapes are the most frequent ones that together cover [`COVERAGE_PERCENT`] of the requests
-//! counted (the FGD paper's rule), each weighted by its count; they are worked out again after
-//! the 1st, 2nd, 4th, … request and then every [`REBUILD_EVERY`] requests. A request retried
+//! by its shape (CPU, GPU, the accelerator types its label selector accepts); the learner's
+//! table holds every shape counted, weighted by its count, and is worked out again after the
+//! 1st, 2nd, 4th, … request and then every [`REBUILD_EVERY`] requests. The typical shapes are
+//! those that together cover [`COVERAGE_PERCENT`] of the weight (the FGD paper's rule), cut
+//! once the scorer has weighed the counts by the cluster's supply
+//! ([`ShapeTable::covering`](super::ShapeTable::covering)): a shape that is rare but that few
+//! nodes could take stays. A request retried
 //! while it waits counts again: the shapes that wait weigh more, which is where room is
 //! wanted. Behaviour: the first request is ranked with no shape (the scorer is then skipped),
 //! and within a few dozen requests the shapes settle on those of a stationary workload.
@@ -21,7 +24,7 @@ use crate::request::Request;
 use crate::resource::ResourceId;
 use crate::selector::Condition;
 
-/// The share of the requests counted that the typical shapes cover, in percent.
+/// The share of the weight that the typical shapes cover, in percent.
 pub const COVERAGE_PERCENT: u64 = 95;
 /// Requests between two rebuilds once past the doubling phase.
 pub const REBUILD_EVERY: u64 = 256;
@@ -53,7 +56,7 @@ impl Learner {
         if self.seen.is_power_of_two() && self.seen < REBUILD_EVERY
             || self.seen.is_multiple_of(REBUILD_EVERY)
         {
-            self.table = Arc::new(ShapeTable::new(&self.typical()));
+            self.table = Arc::new(ShapeTable::new(&self.shapes()));
             self.generation += 1;
         }
     }
@@ -68,27 +71,20 @@ impl Learner {
         self.generation
     }
 
-    /// The most frequent shapes covering [`COVERAGE_PERCENT`] of the requests counted, most
-    /// frequent first (ties: by CPU, GPU and types, ascending).
-    pub fn typical(&self) -> Vec<Shape> {
+    /// Every shape counted, most frequent first (ties: by CPU, GPU and types, ascending).
+    pub fn shapes(&self) -> Vec<Shape> {
         let mut ranked: Vec<(&Key, u32)> = self.counts.iter().map(|(k, &n)| (k, n)).collect();
         // Stable: equal counts keep the key order.
         ranked.sort_by_key(|entry| std::cmp::Reverse(entry.1));
-        let mut covered = 0u64;
-        let mut shapes = Vec::new();
-        for ((cpu, gpu, accelerators), count) in ranked {
-            if covered * 100 >= COVERAGE_PERCENT * self.seen {
-                break;
-            }
-            covered += u64::from(count);
-            shapes.push(Shape {
+        ranked
+            .into_iter()
+            .map(|((cpu, gpu, accelerators), count)| Shape {
                 cpu: Quantity::from_units(*cpu),
                 gpu: Quantity::from_units(*gpu),
                 accelerators: accelerators.clone(),
                 weight: count,
-            });
-        }
-        shapes
+            })
+            .collect()
     }
 }
 
@@ -123,7 +119,7 @@ mod tests {
     use crate::Cluster;
 
     #[test]
-    fn shapes_are_counted_and_cut_at_95_percent() {
+    fn shapes_are_counted_and_cut_at_95_percent_of_the_weight() {
         let mut c = Cluster::new(ResourceRegistry::default());
         let mut learner = Learner::default();
         let share = request(&mut c, "CPU=4,GPU=0.5", Strategy::Default);
@@ -141,11 +137,14 @@ mod tests {
         for _ in 0..4 {
             learner.observe(&t4);
         }
-        // 60 + 36 = 96 of 100 requests: the third shape is not needed for 95%.
-        let shapes = learner.typical();
-        assert_eq!(shapes.len(), 2);
+        let shapes = learner.shapes();
+        assert_eq!(shapes.len(), 3);
         assert_eq!((shapes[0].gpu, shapes[0].weight), (Quantity::parse("0.5").unwrap(), 60));
         assert_eq!((shapes[1].cpu, shapes[1].weight), (Quantity::from_whole(8), 36));
+        assert_eq!((shapes[2].gpu, shapes[2].weight), (Quantity::from_whole(2), 4));
+        // 60 + 36 = 96 of 100 requests: the third shape is not needed for 95%.
+        let typical = ShapeTable::new(&shapes).covering(COVERAGE_PERCENT);
+        assert_eq!(typical.total_weight(), 96);
         assert_eq!(accelerators(&t4), ["A10", "T4"]);
         assert!(accelerators(&share).is_empty());
         // Rebuilt after requests 1, 2, 4, …, 64 (7 times) within the first 100.

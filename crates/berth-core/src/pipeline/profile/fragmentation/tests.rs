@@ -200,6 +200,72 @@ fn shapes_weigh_by_the_share_of_the_cluster_they_can_use() {
     assert_eq!(weighed.groups.len(), 2);
 }
 
+/// Ten G2 nodes of 8 GPUs and 96 CPUs, and one G3 node of 8 GPUs and 128 CPUs: only the G3
+/// node can take 8 GPUs with 120 CPUs.
+fn one_big_node() -> Cluster {
+    let mut nodes: Vec<(String, &str, &str)> =
+        (0..10).map(|i| (format!("g2-{i}"), "CPU=96,GPU=8", "G2")).collect();
+    nodes.push(("g3".to_string(), "CPU=128,GPU=8", "G3"));
+    let nodes: Vec<(&str, &str, &str)> =
+        nodes.iter().map(|(n, r, t)| (n.as_str(), *r, *t)).collect();
+    typed_cluster(&nodes)
+}
+
+#[test]
+fn shapes_weigh_by_the_share_of_the_cluster_that_could_take_them() {
+    // 88 GPUs in all. 8 GPUs with 120 CPUs: only the G3 node's 8 GPUs, 11 times; 8 GPUs with
+    // 96 CPUs: every node, once; 200 CPUs: no node, left out.
+    let c = one_big_node();
+    let table = ShapeTable::new(&[
+        shape("120", "8", &[], 1),
+        shape("96", "8", &[], 1),
+        shape("1", "1", &["G2"], 1),
+        shape("200", "1", &[], 1),
+    ]);
+    let weighed = table.weighed_by_supply(&c);
+    // G2 only: 88 / 80 GPUs.
+    assert_eq!(weighed.total_weight(), 11 * SCALE_ONE + SCALE_ONE + 1100);
+}
+
+/// The cut to 95% comes after the weighing: a rare shape that only the G3 node can take stays,
+/// and a rare one that any node can take goes, although it is more frequent.
+#[test]
+fn a_rare_shape_that_few_nodes_could_take_stays_in_the_typical_shapes() {
+    let c = one_big_node();
+    let shapes = [
+        shape("1", "1", &[], 60),
+        shape("8", "1", &[], 36),
+        shape("2", "0.5", &[], 4),
+        shape("120", "8", &[], 3),
+    ];
+    // By frequency alone: 60 + 36 + 4 of 103 cover 95%, the 8-GPU shape goes.
+    assert_eq!(ShapeTable::new(&shapes).covering(95).total_weight(), 100);
+    // Weighed: 60 + 36 + 3 × 11 (thousandths) of 133: the half-GPU shape goes.
+    let typical = ShapeTable::new(&shapes).weighed_by_supply(&c).covering(95);
+    assert_eq!(typical.total_weight(), (60 + 36 + 33) * SCALE_ONE);
+    // And a learning scorer cuts its shapes so: after 256 requests in those proportions (its
+    // shapes are rebuilt then), the 8-GPU shape keeps the G3 node whole for a single GPU.
+    let mut c = c;
+    let learning = Fragmentation::learning(Measure::Fragment);
+    let asks =
+        [("CPU=1,GPU=1", 60), ("CPU=8,GPU=1", 36), ("CPU=2,GPU=0.5", 4), ("CPU=120,GPU=8", 3)];
+    let requests: Vec<crate::Request> = asks
+        .iter()
+        .flat_map(|&(ask, times)| std::iter::repeat_n(ask, times))
+        .map(|ask| request(&mut c, ask, Strategy::Default))
+        .collect();
+    for req in requests.iter().cycle().take(256) {
+        let cx = DecisionContext { cluster: &c, request: req, prepared: &Prepared::default() };
+        assert!(learning.applies(&cx));
+    }
+    let req = request(&mut c, "CPU=1,GPU=1", Strategy::Default);
+    let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
+    assert!(learning.applies(&cx));
+    let g3 = c.node(index(&c, "g3")).unwrap();
+    let g2 = c.node(index(&c, "g2-0")).unwrap();
+    assert!(learning.score(&cx, g2) > learning.score(&cx, g3));
+}
+
 /// One node each of T4, V100 and G2 GPUs.
 fn three_types() -> Cluster {
     typed_cluster(&[
@@ -230,7 +296,8 @@ fn scores_as_fresh(
     }
     let Source::Learned(learner) = &learning.source else { unreachable!() };
     let shapes = learner.lock().unwrap().table().clone();
-    let fresh = Fragmentation::new(shapes, learning.measure);
+    let fresh =
+        Fragmentation { cover: learning.cover, ..Fragmentation::new(shapes, learning.measure) };
     assert!(fresh.applies(&cx));
     let mut compared = 0;
     for index in c.alive().iter() {
