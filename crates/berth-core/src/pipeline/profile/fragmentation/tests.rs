@@ -275,6 +275,16 @@ fn three_types() -> Cluster {
     ])
 }
 
+/// Requests of five shapes for [`three_types`], as (resources, accelerator types accepted):
+/// the constrained ones weigh by supply.
+const FIVE_ASKS: [(&str, &str); 5] = [
+    ("CPU=2,GPU=0.5", ""),
+    ("CPU=4,GPU=1", "in(T4)"),
+    ("CPU=1", ""),
+    ("CPU=8,GPU=2", "in(V100,G2)"),
+    ("CPU=2,GPU=0.25", ""),
+];
+
 /// Asks `learning` and a fresh scorer given its shapes for the score of `ask` (resources,
 /// accelerator types accepted) on every alive node, and checks they agree; returns how many
 /// scores were compared (none while nothing is learned yet).
@@ -315,14 +325,7 @@ fn scores_as_fresh(
 fn the_memo_and_the_kept_supply_score_as_a_fresh_scorer() {
     let mut c = three_types();
     let learning = Fragmentation::learning(Measure::Fragment);
-    // (resources, accelerator types accepted): the constrained shapes weigh by supply.
-    let asks = [
-        ("CPU=2,GPU=0.5", ""),
-        ("CPU=4,GPU=1", "in(T4)"),
-        ("CPU=1", ""),
-        ("CPU=8,GPU=2", "in(V100,G2)"),
-        ("CPU=2,GPU=0.25", ""),
-    ];
+    let asks = FIVE_ASKS;
     for step in 0..300usize {
         if step == 150 {
             let total = resources(c.registry_mut(), "CPU=16,GPU=4");
@@ -384,13 +387,7 @@ fn forgetting_memo_scores_as_fresh(measure: Measure, steps: &[(usize, usize, Cha
         memo: Mutex::new(Memos::with_limits(0, 3)),
         ..Fragmentation::learning(measure)
     };
-    let asks = [
-        ("CPU=2,GPU=0.5", ""),
-        ("CPU=4,GPU=1", "in(T4)"),
-        ("CPU=1", ""),
-        ("CPU=8,GPU=2", "in(V100,G2)"),
-        ("CPU=2,GPU=0.25", ""),
-    ];
+    let asks = FIVE_ASKS;
     let mut held = std::collections::VecDeque::new();
     let (mut forgotten, mut interned) = (false, 0);
     for (step, &(ask, node, change)) in steps.iter().enumerate() {
