@@ -484,6 +484,9 @@ impl Supply {
     fn of(cluster: &Cluster) -> Supply {
         let mut supply = Supply::default();
         let Some(gpu_nodes) = cluster.nodes_having(ResourceId::GPU) else { return supply };
+        // Nodes come in a few kinds, but a cluster of machines that all differ must not cost a
+        // pass over the kinds per node.
+        let mut kinds: rustc_hash::FxHashMap<NodeKind, u64> = Default::default();
         for index in gpu_nodes.intersection(cluster.alive()).iter() {
             let Some(node) = cluster.node(index) else { continue };
             let units = node.total().get(ResourceId::GPU).units().max(0) as u64;
@@ -493,11 +496,9 @@ impl Supply {
                 node.total().get(ResourceId::CPU).units(),
                 node.labels().get(ACCELERATOR_TYPE).map(Box::from),
             );
-            match supply.kinds.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, sum)) => *sum += units,
-                None => supply.kinds.push((kind, units)),
-            }
+            *kinds.entry(kind).or_default() += units;
         }
+        supply.kinds = kinds.into_iter().collect();
         supply
     }
 
