@@ -234,7 +234,8 @@ impl Memos {
         self.states.clear();
         self.by_state.clear();
         self.scores.clear();
-        // Each bump follows thousands of states interned: u32 does not wrap in practice.
+        // A bump follows over a thousand states interned (the slack), or a change of the
+        // table's types: u32 does not wrap in practice.
         self.epoch += 1;
     }
 
