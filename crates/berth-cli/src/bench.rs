@@ -319,8 +319,11 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         (
             format!("durable actor creations/s ({} actors)", result.actors),
             format!(
-                "{:.0} (p50 {:.1} ms, p99 {:.1} ms)",
-                result.actors_per_s, result.actor_p50_ms, result.actor_p99_ms
+                "{:.0} (p50 {:.1} ms, p99 {:.1} ms; owner busy {:.0} %)",
+                result.actors_per_s,
+                result.actor_p50_ms,
+                result.actor_p99_ms,
+                100.0 * result.actor_owner_busy
             ),
             "≥ 20000",
         ),
@@ -339,7 +342,11 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 "batched actor creations/s ({} actors, {} per batch)",
                 result.batch_actors, result.batch_size
             ),
-            format!("{:.0}", result.batch_actors_per_s),
+            format!(
+                "{:.0} (owner busy {:.0} %)",
+                result.batch_actors_per_s,
+                100.0 * result.batch_owner_busy
+            ),
             "≥ 100000",
         ),
         (

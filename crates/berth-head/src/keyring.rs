@@ -58,7 +58,19 @@ impl Entry {
 }
 
 fn hash(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    lower_hex(&Sha256::digest(secret.as_bytes()))
+}
+
+/// `bytes` as lowercase hex digits (one allocation: this runs for every request's token and
+/// every work key).
+pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(2 * bytes.len());
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    text
 }
 
 /// Equal in time independent of where the strings differ.
@@ -70,7 +82,7 @@ pub(crate) fn random_secret() -> String {
     let mut bytes = [0u8; 32];
     // ThreadRng is a CSPRNG seeded from the OS.
     rand::rng().fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    lower_hex(&bytes)
 }
 
 /// Why a call was refused.

@@ -9,6 +9,10 @@
 //! - `berth_nodes{state}`: nodes by state (`alive`, `draining`, `dead`).
 //! - `berth_store_commit_seconds` and `berth_store_ops_total`: group commits and the writes
 //!   they carried.
+//! - `berth_owner_cycle_seconds` and `berth_owner_commands_total`: the owner task's cycles
+//!   (applying a burst of commands, retrying what waits, preparing the writes) and the commands
+//!   they applied. Every change goes through this one task: the cycle seconds' rate near 1 means
+//!   the head is bound by it.
 //! - `berth_http_requests_total{method,route,status}` (status as a class, `2xx`) and
 //!   `berth_http_request_seconds{method,route}`: the REST API, by route template.
 //! - `berth_autoscaler_nodes{state}`: autoscaled nodes now (`launching`, `alive`, `idle`,
@@ -81,6 +85,8 @@ pub(crate) struct Metrics {
     nodes: Family<StateLabels, Gauge>,
     commit_seconds: Histogram,
     store_ops: Counter,
+    cycle_seconds: Histogram,
+    commands: Counter,
     http_requests: Family<RequestLabels, Counter>,
     http_seconds: HistogramFamily<RouteLabels>,
     autoscaler_nodes: Family<StateLabels, Gauge>,
@@ -132,6 +138,15 @@ impl Metrics {
         );
         let store_ops = Counter::default();
         registry.register("berth_store_ops", "Writes made durable", store_ops.clone());
+        let cycle_seconds = decision_histogram();
+        registry.register_with_unit(
+            "berth_owner_cycle",
+            "Time the owner task spent on one cycle of commands",
+            Unit::Seconds,
+            cycle_seconds.clone(),
+        );
+        let commands = Counter::default();
+        registry.register("berth_owner_commands", "Commands the owner applied", commands.clone());
         let http_requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "berth_http_requests",
@@ -166,6 +181,8 @@ impl Metrics {
             nodes,
             commit_seconds,
             store_ops,
+            cycle_seconds,
+            commands,
             http_requests,
             http_seconds,
             autoscaler_nodes,
@@ -203,6 +220,12 @@ impl Metrics {
     pub(crate) fn commit(&self, seconds: f64, ops: u64) {
         self.commit_seconds.observe(seconds);
         self.store_ops.inc_by(ops);
+    }
+
+    /// One owner cycle of `commands` that took `seconds`.
+    pub(crate) fn cycle(&self, seconds: f64, commands: u64) {
+        self.cycle_seconds.observe(seconds);
+        self.commands.inc_by(commands);
     }
 
     /// One REST request: `route` is the matched template (`/api/v1/actors/{id}`), never the
@@ -251,6 +274,8 @@ mod tests {
         m.set_nodes("alive", 5);
         m.set_nodes("dead", 1);
         m.commit(0.004, 17);
+        m.cycle(0.000_3, 64);
+        m.cycle(0.000_1, 2);
         m.http("GET", "/api/v1/actors/{id}", 404, 0.0002);
         m.http("POST", "/api/v1/actors", 201, 0.01);
         let text = m.render();
@@ -265,6 +290,8 @@ mod tests {
             "berth_nodes{state=\"dead\"} 1",
             "berth_store_commit_seconds_count 1",
             "berth_store_ops_total 17",
+            "berth_owner_cycle_seconds_count 2",
+            "berth_owner_commands_total 66",
             "berth_http_requests_total{method=\"GET\",route=\"/api/v1/actors/{id}\",status=\"4xx\"} 1",
             "berth_http_requests_total{method=\"POST\",route=\"/api/v1/actors\",status=\"2xx\"} 1",
             "berth_http_request_seconds_count{method=\"GET\",route=\"/api/v1/actors/{id}\"} 1",

@@ -474,6 +474,7 @@ pub(crate) async fn run(
                 Command::Tick
             }
         };
+        let busy = Instant::now();
         owner.apply(first);
         let mut applied = 1;
         while applied < MAX_CYCLE || stopping {
@@ -494,6 +495,7 @@ pub(crate) async fn run(
             view: Arc::new(owner.view.clone()),
             effects: std::mem::take(&mut owner.effects),
         };
+        owner.metrics.cycle(busy.elapsed().as_secs_f64(), applied as u64);
         if cycles.send(cycle).await.is_err() || stopping {
             break;
         }

@@ -25,28 +25,30 @@ pub(crate) struct Placement {
     pub started: bool,
 }
 
-/// A stored actor.
+/// A stored actor. Read back as owned values; written from borrows (`ActorRecord<&Actor,
+/// Option<&Placement>>`, the same JSON), so a write copies nothing before encoding.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct ActorRecord {
-    pub actor: Actor,
+pub(crate) struct ActorRecord<A = Actor, P = Option<Placement>> {
+    pub actor: A,
     pub attempt: u32,
-    pub placement: Option<Placement>,
+    pub placement: P,
 }
 
-/// A stored task.
+/// A stored task (read and written as [`ActorRecord`] is).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct TaskRecord {
-    pub task: Task,
+pub(crate) struct TaskRecord<T = Task, P = Option<Placement>> {
+    pub task: T,
     pub attempt: u32,
-    pub placement: Option<Placement>,
+    pub placement: P,
 }
 
 /// A stored placement group: the API object and, when reserved, each bundle's instances.
+/// Written from borrows, as [`ActorRecord`] is.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct GroupRecord {
-    pub group: Group,
+pub(crate) struct GroupRecord<G = Group, B = Vec<BTreeMap<String, Vec<u32>>>> {
+    pub group: G,
     /// Per bundle, its instance IDs per unit-instance resource (empty while not reserved).
-    pub bundle_instances: Vec<BTreeMap<String, Vec<u32>>>,
+    pub bundle_instances: B,
 }
 
 /// A stored node: what it registered with (the core's inputs) and its state.

@@ -333,6 +333,8 @@ async fn actors_tasks_and_groups_through_rest() {
         "berth_pending",
         "berth_nodes",
         "berth_store_commit_seconds",
+        "berth_owner_cycle_seconds",
+        "berth_owner_commands_total",
     ] {
         assert!(metrics.contains(family), "{family} missing from /metrics");
     }

@@ -3,17 +3,20 @@
 //! One process runs a real head (embedded store in a temporary directory: every creation is
 //! durable before its 201), a simulated cluster whose agents speak the real gRPC protocol and
 //! acknowledge their assignments, and an HTTP client with many connections. All share this
-//! machine's cores, as a head and its busiest client would. Three measurements:
+//! machine's cores, as a head and its busiest client would. Six measurements:
 //!
 //! 1. **Actor creations per second**: `--actors` POSTs of one-CPU actors, each answered 201
 //!    only once durable; rate = actors / wall time from the first request to the last answer.
+//!    Beside it, the share of the phase the head's owner task was busy
+//!    (`berth_owner_cycle_seconds` of `/metrics`): near 100 % means that one task bounds it.
 //! 2. **10,000 ALIVE**: a burst of 10,000 more actors; the time from the first request until
 //!    the head's view shows all of them ALIVE (placed, assigned, started by their agents, and
 //!    the starts durable).
 //! 3. **Placement groups per second**: `--groups` POSTs of two-bundle groups.
 //! 4. **Batched actor creations per second**: `batch_actors` actors in `POST
 //!    /api/v1/actors:batch` requests of `batch_size` items, over a few connections; each
-//!    answer only once its whole batch is durable, and every item must be 201.
+//!    answer only once its whole batch is durable, and every item must be 201. The owner's
+//!    busy share beside it, as in 1.
 //! 5. **Creations while watched**: `watched_actors` actors created as in 1 while `watchers`
 //!    clients follow `GET /api/v1/watch`, each for the actors of its own label; every watcher
 //!    must see each of its actors ADDED exactly once and then ALIVE, versions rising. The rate
@@ -79,6 +82,8 @@ pub struct ApiResult {
     pub actor_p50_ms: f64,
     /// 99th percentile, ms.
     pub actor_p99_ms: f64,
+    /// Share of phase 1's wall time the head's owner task was busy (0 to 1).
+    pub actor_owner_busy: f64,
     /// Actors of the burst.
     pub burst: usize,
     /// Seconds from the burst's first request to all of it ALIVE.
@@ -93,6 +98,8 @@ pub struct ApiResult {
     pub batch_size: usize,
     /// Durable batched actor creations per second.
     pub batch_actors_per_s: f64,
+    /// Share of the batch phase's wall time the owner task was busy.
+    pub batch_owner_busy: f64,
     /// Watch clients of phase 5.
     pub watchers: usize,
     /// Durable actor creations per second while they watch.
@@ -190,11 +197,19 @@ async fn post_batches(
 ) -> anyhow::Result<f64> {
     let batches = total.div_ceil(size.max(1));
     let next = Arc::new(AtomicUsize::new(0));
+    // Every full batch is the same text: written once, so the client's work stays its sending.
+    let full = batch_body(&item, size);
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..connections {
-        let (client, url, token, next, item) =
-            (client.clone(), url.clone(), token.to_string(), next.clone(), item.clone());
+        let (client, url, token, next, item, full) = (
+            client.clone(),
+            url.clone(),
+            token.to_string(),
+            next.clone(),
+            item.clone(),
+            full.clone(),
+        );
         workers.push(tokio::spawn(async move {
             loop {
                 let batch = next.fetch_add(1, Ordering::Relaxed);
@@ -202,16 +217,22 @@ async fn post_batches(
                     return Ok::<_, anyhow::Error>(());
                 }
                 let count = size.min(total - batch * size);
-                let body = serde_json::json!({ "items": vec![item.clone(); count] });
-                let response = client.post(&url).bearer_auth(&token).json(&body).send().await?;
+                let body = if count == size { full.clone() } else { batch_body(&item, count) };
+                let response = client
+                    .post(&url)
+                    .bearer_auth(&token)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await?;
                 let status = response.status();
-                let answer: serde_json::Value = response.json().await?;
-                let items = answer["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-                if status.as_u16() != 200
-                    || items.len() != count
-                    || items.iter().any(|i| i["status"] != 201)
-                {
-                    bail!("{url} answered {status}: {:.300}", answer.to_string());
+                let text = response.bytes().await?;
+                let statuses = serde_json::from_slice::<Statuses>(&text).map(|a| a.items);
+                let created = statuses.is_ok_and(|items| {
+                    items.len() == count && items.iter().all(|i| i.status == 201)
+                });
+                if status.as_u16() != 200 || !created {
+                    bail!("{url} answered {status}: {:.300}", String::from_utf8_lossy(&text));
                 }
             }
         }));
@@ -220,6 +241,42 @@ async fn post_batches(
         worker.await.context("a client task panicked")??;
     }
     Ok(started.elapsed().as_secs_f64())
+}
+
+/// `{"items": [item × count]}` as JSON text.
+fn batch_body(item: &serde_json::Value, count: usize) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({ "items": vec![item; count] })).expect("JSON")
+}
+
+/// What the bench checks of a batch's answer: each item's status. The rest of each item (the
+/// created actor) is skipped, not built: the client shares the head's cores, so it reads only
+/// what it checks.
+#[derive(serde::Deserialize)]
+struct Statuses {
+    items: Vec<ItemStatus>,
+}
+
+#[derive(serde::Deserialize)]
+struct ItemStatus {
+    status: u16,
+}
+
+/// What a watcher checks of a change (borrowed from the event's text; other fields skipped).
+#[derive(serde::Deserialize)]
+struct Seen<'a> {
+    version: u64,
+    #[serde(rename = "type", borrow)]
+    change: &'a str,
+    #[serde(borrow)]
+    object: SeenActor<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct SeenActor<'a> {
+    #[serde(borrow)]
+    actor_id: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    state: &'a str,
 }
 
 /// Follows `GET /api/v1/watch?kind=actor&label=team=t{team}&listing=false` until each of the
@@ -253,15 +310,14 @@ async fn watch_team(
         while let Some(end) = text.find("\n\n") {
             let block: String = text.drain(..end + 2).collect();
             let Some(data) = block.lines().find_map(|l| l.strip_prefix("data:")) else { continue };
-            let change: serde_json::Value = serde_json::from_str(data.trim())?;
-            let version = change["version"].as_u64().unwrap_or(0);
-            ok &= version > last;
-            last = version;
-            let id = change["object"]["actor_id"].as_str().unwrap_or("").to_string();
-            if change["type"] == "ADDED" {
+            let change: Seen = serde_json::from_str(data.trim())?;
+            ok &= change.version > last;
+            last = change.version;
+            let id = change.object.actor_id.into_owned();
+            if change.change == "ADDED" {
                 *added.entry(id.clone()).or_default() += 1;
             }
-            if change["object"]["state"] == "ALIVE" {
+            if change.object.state == "ALIVE" {
                 alive.insert(id);
             }
         }
@@ -339,6 +395,24 @@ async fn at_scale(
     Ok((seconds, after.saturating_sub(before) as f64 / wanted.max(1) as f64))
 }
 
+/// Seconds the head's owner task has been busy so far (`berth_owner_cycle_seconds_sum` of
+/// `/metrics`): its growth over a phase, beside the phase's time, tells whether that one task
+/// is what bounds the phase.
+async fn owner_seconds(client: &reqwest::Client, base: &str, token: &str) -> anyhow::Result<f64> {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("berth_owner_cycle_seconds_sum "))
+        .and_then(|value| value.trim().parse().ok())
+        .ok_or_else(|| anyhow!("/metrics has no berth_owner_cycle_seconds_sum"))
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -388,6 +462,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             "creating {} actors over {} connections",
             settings.actors, settings.concurrency
         ));
+        let busy = owner_seconds(&client, &base, &token).await?;
         let phase = post_many(
             &client,
             format!("{base}/api/v1/actors"),
@@ -398,6 +473,8 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         )
         .await?;
         let actors_per_s = settings.actors as f64 / phase.seconds;
+        let actor_owner_busy =
+            (owner_seconds(&client, &base, &token).await? - busy) / phase.seconds;
 
         progress(&format!("a burst of {} actors until all are ALIVE", settings.burst));
         let first_seq = head.handle.view().actors.keys().next_back().copied().unwrap_or(0) + 1;
@@ -455,6 +532,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         ));
         let item =
             serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}});
+        let busy = owner_seconds(&client, &base, &token).await?;
         let batch_seconds = post_batches(
             &client,
             format!("{base}/api/v1/actors:batch"),
@@ -463,6 +541,8 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             (settings.batch_actors, settings.batch_size, BATCH_CONNECTIONS),
         )
         .await?;
+        let batch_owner_busy =
+            (owner_seconds(&client, &base, &token).await? - busy) / batch_seconds;
         progress(&format!(
             "creating {} actors while {} clients watch",
             settings.watched_actors, settings.watchers
@@ -525,6 +605,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             actors_per_s,
             actor_p50_ms: percentile(&phase.latencies_ms, 0.5),
             actor_p99_ms: percentile(&phase.latencies_ms, 0.99),
+            actor_owner_busy,
             burst: settings.burst,
             burst_alive_s,
             groups: settings.groups,
@@ -532,6 +613,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             batch_actors: settings.batch_actors,
             batch_size: settings.batch_size,
             batch_actors_per_s: settings.batch_actors as f64 / batch_seconds,
+            batch_owner_busy,
             watchers: settings.watchers,
             watched_actors_per_s: settings.watched_actors as f64 / watched.seconds,
             unwatched_actors_per_s: settings.watched_actors as f64 / unwatched.seconds,

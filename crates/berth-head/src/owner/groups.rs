@@ -1,5 +1,6 @@
 //! Placement groups: create (reserve now or wait), re-plan after a node dies, remove.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use berth_api::rest::{Bundle, Group, GroupCreate, GroupState};
@@ -25,8 +26,8 @@ pub(crate) struct GroupEntry {
 }
 
 impl GroupEntry {
-    pub(crate) fn record(&self) -> GroupRecord {
-        GroupRecord { group: self.api.clone(), bundle_instances: self.bundle_instances.clone() }
+    pub(crate) fn record(&self) -> GroupRecord<&Group, &[BTreeMap<String, Vec<u32>>]> {
+        GroupRecord { group: &self.api, bundle_instances: &self.bundle_instances }
     }
 }
 

@@ -78,22 +78,14 @@ impl<A: Clone> Work<A> {
 }
 
 impl ActorEntry {
-    pub(crate) fn record(&self) -> ActorRecord {
-        ActorRecord {
-            actor: (*self.api).clone(),
-            attempt: self.attempt,
-            placement: self.placement.clone(),
-        }
+    pub(crate) fn record(&self) -> ActorRecord<&Actor, Option<&Placement>> {
+        ActorRecord { actor: &self.api, attempt: self.attempt, placement: self.placement.as_ref() }
     }
 }
 
 impl TaskEntry {
-    pub(crate) fn record(&self) -> TaskRecord {
-        TaskRecord {
-            task: (*self.api).clone(),
-            attempt: self.attempt,
-            placement: self.placement.clone(),
-        }
+    pub(crate) fn record(&self) -> TaskRecord<&Task, Option<&Placement>> {
+        TaskRecord { task: &self.api, attempt: self.attempt, placement: self.placement.as_ref() }
     }
 }
 
