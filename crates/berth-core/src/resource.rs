@@ -112,6 +112,15 @@ impl ResourceRegistry {
         Ok(id)
     }
 
+    /// `Ok` when [`ResourceRegistry::intern`] would accept `name` (a predefined name, or one
+    /// that follows the naming rule), without a registry to intern it into.
+    pub fn check_name(name: &str) -> Result<(), ResourceNameError> {
+        if PREDEFINED.contains(&name) {
+            return Ok(());
+        }
+        validate_name(name)
+    }
+
     /// The ID of `name` if it was interned.
     pub fn lookup(&self, name: &str) -> Option<ResourceId> {
         self.ids.get(name).copied()
@@ -423,6 +432,17 @@ mod tests {
         for bad in ["", " GPU", "G PU", "-x", "a\u{e9}", &"x".repeat(254)] {
             let err = registry.intern(bad).unwrap_err().to_string();
             assert!(err.contains("1 to 253 characters"), "{bad:?}: {err}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The check without a registry accepts exactly what a fresh registry interns.
+        #[test]
+        fn check_name_agrees_with_a_fresh_registry(name in "[ -~]{0,12}|CPU|GPU|memory") {
+            proptest::prop_assert_eq!(
+                ResourceRegistry::check_name(&name),
+                ResourceRegistry::default().intern(&name).map(|_| ())
+            );
         }
     }
 

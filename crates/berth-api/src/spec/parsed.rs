@@ -117,9 +117,9 @@ pub(super) struct ResourceName(pub(super) String);
 impl<'de> Deserialize<'de> for ResourceName {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ResourceName, D::Error> {
         let name = String::deserialize(deserializer)?;
-        // The registry owns the naming rule; a scratch registry applies it without
-        // interning anything into the cluster's (the file may still be rejected).
-        ResourceRegistry::default().intern(&name).map_err(de::Error::custom)?;
+        // The registry owns the naming rule; checked without interning anything into the
+        // cluster's (the file may still be rejected).
+        ResourceRegistry::check_name(&name).map_err(de::Error::custom)?;
         Ok(ResourceName(name))
     }
 }

@@ -163,6 +163,12 @@ pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Failure
 
 /// Parses `bytes` as one `T`; an error is `{what}: {serde's message}` at the field at fault.
 fn parse_text<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, Failure> {
+    // Tracking the path costs about as much as the parse itself, and almost every body is
+    // good: parsed without it first, and only a body that fails is parsed again to name the
+    // field at fault (the same parser, so it fails the same way).
+    if let Ok(value) = serde_json::from_slice::<T>(bytes) {
+        return Ok(value);
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let inner = err.inner().to_string();
