@@ -20,8 +20,10 @@
 //! 5. **Creations while watched**: `watched_actors` actors created as in 1 while `watchers`
 //!    clients follow `GET /api/v1/watch`, each for the actors of its own label; every watcher
 //!    must see each of its actors ADDED exactly once and then ALIVE, versions rising. The rate
-//!    is set beside that of as many actors created just before without watchers (the head
-//!    then holds the same state: phase 1's rate was measured on a smaller one).
+//!    is set beside that of as many actors created just before without watchers, with the
+//!    same bodies (labels of other teams, which no watcher follows), so that the two differ
+//!    by the watching only (the head then holds the same state: phase 1's rate was measured on
+//!    a smaller one).
 //! 6. **At scale**: a fresh head and `scale_nodes` simulated nodes; `scale_actors` actors
 //!    created in batches, timed from the first request until the view shows all of them
 //!    ALIVE; and the process's resident memory grown per actor (head, agents and client
@@ -548,11 +550,21 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             settings.watched_actors, settings.watchers
         ));
         let watchers = settings.watchers.max(1);
-        let unwatched = post_many(
+        // Actor i is of team i % watchers, as label `team`: `t…` while watched, `u…` before
+        // (the same bodies, so the two rates differ by the watching only; no watcher follows
+        // a `u…` team).
+        let teams = |prefix: &'static str| {
+            Arc::new(move |i: usize| {
+                let body = serde_json::json!({"command": "sleep", "args": ["3600"],
+                    "resources": {"CPU": 1}, "labels": {"team": format!("{prefix}{}", i % watchers)}});
+                serde_json::to_vec(&body).expect("JSON")
+            })
+        };
+        let unwatched = post_each(
             &client,
             format!("{base}/api/v1/actors"),
             &token,
-            serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}}),
+            teams("u"),
             settings.watched_actors,
             settings.concurrency,
         )
@@ -576,16 +588,11 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         for _ in 0..watchers {
             ready_rx.recv().await.ok_or_else(|| anyhow!("a watcher could not start"))?;
         }
-        let teams = Arc::new(move |i: usize| {
-            let body = serde_json::json!({"command": "sleep", "args": ["3600"],
-                "resources": {"CPU": 1}, "labels": {"team": format!("t{}", i % watchers)}});
-            serde_json::to_vec(&body).expect("JSON")
-        });
         let watched = post_each(
             &client,
             format!("{base}/api/v1/actors"),
             &token,
-            teams,
+            teams("t"),
             settings.watched_actors,
             settings.concurrency,
         )
