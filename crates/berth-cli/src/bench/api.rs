@@ -636,3 +636,47 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
     result.scale_bytes_per_actor = bytes;
     Ok(result)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every phase runs end to end on a small cluster: every creation answered 201 (else `run`
+    /// fails), every watcher sees each of its actors once and in order, and the figures are
+    /// those of the work done.
+    #[test]
+    fn a_small_run_completes_every_phase() {
+        let settings = ApiBench {
+            actors: 40,
+            burst: 20,
+            groups: 10,
+            nodes: 3,
+            concurrency: 4,
+            batch_actors: 50,
+            batch_size: 20,
+            watchers: 4,
+            watched_actors: 20,
+            scale_actors: 30,
+            scale_nodes: 3,
+        };
+        let mut steps = Vec::new();
+        let result = run(&settings, &mut |step| steps.push(step.to_string())).expect("the run");
+        assert_eq!(steps.len(), 6, "one step per phase: {steps:?}");
+        assert_eq!(result.watchers_complete, 4);
+        for rate in [
+            result.actors_per_s,
+            result.groups_per_s,
+            result.batch_actors_per_s,
+            result.watched_actors_per_s,
+            result.unwatched_actors_per_s,
+        ] {
+            assert!(rate.is_finite() && rate > 0.0, "{result:?}");
+        }
+        assert!(result.actor_p50_ms <= result.actor_p99_ms, "{result:?}");
+        // The owner's busy time grew during the phases, and a share is at most the phase.
+        for busy in [result.actor_owner_busy, result.batch_owner_busy] {
+            assert!(busy > 0.0 && busy <= 1.0, "{result:?}");
+        }
+        assert!(result.scale_alive_s > 0.0, "{result:?}");
+    }
+}
