@@ -604,13 +604,21 @@ impl Fragmentation {
         Fragmentation { source, measure, cover, ready: RwLock::new(None), memo: Mutex::default() }
     }
 
-    /// The shapes as given or learned so far, and their generation.
-    fn shapes(&self) -> (Arc<ShapeTable>, u64) {
+    /// The generation of the shapes: 0 for given ones, the learner's rebuilds for learned.
+    fn generation(&self) -> u64 {
         match &self.source {
-            Source::Given(shapes) => (shapes.clone(), 0),
+            Source::Given(_) => 0,
+            Source::Learned(learner) => learner.lock().map_or(u64::MAX, |l| l.generation()),
+        }
+    }
+
+    /// The shapes as given, or as learned (with the whole nodes expected) for this supply.
+    fn shapes(&self, supply: &Supply) -> Arc<ShapeTable> {
+        match &self.source {
+            Source::Given(shapes) => shapes.clone(),
             Source::Learned(learner) => match learner.lock() {
-                Ok(learner) => (learner.table().clone(), learner.generation()),
-                Err(_) => (Arc::default(), u64::MAX),
+                Ok(learner) => Arc::new(learned_table(&learner, supply)),
+                Err(_) => Arc::default(),
             },
         }
     }
@@ -622,7 +630,7 @@ impl Fragmentation {
                 learner.observe(cx.request);
             }
         }
-        let (shapes, generation) = self.shapes();
+        let generation = self.generation();
         let cluster = cx.cluster;
         let fingerprint = (
             cluster.index_bound(),
@@ -644,7 +652,7 @@ impl Fragmentation {
             }
             _ => (Arc::new(Supply::of(cluster)), 0, None),
         };
-        let mut table = shapes.weighed(&supply);
+        let mut table = self.shapes(&supply).weighed(&supply);
         if let Some(percent) = self.cover {
             table = table.covering(percent);
         }
@@ -661,6 +669,34 @@ impl Fragmentation {
             memo.reserve_slots(cluster.index_bound());
         }
     }
+}
+
+/// The learned shapes, and a whole node of each of the largest kinds (the most GPUs) as a shape
+/// expected from the start, weighing one in [`learn::WHOLE_NODE_SHARE`] of the requests seen
+/// (at least 1). The largest requests fit only the largest nodes, and a learner cannot keep
+/// those whole for a shape it has not seen yet: on the Alibaba traces, pods of 8 GPUs came
+/// after small ones had broken the 8-GPU nodes, and the default fell behind best-fit early in
+/// the run. Small, so that what the requests show soon outweighs it.
+fn learned_table(learner: &learn::Learner, supply: &Supply) -> ShapeTable {
+    let mut shapes = learner.built().to_vec();
+    let seen: u64 = shapes.iter().map(|shape| u64::from(shape.weight)).sum();
+    let weight = u32::try_from(seen / learn::WHOLE_NODE_SHARE).unwrap_or(u32::MAX).max(1);
+    let largest = supply.kinds.iter().map(|(kind, _)| kind.0).max().unwrap_or(0);
+    let mut whole: Vec<(u64, i64)> = supply
+        .kinds
+        .iter()
+        .filter(|(kind, _)| largest > 0 && kind.0 == largest)
+        .map(|(kind, _)| (kind.0, kind.1))
+        .collect();
+    whole.sort_unstable();
+    whole.dedup();
+    shapes.extend(whole.into_iter().map(|(gpus, cpu)| Shape {
+        cpu: Quantity::from_units(cpu),
+        gpu: Quantity::from_units(gpus as i64 * UNITS_PER_WHOLE as i64),
+        accelerators: Vec::new(),
+        weight,
+    }));
+    ShapeTable::new(&shapes)
 }
 
 impl Scorer for Fragmentation {

@@ -13,11 +13,14 @@
 //! while it waits counts again: the shapes that wait weigh more, which is where room is
 //! wanted. Behaviour: the first request is ranked with no shape (the scorer is then skipped),
 //! and within a few dozen requests the shapes settle on those of a stationary workload.
+//!
+//! Beside what it counts, the scorer adds a whole node of each of the cluster's largest kinds
+//! as a shape, weighing one in [`WHOLE_NODE_SHARE`] of the requests seen: the largest requests
+//! fit only there, and until one comes nothing else keeps those nodes whole.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use super::{Shape, ShapeTable};
+use super::Shape;
 use crate::labels::ACCELERATOR_TYPE;
 use crate::quantity::Quantity;
 use crate::request::Request;
@@ -28,16 +31,21 @@ use crate::selector::Condition;
 pub const COVERAGE_PERCENT: u64 = 95;
 /// Requests between two rebuilds once past the doubling phase.
 pub const REBUILD_EVERY: u64 = 256;
+/// A whole node of the largest kind is a shape from the start, weighing one in this many of
+/// the requests seen (see `learned_table` in the fragmentation scorer).
+pub const WHOLE_NODE_SHARE: u64 = 1000;
 
 /// A shape without its weight: CPU units, GPU units, accepted accelerator types.
 type Key = (i64, i64, Vec<String>);
 
-/// The counts of the shapes seen, and the table built from them.
+/// The counts of the shapes seen, and the shapes as counted at the last rebuild (the scorer
+/// builds its table from those: [`Learner::built`]).
 #[derive(Debug, Default)]
 pub struct Learner {
     counts: BTreeMap<Key, u32>,
     seen: u64,
-    table: Arc<ShapeTable>,
+    /// The shapes as counted at the last rebuild.
+    built: Vec<Shape>,
     /// Bumped at every rebuild, so that tables derived from this one know they are stale.
     generation: u64,
 }
@@ -56,14 +64,14 @@ impl Learner {
         if self.seen.is_power_of_two() && self.seen < REBUILD_EVERY
             || self.seen.is_multiple_of(REBUILD_EVERY)
         {
-            self.table = Arc::new(ShapeTable::new(&self.shapes()));
+            self.built = self.shapes();
             self.generation += 1;
         }
     }
 
-    /// The current table.
-    pub fn table(&self) -> &Arc<ShapeTable> {
-        &self.table
+    /// The shapes as counted at the last rebuild.
+    pub fn built(&self) -> &[Shape] {
+        &self.built
     }
 
     /// Rebuilds so far.
@@ -111,6 +119,7 @@ pub fn accelerators(request: &Request) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::ShapeTable;
     use super::*;
     use crate::request::Strategy;
     use crate::resource::ResourceRegistry;
@@ -150,6 +159,6 @@ mod tests {
         // Rebuilt after requests 1, 2, 4, …, 64 (7 times) within the first 100.
         assert_eq!(learner.generation(), 7);
         // The last rebuild, at 64 requests, saw 60 shares and 4 whole GPUs.
-        assert_eq!(learner.table().total_weight(), 64);
+        assert_eq!(ShapeTable::new(learner.built()).total_weight(), 64);
     }
 }

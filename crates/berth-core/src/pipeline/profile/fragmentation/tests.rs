@@ -305,7 +305,7 @@ fn scores_as_fresh(
         return 0;
     }
     let Source::Learned(learner) = &learning.source else { unreachable!() };
-    let shapes = learner.lock().unwrap().table().clone();
+    let shapes = Arc::new(learned_table(&learner.lock().unwrap(), &Supply::of(c)));
     let fresh =
         Fragmentation { cover: learning.cover, ..Fragmentation::new(shapes, learning.measure) };
     assert!(fresh.applies(&cx));
@@ -513,5 +513,40 @@ proptest! {
         let after = table.fragment(cpu_after, model, &SortedFree::new(&free));
         let taken = asked as u128 * u128::from(table.total_weight());
         prop_assert!(after + taken >= before, "before {before}, after {after}, taken {taken}");
+    }
+}
+
+/// A learning scorer expects a whole node of each of the largest kinds (the most GPUs) from
+/// the first request, weighing one in `WHOLE_NODE_SHARE` of the requests seen (at least 1);
+/// smaller kinds get none.
+#[test]
+fn a_learning_scorer_expects_whole_nodes_of_the_largest_kind() {
+    let mut c = three_types();
+    let learning = Fragmentation::learning(Measure::Fragment);
+    let whole_of_eight = |table: &ShapeTable| {
+        table
+            .groups
+            .iter()
+            .filter(|g| g.count == 8 && g.need == UNITS_PER_WHOLE && g.models.is_empty())
+            .flat_map(|g| g.cpu_weights.clone())
+            .collect::<Vec<_>>()
+    };
+    let mut seen = 0u64;
+    for rebuilds in 1..=12 {
+        // Up to 2,048 requests: the doubling phase, then every 256th.
+        let asks = if rebuilds <= 8 { 1u64 << (rebuilds - 1) } else { 256 * (rebuilds - 4) };
+        while seen < asks {
+            let req = request(&mut c, "CPU=1,GPU=1", Strategy::Default);
+            let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
+            assert!(learning.applies(&cx));
+            seen += 1;
+        }
+        let Source::Learned(learner) = &learning.source else { unreachable!() };
+        let table = learned_table(&learner.lock().unwrap(), &Supply::of(&c));
+        let weight = (seen / learn::WHOLE_NODE_SHARE).max(1);
+        // The V100 kind: 8 GPUs, 32 CPUs; the 4- and 2-GPU kinds have no whole-node shape.
+        assert_eq!(whole_of_eight(&table), [(32 * UNITS_PER_WHOLE as i64, weight)], "{seen}");
+        assert_eq!(table.total_weight, seen + weight, "{seen}");
+        assert!(table.groups.iter().all(|g| g.count == 8 || g.count == 1), "{table:?}");
     }
 }
