@@ -692,7 +692,7 @@ fn learned_table(learner: &learn::Learner, supply: &Supply) -> ShapeTable {
     whole.dedup();
     shapes.extend(whole.into_iter().map(|(gpus, cpu)| Shape {
         cpu: Quantity::from_units(cpu),
-        gpu: Quantity::from_units(gpus as i64 * UNITS_PER_WHOLE as i64),
+        gpu: Quantity::from_units(gpus as i64 * UNITS_PER_WHOLE),
         accelerators: Vec::new(),
         weight,
     }));

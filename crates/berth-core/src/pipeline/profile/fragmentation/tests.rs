@@ -545,7 +545,7 @@ fn a_learning_scorer_expects_whole_nodes_of_the_largest_kind() {
         let table = learned_table(&learner.lock().unwrap(), &Supply::of(&c));
         let weight = (seen / learn::WHOLE_NODE_SHARE).max(1);
         // The V100 kind: 8 GPUs, 32 CPUs; the 4- and 2-GPU kinds have no whole-node shape.
-        assert_eq!(whole_of_eight(&table), [(32 * UNITS_PER_WHOLE as i64, weight)], "{seen}");
+        assert_eq!(whole_of_eight(&table), [(32 * UNITS_PER_WHOLE, weight)], "{seen}");
         assert_eq!(table.total_weight, seen + weight, "{seen}");
         assert!(table.groups.iter().all(|g| g.count == 8 || g.count == 1), "{table:?}");
     }
