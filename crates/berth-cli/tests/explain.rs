@@ -110,9 +110,9 @@ fn actor_is_placed_on_a_half_free_gpu() {
     assert_eq!(gpu2["passed"], true);
     // A cluster with GPUs: the default profile's fragmentation-aware scorers.
     assert_eq!(gpu2["scores"][0]["scorer"], "fragmentation");
-    assert_eq!(gpu2["scores"][0]["raw"], 66);
+    assert_eq!(gpu2["scores"][0]["raw"], 83);
     assert_eq!(gpu2["scores"][0]["weight"], 30);
-    assert_eq!(gpu2["total"], 4036);
+    assert_eq!(gpu2["total"], 5056);
     // Every node of the cluster is listed, excluded ones with their reason.
     let nodes = attempt["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 7);
@@ -224,7 +224,7 @@ fn table_output_starts_with_the_decision_and_fits_100_columns() {
     assert_eq!(output.status.code(), Some(0));
     let text = String::from_utf8(output.stdout).unwrap();
     assert_eq!(text.lines().next(), Some("placed on gpu-2, GPU instances [0]"));
-    assert!(text.contains("fragmentation 66×30"), "{text}");
+    assert!(text.contains("fragmentation 83×30"), "{text}");
     assert!(text.contains("excluded: draining"), "{text}");
     assert!(text.contains("chosen"), "{text}");
     for line in text.lines() {
