@@ -11,8 +11,9 @@
 //! ([`ShapeTable::covering`](super::ShapeTable::covering)): a shape that is rare but that few
 //! nodes could take stays. A request retried
 //! while it waits counts again: the shapes that wait weigh more, which is where room is
-//! wanted. Behaviour: the first request is ranked with no shape (the scorer is then skipped),
-//! and within a few dozen requests the shapes settle on those of a stationary workload.
+//! wanted. Behaviour: the first request is ranked for its own shape (it is counted before the
+//! scorer builds its table), and within a few dozen requests the shapes settle on those of a
+//! stationary workload.
 //!
 //! Beside what it counts, the scorer adds a whole node of each of the cluster's largest kinds
 //! as a shape, weighing one in [`WHOLE_NODE_SHARE`] of the requests seen: the largest requests
