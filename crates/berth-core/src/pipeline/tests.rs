@@ -580,11 +580,14 @@ fn explaining_records_every_filter_for_every_node() {
     assert!(b.passed());
     assert_eq!(b.preferences, [("avoid_gpu_nodes", false)]);
     // A cluster with a GPU node: the default profile's fragmentation-aware scorers. The CPU
-    // task strands no GPU (100 each, weight 30) and best fit counts the leftover CPU 3/4 and
-    // GPU 1/1: ⌊100 × (1 − 1.75 / 2)⌋ = 12.
+    // task strands no GPU for its own shape, but b can no longer take the whole node expected
+    // from the start (the largest kind's: 1 GPU, 4 CPUs), so each scores 66 (weight 30); best
+    // fit counts the leftover CPU 3/4 and GPU 1/1: ⌊100 × (1 − 1.75 / 2)⌋ = 12.
     let scorers: Vec<&str> = b.scores.iter().map(|line| line.scorer).collect();
     assert_eq!(scorers, ["fragmentation", "capacity", "best_fit"]);
-    assert_eq!(b.total, Some(6012 * u64::from(Score::UNIT)), "6012 points, in millionths");
+    let raw: Vec<u32> = b.scores.iter().map(|line| line.raw.micros() / Score::UNIT).collect();
+    assert_eq!(raw, [66, 66, 12]);
+    assert_eq!(b.total, Some(3972 * u64::from(Score::UNIT)), "3972 points, in millionths");
     assert_eq!(attempt.nodes[2].excluded, Some(Reason::Dead));
     assert_eq!(attempt.chosen, Some(index(&c, "b")));
 }
