@@ -3,9 +3,9 @@
 //!
 //! Assumptions: the requests seen so far are a fair sample of those to come; nobody has to
 //! describe the workload up front. Rules: every request the scorer ranks nodes for counts once
-//! by its shape (CPU, GPU, the accelerator types its label selector accepts); the learner's
-//! table holds every shape counted, weighted by its count, and is worked out again after the
-//! 1st, 2nd, 4th, … request and then every [`REBUILD_EVERY`] requests. The typical shapes are
+//! by its shape (CPU, GPU, the accelerator types its label selector accepts); the learner
+//! hands the scorer every shape counted, weighted by its count, as counted at its last rebuild:
+//! after the 1st, 2nd, 4th, … request and then every [`REBUILD_EVERY`] requests. The typical shapes are
 //! those that together cover [`COVERAGE_PERCENT`] of the weight (the FGD paper's rule), cut
 //! once the scorer has weighed the counts by the cluster's supply
 //! ([`ShapeTable::covering`](super::ShapeTable::covering)): a shape that is rare but that few
