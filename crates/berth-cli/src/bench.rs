@@ -76,7 +76,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = BenchOutput::Table)]
     pub output: BenchOutput,
 
-    /// Internal: run one case (`WORKLOAD:NODES`) in this process and print its JSON.
+    /// Internal: run one case (`WORKLOAD:NODES`; `scale` for `bench api`, its phase 6) in
+    /// this process and print its JSON.
     #[arg(long, hide = true, value_name = "WORKLOAD:NODES")]
     pub case: Option<String>,
 }
@@ -307,7 +308,18 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         watched_actors: if quick { 2_000 } else { 20_000 },
         scale_actors: if quick { 10_000 } else { 100_000 },
         scale_nodes: if quick { 100 } else { 1_000 },
+        scale_in: None,
     };
+    if let Some(case) = &args.case {
+        if case != "scale" {
+            bail!("--case: `bench api` has one case, `scale`");
+        }
+        let scale = api::run_scale(&settings, &mut |step| eprintln!("{step}…"))?;
+        writeln!(out, "{}", serde_json::to_string(&scale)?)?;
+        return Ok(());
+    }
+    let exe = std::env::current_exe().context("cannot find this program to run phase 6")?;
+    let settings = api::ApiBench { scale_in: Some((exe, quick)), ..settings };
     let result = api::run(&settings, &mut |step| eprintln!("{step}…"))?;
     if args.output == BenchOutput::Json {
         writeln!(out, "{}", serde_json::to_string(&result)?)?;
@@ -376,6 +388,11 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             "memory grown per actor (head, agents, client)".to_string(),
             format!("{:.0} B", result.scale_bytes_per_actor),
             "≤ 1 KiB + the core's",
+        ),
+        (
+            "  … over the second half (one more actor)".to_string(),
+            format!("{:.0} B", result.scale_marginal_bytes_per_actor),
+            "",
         ),
     ];
     for (measure, value, goal) in rows {

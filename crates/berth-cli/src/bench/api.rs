@@ -27,7 +27,9 @@
 //! 6. **At scale**: a fresh head and `scale_nodes` simulated nodes; `scale_actors` actors
 //!    created in batches, timed from the first request until the view shows all of them
 //!    ALIVE; and the process's resident memory grown per actor (head, agents and client
-//!    together: an upper bound of the head's).
+//!    together: an upper bound of the head's), over all of them and over the second half
+//!    (created once the first half is ALIVE: the cost of one more actor, without what the head
+//!    holds once whatever its size, such as the change log, full long before the half way).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -64,6 +66,10 @@ pub struct ApiBench {
     pub scale_actors: usize,
     /// Simulated nodes of phase 6.
     pub scale_nodes: usize,
+    /// Runs phase 6 in a child process of this program (`bench api --case scale`, with
+    /// `--quick` when true) instead of this one, so that its memory figures do not count what
+    /// the earlier phases freed but the allocator still holds.
+    pub scale_in: Option<(std::path::PathBuf, bool)>,
 }
 
 /// Connections of the batch phase: a few large requests keep the head busy; more only queue.
@@ -118,6 +124,9 @@ pub struct ApiResult {
     pub scale_alive_s: f64,
     /// Resident memory grown per actor, bytes (head, agents and client).
     pub scale_bytes_per_actor: f64,
+    /// Resident memory grown per actor over the second half of phase 6's actors: the cost of
+    /// one more actor, without what the head holds once whatever its size.
+    pub scale_marginal_bytes_per_actor: f64,
 }
 
 struct Phase {
@@ -342,11 +351,8 @@ fn raise_open_files(wanted: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Phase 6 on its own head: (seconds until all ALIVE, bytes of resident memory per actor).
-async fn at_scale(
-    settings: &ApiBench,
-    progress: &mut dyn FnMut(&str),
-) -> anyhow::Result<(f64, f64)> {
+/// Phase 6 on its own head.
+async fn at_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Scale> {
     let dir = tempfile::tempdir().context("cannot create a temporary data directory")?;
     let mut config = HeadConfig::new(dir.path());
     config.bind = "127.0.0.1:0".parse().expect("an address");
@@ -365,20 +371,72 @@ async fn at_scale(
         "{} actors until ALIVE on {} nodes",
         settings.scale_actors, settings.scale_nodes
     ));
+    // Created in two halves, each waited for until ALIVE: the memory grown over the second
+    // half is the cost of one more actor, without what a head holds once whatever its size
+    // (the change log, full long before the half way; the store's page cache; buffers).
+    let first_half = settings.scale_actors / 2;
     let (before, _) = super::retention::memory();
     let started = Instant::now();
     let item = serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}});
-    post_batches(
-        &client,
-        format!("http://{}/api/v1/actors:batch", head.address),
-        head.token.as_str(),
-        item,
-        (settings.scale_actors, settings.batch_size, BATCH_CONNECTIONS),
-    )
-    .await?;
-    let handle = head.handle.clone();
-    let wanted = settings.scale_actors;
-    let all_alive = async move {
+    let url = format!("http://{}/api/v1/actors:batch", head.address);
+    let token = head.token.as_str();
+    let batches = |count| (count, settings.batch_size, BATCH_CONNECTIONS);
+    post_batches(&client, url.clone(), token, item.clone(), batches(first_half)).await?;
+    all_alive(&head.handle, first_half).await?;
+    let (half, _) = super::retention::memory();
+    let second_half = settings.scale_actors - first_half;
+    post_batches(&client, url, token, item, batches(second_half)).await?;
+    all_alive(&head.handle, settings.scale_actors).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let (after, _) = super::retention::memory();
+    let _ = sim.shutdown().await;
+    head.shutdown().await;
+    Ok(Scale {
+        alive_s: seconds,
+        bytes_per_actor: after.saturating_sub(before) as f64 / settings.scale_actors.max(1) as f64,
+        marginal_bytes_per_actor: after.saturating_sub(half) as f64 / second_half.max(1) as f64,
+    })
+}
+
+/// Phase 6's figures.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct Scale {
+    /// Seconds from the first request until all actors were ALIVE.
+    pub alive_s: f64,
+    /// Resident memory grown per actor, bytes.
+    pub bytes_per_actor: f64,
+    /// The same over the second half.
+    pub marginal_bytes_per_actor: f64,
+}
+
+/// Phase 6 alone, in this process (a child of `berth bench api`: see [`ApiBench::scale_in`]).
+pub fn run_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Scale> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(at_scale(settings, progress))
+}
+
+/// Phase 6 in a child process, `program bench api [--quick] --case scale`: its memory figures
+/// then start from a fresh process, not one holding what phases 1 to 5 freed.
+fn scale_in_child(program: &std::path::Path, quick: bool) -> anyhow::Result<Scale> {
+    let mut command = std::process::Command::new(program);
+    command.args(["bench", "api", "--case", "scale"]);
+    if quick {
+        command.arg("--quick");
+    }
+    let output = command
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", program.display()))?;
+    if !output.status.success() {
+        bail!("phase 6 (at scale) failed ({})", output.status);
+    }
+    serde_json::from_slice(&output.stdout).context("phase 6 (at scale) printed no result")
+}
+
+/// Waits until the head's view shows `wanted` actors ALIVE (at most 300 s).
+async fn all_alive(handle: &berth_head::HeadHandle, wanted: usize) -> anyhow::Result<()> {
+    let alive = async {
         loop {
             let view = handle.view();
             if view.actors.values().filter(|a| a.state == ActorState::Alive).count() >= wanted {
@@ -387,14 +445,9 @@ async fn at_scale(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(300), all_alive)
+    tokio::time::timeout(Duration::from_secs(300), alive)
         .await
-        .map_err(|_| anyhow!("{wanted} actors were not ALIVE within 300 s"))?;
-    let seconds = started.elapsed().as_secs_f64();
-    let (after, _) = super::retention::memory();
-    let _ = sim.shutdown().await;
-    head.shutdown().await;
-    Ok((seconds, after.saturating_sub(before) as f64 / wanted.max(1) as f64))
+        .map_err(|_| anyhow!("{wanted} actors were not ALIVE within 300 s"))
 }
 
 /// Seconds the head's owner task has been busy so far (`berth_owner_cycle_seconds_sum` of
@@ -629,11 +682,18 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             scale_nodes: settings.scale_nodes,
             scale_alive_s: 0.0,
             scale_bytes_per_actor: 0.0,
+            scale_marginal_bytes_per_actor: 0.0,
         })
     })?;
-    let (seconds, bytes) = runtime.block_on(at_scale(settings, progress))?;
-    result.scale_alive_s = seconds;
-    result.scale_bytes_per_actor = bytes;
+    drop(runtime);
+    let scale = match &settings.scale_in {
+        // The child reports its progress on the stderr it shares.
+        Some((program, quick)) => scale_in_child(program, *quick)?,
+        None => run_scale(settings, progress)?,
+    };
+    result.scale_alive_s = scale.alive_s;
+    result.scale_bytes_per_actor = scale.bytes_per_actor;
+    result.scale_marginal_bytes_per_actor = scale.marginal_bytes_per_actor;
     Ok(result)
 }
 
@@ -658,6 +718,7 @@ mod tests {
             watched_actors: 20,
             scale_actors: 30,
             scale_nodes: 3,
+            scale_in: None,
         };
         let mut steps = Vec::new();
         let result = run(&settings, &mut |step| steps.push(step.to_string())).expect("the run");
@@ -678,5 +739,7 @@ mod tests {
             assert!(busy > 0.0 && busy <= 1.0, "{result:?}");
         }
         assert!(result.scale_alive_s > 0.0, "{result:?}");
+        assert!(result.scale_bytes_per_actor.is_finite(), "{result:?}");
+        assert!(result.scale_marginal_bytes_per_actor.is_finite(), "{result:?}");
     }
 }
