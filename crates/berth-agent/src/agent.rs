@@ -6,7 +6,8 @@
 //!
 //! - the `Heartbeat` stream, one message every interval the head asked for;
 //! - the `Assignments` stream, each `Start`/`Stop` handed to the [`Runner`];
-//! - the reporter, which turns the runner's [`Events`] into `ReportStatus` calls, in order;
+//! - the reporter, which turns the runner's [`Events`] into batches on the `Reports` stream,
+//!   in order (`ReportStatus` calls against a head without that stream);
 //! - the `Logs` stream, which serves the head's log requests (`berth logs`) from the files the
 //!   runner names ([`Runner::log_file`]; see `logs`). It is optional: its failures are retried
 //!   after the backoff without ending the session (a head without it answers UNIMPLEMENTED,
@@ -30,7 +31,8 @@ use std::time::Duration;
 
 use berth_api::agent::agent_service_client::AgentServiceClient;
 use berth_api::agent::{
-    assignment, Assignment, AssignmentsRequest, HeartbeatRequest, StatusReport, StatusReports, Stop,
+    assignment, Assignment, AssignmentsRequest, HeartbeatRequest, StatusReplies, StatusReport,
+    StatusReports, Stop,
 };
 use thiserror::Error;
 use tokio::sync::{mpsc, watch};
@@ -541,6 +543,10 @@ impl Agent {
         events_rx: &mut mpsc::UnboundedReceiver<WorkEvent>,
         pending: &mut VecDeque<WorkEvent>,
     ) -> Ended {
+        // The session's `Reports` stream, opened with the first batch; `None` also once the
+        // head said it has none (UNIMPLEMENTED): `ReportStatus` calls then.
+        let mut stream: Option<ReportStream> = None;
+        let mut streams = true;
         loop {
             if pending.is_empty() {
                 match events_rx.recv().await {
@@ -555,7 +561,7 @@ impl Agent {
             if pending.is_empty() {
                 continue;
             }
-            // Everything that happened since the last call, in one batch.
+            // Everything that happened since the last batch, in one.
             let batch = pending.len().min(MAX_BATCH);
             let reports = pending
                 .iter()
@@ -568,10 +574,33 @@ impl Agent {
                     status: Some(event.status.to_proto()),
                 })
                 .collect();
-            let call = client.report_status(StatusReports { reports });
-            match tokio::time::timeout(CALL_TIMEOUT, call).await {
-                Ok(Ok(reply)) => {
-                    let replies = reply.into_inner().replies;
+            let reports = StatusReports { reports };
+            if streams && stream.is_none() {
+                match ReportStream::open(&mut client).await {
+                    Ok(opened) => stream = opened,
+                    Err(ended) => return self.ended("Reports", ended),
+                }
+                if stream.is_none() {
+                    info!("the head has no Reports stream (an older head?): reporting by ReportStatus calls");
+                    streams = false;
+                }
+            }
+            let call = if stream.is_some() { "Reports" } else { "ReportStatus" };
+            let answer = match &mut stream {
+                Some(open) => open.send(reports).await,
+                None => {
+                    match tokio::time::timeout(CALL_TIMEOUT, client.report_status(reports)).await {
+                        Ok(Ok(reply)) => Ok(reply.into_inner()),
+                        Ok(Err(status)) => Err(CallEnded::Failed(status)),
+                        Err(_) => Err(CallEnded::Lost(format!(
+                            "ReportStatus timed out after {CALL_TIMEOUT:?}"
+                        ))),
+                    }
+                }
+            };
+            match answer {
+                Ok(reply) => {
+                    let replies = reply.replies;
                     for i in 0..batch {
                         let event = pending.pop_front().expect("the batch came from the queue");
                         debug!(work_id = %event.work_id, attempt = event.attempt, status = ?event.status, "reported");
@@ -581,20 +610,24 @@ impl Agent {
                         }
                     }
                 }
-                Ok(Err(status)) => match verdict(status.code()) {
-                    Verdict::Rejected => {
-                        for _ in 0..batch {
-                            let event = pending.pop_front().expect("the batch came from the queue");
-                            warn!(work_id = %event.work_id, attempt = event.attempt, status = ?event.status,
-                                "the head rejected a report; dropped: {}", describe("ReportStatus", &status));
-                        }
+                Err(CallEnded::Failed(status)) if verdict(status.code()) == Verdict::Rejected => {
+                    for _ in 0..batch {
+                        let event = pending.pop_front().expect("the batch came from the queue");
+                        warn!(work_id = %event.work_id, attempt = event.attempt, status = ?event.status,
+                            "the head rejected a report; dropped: {}", describe(call, &status));
                     }
-                    _ => return self.failed("ReportStatus", status),
-                },
-                Err(_) => {
-                    return Ended::Lost(format!("ReportStatus timed out after {CALL_TIMEOUT:?}"))
+                    // The error ended the stream (not the session): the next batch opens another.
+                    stream = None;
                 }
+                Err(ended) => return self.ended(call, ended),
             }
+        }
+    }
+
+    fn ended(&self, call: &'static str, ended: CallEnded) -> Ended {
+        match ended {
+            CallEnded::Failed(status) => self.failed(call, status),
+            CallEnded::Lost(reason) => Ended::Lost(reason),
         }
     }
 
@@ -622,6 +655,55 @@ impl Agent {
 struct Session {
     node_id: String,
     session: u64,
+}
+
+/// How a call or a stream's exchange ended without an answer.
+enum CallEnded {
+    /// The head answered with an error.
+    Failed(Status),
+    /// No answer: timed out, or the stream ended.
+    Lost(String),
+}
+
+/// A session's open `Reports` stream: batches go up it one at a time, each answered by one
+/// message down it.
+struct ReportStream {
+    up: mpsc::Sender<StatusReports>,
+    down: tonic::Streaming<StatusReplies>,
+}
+
+impl ReportStream {
+    /// Opens the stream; `Ok(None)` when the head does not have it (UNIMPLEMENTED).
+    async fn open(client: &mut Client) -> Result<Option<ReportStream>, CallEnded> {
+        // One batch in flight at a time: the reporter waits for each answer.
+        let (up, rx) = mpsc::channel(1);
+        match tokio::time::timeout(CALL_TIMEOUT, client.reports(ReceiverStream::new(rx))).await {
+            Ok(Ok(response)) => Ok(Some(ReportStream { up, down: response.into_inner() })),
+            Ok(Err(status)) if status.code() == Code::Unimplemented => Ok(None),
+            Ok(Err(status)) => Err(CallEnded::Failed(status)),
+            Err(_) => Err(CallEnded::Lost("opening the Reports stream timed out".into())),
+        }
+    }
+
+    /// Sends one batch and waits for its answer.
+    async fn send(&mut self, reports: StatusReports) -> Result<StatusReplies, CallEnded> {
+        let exchange = async {
+            if self.up.send(reports).await.is_err() {
+                return Err(CallEnded::Lost("the Reports stream closed".into()));
+            }
+            match self.down.message().await {
+                Ok(Some(replies)) => Ok(replies),
+                Ok(None) => Err(CallEnded::Lost("the head ended the Reports stream".into())),
+                Err(status) => Err(CallEnded::Failed(status)),
+            }
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                Err(CallEnded::Lost(format!("a Reports answer timed out after {CALL_TIMEOUT:?}")))
+            }
+        }
+    }
 }
 
 /// Completes when `shutdown` is true or its sender is gone.

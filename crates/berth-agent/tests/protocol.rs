@@ -115,6 +115,44 @@ async fn a_task_reports_started_then_its_exit_code() {
     handle.stop().await.unwrap();
 }
 
+/// Assigns `count` tasks to a fresh agent and waits for both reports of each: the head's log.
+async fn run_tasks(head: &TestHead, count: usize) -> common::Log {
+    let handle = spawn(config(head), Arc::new(AckRunner::new()));
+    let (node_id, _) = ready(head, &handle, 1).await;
+    for i in 0..count {
+        head.assign(&node_id, start(&format!("task-{i}"), 1, WorkKind::Task));
+    }
+    let log = head
+        .wait("every task's two reports", |log| {
+            (log.reports.len() >= 2 * count).then(|| log.clone())
+        })
+        .await;
+    handle.stop().await.unwrap();
+    log
+}
+
+#[tokio::test]
+async fn reports_travel_on_one_stream_per_session() {
+    let head = TestHead::start().await;
+    let log = run_tasks(&head, 20).await;
+    assert_eq!((log.report_streams, log.report_calls), (1, 0));
+    for i in 0..20 {
+        let statuses: Vec<_> =
+            log.reports_of(&format!("task-{i}")).iter().map(|r| r.status.clone()).collect();
+        assert_eq!(statuses, [started(), exited(Some(0), None)], "task-{i}");
+    }
+}
+
+#[tokio::test]
+async fn a_head_without_the_report_stream_gets_report_calls() {
+    let head = TestHead::start().await;
+    head.without_report_stream();
+    let log = run_tasks(&head, 20).await;
+    assert_eq!(log.report_streams, 0);
+    assert!(log.report_calls >= 1, "{log:?}");
+    assert_eq!(log.reports.len(), 40);
+}
+
 #[tokio::test]
 async fn an_actor_runs_until_stopped() {
     let head = TestHead::start().await;

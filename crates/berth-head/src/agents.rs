@@ -205,13 +205,35 @@ impl AgentService for AgentApi {
         request: Request<StatusReports>,
     ) -> Result<Response<StatusReplies>, Status> {
         let reports = request.into_inner();
-        if reports.reports.len() > MAX_REPORTS {
-            return Err(Status::invalid_argument(format!(
-                "reports: {} reports in one call; send at most {MAX_REPORTS}",
-                reports.reports.len()
-            )));
-        }
+        check_batch(&reports)?;
         self.ask(|reply| AgentCommand::Report { reports, reply }).await.map(Response::new)
+    }
+
+    type ReportsStream = BoxStream<StatusReplies>;
+
+    async fn reports(
+        &self,
+        request: Request<Streaming<StatusReports>>,
+    ) -> Result<Response<Self::ReportsStream>, Status> {
+        let mut inbound = request.into_inner();
+        let api = self.clone();
+        // One answer in flight: the agent waits for it before it sends the next batch.
+        let (tx, rx) = mpsc::channel::<Result<StatusReplies, Status>>(1);
+        tokio::spawn(async move {
+            while let Some(message) = inbound.next().await {
+                let Ok(reports) = message else { break };
+                let answer = match check_batch(&reports) {
+                    Ok(()) => api.ask(|reply| AgentCommand::Report { reports, reply }).await,
+                    Err(status) => Err(status),
+                };
+                // An error ends the stream, as it ends a call.
+                let failed = answer.is_err();
+                if tx.send(answer).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
     type LogsStream = BoxStream<LogRequest>;
@@ -253,5 +275,16 @@ fn log_session(metadata: &tonic::metadata::MetadataMap) -> Result<(String, u64),
     Ok((node_id.to_string(), session))
 }
 
-/// Most status reports in one call.
+/// Most status reports in one call or stream message.
 pub(crate) const MAX_REPORTS: usize = 4096;
+
+/// Refuses a batch of more than [`MAX_REPORTS`] reports.
+fn check_batch(reports: &StatusReports) -> Result<(), Status> {
+    if reports.reports.len() > MAX_REPORTS {
+        return Err(Status::invalid_argument(format!(
+            "reports: {} reports in one message; send at most {MAX_REPORTS}",
+            reports.reports.len()
+        )));
+    }
+    Ok(())
+}

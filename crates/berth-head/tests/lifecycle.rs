@@ -47,6 +47,79 @@ fn actor(max_restarts: i64) -> ActorCreate {
     }
 }
 
+/// Opens a `Reports` stream: the sending end and the answers.
+async fn open_reports(
+    agent: &mut Client,
+) -> (tokio::sync::mpsc::Sender<StatusReports>, tonic::Streaming<berth_api::agent::StatusReplies>) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let down = agent.reports(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap();
+    (tx, down.into_inner())
+}
+
+#[tokio::test]
+async fn reports_on_the_stream_are_answered_in_order_and_an_error_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = head(dir.path(), Duration::from_secs(30)).await;
+    let mut agent = client(&head).await;
+    let reply = agent
+        .register(RegisterRequest {
+            node_id: "n1".into(),
+            resources: [("CPU".into(), "8".into()), ("GPU".into(), "1".into())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut assignments = agent
+        .assignments(AssignmentsRequest { node_id: "n1".into(), session: reply.session })
+        .await
+        .unwrap()
+        .into_inner();
+    let created = head.handle.create_actor(actor(0)).await.unwrap();
+    let start = match assignments.message().await.unwrap().unwrap().kind.unwrap() {
+        assignment::Kind::Start(start) => start,
+        other => panic!("expected a start, got {other:?}"),
+    };
+    let report = |session, attempt| StatusReport {
+        node_id: "n1".into(),
+        session,
+        work_id: created.actor_id.clone(),
+        attempt,
+        status: Some(status_report::Status::Started(Started { pid: 7 })),
+    };
+    // One answer per batch, one reply per report, in order: the current attempt, then a stale one.
+    let (up, mut down) = open_reports(&mut agent).await;
+    up.send(StatusReports { reports: vec![report(reply.session, start.attempt)] }).await.unwrap();
+    let answer = down.message().await.unwrap().unwrap();
+    assert_eq!(answer.replies.iter().map(|r| r.current).collect::<Vec<_>>(), [true]);
+    assert_eq!(head.handle.view().actor(&created.actor_id).unwrap().state, ActorState::Alive);
+    let reports =
+        vec![report(reply.session, start.attempt + 1), report(reply.session, start.attempt)];
+    up.send(StatusReports { reports }).await.unwrap();
+    let answer = down.message().await.unwrap().unwrap();
+    assert_eq!(answer.replies.iter().map(|r| r.current).collect::<Vec<_>>(), [false, true]);
+
+    // Too many reports in one message: refused, naming the rule, and the stream ends.
+    let reports = vec![report(reply.session, start.attempt); 4097];
+    up.send(StatusReports { reports: reports.clone() }).await.unwrap();
+    let refused = down.message().await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("at most 4096"), "{}", refused.message());
+    assert!(matches!(down.message().await, Ok(None) | Err(_)));
+    // The same rule for a call.
+    let refused = agent.report_status(StatusReports { reports }).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+
+    // An old session: register again.
+    let (up, mut down) = open_reports(&mut agent).await;
+    up.send(StatusReports { reports: vec![report(reply.session + 1, start.attempt)] })
+        .await
+        .unwrap();
+    let refused = down.message().await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    head.shutdown().await;
+}
+
 #[tokio::test]
 async fn actor_is_assigned_started_restarted_and_dies_after_max_restarts() {
     let dir = tempfile::tempdir().unwrap();

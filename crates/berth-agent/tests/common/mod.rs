@@ -47,6 +47,10 @@ pub struct Log {
     pub reports: Vec<StatusReport>,
     /// Reports answered FAILED_PRECONDITION.
     pub refused_reports: Vec<StatusReport>,
+    /// `ReportStatus` calls answered.
+    pub report_calls: usize,
+    /// `Reports` streams opened.
+    pub report_streams: usize,
 }
 
 impl Log {
@@ -74,6 +78,7 @@ struct Inner {
     stop_on_register: HashSet<String>,
     fail_registers: u32,
     expire_on_next_report: bool,
+    no_report_stream: bool,
 }
 
 struct Shared {
@@ -106,6 +111,28 @@ impl Shared {
                 "session {session} of {node_id} is not current; register again"
             ))),
         }
+    }
+
+    /// Records a batch of reports and answers it, as a call or as a stream message.
+    fn answer(&self, reports: Vec<StatusReport>) -> Result<StatusReplies, Status> {
+        let Some(first) = reports.first() else {
+            return Ok(StatusReplies::default());
+        };
+        let expire = std::mem::take(&mut self.inner().expire_on_next_report);
+        if expire {
+            self.expire(&first.node_id);
+        }
+        if let Err(status) = self.check_session(&first.node_id, first.session) {
+            self.record(|l| l.refused_reports.extend(reports));
+            return Err(status);
+        }
+        let mut replies = Vec::new();
+        for report in reports {
+            let current = !self.inner().stale_work.contains(&report.work_id);
+            self.record(|l| l.reports.push(report));
+            replies.push(StatusReply { current });
+        }
+        Ok(StatusReplies { replies })
     }
 
     /// Gives `node_id` a session its agent does not know and fails its assignments stream.
@@ -234,25 +261,34 @@ impl AgentService for Service {
         request: Request<StatusReports>,
     ) -> Result<Response<StatusReplies>, Status> {
         self.0.check_auth(request.metadata())?;
-        let reports = request.into_inner().reports;
-        let Some(first) = reports.first() else {
-            return Ok(Response::new(StatusReplies::default()));
-        };
-        let expire = std::mem::take(&mut self.0.inner().expire_on_next_report);
-        if expire {
-            self.0.expire(&first.node_id);
+        self.0.record(|l| l.report_calls += 1);
+        self.0.answer(request.into_inner().reports).map(Response::new)
+    }
+
+    type ReportsStream = UnboundedReceiverStream<Result<StatusReplies, Status>>;
+
+    async fn reports(
+        &self,
+        request: Request<Streaming<StatusReports>>,
+    ) -> Result<Response<Self::ReportsStream>, Status> {
+        self.0.check_auth(request.metadata())?;
+        if self.0.inner().no_report_stream {
+            return Err(Status::unimplemented("this head predates the Reports stream"));
         }
-        if let Err(status) = self.0.check_session(&first.node_id, first.session) {
-            self.0.record(|l| l.refused_reports.extend(reports));
-            return Err(status);
-        }
-        let mut replies = Vec::new();
-        for report in reports {
-            let current = !self.0.inner().stale_work.contains(&report.work_id);
-            self.0.record(|l| l.reports.push(report));
-            replies.push(StatusReply { current });
-        }
-        Ok(Response::new(StatusReplies { replies }))
+        self.0.record(|l| l.report_streams += 1);
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = self.0.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = inbound.message().await {
+                let answer = shared.answer(message.reports);
+                let failed = answer.is_err();
+                if tx.send(answer).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
     }
 
     type LogsStream = UnboundedReceiverStream<Result<LogRequest, Status>>;
@@ -387,6 +423,11 @@ impl TestHead {
     }
 
     /// The next report expires its node's session first (so it fails FAILED_PRECONDITION).
+    /// Answers `Reports` with UNIMPLEMENTED from now on, as a head older than it would.
+    pub fn without_report_stream(&self) {
+        self.shared.inner().no_report_stream = true;
+    }
+
     pub fn expire_on_next_report(&self) {
         self.shared.inner().expire_on_next_report = true;
     }
