@@ -7,10 +7,12 @@
 //! - [`local`]: the data directory, token and address files a local head shares with the CLI.
 //! - [`rest`]: the REST API's bodies and answers (serde + OpenAPI schemas).
 //! - [`text`]: how times are shown to people (CLI, dashboard, log headers).
-//! - [`agent`]: the agent protocol, generated from `proto/agent.proto`.
+//! - [`agent`]: the agent protocol, generated from `proto/agent.proto`, and [`codec`], the
+//!   codec it travels with.
 
 #![warn(missing_docs)]
 
+pub mod codec;
 pub mod local;
 pub mod rest;
 pub mod spec;
