@@ -369,6 +369,9 @@ impl fmt::Display for ResourceSetDisplay<'_> {
 pub struct UnknownResources(Vec<(String, Quantity)>);
 
 impl UnknownResources {
+    /// No unknown resource.
+    pub const EMPTY: UnknownResources = UnknownResources(Vec::new());
+
     /// Adds `amount` of the resource `name`.
     pub fn push(&mut self, name: impl Into<String>, amount: Quantity) {
         self.0.push((name.into(), amount));

@@ -200,6 +200,9 @@ fn check_value(value: &str) -> Result<(), String> {
 pub struct LabelSelector(BTreeMap<String, Vec<Condition>>);
 
 impl LabelSelector {
+    /// The selector with no conditions (every node matches).
+    pub const EMPTY: LabelSelector = LabelSelector(BTreeMap::new());
+
     /// Parses `key → expression` pairs (a JSON or YAML map), validating keys and expressions.
     pub fn parse<K: AsRef<str>, V: AsRef<str>>(
         pairs: impl IntoIterator<Item = (K, V)>,
