@@ -10,6 +10,7 @@
 //!   `fallback_strategy`, `tolerations`, and a group's `bundles` …) is the request file's
 //!   format, checked by the same code as `berth explain` (`docs/file-formats.md`).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -116,8 +117,10 @@ pub struct Event {
     pub at_ms: u64,
     /// What: `created`, `pending`, `placed`, `started`, `exited`, `failed_to_start`,
     /// `node_died`, `restarting`, `retrying`, `dead`, `finished`, `failed`, `cancelled`,
-    /// `killed`, `removed`, `rescheduling`.
-    pub kind: String,
+    /// `killed`, `removed`, `rescheduling`. Borrowed when the head writes it (one of those
+    /// words: no allocation per event of every object it holds), owned when read.
+    #[schema(value_type = String)]
+    pub kind: Cow<'static, str>,
     /// The node concerned, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
@@ -350,7 +353,7 @@ pub struct Actor {
     pub death_reason: Option<String>,
     /// Why it waits, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diagnosis: Option<Diagnosis>,
+    pub diagnosis: Option<Box<Diagnosis>>,
     /// Where its current attempt's process listens, once that process said so
     /// (`PUT /api/v1/actors/{id}/endpoint`); the SDKs' worker runtimes do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -527,7 +530,7 @@ pub struct Task {
     pub failure: Option<String>,
     /// Why it waits, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diagnosis: Option<Diagnosis>,
+    pub diagnosis: Option<Box<Diagnosis>>,
     /// What happened to it, oldest first (the last 50 entries).
     pub history: Vec<Event>,
     /// When it was submitted.

@@ -106,7 +106,7 @@ pub fn render(actor: &Actor) -> String {
         &view::name(&actor.state),
         actor.node_id.as_deref(),
         &actor.instances,
-        actor.diagnosis.as_ref(),
+        actor.diagnosis.as_deref(),
     )
 }
 
@@ -178,7 +178,7 @@ mod tests {
         pending.state = berth_api::rest::ActorState::Pending;
         pending.node_id = None;
         pending.instances.clear();
-        pending.diagnosis = Some(fixtures::gpu_diagnosis());
+        pending.diagnosis = Some(Box::new(fixtures::gpu_diagnosis()));
         let text = render(&pending);
         assert!(text.starts_with("actor-12 PENDING\npending (waiting"), "{text}");
     }

@@ -90,7 +90,7 @@ pub fn render(task: &Task) -> String {
         &view::name(&task.state),
         task.node_id.as_deref(),
         &task.instances,
-        task.diagnosis.as_ref(),
+        task.diagnosis.as_deref(),
     )
 }
 

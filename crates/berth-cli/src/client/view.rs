@@ -277,7 +277,12 @@ pub fn history(events: &[Event]) -> String {
     let rows: Vec<Vec<String>> = events
         .iter()
         .map(|e| {
-            vec![time(e.at_ms), e.kind.clone(), or_none(e.node_id.as_deref()), e.message.clone()]
+            vec![
+                time(e.at_ms),
+                e.kind.to_string(),
+                or_none(e.node_id.as_deref()),
+                e.message.clone(),
+            ]
         })
         .collect();
     columns(&["TIME", "EVENT", "NODE", "MESSAGE"], &rows, 2)
@@ -346,7 +351,7 @@ pub fn actors_table(actors: &[Actor]) -> String {
                 or_none(Some(&instances(&a.instances))),
                 a.restarts.to_string(),
                 or_none(Some(&pairs(&a.spec.labels))),
-                detail(a.diagnosis.as_ref(), a.death_reason.as_deref()),
+                detail(a.diagnosis.as_deref(), a.death_reason.as_deref()),
             ]
         })
         .collect();
@@ -383,7 +388,7 @@ pub fn tasks_table(tasks: &[Task]) -> String {
                 or_none(Some(&instances(&t.instances))),
                 t.attempts.to_string(),
                 t.exit_code.map_or(NONE.to_string(), |c| c.to_string()),
-                detail(t.diagnosis.as_ref(), t.failure.as_deref()),
+                detail(t.diagnosis.as_deref(), t.failure.as_deref()),
             ]
         })
         .collect();
@@ -536,7 +541,7 @@ pub fn actor_detail(actor: &Actor) -> String {
         spec.tolerations.as_ref(),
     );
     let mut out = fields.render();
-    sections(&mut out, actor.diagnosis.as_ref(), &actor.history);
+    sections(&mut out, actor.diagnosis.as_deref(), &actor.history);
     out
 }
 
@@ -574,7 +579,7 @@ pub fn task_detail(task: &Task) -> String {
         spec.tolerations.as_ref(),
     );
     let mut out = fields.render();
-    sections(&mut out, task.diagnosis.as_ref(), &task.history);
+    sections(&mut out, task.diagnosis.as_deref(), &task.history);
     out
 }
 
@@ -749,7 +754,7 @@ pub mod fixtures {
             attempts: 0,
             exit_code: None,
             failure: None,
-            diagnosis: Some(gpu_diagnosis()),
+            diagnosis: Some(Box::new(gpu_diagnosis())),
             history: vec![],
             created_at_ms: 1_700_000_000_000,
             spec: TaskSubmit {

@@ -172,7 +172,7 @@ fn sample_view() -> View {
     let mut pending = actor(2, ActorState::Pending, None, &[("app", "train")]);
     pending.spec.resources = json!({"GPU": 16}).into();
     pending.spec.tolerations = Some(json!({"dedicated": "ml"}).into());
-    pending.diagnosis = Some(gpu_diagnosis());
+    pending.diagnosis = Some(Box::new(gpu_diagnosis()));
     view.actors.insert(2, Arc::new(pending));
     view.waiting.insert(
         (Kind::Actor, 2),

@@ -170,7 +170,7 @@ fn why(diagnosis: Option<&Diagnosis>, ended: Option<&str>) -> (String, bool) {
 
 fn actor_row(a: &Actor) -> Row {
     let state = format::word(&a.state);
-    let (why, infeasible) = why(a.diagnosis.as_ref(), a.death_reason.as_deref());
+    let (why, infeasible) = why(a.diagnosis.as_deref(), a.death_reason.as_deref());
     Row {
         id: a.actor_id.clone(),
         href: format::link("actor", &a.actor_id),
@@ -188,7 +188,7 @@ fn actor_row(a: &Actor) -> Row {
 
 fn task_row(t: &Task) -> Row {
     let state = format::word(&t.state);
-    let (why, infeasible) = why(t.diagnosis.as_ref(), t.failure.as_deref());
+    let (why, infeasible) = why(t.diagnosis.as_deref(), t.failure.as_deref());
     Row {
         id: t.task_id.clone(),
         href: format::link("task", &t.task_id),
@@ -451,7 +451,7 @@ impl Detail {
             spec.tolerations.as_ref(),
         ));
         d.spec = spec_json(spec);
-        d.diagnosis = a.diagnosis.as_ref().map(DiagnosisWords::new);
+        d.diagnosis = a.diagnosis.as_deref().map(DiagnosisWords::new);
         d.history = events(&a.history);
         d
     }
@@ -478,7 +478,7 @@ impl Detail {
             spec.tolerations.as_ref(),
         ));
         d.spec = spec_json(spec);
-        d.diagnosis = t.diagnosis.as_ref().map(DiagnosisWords::new);
+        d.diagnosis = t.diagnosis.as_deref().map(DiagnosisWords::new);
         d.history = events(&t.history);
         d
     }

@@ -23,6 +23,11 @@ use crate::work_keys::WorkKeys;
 
 /// Events kept per object.
 pub(crate) const HISTORY: usize = 50;
+/// Room made for an actor's events when it is created: `created`, `placed`, `started`, its
+/// whole history while it lives (a history grown from empty had room for four).
+const ACTOR_EVENTS: usize = 3;
+/// The same for a task, which also finishes.
+const TASK_EVENTS: usize = 4;
 
 /// What waits in the pending queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -135,7 +140,7 @@ impl WorkObject for Actor {
         self.endpoint = None;
     }
     fn set_diagnosis(&mut self, diagnosis: Option<berth_api::rest::Diagnosis>) {
-        self.diagnosis = diagnosis;
+        self.diagnosis = diagnosis.map(Box::new);
     }
     fn set_started(&mut self) {
         self.state = ActorState::Alive;
@@ -172,7 +177,7 @@ impl WorkObject for Task {
         (self.node_id, self.instances) = (node, instances);
     }
     fn set_diagnosis(&mut self, diagnosis: Option<berth_api::rest::Diagnosis>) {
-        self.diagnosis = diagnosis;
+        self.diagnosis = diagnosis.map(Box::new);
     }
     fn set_started(&mut self) {
         self.state = TaskState::Running;
@@ -200,7 +205,7 @@ macro_rules! with_work {
 /// Appends an event, keeping the last [`HISTORY`].
 pub(crate) fn push_event(
     history: &mut Vec<Event>,
-    kind: &str,
+    kind: &'static str,
     node_id: Option<&str>,
     message: String,
 ) {
@@ -209,7 +214,7 @@ pub(crate) fn push_event(
     }
     history.push(Event {
         at_ms: now_ms(),
-        kind: kind.to_string(),
+        kind: kind.into(),
         node_id: node_id.map(str::to_string),
         message,
     });
@@ -285,7 +290,7 @@ impl Owner {
             restarts: 0,
             death_reason: None,
             diagnosis: None,
-            history: Vec::new(),
+            history: Vec::with_capacity(ACTOR_EVENTS),
             created_at_ms: now_ms(),
             spec: body,
         };
@@ -317,7 +322,7 @@ impl Owner {
             exit_code: None,
             failure: None,
             diagnosis: None,
-            history: Vec::new(),
+            history: Vec::with_capacity(TASK_EVENTS),
             created_at_ms: now_ms(),
             spec: body,
         };
