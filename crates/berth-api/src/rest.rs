@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -111,6 +112,10 @@ pub struct Diagnosis {
 }
 
 /// One entry of an object's history.
+///
+/// Compact (64 bytes), since the head holds the history of every object: the kind is borrowed
+/// when the head writes it, the node ID shared with the node's other events, the message a
+/// boxed text.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Event {
     /// When (ms since the Unix epoch).
@@ -123,10 +128,16 @@ pub struct Event {
     pub kind: Cow<'static, str>,
     /// The node concerned, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub node_id: Option<Arc<str>>,
     /// Details in words.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
+    #[serde(default, skip_serializing_if = "is_empty_text")]
+    #[schema(value_type = String)]
+    pub message: Box<str>,
+}
+
+fn is_empty_text(text: &str) -> bool {
+    text.is_empty()
 }
 
 /// The most items one batch (`POST /api/v1/actors:batch`, `/api/v1/tasks:batch`) may hold.

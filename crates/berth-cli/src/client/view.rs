@@ -281,7 +281,7 @@ pub fn history(events: &[Event]) -> String {
                 time(e.at_ms),
                 e.kind.to_string(),
                 or_none(e.node_id.as_deref()),
-                e.message.clone(),
+                e.message.to_string(),
             ]
         })
         .collect();
@@ -719,7 +719,7 @@ pub mod fixtures {
                     at_ms: 1_700_000_000_000,
                     kind: "created".into(),
                     node_id: None,
-                    message: String::new(),
+                    message: "".into(),
                 },
                 Event {
                     at_ms: 1_700_000_001_000,

@@ -95,7 +95,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
             at_ms: 1_700_000_000_000,
             kind: "created".into(),
             node_id: None,
-            message: String::new(),
+            message: "".into(),
         }],
         created_at_ms: 1_700_000_000_000,
         spec: ActorCreate {

@@ -374,8 +374,8 @@ fn events(history: &[Event]) -> Vec<EventRow> {
         .map(|e| EventRow {
             time: format::time(e.at_ms),
             kind: e.kind.replace('_', " "),
-            node: e.node_id.clone().unwrap_or_default(),
-            message: e.message.clone(),
+            node: e.node_id.as_deref().unwrap_or_default().to_string(),
+            message: e.message.to_string(),
         })
         .collect()
 }

@@ -199,7 +199,7 @@ fn locate(view: &View, id: &str) -> Result<Work, HeadError> {
 
 /// The last node a history names (a restarting actor or a retrying task has none now).
 fn last_node(history: &[Event]) -> Option<String> {
-    history.iter().rev().find_map(|e| e.node_id.clone())
+    history.iter().rev().find_map(|e| e.node_id.as_deref().map(str::to_string))
 }
 
 /// A state as the API spells it (`ALIVE`).

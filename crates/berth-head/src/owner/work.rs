@@ -212,11 +212,17 @@ pub(crate) fn push_event(
     if history.len() >= HISTORY {
         history.remove(0);
     }
+    // The node's ID shared with the object's latest event on that node (its `placed`), so an
+    // attempt's events hold the ID once.
+    let node_id = node_id.map(|id| {
+        let earlier = history.iter().rev().find_map(|e| e.node_id.as_ref().filter(|n| ***n == *id));
+        earlier.cloned().unwrap_or_else(|| Arc::from(id))
+    });
     history.push(Event {
         at_ms: now_ms(),
         kind: kind.into(),
-        node_id: node_id.map(str::to_string),
-        message,
+        node_id,
+        message: message.into_boxed_str(),
     });
 }
 
@@ -888,5 +894,32 @@ fn start_message<A: WorkObject>(
             work_key: keys.key(api.id()),
             fork_server: api.fork_server(),
         })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempts_events_share_its_node_id_and_keep_the_last_fifty() {
+        let mut history = Vec::with_capacity(ACTOR_EVENTS);
+        push_event(&mut history, "created", None, String::new());
+        push_event(&mut history, "placed", Some("n1"), "GPU [0]".into());
+        push_event(&mut history, "started", Some("n1"), String::new());
+        push_event(&mut history, "placed", Some("n2"), String::new());
+        let ids: Vec<_> = history.iter().map(|e| e.node_id.clone()).collect();
+        assert_eq!(ids[0], None);
+        let (placed, started, moved) = (ids[1].as_ref(), ids[2].as_ref(), ids[3].as_ref());
+        assert!(Arc::ptr_eq(placed.unwrap(), started.unwrap()), "one n1 for both");
+        assert_eq!(moved.map(|n| &**n), Some("n2"));
+        assert_eq!((&*history[1].kind, &*history[1].message), ("placed", "GPU [0]"));
+        for _ in 0..HISTORY {
+            push_event(&mut history, "listening", Some("n2"), String::new());
+        }
+        assert_eq!(history.len(), HISTORY);
+        assert!(history.iter().all(|e| e.kind == "listening"));
+        // What the head holds of every event of every object.
+        assert_eq!(std::mem::size_of::<Event>(), 64);
     }
 }
