@@ -543,10 +543,7 @@ impl Agent {
         events_rx: &mut mpsc::UnboundedReceiver<WorkEvent>,
         pending: &mut VecDeque<WorkEvent>,
     ) -> Ended {
-        // The session's `Reports` stream, opened with the first batch; `None` also once the
-        // head said it has none (UNIMPLEMENTED): `ReportStatus` calls then.
-        let mut stream: Option<ReportStream> = None;
-        let mut streams = true;
+        let mut channel = ReportChannel::Unopened;
         loop {
             if pending.is_empty() {
                 match events_rx.recv().await {
@@ -575,20 +572,21 @@ impl Agent {
                 })
                 .collect();
             let reports = StatusReports { reports };
-            if streams && stream.is_none() {
-                match ReportStream::open(&mut client).await {
-                    Ok(opened) => stream = opened,
+            if let ReportChannel::Unopened = channel {
+                channel = match ReportStream::open(&mut client).await {
+                    Ok(Some(stream)) => ReportChannel::Stream(Box::new(stream)),
+                    Ok(None) => {
+                        info!("the head has no Reports stream (an older head?): reporting by ReportStatus calls");
+                        ReportChannel::Calls
+                    }
                     Err(ended) => return self.ended("Reports", ended),
-                }
-                if stream.is_none() {
-                    info!("the head has no Reports stream (an older head?): reporting by ReportStatus calls");
-                    streams = false;
-                }
+                };
             }
-            let call = if stream.is_some() { "Reports" } else { "ReportStatus" };
-            let answer = match &mut stream {
-                Some(open) => open.send(reports).await,
-                None => {
+            let call =
+                if let ReportChannel::Stream(_) = channel { "Reports" } else { "ReportStatus" };
+            let answer = match &mut channel {
+                ReportChannel::Stream(stream) => stream.send(reports).await,
+                _ => {
                     match tokio::time::timeout(CALL_TIMEOUT, client.report_status(reports)).await {
                         Ok(Ok(reply)) => Ok(reply.into_inner()),
                         Ok(Err(status)) => Err(CallEnded::Failed(status)),
@@ -617,7 +615,9 @@ impl Agent {
                             "the head rejected a report; dropped: {}", describe(call, &status));
                     }
                     // The error ended the stream (not the session): the next batch opens another.
-                    stream = None;
+                    if let ReportChannel::Stream(_) = channel {
+                        channel = ReportChannel::Unopened;
+                    }
                 }
                 Err(ended) => return self.ended(call, ended),
             }
@@ -655,6 +655,16 @@ impl Agent {
 struct Session {
     node_id: String,
     session: u64,
+}
+
+/// How a session's reports travel.
+enum ReportChannel {
+    /// The `Reports` stream is opened with the next batch.
+    Unopened,
+    /// On the session's `Reports` stream (boxed: its receiving half is large).
+    Stream(Box<ReportStream>),
+    /// By `ReportStatus` calls: the head answered UNIMPLEMENTED to `Reports` (an older head).
+    Calls,
 }
 
 /// How a call or a stream's exchange ended without an answer.
