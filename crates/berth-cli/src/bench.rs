@@ -293,6 +293,18 @@ fn run_retention(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The head's load over a phase, in words: `owner busy 23 %; store 750 commits/s × 31 writes,
+/// busy 93 %`.
+fn load_text(load: &api::Load) -> String {
+    format!(
+        "owner busy {:.0} %; store {:.0} commits/s × {:.0} writes, busy {:.0} %",
+        100.0 * load.owner_busy,
+        load.commits_per_s,
+        load.writes_per_commit,
+        100.0 * load.store_busy
+    )
+}
+
 /// `berth bench api`.
 fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let quick = args.quick;
@@ -331,11 +343,11 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         (
             format!("durable actor creations/s ({} actors)", result.actors),
             format!(
-                "{:.0} (p50 {:.1} ms, p99 {:.1} ms; owner busy {:.0} %)",
+                "{:.0} (p50 {:.1} ms, p99 {:.1} ms; {})",
                 result.actors_per_s,
                 result.actor_p50_ms,
                 result.actor_p99_ms,
-                100.0 * result.actor_owner_busy
+                load_text(&result.actor_load)
             ),
             "≥ 20000",
         ),
@@ -354,11 +366,7 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 "batched actor creations/s ({} actors, {} per batch)",
                 result.batch_actors, result.batch_size
             ),
-            format!(
-                "{:.0} (owner busy {:.0} %)",
-                result.batch_actors_per_s,
-                100.0 * result.batch_owner_busy
-            ),
+            format!("{:.0} ({})", result.batch_actors_per_s, load_text(&result.batch_load)),
             "≥ 100000",
         ),
         (

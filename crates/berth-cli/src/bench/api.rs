@@ -7,8 +7,11 @@
 //!
 //! 1. **Actor creations per second**: `--actors` POSTs of one-CPU actors, each answered 201
 //!    only once durable; rate = actors / wall time from the first request to the last answer.
-//!    Beside it, the share of the phase the head's owner task was busy
-//!    (`berth_owner_cycle_seconds` of `/metrics`): near 100 % means that one task bounds it.
+//!    Beside it, from `/metrics`: the share of the phase the head's owner task was busy
+//!    (`berth_owner_cycle_seconds`: near 100 % means that one task bounds it), and the store's
+//!    commits (`berth_store_commit_seconds`, `berth_store_ops_total`): how many per second, of
+//!    how many writes, and the share of the phase spent committing (near 100 %: the commits,
+//!    each ending with an fsync, bound it).
 //! 2. **10,000 ALIVE**: a burst of 10,000 more actors; the time from the first request until
 //!    the head's view shows all of them ALIVE (placed, assigned, started by their agents, and
 //!    the starts durable).
@@ -16,7 +19,7 @@
 //! 4. **Batched actor creations per second**: `batch_actors` actors in `POST
 //!    /api/v1/actors:batch` requests of `batch_size` items, over a few connections; each
 //!    answer only once its whole batch is durable, and every item must be 201. The owner's
-//!    busy share beside it, as in 1.
+//!    and the store's load beside it, as in 1.
 //! 5. **Creations while watched**: `watched_actors` actors created as in 1 while `watchers`
 //!    clients follow `GET /api/v1/watch`, each for the actors of its own label; every watcher
 //!    must see each of its actors ADDED exactly once and then ALIVE, versions rising. The rate
@@ -90,8 +93,8 @@ pub struct ApiResult {
     pub actor_p50_ms: f64,
     /// 99th percentile, ms.
     pub actor_p99_ms: f64,
-    /// Share of phase 1's wall time the head's owner task was busy (0 to 1).
-    pub actor_owner_busy: f64,
+    /// What the head did during phase 1: the owner's and the store's busy shares, commits.
+    pub actor_load: Load,
     /// Actors of the burst.
     pub burst: usize,
     /// Seconds from the burst's first request to all of it ALIVE.
@@ -106,8 +109,8 @@ pub struct ApiResult {
     pub batch_size: usize,
     /// Durable batched actor creations per second.
     pub batch_actors_per_s: f64,
-    /// Share of the batch phase's wall time the owner task was busy.
-    pub batch_owner_busy: f64,
+    /// The same during the batch phase.
+    pub batch_load: Load,
     /// Watch clients of phase 5.
     pub watchers: usize,
     /// Durable actor creations per second while they watch.
@@ -450,22 +453,71 @@ async fn all_alive(handle: &berth_head::HeadHandle, wanted: usize) -> anyhow::Re
         .map_err(|_| anyhow!("{wanted} actors were not ALIVE within 300 s"))
 }
 
-/// Seconds the head's owner task has been busy so far (`berth_owner_cycle_seconds_sum` of
-/// `/metrics`): its growth over a phase, beside the phase's time, tells whether that one task
-/// is what bounds the phase.
-async fn owner_seconds(client: &reqwest::Client, base: &str, token: &str) -> anyhow::Result<f64> {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .bearer_auth(token)
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    text.lines()
-        .find_map(|line| line.strip_prefix("berth_owner_cycle_seconds_sum "))
-        .and_then(|value| value.trim().parse().ok())
-        .ok_or_else(|| anyhow!("/metrics has no berth_owner_cycle_seconds_sum"))
+/// The head's running totals that tell what bounds a phase, from `/metrics`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counters {
+    /// Seconds the owner task has been busy (`berth_owner_cycle_seconds_sum`).
+    owner_seconds: f64,
+    /// Store commits (`berth_store_commit_seconds_count`).
+    commits: f64,
+    /// Seconds spent committing, the fsync included (`berth_store_commit_seconds_sum`).
+    commit_seconds: f64,
+    /// Writes committed (`berth_store_ops_total`).
+    writes: f64,
+}
+
+/// What the head did over a phase: its growth of [`Counters`], beside the phase's time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Load {
+    /// Share of the phase the owner task (the one task that applies every change) was busy:
+    /// near 1, that task bounds the phase.
+    pub owner_busy: f64,
+    /// Store commits per second (each a group of cycles, durable with one fsync).
+    pub commits_per_s: f64,
+    /// Writes per commit.
+    pub writes_per_commit: f64,
+    /// Share of the phase the store was committing: near 1, the commits bound the phase.
+    pub store_busy: f64,
+}
+
+impl Counters {
+    async fn read(client: &reqwest::Client, base: &str, token: &str) -> anyhow::Result<Counters> {
+        let text = client
+            .get(format!("{base}/metrics"))
+            .bearer_auth(token)
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|value| value.trim().parse::<f64>().ok())
+                .ok_or_else(|| anyhow!("/metrics has no {name}"))
+        };
+        Ok(Counters {
+            owner_seconds: value("berth_owner_cycle_seconds_sum")?,
+            commits: value("berth_store_commit_seconds_count")?,
+            commit_seconds: value("berth_store_commit_seconds_sum")?,
+            writes: value("berth_store_ops_total")?,
+        })
+    }
+
+    /// The load of a phase of `seconds` that began with `before` and ended with `self`.
+    fn since(self, before: Counters, seconds: f64) -> Load {
+        let commits = self.commits - before.commits;
+        Load {
+            owner_busy: (self.owner_seconds - before.owner_seconds) / seconds,
+            commits_per_s: commits / seconds,
+            writes_per_commit: if commits > 0.0 {
+                (self.writes - before.writes) / commits
+            } else {
+                0.0
+            },
+            store_busy: (self.commit_seconds - before.commit_seconds) / seconds,
+        }
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -517,7 +569,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             "creating {} actors over {} connections",
             settings.actors, settings.concurrency
         ));
-        let busy = owner_seconds(&client, &base, &token).await?;
+        let before = Counters::read(&client, &base, &token).await?;
         let phase = post_many(
             &client,
             format!("{base}/api/v1/actors"),
@@ -528,8 +580,8 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         )
         .await?;
         let actors_per_s = settings.actors as f64 / phase.seconds;
-        let actor_owner_busy =
-            (owner_seconds(&client, &base, &token).await? - busy) / phase.seconds;
+        let actor_load =
+            Counters::read(&client, &base, &token).await?.since(before, phase.seconds);
 
         progress(&format!("a burst of {} actors until all are ALIVE", settings.burst));
         let first_seq = head.handle.view().actors.keys().next_back().copied().unwrap_or(0) + 1;
@@ -587,7 +639,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         ));
         let item =
             serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}});
-        let busy = owner_seconds(&client, &base, &token).await?;
+        let before = Counters::read(&client, &base, &token).await?;
         let batch_seconds = post_batches(
             &client,
             format!("{base}/api/v1/actors:batch"),
@@ -596,8 +648,8 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             (settings.batch_actors, settings.batch_size, BATCH_CONNECTIONS),
         )
         .await?;
-        let batch_owner_busy =
-            (owner_seconds(&client, &base, &token).await? - busy) / batch_seconds;
+        let batch_load =
+            Counters::read(&client, &base, &token).await?.since(before, batch_seconds);
         progress(&format!(
             "creating {} actors while {} clients watch",
             settings.watched_actors, settings.watchers
@@ -665,7 +717,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             actors_per_s,
             actor_p50_ms: percentile(&phase.latencies_ms, 0.5),
             actor_p99_ms: percentile(&phase.latencies_ms, 0.99),
-            actor_owner_busy,
+            actor_load,
             burst: settings.burst,
             burst_alive_s,
             groups: settings.groups,
@@ -673,7 +725,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             batch_actors: settings.batch_actors,
             batch_size: settings.batch_size,
             batch_actors_per_s: settings.batch_actors as f64 / batch_seconds,
-            batch_owner_busy,
+            batch_load,
             watchers: settings.watchers,
             watched_actors_per_s: settings.watched_actors as f64 / watched.seconds,
             unwatched_actors_per_s: settings.watched_actors as f64 / unwatched.seconds,
@@ -735,8 +787,11 @@ mod tests {
         }
         assert!(result.actor_p50_ms <= result.actor_p99_ms, "{result:?}");
         // The owner's busy time grew during the phases, and a share is at most the phase.
-        for busy in [result.actor_owner_busy, result.batch_owner_busy] {
-            assert!(busy > 0.0 && busy <= 1.0, "{result:?}");
+        for load in [result.actor_load, result.batch_load] {
+            assert!(load.owner_busy > 0.0 && load.owner_busy <= 1.0, "{result:?}");
+            assert!(load.store_busy > 0.0 && load.store_busy <= 1.0, "{result:?}");
+            // Each phase's creations were durable: at least one commit, each with writes.
+            assert!(load.commits_per_s > 0.0 && load.writes_per_commit >= 1.0, "{result:?}");
         }
         assert!(result.scale_alive_s > 0.0, "{result:?}");
         assert!(result.scale_bytes_per_actor.is_finite(), "{result:?}");
