@@ -76,8 +76,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = BenchOutput::Table)]
     pub output: BenchOutput,
 
-    /// Internal: run one case (`WORKLOAD:NODES`; `scale` for `bench api`, its phase 6) in
-    /// this process and print its JSON.
+    /// Internal: run one case (`WORKLOAD:NODES`; `scale:ACTORS:NODES:BATCH` for `bench api`,
+    /// its phase 6) in this process and print its JSON.
     #[arg(long, hide = true, value_name = "WORKLOAD:NODES")]
     pub case: Option<String>,
 }
@@ -323,15 +323,14 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         scale_in: None,
     };
     if let Some(case) = &args.case {
-        if case != "scale" {
-            bail!("--case: `bench api` has one case, `scale`");
-        }
+        let mut settings = settings;
+        api::apply_scale_case(case, &mut settings)?;
         let scale = api::run_scale(&settings, &mut |step| eprintln!("{step}…"))?;
         writeln!(out, "{}", serde_json::to_string(&scale)?)?;
         return Ok(());
     }
     let exe = std::env::current_exe().context("cannot find this program to run phase 6")?;
-    let settings = api::ApiBench { scale_in: Some((exe, quick)), ..settings };
+    let settings = api::ApiBench { scale_in: Some(exe), ..settings };
     let result = api::run(&settings, &mut |step| eprintln!("{step}…"))?;
     if args.output == BenchOutput::Json {
         writeln!(out, "{}", serde_json::to_string(&result)?)?;

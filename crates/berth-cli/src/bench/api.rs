@@ -69,10 +69,10 @@ pub struct ApiBench {
     pub scale_actors: usize,
     /// Simulated nodes of phase 6.
     pub scale_nodes: usize,
-    /// Runs phase 6 in a child process of this program (`bench api --case scale`, with
-    /// `--quick` when true) instead of this one, so that its memory figures do not count what
-    /// the earlier phases freed but the allocator still holds.
-    pub scale_in: Option<(std::path::PathBuf, bool)>,
+    /// Runs phase 6 in a child process of this program (`bench api --case`
+    /// [`scale_case`]) instead of this one, so that its memory figures do not count what the
+    /// earlier phases freed but the allocator still holds.
+    pub scale_in: Option<std::path::PathBuf>,
 }
 
 /// Connections of the batch phase: a few large requests keep the head busy; more only queue.
@@ -418,14 +418,34 @@ pub fn run_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow:
     runtime.block_on(at_scale(settings, progress))
 }
 
-/// Phase 6 in a child process, `program bench api [--quick] --case scale`: its memory figures
-/// then start from a fresh process, not one holding what phases 1 to 5 freed.
-fn scale_in_child(program: &std::path::Path, quick: bool) -> anyhow::Result<Scale> {
+/// The `--case` that runs phase 6 of `settings` alone: `scale:ACTORS:NODES:BATCH`.
+pub fn scale_case(settings: &ApiBench) -> String {
+    format!("scale:{}:{}:{}", settings.scale_actors, settings.scale_nodes, settings.batch_size)
+}
+
+/// Sets phase 6's sizes from a [`scale_case`] text.
+pub fn apply_scale_case(case: &str, settings: &mut ApiBench) -> anyhow::Result<()> {
+    let parts: Vec<&str> = case.split(':').collect();
+    let ["scale", actors, nodes, batch] = parts[..] else {
+        bail!("--case: `bench api` takes scale:ACTORS:NODES:BATCH, not {case:?}");
+    };
+    let number = |field: &str, text: &str| -> anyhow::Result<usize> {
+        match text.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => bail!("--case: {field} must be a whole number of at least 1, not {text:?}"),
+        }
+    };
+    settings.scale_actors = number("ACTORS", actors)?;
+    settings.scale_nodes = number("NODES", nodes)?;
+    settings.batch_size = number("BATCH", batch)?;
+    Ok(())
+}
+
+/// Phase 6 in a child process, `program bench api --case scale:…`: its memory figures then
+/// start from a fresh process, not one holding what phases 1 to 5 freed.
+fn scale_in_child(program: &std::path::Path, settings: &ApiBench) -> anyhow::Result<Scale> {
     let mut command = std::process::Command::new(program);
-    command.args(["bench", "api", "--case", "scale"]);
-    if quick {
-        command.arg("--quick");
-    }
+    command.args(["bench", "api", "--case", &scale_case(settings)]);
     let output = command
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::inherit())
@@ -740,7 +760,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
     drop(runtime);
     let scale = match &settings.scale_in {
         // The child reports its progress on the stderr it shares.
-        Some((program, quick)) => scale_in_child(program, *quick)?,
+        Some(program) => scale_in_child(program, settings)?,
         None => run_scale(settings, progress)?,
     };
     result.scale_alive_s = scale.alive_s;
@@ -752,6 +772,40 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scale_case_carries_phase_6_sizes_and_refuses_bad_ones() {
+        let mut settings = ApiBench {
+            actors: 1,
+            burst: 1,
+            groups: 1,
+            nodes: 1,
+            concurrency: 1,
+            batch_actors: 1,
+            batch_size: 250,
+            watchers: 1,
+            watched_actors: 1,
+            scale_actors: 12_345,
+            scale_nodes: 67,
+            scale_in: None,
+        };
+        let case = scale_case(&settings);
+        assert_eq!(case, "scale:12345:67:250");
+        let mut parsed =
+            ApiBench { scale_actors: 1, scale_nodes: 1, batch_size: 1, ..settings.clone() };
+        apply_scale_case(&case, &mut parsed).unwrap();
+        assert_eq!((parsed.scale_actors, parsed.scale_nodes, parsed.batch_size), (12_345, 67, 250));
+        for (bad, words) in [
+            ("scale", "scale:ACTORS:NODES:BATCH"),
+            ("fill:1:1:1", "scale:ACTORS:NODES:BATCH"),
+            ("scale:x:1:1", "ACTORS must be a whole number"),
+            ("scale:1:0:1", "NODES must be a whole number of at least 1"),
+            ("scale:1:1:-2", "BATCH must be"),
+        ] {
+            let err = apply_scale_case(bad, &mut settings).unwrap_err().to_string();
+            assert!(err.starts_with("--case: ") && err.contains(words), "{bad}: {err}");
+        }
+    }
 
     /// Every phase runs end to end on a small cluster: every creation answered 201 (else `run`
     /// fails), every watcher sees each of its actors once and in order, and the figures are
