@@ -14,6 +14,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use berth_core::Quantity;
 use serde::{Deserialize, Serialize};
 
 mod autoscaler;
@@ -76,15 +77,44 @@ pub struct ApiError {
 // ---------------------------------------------------------------------------------------------
 // Shared pieces.
 
+// Held as quantities, written as text: a head keeps one per resource of every node version its
+// watch log holds, and three strings each made that map several times larger.
 /// One resource's amounts.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ResourceUse {
     /// The total.
-    pub total: String,
+    #[serde(with = "amount_text")]
+    #[schema(value_type = String)]
+    pub total: Quantity,
     /// Reserved now.
-    pub used: String,
+    #[serde(with = "amount_text")]
+    #[schema(value_type = String)]
+    pub used: Quantity,
     /// Free now.
-    pub available: String,
+    #[serde(with = "amount_text")]
+    #[schema(value_type = String)]
+    pub available: Quantity,
+}
+
+impl ResourceUse {
+    /// The amounts of a resource with `total` of which `available` is free.
+    pub fn new(total: Quantity, available: Quantity) -> ResourceUse {
+        ResourceUse { total, used: total.saturating_sub(available), available }
+    }
+}
+
+/// A quantity as decimal text (the answers' convention), read back from text or a number.
+mod amount_text {
+    use berth_core::Quantity;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(amount: &Quantity, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(amount)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Quantity, D::Error> {
+        Quantity::deserialize(deserializer)
+    }
 }
 
 /// One reason nodes were rejected, with how many.

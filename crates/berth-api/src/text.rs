@@ -27,6 +27,35 @@ pub fn duration_words(secs: u64) -> String {
     }
 }
 
+/// True for the resources counted in bytes (`memory`, `object_store_memory`).
+fn is_bytes(resource: &str) -> bool {
+    resource.ends_with("memory")
+}
+
+/// An amount for people: bytes of memory resources with a binary unit (`16Gi`, one decimal
+/// at most), others (and text that is not a number) as written.
+pub fn amount(resource: &str, text: &str) -> String {
+    if !is_bytes(resource) {
+        return text.to_string();
+    }
+    let Ok(bytes) = text.parse::<f64>() else {
+        return text.to_string();
+    };
+    const UNITS: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
+    let mut value = bytes;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        return text.to_string();
+    }
+    let shown = format!("{value:.1}");
+    let shown = shown.strip_suffix(".0").unwrap_or(&shown);
+    format!("{shown}{}", UNITS[unit])
+}
+
 /// The date of a day count since 1970-01-01 (Howard Hinnant's days-to-civil algorithm).
 fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;

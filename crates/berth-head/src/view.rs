@@ -382,25 +382,13 @@ impl View {
             }
             for (name, used) in &node.resources {
                 let entry = sums.entry(name.clone()).or_insert((Quantity::ZERO, Quantity::ZERO));
-                if let (Ok(total), Ok(free)) =
-                    (used.total.parse::<Quantity>(), used.available.parse::<Quantity>())
-                {
-                    entry.0 = entry.0.checked_add(total).unwrap_or(Quantity::MAX);
-                    entry.1 = entry.1.checked_add(free).unwrap_or(Quantity::MAX);
-                }
+                entry.0 = entry.0.checked_add(used.total).unwrap_or(Quantity::MAX);
+                entry.1 = entry.1.checked_add(used.available).unwrap_or(Quantity::MAX);
             }
         }
         status.resources = sums
             .into_iter()
-            .map(|(name, (total, free))| {
-                let used = total.saturating_sub(free);
-                let row = ResourceUse {
-                    total: total.to_string(),
-                    used: used.to_string(),
-                    available: free.to_string(),
-                };
-                (name, row)
-            })
+            .map(|(name, (total, free))| (name, ResourceUse::new(total, free)))
             .collect();
         for a in self.actors.values() {
             *status.actors.entry(upper(&a.state)).or_default() += 1;

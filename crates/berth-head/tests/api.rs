@@ -273,7 +273,7 @@ async fn actors_tasks_and_groups_through_rest() {
     assert_ne!(nodes[0], nodes[1]);
     // The reservation shows on the nodes at once.
     let status_now: ClusterStatus = of(f.get("/api/v1/cluster/status").await.1);
-    let used: f64 = status_now.resources["CPU"].used.parse().unwrap();
+    let used: f64 = status_now.resources["CPU"].used.to_f64();
     assert!(used >= 3.0, "1 actor + 2 bundles: {used}");
     let (status, body) = f
         .post(
@@ -420,7 +420,7 @@ async fn a_dead_node_s_actors_move_and_a_drained_node_empties() {
         .await;
     assert!(on_a.iter().all(|a| view.actor(&a.actor_id).unwrap().restarts == 1));
     let dead = view.node("a").unwrap();
-    assert_eq!((dead.resources["CPU"].used.as_str(), dead.actors), ("0", 0));
+    assert_eq!((dead.resources["CPU"].used.to_string().as_str(), dead.actors), ("0", 0));
     assert!(dead.dead_reason.as_deref().unwrap().contains("heartbeat"), "{:?}", dead.dead_reason);
     // Drain b: its actors move to c, not counted as restarts; nothing new goes to b.
     let on_b: Vec<String> = view

@@ -152,7 +152,7 @@ async fn resources_set_at_run_time_add_change_and_delete_capacity() {
     let waiting = f.actor(json!({"command": "x", "resources": {"my_res": 2}})).await;
     assert_eq!(waiting.state, ActorState::Pending);
     let node = f.ok(Method::PUT, path, json!({"my_res": "2"})).await;
-    assert_eq!(node.resources["my_res"].total, "2");
+    assert_eq!(node.resources["my_res"].total.to_string(), "2");
     let id = waiting.actor_id.clone();
     f.until("the actor needing my_res is placed", |v| {
         v.actor(&id).is_some_and(|a| a.node_id.as_deref() == Some("g1"))
@@ -163,9 +163,9 @@ async fn resources_set_at_run_time_add_change_and_delete_capacity() {
     let gpu = f.actor(json!({"command": "x", "resources": {"GPU": 1}})).await;
     assert_eq!(gpu.instances["GPU"], [0]);
     let node = f.ok(Method::PUT, path, json!({"GPU": "2", "CPU": "16"})).await;
-    assert_eq!(node.resources["GPU"].total, "2");
-    assert_eq!(node.resources["GPU"].available, "1");
-    assert_eq!(node.resources["CPU"].total, "16");
+    assert_eq!(node.resources["GPU"].total.to_string(), "2");
+    assert_eq!(node.resources["GPU"].available.to_string(), "1");
+    assert_eq!(node.resources["CPU"].total.to_string(), "16");
     let next = f.actor(json!({"command": "x", "resources": {"GPU": 1}})).await;
     assert_eq!(next.instances["GPU"], [1]);
     let none_left = f.actor(json!({"command": "x", "resources": {"GPU": 1}})).await;
@@ -174,7 +174,7 @@ async fn resources_set_at_run_time_add_change_and_delete_capacity() {
     // Delete with 0; a total below what runs leaves nothing free, and the work stays.
     let node = f.ok(Method::PUT, path, json!({"my_res": "0", "GPU": "1"})).await;
     assert!(!node.resources.contains_key("my_res"), "{:?}", node.resources);
-    assert_eq!(node.resources["GPU"].available, "0");
+    assert_eq!(node.resources["GPU"].available.to_string(), "0");
     let view = f.head.handle.view();
     for id in [&waiting.actor_id, &gpu.actor_id, &next.actor_id] {
         let actor = view.actor(id).unwrap();
@@ -192,7 +192,7 @@ async fn resources_set_at_run_time_add_change_and_delete_capacity() {
     f.refused(Method::PUT, path, json!({"CPU": "4", "GPU": "0.5"}), "GPU", "whole").await;
     f.refused(Method::PUT, path, json!({"CPU": "4", "GPU": "5000"}), "GPU", "over the 4096").await;
     f.refused(Method::PUT, path, json!({}), "", "at least one resource").await;
-    assert_eq!(f.head.handle.view().node("g1").unwrap().resources["CPU"].total, "16");
+    assert_eq!(f.head.handle.view().node("g1").unwrap().resources["CPU"].total.to_string(), "16");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,7 +269,7 @@ async fn an_agent_registering_again_reports_what_changed_on_its_machine() {
     let totals = |f: &Fixture| -> Vec<(String, String)> {
         let view = f.head.handle.view();
         let node = view.node("m1").unwrap();
-        node.resources.iter().map(|(k, u)| (k.clone(), u.total.clone())).collect()
+        node.resources.iter().map(|(k, u)| (k.clone(), u.total.to_string())).collect()
     };
     let pairs = |items: &[(&str, &str)]| -> Vec<(String, String)> {
         items.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()

@@ -11,6 +11,7 @@ use berth_api::agent::{
     StatusReport, StatusReports, Taint,
 };
 use berth_api::rest::{ActorCreate, ActorState, GroupCreate, GroupState, ListQuery, TaskSubmit};
+use berth_core::Quantity;
 use berth_head::{HeadConfig, RunningHead};
 use berth_store::StoreConfig;
 use tonic::transport::Channel;
@@ -123,7 +124,7 @@ async fn survives_a_crash(config: HeadConfig) {
     let node = after.node("gpu-1").expect("the node is back");
     assert_eq!(node.labels.get("team").map(String::as_str), Some("ml"));
     assert_eq!(node.labels.get("tier").map(String::as_str), Some("gold"));
-    assert_eq!(node.resources["my_res"].total, "3");
+    assert_eq!(node.resources["my_res"].total, Quantity::from_whole(3));
     assert!(node.taints.iter().any(|t| t.key == "berth.io/rare-GPU"), "{:?}", node.taints);
     assert_eq!(after.status().rare_resources, ["GPU"]);
     assert_eq!(
@@ -141,7 +142,11 @@ async fn survives_a_crash(config: HeadConfig) {
     assert_eq!(restored.instances, before.actor(&actor.actor_id).unwrap().instances);
     assert_eq!(after.group(&group.group_id).unwrap().state, GroupState::Created);
     assert_eq!(after.task(&waiting.task_id).unwrap().state, berth_api::rest::TaskState::Pending);
-    assert_eq!(node.resources["GPU"].available, "0", "2 for the actor + 2 for the group, 4 in all");
+    assert_eq!(
+        node.resources["GPU"].available,
+        Quantity::ZERO,
+        "2 for the actor + 2 for the group, 4 in all"
+    );
     // New IDs do not reuse old ones.
     let next = head
         .handle

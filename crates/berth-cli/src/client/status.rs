@@ -58,10 +58,11 @@ pub fn render(address: &str, status: &ClusterStatus) -> String {
             .resources
             .iter()
             .map(|(name, u)| {
-                let (bar, share) = bar(&u.used, &u.total, BAR_WIDTH);
+                let (used, total) = (u.used.to_string(), u.total.to_string());
+                let (bar, share) = bar(&used, &total, BAR_WIDTH);
                 vec![
                     name.clone(),
-                    format!("{}/{}", amount(name, &u.used), amount(name, &u.total)),
+                    format!("{}/{}", amount(name, &used), amount(name, &total)),
                     bar,
                     share,
                 ]

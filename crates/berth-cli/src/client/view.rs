@@ -92,40 +92,16 @@ pub fn name<T: Serialize>(value: &T) -> String {
     }
 }
 
-/// True for the resources counted in bytes.
-fn is_bytes(resource: &str) -> bool {
-    resource == "memory" || resource.ends_with("memory")
-}
-
-/// An amount for people: bytes of memory resources with a binary unit (`16Gi`), others as
-/// the head wrote them.
-pub fn amount(resource: &str, text: &str) -> String {
-    if !is_bytes(resource) {
-        return text.to_string();
-    }
-    let Ok(bytes) = text.parse::<f64>() else {
-        return text.to_string();
-    };
-    const UNITS: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
-    let mut value = bytes;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        return text.to_string();
-    }
-    let shown = format!("{value:.1}");
-    let shown = shown.strip_suffix(".0").unwrap_or(&shown);
-    format!("{shown}{}", UNITS[unit])
-}
+pub use berth_api::text::amount;
 
 /// `CPU 2/8, GPU 1/4, memory 4Gi/32Gi`: used over total per resource.
 pub fn use_text(resources: &BTreeMap<String, ResourceUse>) -> String {
     let parts: Vec<String> = resources
         .iter()
-        .map(|(name, u)| format!("{name} {}/{}", amount(name, &u.used), amount(name, &u.total)))
+        .map(|(name, u)| {
+            let (used, total) = (u.used.to_string(), u.total.to_string());
+            format!("{name} {}/{}", amount(name, &used), amount(name, &total))
+        })
         .collect();
     if parts.is_empty() {
         NONE.into()
@@ -493,7 +469,8 @@ pub fn node_detail(node: &Node) -> String {
         .resources
         .iter()
         .map(|(n, u)| {
-            vec![n.clone(), amount(n, &u.used), amount(n, &u.total), amount(n, &u.available)]
+            let [used, total, available] = [u.used, u.total, u.available].map(|q| q.to_string());
+            vec![n.clone(), amount(n, &used), amount(n, &total), amount(n, &available)]
         })
         .collect();
     if rows.is_empty() {
@@ -648,7 +625,8 @@ pub mod fixtures {
     use serde_json::json;
 
     pub fn usage(total: &str, used: &str, available: &str) -> ResourceUse {
-        ResourceUse { total: total.into(), used: used.into(), available: available.into() }
+        let amount = |text: &str| berth_core::Quantity::parse(text).unwrap();
+        ResourceUse { total: amount(total), used: amount(used), available: amount(available) }
     }
 
     pub fn map(pairs: &[(&str, &str)]) -> StringMap {

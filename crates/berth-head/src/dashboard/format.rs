@@ -31,34 +31,8 @@ pub(crate) fn state_class(state: &str) -> &'static str {
     }
 }
 
-/// True for the resources counted in bytes.
-fn is_bytes(resource: &str) -> bool {
-    resource.ends_with("memory")
-}
-
-/// An amount for people: bytes of memory resources with a binary unit (`16Gi`), others as
-/// the head wrote them.
-pub(crate) fn amount(resource: &str, text: &str) -> String {
-    if !is_bytes(resource) {
-        return text.to_string();
-    }
-    let Ok(bytes) = text.parse::<f64>() else {
-        return text.to_string();
-    };
-    const UNITS: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
-    let mut value = bytes;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        return text.to_string();
-    }
-    let shown = format!("{value:.1}");
-    let shown = shown.strip_suffix(".0").unwrap_or(&shown);
-    format!("{shown}{}", UNITS[unit])
-}
+/// An amount for people (see [`berth_api::text::amount`]).
+pub(crate) use berth_api::text::amount;
 
 /// One resource as a bar: `<meter>` takes `percent`; the text says `used / total`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,10 +50,8 @@ pub(crate) struct Bar {
 impl Bar {
     /// The bar of one resource.
     pub(crate) fn new(name: &str, amounts: &ResourceUse) -> Bar {
-        let share = match (amounts.used.parse::<f64>(), amounts.total.parse::<f64>()) {
-            (Ok(used), Ok(total)) if total > 0.0 => (used / total).clamp(0.0, 1.0),
-            _ => 0.0,
-        };
+        let (used, total) = (amounts.used.to_f64(), amounts.total.to_f64());
+        let share = if total > 0.0 { (used / total).clamp(0.0, 1.0) } else { 0.0 };
         let mut percent = (share * 100.0).round() as u32;
         if share > 0.0 && percent == 0 {
             percent = 1;
@@ -89,8 +61,8 @@ impl Bar {
         }
         Bar {
             name: name.to_string(),
-            used: amount(name, &amounts.used),
-            total: amount(name, &amounts.total),
+            used: amount(name, &amounts.used.to_string()),
+            total: amount(name, &amounts.total.to_string()),
             percent,
         }
     }
@@ -209,7 +181,8 @@ mod tests {
     use super::*;
 
     fn usage(used: &str, total: &str) -> ResourceUse {
-        ResourceUse { total: total.into(), used: used.into(), available: String::new() }
+        let amount = |text: &str| berth_core::Quantity::parse(text).unwrap();
+        ResourceUse { total: amount(total), used: amount(used), available: Default::default() }
     }
 
     #[test]
@@ -231,7 +204,6 @@ mod tests {
             (("8", "8"), 100),
             (("9", "8"), 100),
             (("1", "0"), 0),
-            (("x", "8"), 0),
         ];
         for ((used, total), percent) in cases {
             assert_eq!(Bar::new("CPU", &usage(used, total)).percent, percent, "{used}/{total}");

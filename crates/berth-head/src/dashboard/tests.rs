@@ -31,8 +31,9 @@ fn map(pairs: &[(&str, &str)]) -> StringMap {
 }
 
 fn usage(total: &str, used: &str) -> ResourceUse {
-    let available = total.parse::<u64>().unwrap() - used.parse::<u64>().unwrap();
-    ResourceUse { total: total.into(), used: used.into(), available: available.to_string() }
+    let amount = |text: &str| berth_core::Quantity::parse(text).unwrap();
+    let (total, used) = (amount(total), amount(used));
+    ResourceUse::new(total, total.saturating_sub(used))
 }
 
 fn node(id: &str, state: NodeState, labels: &[(&str, &str)], taints: &[(&str, &str)]) -> Node {

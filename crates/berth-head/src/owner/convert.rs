@@ -141,12 +141,7 @@ pub(crate) fn node(
         .iter()
         .map(|(id, total)| {
             let free = if dead { total } else { node.available().get(id) };
-            let row = ResourceUse {
-                total: total.to_string(),
-                used: total.saturating_sub(free).to_string(),
-                available: free.to_string(),
-            };
-            (registry.name(id).to_string(), row)
+            (registry.name(id).to_string(), ResourceUse::new(total, free))
         })
         .collect();
     out
