@@ -360,7 +360,8 @@ impl Owner {
         let dirty = std::mem::take(&mut self.dirty);
         for seq in &dirty.actors {
             if let Some(entry) = self.actors.get(seq) {
-                batch.put(Table::Actors, Kind::Actor.id(*seq), encode(&entry.record()));
+                let record = encode(&entry.record(&self.cluster));
+                batch.put(Table::Actors, Kind::Actor.id(*seq), record);
                 self.note_finished(Kind::Actor, *seq);
             }
         }
@@ -373,7 +374,8 @@ impl Owner {
         }
         for seq in &dirty.tasks {
             if let Some(entry) = self.tasks.get(seq) {
-                batch.put(Table::Tasks, Kind::Task.id(*seq), encode(&entry.record()));
+                let record = encode(&entry.record(&self.cluster));
+                batch.put(Table::Tasks, Kind::Task.id(*seq), record);
                 self.note_finished(Kind::Task, *seq);
             }
         }

@@ -11,19 +11,24 @@ use std::collections::BTreeMap;
 use berth_api::rest::{Actor, Group, Node, StringMap, Task};
 use serde::{Deserialize, Serialize};
 
-/// Where one attempt was placed.
+/// Where one attempt was placed. Read back as owned values; written from borrows
+/// (`Placement<&str, &BTreeMap<…>>`, the same JSON): the owner does not keep it, it derives it
+/// from the attempt's allocation and the API object when it writes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Placement {
+pub(crate) struct Placement<S = String, M = BTreeMap<String, Vec<u32>>> {
     /// The node.
-    pub node_id: String,
+    pub node_id: S,
     /// Instance IDs per unit-instance resource.
-    pub instances: BTreeMap<String, Vec<u32>>,
+    pub instances: M,
     /// The group and bundle it took from, when placed into a bundle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bundle: Option<(String, usize)>,
+    pub bundle: Option<(S, usize)>,
     /// True once the agent reported the attempt started.
     pub started: bool,
 }
+
+/// A placement as written.
+pub(crate) type PlacementRef<'a> = Placement<&'a str, &'a BTreeMap<String, Vec<u32>>>;
 
 /// A stored actor. Read back as owned values; written from borrows (`ActorRecord<&Actor,
 /// Option<&Placement>>`, the same JSON), so a write copies nothing before encoding.

@@ -227,13 +227,13 @@ impl Owner {
                     Kind::Task => WorkKey::Task(seq),
                     Kind::Group => return None,
                 };
-                let (placement, current) = self.attempt_of(key)?;
-                (placement.node_id == node_id && current == *attempt).then_some(key)
+                let current = self.attempt_of(key)?;
+                (self.runs_on(current, &node_id) && current.number == *attempt).then_some(key)
             });
             match current {
                 Some(key) => {
                     // Running as the head believes; mark started if the report was lost.
-                    if self.attempt_of(key).is_some_and(|(p, _)| !p.started) {
+                    if self.attempt_of(key).is_some_and(|a| !a.started) {
                         self.started(key, 0);
                     }
                 }
@@ -241,7 +241,7 @@ impl Owner {
             }
         }
         for key in self.work_on(&node_id) {
-            let started = self.attempt_of(key).is_some_and(|(p, _)| p.started);
+            let started = self.attempt_of(key).is_some_and(|a| a.started);
             if started && !running.contains_key(&key.id()) {
                 self.ended(key, Ending::Exited { code: None, signal: None });
             }
@@ -257,16 +257,15 @@ impl Owner {
 
     /// The work whose current attempt is placed on `node`.
     pub(crate) fn work_on(&self, node: &str) -> Vec<WorkKey> {
+        let Some(index) = self.nodes.get(node).map(|n| n.index) else { return Vec::new() };
+        let on = |attempt: Option<super::work::Attempt>| attempt.is_some_and(|a| a.node == index);
         let mut out: Vec<WorkKey> = self
             .actors
             .iter()
-            .filter(|(_, e)| e.placement.as_ref().is_some_and(|p| p.node_id == node))
+            .filter(|(_, e)| on(e.current()))
             .map(|(s, _)| WorkKey::Actor(*s))
             .chain(
-                self.tasks
-                    .iter()
-                    .filter(|(_, e)| e.placement.as_ref().is_some_and(|p| p.node_id == node))
-                    .map(|(s, _)| WorkKey::Task(*s)),
+                self.tasks.iter().filter(|(_, e)| on(e.current())).map(|(s, _)| WorkKey::Task(*s)),
             )
             .collect();
         out.sort_by_key(|k| match k {
@@ -292,7 +291,7 @@ impl Owner {
         let (tx, rx) = mpsc::unbounded_channel();
         // Every placed attempt not yet started, in order; already durable, so sent now.
         for key in self.work_on(node_id) {
-            if self.attempt_of(key).is_some_and(|(p, _)| !p.started) {
+            if self.attempt_of(key).is_some_and(|a| !a.started) {
                 if let Some(start) = self.start_of(key) {
                     let _ = tx.send(Ok(start));
                 }
@@ -330,7 +329,7 @@ impl Owner {
         };
         let current = self
             .attempt_of(key)
-            .is_some_and(|(p, attempt)| p.node_id == report.node_id && attempt == report.attempt);
+            .is_some_and(|a| a.number == report.attempt && self.runs_on(a, &report.node_id));
         if !current {
             // A report from an attempt the head replaced: the agent must stop it.
             return StatusReply { current: false };

@@ -233,8 +233,8 @@ impl Owner {
                 api: Arc::new(record.actor),
                 request,
                 attempt: record.attempt,
+                started: false,
                 allocation: None,
-                placement: None,
                 last_diagnosis: None,
             };
             self.view.actors.insert(seq, entry.api.clone());
@@ -273,8 +273,8 @@ impl Owner {
                 api: Arc::new(record.task),
                 request,
                 attempt: record.attempt,
+                started: false,
                 allocation: None,
-                placement: None,
                 last_diagnosis: None,
             };
             self.view.tasks.insert(seq, entry.api.clone());
@@ -331,12 +331,12 @@ impl Owner {
             WorkKey::Actor(seq) => {
                 let e = self.actors.get_mut(&seq).expect("known");
                 e.allocation = Some(allocation);
-                e.placement = Some(placement);
+                e.started = placement.started;
             }
             WorkKey::Task(seq) => {
                 let e = self.tasks.get_mut(&seq).expect("known");
                 e.allocation = Some(allocation);
-                e.placement = Some(placement);
+                e.started = placement.started;
             }
         }
         self.count_on(&node_id, key, 1);
