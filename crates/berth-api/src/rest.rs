@@ -324,18 +324,22 @@ pub enum ActorState {
 pub struct ActorCreate {
     /// A name, unique among the namespace's live actors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub name: Option<Box<str>>,
     /// Its namespace; default `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub namespace: Option<Box<str>>,
     /// Actor labels (what other actors' affinity matches).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: StringMap,
     /// The program to run.
-    pub command: String,
+    #[schema(value_type = String)]
+    pub command: Box<str>,
     /// Its arguments.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "<[String]>::is_empty")]
+    #[schema(value_type = Vec<String>)]
+    pub args: Box<[String]>,
     /// Extra environment variables.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: StringMap,
@@ -376,7 +380,8 @@ pub struct Actor {
     pub actor_id: String,
     /// Its name, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub name: Option<Box<str>>,
     /// Its namespace.
     pub namespace: String,
     /// Its state.
@@ -388,27 +393,31 @@ pub struct Actor {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub instances: BTreeMap<String, Vec<u32>>,
     /// Restarts so far.
-    pub restarts: u64,
+    #[schema(value_type = u64)]
+    pub restarts: u32,
     /// Why it is dead, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub death_reason: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub death_reason: Option<Box<str>>,
     /// Why it waits, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Box<Diagnosis>>,
     /// Where its current attempt's process listens, once that process said so
     /// (`PUT /api/v1/actors/{id}/endpoint`); the SDKs' worker runtimes do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<Endpoint>,
+    pub endpoint: Option<Box<Endpoint>>,
     /// What happened to it, oldest first (the last 50 entries).
     pub history: Vec<Event>,
     /// When it was created.
     pub created_at_ms: u64,
     /// What it was created with.
-    pub spec: ActorCreate,
+    #[schema(value_type = ActorCreate)]
+    pub spec: Arc<ActorCreate>,
     /// The actor's work key (see [`ActorEndpoint::work_key`]): only in the answer to its
     /// creation, never in later reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub work_key: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub work_key: Option<Box<str>>,
 }
 
 /// Where an actor's process listens for its callers.
@@ -493,15 +502,19 @@ impl TaskState {
 pub struct TaskSubmit {
     /// A name for people; need not be unique.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub name: Option<Box<str>>,
     /// Its namespace (for actor affinity); default `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub namespace: Option<Box<str>>,
     /// The program to run.
-    pub command: String,
+    #[schema(value_type = String)]
+    pub command: Box<str>,
     /// Its arguments.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "<[String]>::is_empty")]
+    #[schema(value_type = Vec<String>)]
+    pub args: Box<[String]>,
     /// Extra environment variables.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: StringMap,
@@ -550,7 +563,8 @@ pub struct Task {
     pub task_id: String,
     /// Its name, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub name: Option<Box<str>>,
     /// Its namespace.
     pub namespace: String,
     /// Its state.
@@ -562,13 +576,15 @@ pub struct Task {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub instances: BTreeMap<String, Vec<u32>>,
     /// Runs started so far (1 on the first run).
-    pub attempts: u64,
+    #[schema(value_type = u64)]
+    pub attempts: u32,
     /// The exit code of the last run, when it exited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub failure: Option<Box<str>>,
     /// Why it waits, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Box<Diagnosis>>,
@@ -577,12 +593,14 @@ pub struct Task {
     /// When it was submitted.
     pub created_at_ms: u64,
     /// What it was submitted with.
-    pub spec: TaskSubmit,
+    #[schema(value_type = TaskSubmit)]
+    pub spec: Arc<TaskSubmit>,
     /// The task's work key (its processes are given it as `BERTH_WORK_KEY`, so whoever
     /// submitted it can tell its worker from an impostor): only in the answer to its
     /// submission, never in later reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub work_key: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub work_key: Option<Box<str>>,
 }
 
 /// The most task IDs one `POST /api/v1/tasks:wait` may name.

@@ -211,7 +211,7 @@ impl HeadHandle {
     pub async fn create_actor(&self, body: ActorCreate) -> Result<Actor, HeadError> {
         let Prepared { seq, body, parsed } = self.prepare_actor(body)?;
         let mut actor = self.ask(|reply| Command::CreateActor { seq, body, parsed, reply }).await?;
-        actor.work_key = Some(self.work_keys.key(&actor.actor_id));
+        actor.work_key = Some(self.work_keys.key(&actor.actor_id).into());
         Ok(actor)
     }
 
@@ -219,7 +219,7 @@ impl HeadHandle {
     pub async fn submit_task(&self, body: TaskSubmit) -> Result<Task, HeadError> {
         let Prepared { seq, body, parsed } = self.prepare_task(body)?;
         let mut task = self.ask(|reply| Command::SubmitTask { seq, body, parsed, reply }).await?;
-        task.work_key = Some(self.work_keys.key(&task.task_id));
+        task.work_key = Some(self.work_keys.key(&task.task_id).into());
         Ok(task)
     }
 
@@ -233,7 +233,7 @@ impl HeadHandle {
         let answers = self.batch(prepared, |items, reply| Command::CreateActors { items, reply });
         let mut answers = answers.await?;
         for actor in answers.iter_mut().flatten() {
-            actor.work_key = Some(self.work_keys.key(&actor.actor_id));
+            actor.work_key = Some(self.work_keys.key(&actor.actor_id).into());
         }
         Ok(answers)
     }
@@ -247,7 +247,7 @@ impl HeadHandle {
         let answers = self.batch(prepared, |items, reply| Command::SubmitTasks { items, reply });
         let mut answers = answers.await?;
         for task in answers.iter_mut().flatten() {
-            task.work_key = Some(self.work_keys.key(&task.task_id));
+            task.work_key = Some(self.work_keys.key(&task.task_id).into());
         }
         Ok(answers)
     }
@@ -460,8 +460,8 @@ impl HeadHandle {
                     ActorEndpoint {
                         actor_id: actor.actor_id.clone(),
                         state: actor.state,
-                        endpoint: listening.cloned(),
-                        death_reason: actor.death_reason.clone(),
+                        endpoint: listening.map(|e| Endpoint::clone(e)),
+                        death_reason: actor.death_reason.as_deref().map(str::to_string),
                         work_key: self.work_keys.key(&actor.actor_id),
                     }
                 }))

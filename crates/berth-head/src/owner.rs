@@ -91,7 +91,7 @@ pub(crate) struct Owner {
     /// (each doubling moved every entry into freshly zeroed pages).
     pub(crate) actors: HashMap<u64, Box<work::ActorEntry>>,
     /// Named actors by (namespace, name): the last actor created with the name.
-    pub(crate) names: HashMap<(String, String), u64>,
+    pub(crate) names: HashMap<(String, Box<str>), u64>,
     /// Boxed, as `actors`.
     pub(crate) tasks: HashMap<u64, Box<work::TaskEntry>>,
     pub(crate) groups: HashMap<u64, groups::GroupEntry>,

@@ -40,7 +40,7 @@ async fn client(head: &RunningHead) -> Client {
 fn actor(max_restarts: i64) -> ActorCreate {
     ActorCreate {
         command: "sleep".into(),
-        args: vec!["1000".into()],
+        args: vec!["1000".into()].into(),
         resources: serde_json::json!({"CPU": 1, "GPU": 0.5}).into(),
         max_restarts,
         ..Default::default()

@@ -41,7 +41,7 @@ async fn processes_see_their_gpus_restart_when_killed_and_tasks_fail_after_retri
             .handle
             .create_actor(ActorCreate {
                 command: "sh".into(),
-                args: vec!["-c".into(), env.into()],
+                args: vec!["-c".into(), env.into()].into(),
                 resources: json!({"GPU": gpus}).into(),
                 max_restarts: 1,
                 ..Default::default()
@@ -85,7 +85,7 @@ async fn processes_see_their_gpus_restart_when_killed_and_tasks_fail_after_retri
         .handle
         .submit_task(TaskSubmit {
             command: "sh".into(),
-            args: vec!["-c".into(), "exit 1".into()],
+            args: vec!["-c".into(), "exit 1".into()].into(),
             resources: json!({"CPU": 1}).into(),
             max_retries: 1,
             ..Default::default()

@@ -69,7 +69,7 @@ async fn finished_objects_beyond_the_count_are_forgotten_oldest_first() {
     let head = boot(&config).await;
     let tasks = finished_tasks(&head, 5).await;
     for i in 0..3 {
-        let name = Some(format!("a{i}"));
+        let name = Some(format!("a{i}").into());
         let body = ActorCreate { name, ..actor() };
         let actor = head.handle.create_actor(body).await.unwrap();
         head.handle.kill_actor(&actor.actor_id).await.unwrap();

@@ -88,9 +88,9 @@ async fn takeover(store: &str, within: Duration) {
         let actor = first
             .handle
             .create_actor(ActorCreate {
-                name: Some(format!("svc-{i}")),
+                name: Some(format!("svc-{i}").into()),
                 command: "sleep".into(),
-                args: vec!["600".into()],
+                args: vec!["600".into()].into(),
                 resources: serde_json::json!({"CPU": 1}).into(),
                 ..Default::default()
             })

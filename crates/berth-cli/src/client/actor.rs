@@ -145,8 +145,8 @@ mod tests {
         ])
         .unwrap();
         let body = body(&args).unwrap();
-        assert_eq!(body.command, "python");
-        assert_eq!(body.args, ["-u"]);
+        assert_eq!(&*body.command, "python");
+        assert_eq!(&*body.args, ["-u"]);
         assert_eq!(body.labels, fixtures::map(&[("app", "web")]));
         assert_eq!(body.max_restarts, -1);
         assert_eq!(body.name.as_deref(), Some("web"));

@@ -622,8 +622,8 @@ mod tests {
         ]);
         let body: TaskSubmit =
             body(None, args.keys().unwrap(), &[("command", "--command")], &[]).unwrap();
-        assert_eq!(body.command, "python");
-        assert_eq!(body.args, ["serve.py", "--port=80"]);
+        assert_eq!(&*body.command, "python");
+        assert_eq!(&*body.args, ["serve.py", "--port=80"]);
         assert_eq!(body.env, map(&[("A", "1")]));
         assert_eq!(body.resources, json!({"CPU": "1", "GPU": "0.5"}).into());
         assert_eq!(body.namespace.as_deref(), Some("ml"));
@@ -654,8 +654,8 @@ mod tests {
         let args = process(&["--file", path.to_str().unwrap(), "--resources", "GPU=1"]);
         let body: ActorCreate =
             body(Some(&path), args.keys().unwrap(), &[("command", "--command")], &[]).unwrap();
-        assert_eq!(body.command, "sleep");
-        assert_eq!(body.args, ["60"]);
+        assert_eq!(&*body.command, "sleep");
+        assert_eq!(&*body.args, ["60"]);
         // The flag replaced the file's resources whole.
         assert_eq!(body.resources, json!({"GPU": "1"}).into());
         assert_eq!(body.labels, map(&[("app", "web")]));

@@ -132,10 +132,7 @@ mod tests {
         let args =
             parse(&["--file", path.to_str().unwrap(), "--arg", "b", "--max-retries", "1"]).unwrap();
         let body = body(&args).unwrap();
-        assert_eq!(
-            (body.command.as_str(), body.args.as_slice()),
-            ("train", &["b".to_string()][..])
-        );
+        assert_eq!((&*body.command, &*body.args), ("train", &["b".to_string()][..]));
         assert_eq!(body.max_retries, 1);
         assert_eq!(body.resources, json!({"GPU": 1}).into());
     }

@@ -623,6 +623,7 @@ pub mod fixtures {
 
     use berth_api::rest::*;
     use serde_json::json;
+    use std::sync::Arc;
 
     pub fn usage(total: &str, used: &str, available: &str) -> ResourceUse {
         let amount = |text: &str| berth_core::Quantity::parse(text).unwrap();
@@ -707,16 +708,16 @@ pub mod fixtures {
                 },
             ],
             created_at_ms: 1_700_000_000_000,
-            spec: ActorCreate {
+            spec: Arc::new(ActorCreate {
                 name: Some("web".into()),
                 command: "python".into(),
-                args: vec!["serve.py".into(), "--title".into(), "hello world".into()],
+                args: vec!["serve.py".into(), "--title".into(), "hello world".into()].into(),
                 labels: map(&[("app", "web")]),
                 max_restarts: -1,
                 resources: json!({"CPU": 1, "GPU": "0.5"}).into(),
                 tolerations: Some(json!({"gpu_node": "exists()"}).into()),
                 ..ActorCreate::default()
-            },
+            }),
         }
     }
 
@@ -735,12 +736,12 @@ pub mod fixtures {
             diagnosis: Some(Box::new(gpu_diagnosis())),
             history: vec![],
             created_at_ms: 1_700_000_000_000,
-            spec: TaskSubmit {
+            spec: Arc::new(TaskSubmit {
                 command: "train".into(),
                 resources: json!({"GPU": "1"}).into(),
                 max_retries: 3,
                 ..TaskSubmit::default()
-            },
+            }),
         }
     }
 

@@ -84,7 +84,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
         endpoint: None,
         work_key: None,
         actor_id: format!("actor-{seq}"),
-        name: Some(format!("web-{seq}")),
+        name: Some(format!("web-{seq}").into()),
         namespace: "default".into(),
         state,
         node_id: node.map(str::to_string),
@@ -99,13 +99,13 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
             message: "".into(),
         }],
         created_at_ms: 1_700_000_000_000,
-        spec: ActorCreate {
+        spec: Arc::new(ActorCreate {
             labels: map(labels),
             command: "sleep".into(),
-            args: vec!["600".into()],
+            args: Box::new(["600".into()]),
             resources: json!({"CPU": 1}).into(),
             ..Default::default()
-        },
+        }),
     }
 }
 
@@ -124,12 +124,12 @@ fn task(seq: u64, state: TaskState) -> Task {
         diagnosis: None,
         history: vec![],
         created_at_ms: 1,
-        spec: TaskSubmit {
+        spec: Arc::new(TaskSubmit {
             command: "true".into(),
             resources: json!({"CPU": 2}).into(),
             max_retries: 3,
             ..Default::default()
-        },
+        }),
     }
 }
 
@@ -171,8 +171,8 @@ fn sample_view() -> View {
     }
     view.actors.insert(1, Arc::new(actor(1, ActorState::Alive, Some("node-1"), &[("app", "web")])));
     let mut pending = actor(2, ActorState::Pending, None, &[("app", "train")]);
-    pending.spec.resources = json!({"GPU": 16}).into();
-    pending.spec.tolerations = Some(json!({"dedicated": "ml"}).into());
+    Arc::make_mut(&mut pending.spec).resources = json!({"GPU": 16}).into();
+    Arc::make_mut(&mut pending.spec).tolerations = Some(json!({"dedicated": "ml"}).into());
     pending.diagnosis = Some(Box::new(gpu_diagnosis()));
     view.actors.insert(2, Arc::new(pending));
     view.waiting.insert(
@@ -597,7 +597,7 @@ async fn user_text_is_escaped_everywhere() {
     view.nodes.insert(evil.node_id.clone(), Arc::new(evil));
     let mut a = actor(3, ActorState::Alive, Some("n\"/<b>"), &[("app", XSS)]);
     a.name = Some(XSS.into());
-    a.spec.env = map(&[("X", XSS)]);
+    Arc::make_mut(&mut a.spec).env = map(&[("X", XSS)]);
     view.actors.insert(3, Arc::new(a));
     let h = harness_with(view, None);
     for uri in ["/ui/nodes", "/ui/actors", "/ui/actors/rows", "/ui/actors/actor-3", "/ui/overview"]

@@ -174,7 +174,7 @@ fn actor_row(a: &Actor) -> Row {
     Row {
         id: a.actor_id.clone(),
         href: format::link("actor", &a.actor_id),
-        name: a.name.clone().unwrap_or_default(),
+        name: a.name.as_deref().unwrap_or_default().to_string(),
         namespace: a.namespace.clone(),
         class: format::state_class(&state),
         state,
@@ -192,7 +192,7 @@ fn task_row(t: &Task) -> Row {
     Row {
         id: t.task_id.clone(),
         href: format::link("task", &t.task_id),
-        name: t.name.clone().unwrap_or_default(),
+        name: t.name.as_deref().unwrap_or_default().to_string(),
         namespace: t.namespace.clone(),
         class: format::state_class(&state),
         state,

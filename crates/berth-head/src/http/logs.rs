@@ -376,7 +376,7 @@ mod tests {
             diagnosis: None,
             history: vec![],
             created_at_ms: 1,
-            spec: ActorCreate { command: "x".into(), ..ActorCreate::default() },
+            spec: Arc::new(ActorCreate { command: "x".into(), ..ActorCreate::default() }),
         }
     }
 

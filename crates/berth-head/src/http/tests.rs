@@ -55,12 +55,12 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
         diagnosis: None,
         history: vec![],
         created_at_ms: 1,
-        spec: ActorCreate {
+        spec: Arc::new(ActorCreate {
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             command: "sleep".into(),
             resources: json!({"CPU": 1}).into(),
             ..Default::default()
-        },
+        }),
     }
 }
 

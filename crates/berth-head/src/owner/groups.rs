@@ -256,7 +256,7 @@ impl Owner {
         let e = self.groups.get_mut(&seq).expect("known");
         e.api.state = GroupState::Removed;
         e.api.diagnosis = None;
-        push_event(&mut e.api.history, "removed", None, "removed by a user".into());
+        push_event(&mut e.api.history, "removed", None, "removed by a user");
         self.mark_group(seq);
         Ok(self.groups[&seq].api.clone())
     }

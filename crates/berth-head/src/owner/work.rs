@@ -264,7 +264,7 @@ pub(crate) fn push_event(
     history: &mut Vec<Event>,
     kind: &'static str,
     node_id: Option<&str>,
-    message: String,
+    message: impl Into<Box<str>>,
 ) {
     if history.len() >= HISTORY {
         history.remove(0);
@@ -275,12 +275,7 @@ pub(crate) fn push_event(
         let earlier = history.iter().rev().find_map(|e| e.node_id.as_ref().filter(|n| ***n == *id));
         earlier.cloned().unwrap_or_else(|| Arc::from(id))
     });
-    history.push(Event {
-        at_ms: now_ms(),
-        kind: kind.into(),
-        node_id,
-        message: message.into_boxed_str(),
-    });
+    history.push(Event { at_ms: now_ms(), kind: kind.into(), node_id, message: message.into() });
 }
 
 /// How an attempt ended.
@@ -326,7 +321,7 @@ impl Owner {
         body: ActorCreate,
         parsed: &ParsedRequest,
     ) -> Result<Actor, HeadError> {
-        let namespace = body.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let namespace = body.namespace.as_deref().unwrap_or("default").to_string();
         if let Some(name) = &body.name {
             // The index may name an actor that died since: its name is free again.
             let holder = self.names.get(&(namespace.clone(), name.clone()));
@@ -355,7 +350,7 @@ impl Owner {
             diagnosis: None,
             history: Vec::with_capacity(ACTOR_EVENTS),
             created_at_ms: now_ms(),
-            spec: body,
+            spec: Arc::new(body),
         };
         push_event(&mut api.history, "created", None, String::new());
         if let Some(name) = &api.name {
@@ -377,7 +372,7 @@ impl Owner {
             work_key: None,
             task_id: Kind::Task.id(seq),
             name: body.name.clone(),
-            namespace: body.namespace.clone().unwrap_or_else(|| "default".to_string()),
+            namespace: body.namespace.as_deref().unwrap_or("default").to_string(),
             state: TaskState::Pending,
             node_id: None,
             instances: Default::default(),
@@ -387,7 +382,7 @@ impl Owner {
             diagnosis: None,
             history: Vec::with_capacity(TASK_EVENTS),
             created_at_ms: now_ms(),
-            spec: body,
+            spec: Arc::new(body),
         };
         push_event(&mut api.history, "created", None, String::new());
         self.tasks.insert(seq, Box::new(Work::new(api, request)));
@@ -607,11 +602,12 @@ impl Owner {
                 } else {
                     e.api_mut().state = ActorState::Dead;
                     e.api_mut().death_reason = Some(match ending {
-                        Ending::FailedToStart(_) => text,
+                        Ending::FailedToStart(_) => text.into(),
                         _ => format!(
                             "{text}; no restarts left (max_restarts {})",
                             e.api.spec.max_restarts
-                        ),
+                        )
+                        .into(),
                     });
                     let reason = e.api.death_reason.clone().unwrap_or_default();
                     push_event(&mut e.api_mut().history, "dead", None, reason);
@@ -636,7 +632,7 @@ impl Owner {
                     e.api_mut().exit_code = code;
                 }
                 let success = matches!(ending, Ending::Exited { code: Some(0), .. });
-                let retry_allowed = e.api.attempts <= e.api.spec.max_retries as u64;
+                let retry_allowed = e.api.attempts <= e.api.spec.max_retries;
                 if success {
                     e.api_mut().state = TaskState::Finished;
                     push_event(&mut e.api_mut().history, "finished", None, String::new());
@@ -657,11 +653,12 @@ impl Owner {
                 } else {
                     e.api_mut().state = TaskState::Failed;
                     e.api_mut().failure = Some(match ending {
-                        Ending::FailedToStart(_) => text,
+                        Ending::FailedToStart(_) => text.into(),
                         _ => format!(
                             "{text}; no retries left (max_retries {})",
                             e.api.spec.max_retries
-                        ),
+                        )
+                        .into(),
                     });
                     let failure = e.api.failure.clone().unwrap_or_default();
                     push_event(&mut e.api_mut().history, "failed", None, failure);
@@ -739,7 +736,7 @@ impl Owner {
                 }
             )));
         }
-        if e.api.endpoint.as_ref() != Some(&endpoint) {
+        if e.api.endpoint.as_deref() != Some(&endpoint) {
             let node = e.api.node_id.clone();
             push_event(
                 &mut e.api_mut().history,
@@ -747,7 +744,7 @@ impl Owner {
                 node.as_deref(),
                 endpoint.address.clone(),
             );
-            e.api_mut().endpoint = Some(endpoint);
+            e.api_mut().endpoint = Some(Box::new(endpoint));
             self.mark(WorkKey::Actor(seq));
         }
         Ok((*self.actors[&seq].api).clone())
@@ -770,8 +767,8 @@ impl Owner {
         e.api_mut().state = ActorState::Dead;
         e.api_mut().diagnosis = None;
         e.api_mut().endpoint = None;
-        e.api_mut().death_reason = Some("killed by a user".to_string());
-        push_event(&mut e.api_mut().history, "killed", node.as_deref(), "killed by a user".into());
+        e.api_mut().death_reason = Some("killed by a user".into());
+        push_event(&mut e.api_mut().history, "killed", node.as_deref(), "killed by a user");
         self.mark(key);
         Ok((*self.actors[&seq].api).clone())
     }
@@ -795,12 +792,7 @@ impl Owner {
         let e = self.tasks.get_mut(&seq).expect("known");
         e.api_mut().state = TaskState::Cancelled;
         e.api_mut().diagnosis = None;
-        push_event(
-            &mut e.api_mut().history,
-            "cancelled",
-            node.as_deref(),
-            "cancelled by a user".into(),
-        );
+        push_event(&mut e.api_mut().history, "cancelled", node.as_deref(), "cancelled by a user");
         self.mark(key);
         Ok((*self.tasks[&seq].api).clone())
     }
@@ -949,7 +941,7 @@ mod tests {
     fn an_attempts_events_share_its_node_id_and_keep_the_last_fifty() {
         let mut history = Vec::with_capacity(ACTOR_EVENTS);
         push_event(&mut history, "created", None, String::new());
-        push_event(&mut history, "placed", Some("n1"), "GPU [0]".into());
+        push_event(&mut history, "placed", Some("n1"), "GPU [0]");
         push_event(&mut history, "started", Some("n1"), String::new());
         push_event(&mut history, "placed", Some("n2"), String::new());
         let ids: Vec<_> = history.iter().map(|e| e.node_id.clone()).collect();
@@ -972,5 +964,33 @@ mod tests {
         // One per actor, boxed: mimalloc rounds it up to its size class (…, 320, 384, 448);
         // with a placement of its own (see `Work`) it took 448.
         assert!(std::mem::size_of::<ActorEntry>() <= 384, "{}", std::mem::size_of::<ActorEntry>());
+    }
+
+    #[test]
+    fn an_actor_version_and_its_spec_fit_the_allocators_224_byte_class() {
+        use std::mem::size_of;
+        // The view and the watch log hold a version of the API object per change (in an `Arc`,
+        // 16 bytes more); versions share the spec, which was inline (512 bytes a version).
+        assert!(size_of::<Actor>() <= 208, "{}", size_of::<Actor>());
+        assert!(size_of::<ActorCreate>() <= 208, "{}", size_of::<ActorCreate>());
+        assert!(size_of::<Task>() <= 208, "{}", size_of::<Task>());
+        let actor = Actor {
+            actor_id: "actor-1".into(),
+            name: None,
+            namespace: "default".into(),
+            state: ActorState::Pending,
+            node_id: None,
+            instances: BTreeMap::new(),
+            restarts: 0,
+            death_reason: None,
+            diagnosis: None,
+            endpoint: None,
+            history: Vec::new(),
+            created_at_ms: 0,
+            spec: Arc::new(ActorCreate { command: "sleep".into(), ..ActorCreate::default() }),
+            work_key: None,
+        };
+        let copy = actor.clone();
+        assert!(Arc::ptr_eq(&actor.spec, &copy.spec), "a copy shares the spec");
     }
 }
