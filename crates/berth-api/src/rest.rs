@@ -19,10 +19,12 @@ use serde::{Deserialize, Serialize};
 
 mod autoscaler;
 mod raw_json;
+mod resource_table;
 pub use autoscaler::{
     AutoscaledNode, AutoscalerDecision, AutoscalerPlan, AutoscalerStatus, NodeTypeStatus, PlanItem,
 };
 pub use raw_json::RawJson;
+pub use resource_table::ResourceTable;
 use utoipa::{IntoParams, ToSchema};
 
 /// Where the API lives.
@@ -263,11 +265,13 @@ pub struct Node {
     /// Its state.
     pub state: NodeState,
     /// Every label: the user's and Berth's `berth.io/...` defaults.
-    pub labels: StringMap,
+    #[schema(value_type = StringMap)]
+    pub labels: Arc<StringMap>,
     /// Its taints, user taints and Berth's rare-resource taints.
     pub taints: Vec<Taint>,
     /// Resource name to amounts.
-    pub resources: BTreeMap<String, ResourceUse>,
+    #[schema(value_type = BTreeMap<String, ResourceUse>)]
+    pub resources: ResourceTable,
     /// Actors running (or starting) there.
     pub actors: u64,
     /// Tasks running (or starting) there.

@@ -62,7 +62,9 @@ pub enum ResourceNameError {
 /// Interns resource names and records which resources are accounted per unit instance.
 #[derive(Clone, Debug)]
 pub struct ResourceRegistry {
-    names: Vec<String>,
+    /// Shared, so that what shows resources by name (the head's node answers, one per node
+    /// version) need not copy a name each time.
+    names: Vec<std::sync::Arc<str>>,
     ids: FxHashMap<String, ResourceId>,
     /// Indexed by `ResourceId::index`; true for unit-instance resources (GPUs by default).
     unit_instance: Vec<bool>,
@@ -106,7 +108,7 @@ impl ResourceRegistry {
         validate_name(name)?;
         let id =
             ResourceId(u16::try_from(self.names.len()).map_err(|_| ResourceNameError::TooMany)?);
-        self.names.push(name.to_string());
+        self.names.push(name.into());
         self.ids.insert(name.to_string(), id);
         self.unit_instance.push(false);
         Ok(id)
@@ -139,7 +141,12 @@ impl ResourceRegistry {
     /// The name of `id`; `"?"` for an ID this registry did not give (a caller mixing
     /// registries: [`crate::Request::new`] rejects such IDs, so decisions never show it).
     pub fn name(&self, id: ResourceId) -> &str {
-        self.names.get(id.index()).map_or("?", String::as_str)
+        self.names.get(id.index()).map_or("?", |name| name)
+    }
+
+    /// The name of `id`, shared (see [`ResourceRegistry::name`]).
+    pub fn shared_name(&self, id: ResourceId) -> std::sync::Arc<str> {
+        self.names.get(id.index()).cloned().unwrap_or_else(|| "?".into())
     }
 
     /// True when `id` was given by this registry.

@@ -380,8 +380,9 @@ impl View {
                     continue;
                 }
             }
-            for (name, used) in &node.resources {
-                let entry = sums.entry(name.clone()).or_insert((Quantity::ZERO, Quantity::ZERO));
+            for (name, used) in node.resources.iter() {
+                let entry =
+                    sums.entry(name.to_string()).or_insert((Quantity::ZERO, Quantity::ZERO));
                 entry.0 = entry.0.checked_add(used.total).unwrap_or(Quantity::MAX);
                 entry.1 = entry.1.checked_add(used.available).unwrap_or(Quantity::MAX);
             }

@@ -173,7 +173,7 @@ async fn resources_set_at_run_time_add_change_and_delete_capacity() {
 
     // Delete with 0; a total below what runs leaves nothing free, and the work stays.
     let node = f.ok(Method::PUT, path, json!({"my_res": "0", "GPU": "1"})).await;
-    assert!(!node.resources.contains_key("my_res"), "{:?}", node.resources);
+    assert!(node.resources.get("my_res").is_none(), "{:?}", node.resources);
     assert_eq!(node.resources["GPU"].available.to_string(), "0");
     let view = f.head.handle.view();
     for id in [&waiting.actor_id, &gpu.actor_id, &next.actor_id] {
@@ -269,7 +269,7 @@ async fn an_agent_registering_again_reports_what_changed_on_its_machine() {
     let totals = |f: &Fixture| -> Vec<(String, String)> {
         let view = f.head.handle.view();
         let node = view.node("m1").unwrap();
-        node.resources.iter().map(|(k, u)| (k.clone(), u.total.to_string())).collect()
+        node.resources.iter().map(|(k, u)| (k.to_string(), u.total.to_string())).collect()
     };
     let pairs = |items: &[(&str, &str)]| -> Vec<(String, String)> {
         items.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use berth_api::rest::{
-    Actor, Bundle, Diagnosis, Event, Group, Node, RawJson, ResourceUse, StringMap, Taint, Task,
+    Actor, Bundle, Diagnosis, Event, Group, Node, RawJson, ResourceTable, StringMap, Taint, Task,
 };
 use comfy_table::{presets, CellAlignment, ContentArrangement, Table};
 use serde::Serialize;
@@ -95,7 +95,7 @@ pub fn name<T: Serialize>(value: &T) -> String {
 pub use berth_api::text::amount;
 
 /// `CPU 2/8, GPU 1/4, memory 4Gi/32Gi`: used over total per resource.
-pub fn use_text(resources: &BTreeMap<String, ResourceUse>) -> String {
+pub fn use_text(resources: &ResourceTable) -> String {
     let parts: Vec<String> = resources
         .iter()
         .map(|(name, u)| {
@@ -470,7 +470,7 @@ pub fn node_detail(node: &Node) -> String {
         .iter()
         .map(|(n, u)| {
             let [used, total, available] = [u.used, u.total, u.available].map(|q| q.to_string());
-            vec![n.clone(), amount(n, &used), amount(n, &total), amount(n, &available)]
+            vec![n.to_string(), amount(n, &used), amount(n, &total), amount(n, &available)]
         })
         .collect();
     if rows.is_empty() {
@@ -660,19 +660,20 @@ pub mod fixtures {
             node_id: "gpu-1".into(),
             address: "10.0.0.3".into(),
             state: NodeState::Alive,
-            labels: map(&[
+            labels: Arc::new(map(&[
                 ("berth.io/node-id", "gpu-1"),
                 ("berth.io/accelerator-type", "nvidia-a100"),
                 ("berth.io/market-type", ""),
                 ("team", "ml"),
-            ]),
+            ])),
             taints: vec![Taint { key: "gpu_node".into(), value: "true".into() }],
             resources: [
                 ("CPU".to_string(), usage("16", "4", "12")),
                 ("GPU".to_string(), usage("4", "1.5", "2.5")),
                 ("memory".to_string(), usage("68719476736", "17179869184", "51539607552")),
             ]
-            .into(),
+            .into_iter()
+            .collect(),
             actors: 2,
             tasks: 1,
             registered_at_ms: 1_700_000_000_000,

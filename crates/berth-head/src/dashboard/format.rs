@@ -68,8 +68,10 @@ impl Bar {
     }
 
     /// The bars of a resource map, by name.
-    pub(crate) fn all(resources: &BTreeMap<String, ResourceUse>) -> Vec<Bar> {
-        resources.iter().map(|(name, amounts)| Bar::new(name, amounts)).collect()
+    pub(crate) fn all<'a>(
+        resources: impl IntoIterator<Item = (&'a str, &'a ResourceUse)>,
+    ) -> Vec<Bar> {
+        resources.into_iter().map(|(name, amounts)| Bar::new(name, amounts)).collect()
     }
 }
 

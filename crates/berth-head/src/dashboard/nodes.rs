@@ -203,7 +203,7 @@ impl NodeRow {
             address: node.address.clone(),
             class: format::state_class(&state),
             state,
-            bars: Bar::all(&node.resources),
+            bars: Bar::all(node.resources.iter()),
             labels,
             taints: node
                 .taints

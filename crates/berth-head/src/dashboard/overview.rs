@@ -106,7 +106,7 @@ impl Overview {
             alive: status.nodes.alive,
             draining: status.nodes.draining,
             dead: status.nodes.dead,
-            bars: Bar::all(&status.resources),
+            bars: Bar::all(status.resources.iter().map(|(name, use_)| (name.as_str(), use_))),
             kinds,
             pending_total: status.pending_total,
             infeasible_total: view.waiting.values().filter(|w| w.item.diagnosis.infeasible).count()

@@ -10,8 +10,8 @@ use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::Router;
 use berth_api::rest::{
     Actor, ActorCreate, ActorState, Bundle, Diagnosis, Event, Group, GroupCreate, GroupState, Node,
-    NodeState, PendingItem, ReasonCount, ResourceUse, StringMap, Taint, Task, TaskState,
-    TaskSubmit,
+    NodeState, PendingItem, ReasonCount, ResourceTable, ResourceUse, StringMap, Taint, Task,
+    TaskState, TaskSubmit,
 };
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -41,12 +41,12 @@ fn node(id: &str, state: NodeState, labels: &[(&str, &str)], taints: &[(&str, &s
         node_id: id.into(),
         address: "10.0.0.1".into(),
         state,
-        labels: map(labels),
+        labels: Arc::new(map(labels)),
         taints: taints
             .iter()
             .map(|(k, v)| Taint { key: k.to_string(), value: v.to_string() })
             .collect(),
-        resources: BTreeMap::from([
+        resources: ResourceTable::from_iter([
             ("CPU".to_string(), usage("8", "2")),
             ("GPU".to_string(), usage("4", "0")),
             ("memory".to_string(), usage("34359738368", "8589934592")),

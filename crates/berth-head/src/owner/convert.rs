@@ -1,6 +1,7 @@
 //! Core values as the API shows them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use berth_api::rest::{self, RawJson, ReasonCount, ResourceUse, StringMap, Taint};
 use berth_core::cluster::NamedInstances;
@@ -112,11 +113,14 @@ pub(crate) fn group_diagnosis(
     rest::Diagnosis { infeasible, summary: d.describe(cluster), reasons: reasons(cluster, totals) }
 }
 
-/// The API's picture of a node: the core's ledger plus what only the head knows.
+/// The API's picture of a node: the core's ledger plus what only the head knows. The labels
+/// are `previous`'s (the version shown now) while they are the same: a node gets a new
+/// version whenever work comes or goes, and the watch log keeps many.
 pub(crate) fn node(
     cluster: &Cluster,
     index: NodeIndex,
     base: &rest::Node,
+    previous: Option<&rest::Node>,
     actors: u64,
     tasks: u64,
 ) -> rest::Node {
@@ -124,7 +128,15 @@ pub(crate) fn node(
     out.actors = actors;
     out.tasks = tasks;
     let Some(node) = cluster.node(index) else { return out };
-    out.labels = node.labels().iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let labels = node.labels();
+    let same = |shown: &StringMap| {
+        shown.len() == labels.len()
+            && shown.iter().zip(labels.iter()).all(|((k, v), (key, value))| k == key && v == value)
+    };
+    out.labels = match previous {
+        Some(previous) if same(&previous.labels) => previous.labels.clone(),
+        _ => Arc::new(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+    };
     out.taints = node
         .taints()
         .iter()
@@ -141,7 +153,7 @@ pub(crate) fn node(
         .iter()
         .map(|(id, total)| {
             let free = if dead { total } else { node.available().get(id) };
-            (registry.name(id).to_string(), ResourceUse::new(total, free))
+            (registry.shared_name(id), ResourceUse::new(total, free))
         })
         .collect();
     out

@@ -173,9 +173,9 @@ impl Owner {
                 node_id: node_id.clone(),
                 address: request.address.clone(),
                 state: ApiNodeState::Alive,
-                labels: StringMap::new(),
+                labels: Default::default(),
                 taints: Vec::new(),
-                resources: BTreeMap::new(),
+                resources: Default::default(),
                 actors: 0,
                 tasks: 0,
                 registered_at_ms: now_ms(),
@@ -408,10 +408,12 @@ impl Owner {
     /// Updates a node's view entry (its ledger changes are shown, not written: derived).
     pub(crate) fn refresh_node(&mut self, node_id: &str) {
         let Some(entry) = self.nodes.get(node_id) else { return };
+        let previous = self.view.nodes.get(node_id).map(|n| &**n);
         let node = convert::node(
             &self.cluster,
             entry.index,
             &entry.record.node,
+            previous,
             entry.actors,
             entry.tasks,
         );
