@@ -229,7 +229,7 @@ impl WorkObject for Task {
     }
     fn set_placed(&mut self, node: Option<String>, instances: BTreeMap<String, Vec<u32>>) {
         if node.is_some() {
-            self.attempts += 1;
+            self.attempts = self.attempts.saturating_add(1);
         }
         (self.node_id, self.instances) = (node, instances);
     }
@@ -587,7 +587,7 @@ impl Owner {
                 };
                 if resubmit {
                     if !matches!(ending, Ending::Moved(_)) {
-                        e.api_mut().restarts += 1;
+                        e.api_mut().restarts = e.api.restarts.saturating_add(1);
                     }
                     e.api_mut().state = ActorState::Restarting;
                     e.api_mut().node_id = None;
