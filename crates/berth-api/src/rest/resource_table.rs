@@ -110,8 +110,13 @@ mod tests {
             r#"{"CPU":{"total":"8","used":"0","available":"8"},"memory":{"total":"1073741824","used":"0","available":"1073741824"}}"#
         );
         assert_eq!(serde_json::from_str::<ResourceTable>(&json).unwrap(), table);
-        let bad = serde_json::from_str::<ResourceTable>(r#"{"CPU": {"total": "-1"}}"#);
-        assert!(bad.is_err());
+        // A row that is not an amount is refused, saying why (not read as zero).
+        let negative = r#"{"CPU": {"total": "-1", "used": "0", "available": "0"}}"#;
+        let err = serde_json::from_str::<ResourceTable>(negative).unwrap_err().to_string();
+        let expected = berth_core::Quantity::parse("-1").unwrap_err().to_string();
+        assert!(err.contains(&expected), "{err}");
+        let missing = serde_json::from_str::<ResourceTable>(r#"{"CPU": {"total": "1"}}"#);
+        assert!(missing.unwrap_err().to_string().contains("missing field `used`"));
     }
 
     #[test]

@@ -108,6 +108,9 @@ impl<A: WorkObject> Work<A> {
     /// The current attempt's placement as a record keeps it.
     fn placement<'a>(&'a self, cluster: &'a berth_core::Cluster) -> Option<PlacementRef<'a>> {
         let allocation = self.allocation.as_ref()?;
+        // The allocation's node is in the cluster while the allocation is held (a node leaves
+        // the cluster only once its work has been released); the object's node ID, set with
+        // the allocation, says the same.
         let node_id = match cluster.node(allocation.node()) {
             Some(node) => node.id().as_str(),
             None => self.api.node_id().unwrap_or_default(),
