@@ -185,6 +185,8 @@ async fn actor_is_assigned_started_restarted_and_dies_after_max_restarts() {
         other => panic!("expected a start, got {other:?}"),
     };
     assert_eq!(second.attempt, start.attempt + 1);
+    // The request was built again from the spec: half a GPU again, on the same instance.
+    assert_eq!(second.instances["GPU"].ids, vec![0]);
     // A late report from the first attempt is stale.
     let stale = agent
         .report_status(report(start.attempt, status_report::Status::Started(Started { pid: 1 })))
@@ -270,4 +272,55 @@ impl CpuOnly for ActorCreate {
         self.resources = serde_json::json!({"CPU": 1}).into();
         self
     }
+}
+
+#[tokio::test]
+async fn removing_a_group_ends_the_work_placed_in_it_and_the_work_waiting_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = head(dir.path(), Duration::from_secs(30)).await;
+    let mut agent = client(&head).await;
+    agent
+        .register(RegisterRequest {
+            node_id: "n1".into(),
+            address: "10.0.0.1".into(),
+            resources: [("CPU".into(), "8".into())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let group = berth_api::rest::GroupCreate {
+        bundles: serde_json::json!([{"CPU": 1}]).into(),
+        ..Default::default()
+    };
+    let group = head.handle.create_group(group).await.unwrap();
+    let in_group = serde_json::json!({"type": "PLACEMENT_GROUP", "group": group.group_id});
+    let member = || ActorCreate {
+        scheduling_strategy: Some(in_group.clone().into()),
+        ..actor(-1).clone_with_cpu()
+    };
+    // One takes the bundle's CPU; the second waits for it, and so does a task.
+    let placed = head.handle.create_actor(member()).await.unwrap();
+    let waiting = head.handle.create_actor(member()).await.unwrap();
+    let task = berth_api::rest::TaskSubmit {
+        command: "true".into(),
+        resources: serde_json::json!({"CPU": 1}).into(),
+        scheduling_strategy: Some(in_group.clone().into()),
+        ..Default::default()
+    };
+    let task = head.handle.submit_task(task).await.unwrap();
+    // Outside the group: not touched.
+    let outside = head.handle.create_actor(actor(-1).clone_with_cpu()).await.unwrap();
+    assert_eq!(placed.node_id.as_deref(), Some("n1"));
+    assert_eq!((waiting.node_id.as_deref(), task.node_id.as_deref()), (None, None));
+
+    head.handle.remove_group(&group.group_id).await.unwrap();
+    let view = head.handle.view();
+    for id in [&placed.actor_id, &waiting.actor_id] {
+        assert_eq!(view.actor(id).unwrap().state, ActorState::Dead, "{id}");
+    }
+    let task = view.task(&task.task_id).unwrap();
+    assert_eq!(task.state, berth_api::rest::TaskState::Cancelled);
+    assert_eq!(view.actor(&outside.actor_id).unwrap().state, ActorState::Pending);
+    assert!(view.status().pending.is_empty(), "{:?}", view.status().pending);
+    head.shutdown().await;
 }

@@ -1,13 +1,14 @@
 //! Placement groups: create (reserve now or wait), re-plan after a node dies, remove.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use berth_api::rest::{Bundle, Group, GroupCreate, GroupState};
 use berth_api::spec::{LoadedRequest, ParsedRequest};
+use berth_core::cluster::AllocationSource;
 use berth_core::pipeline::group::GroupDecision;
 use berth_core::placement_group::GroupSpec;
-use berth_core::Trigger;
+use berth_core::{Allocation, Trigger};
 
 use super::convert;
 use super::work::{push_event, WorkKey};
@@ -204,19 +205,26 @@ impl Owner {
         if self.groups[&seq].api.state == GroupState::Removed {
             return Ok(self.groups[&seq].api.clone());
         }
-        // Work inside the group ends with it; work waiting for it can never run.
+        // Work inside the group ends with it; work waiting for it can never run. Placed work
+        // holds one of its bundles; waiting work asks for it in its queued request.
+        let waiting: HashSet<WorkKey> =
+            self.queue.iter().filter(|q| in_group(&q.request, id)).map(|q| q.key).collect();
+        let inside_group = |key: WorkKey, allocation: Option<&Allocation>| {
+            waiting.contains(&key) || allocation.is_some_and(|a| in_bundle_of(a, id))
+        };
         let inside: Vec<WorkKey> = self
             .actors
             .iter()
-            .filter(|(_, e)| {
-                in_group(&e.request, id) && e.api.state != berth_api::rest::ActorState::Dead
+            .filter(|(s, e)| {
+                inside_group(WorkKey::Actor(**s), e.allocation.as_ref())
+                    && e.api.state != berth_api::rest::ActorState::Dead
             })
             .map(|(s, _)| WorkKey::Actor(*s))
             .chain(
                 self.tasks
                     .iter()
-                    .filter(|(_, e)| {
-                        in_group(&e.request, id)
+                    .filter(|(s, e)| {
+                        inside_group(WorkKey::Task(**s), e.allocation.as_ref())
                             && matches!(
                                 e.api.state,
                                 berth_api::rest::TaskState::Pending
@@ -281,4 +289,8 @@ impl Owner {
 
 fn in_group(request: &berth_core::Request, id: &str) -> bool {
     matches!(request.strategy(), berth_core::Strategy::PlacementGroup(p) if p.group.as_str() == id)
+}
+
+fn in_bundle_of(allocation: &Allocation, id: &str) -> bool {
+    matches!(allocation.source(), AllocationSource::Bundle { group, .. } if group.as_str() == id)
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use berth_api::rest::{ActorState, GroupState, NodeState as ApiNodeState, TaskState};
 use berth_core::cluster::NodeSpec;
 use berth_core::labels::Labels;
-use berth_core::{Allocation, NodeId, NodeState, Quantity, ResourceSet};
+use berth_core::{Allocation, NodeId, NodeState, Quantity, Request, ResourceSet};
 use berth_store::{Snapshot, Table};
 
 use super::groups::{build_group, GroupEntry};
@@ -64,8 +64,8 @@ impl Owner {
         self.restore_autoscaler(snapshot, &mut out.skipped);
         self.restore_groups(snapshot, &mut out);
         let waiting = self.restore_work(snapshot, &mut out);
-        for key in waiting {
-            self.submit(key);
+        for (key, request) in waiting {
+            self.submit(key, request);
         }
         match Ledger::load(snapshot) {
             Ok(ledger) => self.finished.ledger = ledger,
@@ -210,8 +210,11 @@ impl Owner {
             .map_err(|e| e.to_string())
     }
 
-    /// Restores actors and tasks; returns the ones waiting, in creation order.
-    fn restore_work(&mut self, snapshot: &Snapshot, out: &mut Restored) -> Vec<WorkKey> {
+    /// Restores actors and tasks; returns the ones waiting, in creation order, with their
+    /// requests. A record's request is built from its spec (whether or not the work has ended,
+    /// so that a record whose spec no longer builds is reported), and kept only while needed:
+    /// to queue the work, or to reserve its placement again.
+    fn restore_work(&mut self, snapshot: &Snapshot, out: &mut Restored) -> Vec<(WorkKey, Request)> {
         let mut waiting = Vec::new();
         let mut lost = Vec::new();
         for (key, bytes) in snapshot.table(Table::Actors) {
@@ -231,7 +234,6 @@ impl Owner {
             let state = record.actor.state;
             let entry = ActorEntry {
                 api: Arc::new(record.actor),
-                request,
                 attempt: record.attempt,
                 started: false,
                 allocation: None,
@@ -247,11 +249,11 @@ impl Owner {
             match (state, record.placement) {
                 (ActorState::Dead, _) => {}
                 (_, Some(placement)) => {
-                    if let Err(err) = self.rereserve(key, placement) {
+                    if let Err(err) = self.rereserve(key, placement, &request) {
                         lost.push((key, err));
                     }
                 }
-                (_, None) => waiting.push(key),
+                (_, None) => waiting.push((key, request)),
             }
         }
         for (key, bytes) in snapshot.table(Table::Tasks) {
@@ -271,7 +273,6 @@ impl Owner {
             let state = record.task.state;
             let entry = TaskEntry {
                 api: Arc::new(record.task),
-                request,
                 attempt: record.attempt,
                 started: false,
                 allocation: None,
@@ -284,11 +285,11 @@ impl Owner {
             match (state, record.placement) {
                 (TaskState::Finished | TaskState::Failed | TaskState::Cancelled, _) => {}
                 (_, Some(placement)) => {
-                    if let Err(err) = self.rereserve(key, placement) {
+                    if let Err(err) = self.rereserve(key, placement, &request) {
                         lost.push((key, err));
                     }
                 }
-                (_, None) => waiting.push(key),
+                (_, None) => waiting.push((key, request)),
             }
         }
         for (key, err) in lost {
@@ -299,15 +300,16 @@ impl Owner {
     }
 
     /// Reserves `key`'s recorded placement again, with the same instances.
-    fn rereserve(&mut self, key: WorkKey, placement: Placement) -> Result<(), String> {
+    fn rereserve(
+        &mut self,
+        key: WorkKey,
+        placement: Placement,
+        request: &Request,
+    ) -> Result<(), String> {
         let node = self
             .cluster
             .index_of(&placement.node_id)
             .ok_or_else(|| format!("node {} is unknown", placement.node_id))?;
-        let request = match key {
-            WorkKey::Actor(seq) => self.actors[&seq].request.clone(),
-            WorkKey::Task(seq) => self.tasks[&seq].request.clone(),
-        };
         let allocation: Allocation = match &placement.bundle {
             Some((group, bundle)) => self
                 .cluster
@@ -321,7 +323,7 @@ impl Owner {
             }
         };
         if let Some(actor) = request.actor() {
-            if let Err(err) = self.cluster.place_actor(actor, node, affinity_of(&request)) {
+            if let Err(err) = self.cluster.place_actor(actor, node, affinity_of(request)) {
                 self.cluster.release(&allocation);
                 return Err(err.to_string());
             }

@@ -52,15 +52,20 @@ impl WorkKey {
     }
 }
 
-/// An actor or a task as the owner holds it: the API object, its core request, and its current
-/// attempt (number, reservation, whether it started). Where the attempt runs is its
-/// allocation's node and the API object's instances, not kept a second time (a record's
-/// placement is derived from them when written): the owner holds one of these per object.
+/// An actor or a task as the owner holds it: the API object and its current attempt (number,
+/// reservation, whether it started). Where the attempt runs is its allocation's node and the
+/// API object's instances, not kept a second time (a record's placement is derived from them
+/// when written): the owner holds one of these per object.
+///
+/// It keeps no core request: while the work waits, the pending queue holds that; once placed,
+/// the allocation says what to give back; and when it must be placed again (a restart, a
+/// retry, a move) the request is built anew from the spec ([`Owner::resubmit`]), as a restore
+/// does. A request kept for the work's whole life was 152 of this entry's 344 bytes, a copy of
+/// what the queue held while it waited.
 pub(crate) struct Work<A> {
     /// The object as the API shows it, shared with the published view until it changes
     /// (then copied once: [`Work::api_mut`]), so an unchanged actor is held once, not twice.
     pub(crate) api: Arc<A>,
-    pub(crate) request: Request,
     pub(crate) attempt: u32,
     /// True once the agent reported the current attempt started.
     pub(crate) started: bool,
@@ -87,9 +92,9 @@ pub(crate) type ActorEntry = Work<Actor>;
 pub(crate) type TaskEntry = Work<Task>;
 
 impl<A: Clone> Work<A> {
-    pub(crate) fn new(api: A, request: Request) -> Work<A> {
+    pub(crate) fn new(api: A) -> Work<A> {
         let api = Arc::new(api);
-        Work { api, request, attempt: 0, started: false, allocation: None, last_diagnosis: None }
+        Work { api, attempt: 0, started: false, allocation: None, last_diagnosis: None }
     }
 
     /// The current attempt, while placed.
@@ -163,6 +168,8 @@ pub(crate) trait WorkObject {
     fn set_diagnosis(&mut self, diagnosis: Option<berth_api::rest::Diagnosis>);
     /// The agent started the current attempt.
     fn set_started(&mut self);
+    /// Ends it for good (DEAD, FAILED) for `reason`, without a further attempt.
+    fn end_for_good(&mut self, reason: String);
 }
 
 impl WorkObject for Actor {
@@ -201,6 +208,11 @@ impl WorkObject for Actor {
     }
     fn set_started(&mut self) {
         self.state = ActorState::Alive;
+    }
+    fn end_for_good(&mut self, reason: String) {
+        self.state = ActorState::Dead;
+        self.death_reason = Some(reason.as_str().into());
+        push_event(&mut self.history, "dead", None, reason);
     }
 }
 
@@ -241,6 +253,11 @@ impl WorkObject for Task {
     }
     fn set_started(&mut self) {
         self.state = TaskState::Running;
+    }
+    fn end_for_good(&mut self, reason: String) {
+        self.state = TaskState::Failed;
+        self.failure = Some(reason.as_str().into());
+        push_event(&mut self.history, "failed", None, reason);
     }
 }
 
@@ -359,8 +376,8 @@ impl Owner {
         if let Some(name) = &api.name {
             self.names.insert((api.namespace.clone(), name.clone()), seq);
         }
-        self.actors.insert(seq, Box::new(Work::new(api, request)));
-        self.submit(WorkKey::Actor(seq));
+        self.actors.insert(seq, Box::new(Work::new(api)));
+        self.submit(WorkKey::Actor(seq), request);
         Ok((*self.actors[&seq].api).clone())
     }
 
@@ -388,14 +405,13 @@ impl Owner {
             spec: Arc::new(body),
         };
         push_event(&mut api.history, "created", None, String::new());
-        self.tasks.insert(seq, Box::new(Work::new(api, request)));
-        self.submit(WorkKey::Task(seq));
+        self.tasks.insert(seq, Box::new(Work::new(api)));
+        self.submit(WorkKey::Task(seq), request);
         Ok((*self.tasks[&seq].api).clone())
     }
 
-    /// Places `key` now, or queues it.
-    pub(crate) fn submit(&mut self, key: WorkKey) {
-        let request = with_work!(self, key, |e| e.request.clone());
+    /// Places `key` now, or queues it with `request`.
+    pub(crate) fn submit(&mut self, key: WorkKey, request: Request) {
         let started = std::time::Instant::now();
         let placed =
             self.queue.submit(key, request, &mut self.scheduler, &mut self.cluster, &mut self.rng);
@@ -409,11 +425,40 @@ impl Owner {
                 let last = self.queue.last().expect("just queued");
                 let infeasible = matches!(last.waiting, berth_core::Waiting::Infeasible);
                 self.metrics.decision(if infeasible { "infeasible" } else { "pending" }, seconds);
-                let diagnosis = last.diagnosis.clone();
-                self.set_waiting(key, diagnosis, infeasible);
+                let (diagnosis, shape) = (last.diagnosis.clone(), self.shape(&last.request));
+                self.set_waiting(key, diagnosis, infeasible, shape);
                 self.mark(key);
             }
         }
+    }
+
+    /// Places `key` again after an attempt ended, with its request built anew from its spec.
+    fn resubmit(&mut self, key: WorkKey) {
+        match self.rebuild(key) {
+            Ok(request) => self.submit(key, request),
+            // The spec was accepted once and building depends on its text alone, so this
+            // is not expected; should it happen, the work ends visibly rather than vanish.
+            Err(err) => {
+                let reason = format!("it could not be placed again: {err}");
+                tracing::error!(work_id = %key.id(), %reason, "a spec no longer builds");
+                with_work!(self, key, |e| e.api_mut().end_for_good(reason));
+                self.mark(key);
+            }
+        }
+    }
+
+    /// `key`'s core request, built from its spec as at its creation.
+    pub(crate) fn rebuild(&mut self, key: WorkKey) -> Result<Request, HeadError> {
+        let parsed = match key {
+            WorkKey::Actor(seq) => {
+                let spec = &self.actors.get(&seq).expect("a known actor").api.spec;
+                crate::handle::actor_document(seq, spec)?
+            }
+            WorkKey::Task(seq) => {
+                crate::handle::task_document(&self.tasks.get(&seq).expect("a known task").api.spec)?
+            }
+        };
+        build(self, &parsed)
     }
 
     /// Marks `key` to be written and shown at the end of the cycle.
@@ -424,22 +469,26 @@ impl Owner {
         };
     }
 
-    /// Records why `key` waits (in its object and in the status's waiting list).
-    fn set_waiting(&mut self, key: WorkKey, diagnosis: berth_core::Diagnosis, infeasible: bool) {
+    /// What a queued `request` asks for, as the status's waiting list shows it.
+    fn shape(&self, request: &Request) -> StringMap {
+        convert::asked_map(&self.cluster, request.resources(), Some(request.unknown_resources()))
+    }
+
+    /// Records why `key` waits (in its object and in the status's waiting list); `shape` is
+    /// what its queued request asks for.
+    fn set_waiting(
+        &mut self,
+        key: WorkKey,
+        diagnosis: berth_core::Diagnosis,
+        infeasible: bool,
+        shape: StringMap,
+    ) {
         let api_diagnosis = convert::diagnosis(&self.cluster, &diagnosis, infeasible);
-        let (shape, label_selector, tolerations) = with_work!(self, key, |e| {
+        let (label_selector, tolerations) = with_work!(self, key, |e| {
             e.api_mut().set_diagnosis(Some(api_diagnosis.clone()));
             e.last_diagnosis = Some(Box::new(diagnosis));
             let (selector, tolerations) = e.api.selectors();
-            (
-                convert::asked_map(
-                    &self.cluster,
-                    e.request.resources(),
-                    Some(e.request.unknown_resources()),
-                ),
-                convert::string_map(selector),
-                convert::string_map(tolerations),
-            )
+            (convert::string_map(selector), convert::string_map(tolerations))
         });
         let (kind, seq) = key.view_key();
         let waiting = Waiting {
@@ -457,7 +506,7 @@ impl Owner {
 
     /// After a retry: refresh the diagnosis of everything still queued whose diagnosis changed.
     pub(crate) fn refresh_waiting(&mut self) {
-        let changed: Vec<(WorkKey, berth_core::Diagnosis, bool)> = self
+        let changed: Vec<(WorkKey, berth_core::Diagnosis, bool, StringMap)> = self
             .queue
             .iter()
             .filter(|q| {
@@ -468,11 +517,12 @@ impl Owner {
                 last.is_none_or(|last| last.as_deref() != Some(&q.diagnosis))
             })
             .map(|q| {
-                (q.key, q.diagnosis.clone(), matches!(q.waiting, berth_core::Waiting::Infeasible))
+                let infeasible = matches!(q.waiting, berth_core::Waiting::Infeasible);
+                (q.key, q.diagnosis.clone(), infeasible, self.shape(&q.request))
             })
             .collect();
-        for (key, diagnosis, infeasible) in changed {
-            self.set_waiting(key, diagnosis, infeasible);
+        for (key, diagnosis, infeasible, shape) in changed {
+            self.set_waiting(key, diagnosis, infeasible, shape);
             // The diagnosis is derived state: shown, not stored.
             match key {
                 WorkKey::Actor(seq) => self.dirty.shown_actors.insert(seq),
@@ -601,7 +651,7 @@ impl Owner {
                         max_text(e.api.spec.max_restarts)
                     );
                     push_event(&mut e.api_mut().history, "restarting", None, text);
-                    self.submit(key);
+                    self.resubmit(key);
                 } else {
                     e.api_mut().state = ActorState::Dead;
                     e.api_mut().death_reason = Some(match ending {
@@ -652,7 +702,7 @@ impl Owner {
                         e.api.spec.max_retries as u64 + 1
                     );
                     push_event(&mut e.api_mut().history, "retrying", None, text);
-                    self.submit(key);
+                    self.resubmit(key);
                 } else {
                     e.api_mut().state = TaskState::Failed;
                     e.api_mut().failure = Some(match ending {
@@ -963,10 +1013,60 @@ mod tests {
     }
 
     #[test]
-    fn the_owners_entry_of_an_actor_fits_the_allocators_384_byte_class() {
-        // One per actor, boxed: mimalloc rounds it up to its size class (…, 320, 384, 448);
-        // with a placement of its own (see `Work`) it took 448.
-        assert!(std::mem::size_of::<ActorEntry>() <= 384, "{}", std::mem::size_of::<ActorEntry>());
+    fn work_whose_spec_no_longer_builds_ends_for_good_when_placed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (keys, _) = WorkKeys::load(&berth_store::Snapshot::default());
+        let config = crate::HeadConfig::new(dir.path());
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let mut owner = Owner::new(config, metrics, Arc::new(keys));
+        let body = |resources: serde_json::Value| ActorCreate {
+            command: "sleep".into(),
+            resources: resources.into(),
+            max_restarts: -1,
+            ..Default::default()
+        };
+        let parsed =
+            crate::handle::actor_document(1, &body(serde_json::json!({"CPU": 1}))).unwrap();
+        owner.create_actor(1, body(serde_json::json!({"CPU": 1})), &parsed).unwrap();
+        let task = TaskSubmit {
+            command: "true".into(),
+            resources: serde_json::json!({"CPU": 1}).into(),
+            ..Default::default()
+        };
+        let parsed = crate::handle::task_document(&task).unwrap();
+        owner.submit_task(1, task, &parsed).unwrap();
+        for key in [WorkKey::Actor(1), WorkKey::Task(1)] {
+            assert!(owner.queue.iter().any(|q| q.key == key), "no node: it waits");
+            // Its request is built again from the spec whenever it is placed again.
+            assert!(owner.rebuild(key).is_ok());
+        }
+        // Spoil the stored specs, as no accepted body could.
+        let spoiled: RawJson = serde_json::json!({"CPU": -1}).into();
+        Arc::make_mut(&mut owner.actors.get_mut(&1).unwrap().api_mut().spec).resources =
+            spoiled.clone();
+        Arc::make_mut(&mut owner.tasks.get_mut(&1).unwrap().api_mut().spec).resources = spoiled;
+        for key in [WorkKey::Actor(1), WorkKey::Task(1)] {
+            owner.queue.remove(&key);
+            owner.resubmit(key);
+            assert!(owner.queue.iter().all(|q| q.key != key), "not queued again");
+        }
+        let actor = &owner.actors[&1].api;
+        assert_eq!(actor.state, ActorState::Dead);
+        let reason = actor.death_reason.as_deref().unwrap();
+        assert!(reason.starts_with("it could not be placed again: ") && reason.contains("CPU"));
+        assert_eq!(actor.history.last().map(|e| &*e.kind), Some("dead"));
+        let task = &owner.tasks[&1].api;
+        assert_eq!(task.state, TaskState::Failed);
+        assert!(task.failure.as_deref().unwrap().starts_with("it could not be placed again: "));
+        assert_eq!(task.history.last().map(|e| &*e.kind), Some("failed"));
+    }
+
+    #[test]
+    fn the_owners_entry_of_an_actor_fits_the_allocators_192_byte_class() {
+        // One per actor, boxed: mimalloc rounds it up to its size class (…, 160, 192, 224, …,
+        // 384, 448); with a placement of its own (see `Work`) it took 448, with a core request
+        // of its own 384.
+        assert!(std::mem::size_of::<ActorEntry>() <= 192, "{}", std::mem::size_of::<ActorEntry>());
     }
 
     #[test]
