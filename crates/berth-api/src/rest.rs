@@ -392,7 +392,8 @@ pub struct Actor {
     pub state: ActorState,
     /// Where it runs (or was placed), when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub node_id: Option<Arc<str>>,
     /// Instance IDs reserved per resource (`{"GPU": [0]}`), as given to its process.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub instances: BTreeMap<String, Vec<u32>>,
@@ -575,7 +576,8 @@ pub struct Task {
     pub state: TaskState,
     /// Where it runs (or ran last), when placed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub node_id: Option<Arc<str>>,
     /// Instance IDs reserved per resource.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub instances: BTreeMap<String, Vec<u32>>,

@@ -5,6 +5,7 @@
 //! `available = Σ free over its instances` and `total = number of instances`.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -19,10 +20,11 @@ use crate::taints::TaintId;
 
 /// A node's name, unique in its cluster. It follows the syntax of a label value (1 to 63
 /// characters of letters, digits, `-`, `_`, `.`, beginning and ending with a letter or digit)
-/// because it becomes the value of the `berth.io/node-id` label.
+/// because it becomes the value of the `berth.io/node-id` label. Shared, not copied, when
+/// cloned: the head gives it to every object placed on the node.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
-pub struct NodeId(String);
+pub struct NodeId(Arc<str>);
 
 impl NodeId {
     /// Validates `text` as a node ID.
@@ -34,7 +36,7 @@ impl NodeId {
             && bytes[bytes.len() - 1].is_ascii_alphanumeric()
             && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
         if ok {
-            Ok(NodeId(text.to_string()))
+            Ok(NodeId(Arc::from(text)))
         } else {
             Err(NodeError::InvalidId(text.to_string()))
         }
@@ -43,6 +45,11 @@ impl NodeId {
     /// The ID as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The ID as shared text (a reference count more, no copy).
+    pub fn shared(&self) -> Arc<str> {
+        self.0.clone()
     }
 }
 

@@ -323,11 +323,13 @@ impl View {
         let (kind, state, node_id, diagnosis) = match Kind::parse(id)? {
             (Kind::Actor, _) => {
                 let a = self.actor(id)?;
-                (Kind::Actor, upper(&a.state), a.node_id.clone(), a.diagnosis.as_deref().cloned())
+                let node = a.node_id.as_deref().map(str::to_string);
+                (Kind::Actor, upper(&a.state), node, a.diagnosis.as_deref().cloned())
             }
             (Kind::Task, _) => {
                 let t = self.task(id)?;
-                (Kind::Task, upper(&t.state), t.node_id.clone(), t.diagnosis.as_deref().cloned())
+                let node = t.node_id.as_deref().map(str::to_string);
+                (Kind::Task, upper(&t.state), node, t.diagnosis.as_deref().cloned())
             }
             (Kind::Group, _) => {
                 let g = self.group(id)?;

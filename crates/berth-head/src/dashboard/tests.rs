@@ -87,7 +87,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
         name: Some(format!("web-{seq}").into()),
         namespace: "default".into(),
         state,
-        node_id: node.map(str::to_string),
+        node_id: node.map(Arc::from),
         instances: BTreeMap::new(),
         restarts: 0,
         death_reason: None,

@@ -68,7 +68,7 @@ pub(crate) async fn logs(
             work.state
         ))
     })?;
-    match view.nodes.get(&node_id) {
+    match view.nodes.get(&*node_id) {
         Some(node) if node.state == NodeState::Dead => {
             let why = node.dead_reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
             return Err(HeadError::Conflict(format!(
@@ -140,7 +140,7 @@ pub(crate) async fn logs(
 struct Work {
     kind: Kind,
     /// Its node now, else the last node it was placed on.
-    node_id: Option<String>,
+    node_id: Option<Arc<str>>,
     /// Its state, for messages.
     state: String,
 }
@@ -165,7 +165,7 @@ impl Work {
                 None => (true, None),
             },
         };
-        ended || now_on.is_some_and(|n| n != node_id)
+        ended || now_on.is_some_and(|n| *n != *node_id)
     }
 }
 
@@ -198,8 +198,8 @@ fn locate(view: &View, id: &str) -> Result<Work, HeadError> {
 }
 
 /// The last node a history names (a restarting actor or a retrying task has none now).
-fn last_node(history: &[Event]) -> Option<String> {
-    history.iter().rev().find_map(|e| e.node_id.as_deref().map(str::to_string))
+fn last_node(history: &[Event]) -> Option<Arc<str>> {
+    history.iter().rev().find_map(|e| e.node_id.clone())
 }
 
 /// A state as the API spells it (`ALIVE`).

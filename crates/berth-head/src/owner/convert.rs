@@ -10,8 +10,8 @@ use berth_core::{Allocation, Cluster, Diagnosis, NodeIndex, ReasonKind, Resource
 use serde_json::Value;
 
 /// The ID of the node at `index` (empty if it was removed, which callers never ask).
-pub(crate) fn node_id(cluster: &Cluster, index: NodeIndex) -> String {
-    cluster.node(index).map(|n| n.id().as_str().to_string()).unwrap_or_default()
+pub(crate) fn node_id(cluster: &Cluster, index: NodeIndex) -> Arc<str> {
+    cluster.node(index).map(|n| n.id().shared()).unwrap_or_else(|| Arc::from(""))
 }
 
 /// Resource name to amount.

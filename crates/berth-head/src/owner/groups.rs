@@ -123,7 +123,9 @@ impl Owner {
                     .map(|(index, set)| Bundle {
                         index,
                         resources: convert::resource_map(&self.cluster, set),
-                        node_id: nodes.get(index).map(|n| convert::node_id(&self.cluster, *n)),
+                        node_id: nodes
+                            .get(index)
+                            .map(|n| convert::node_id(&self.cluster, *n).to_string()),
                     })
                     .collect();
                 e.bundle_instances = (0..bundles.len())
@@ -281,7 +283,13 @@ impl Owner {
                 b.node_id = None;
             }
         }
-        push_event(&mut e.api.history, "rescheduling", Some(node), format!("node {node} died"));
+        let shared = Some(Arc::from(node));
+        push_event(
+            &mut e.api.history,
+            "rescheduling",
+            shared.as_ref(),
+            format!("node {node} died"),
+        );
         self.waiting_groups.insert(seq);
         self.mark_group(seq);
     }

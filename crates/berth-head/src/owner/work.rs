@@ -118,7 +118,7 @@ impl<A: WorkObject> Work<A> {
         // the allocation, says the same.
         let node_id = match cluster.node(allocation.node()) {
             Some(node) => node.id().as_str(),
-            None => self.api.node_id().unwrap_or_default(),
+            None => self.api.node_id().map_or("", |n| &**n),
         };
         let bundle = match allocation.source() {
             berth_core::cluster::AllocationSource::Bundle { group, bundle } => {
@@ -161,10 +161,10 @@ pub(crate) trait WorkObject {
     fn namespace(&self) -> &str;
     fn selectors(&self) -> (Option<&RawJson>, Option<&RawJson>);
     fn history(&mut self) -> &mut Vec<Event>;
-    fn node_id(&self) -> Option<&str>;
+    fn node_id(&self) -> Option<&Arc<str>>;
     /// Instance IDs per unit-instance resource of the current attempt.
     fn instances(&self) -> &BTreeMap<String, Vec<u32>>;
-    fn set_placed(&mut self, node: Option<String>, instances: BTreeMap<String, Vec<u32>>);
+    fn set_placed(&mut self, node: Option<Arc<str>>, instances: BTreeMap<String, Vec<u32>>);
     fn set_diagnosis(&mut self, diagnosis: Option<berth_api::rest::Diagnosis>);
     /// The agent started the current attempt.
     fn set_started(&mut self);
@@ -192,13 +192,13 @@ impl WorkObject for Actor {
     fn history(&mut self) -> &mut Vec<Event> {
         &mut self.history
     }
-    fn node_id(&self) -> Option<&str> {
-        self.node_id.as_deref()
+    fn node_id(&self) -> Option<&Arc<str>> {
+        self.node_id.as_ref()
     }
     fn instances(&self) -> &BTreeMap<String, Vec<u32>> {
         &self.instances
     }
-    fn set_placed(&mut self, node: Option<String>, instances: BTreeMap<String, Vec<u32>>) {
+    fn set_placed(&mut self, node: Option<Arc<str>>, instances: BTreeMap<String, Vec<u32>>) {
         (self.node_id, self.instances) = (node, instances);
         // A new attempt's process has not said where it listens yet.
         self.endpoint = None;
@@ -236,13 +236,13 @@ impl WorkObject for Task {
     fn history(&mut self) -> &mut Vec<Event> {
         &mut self.history
     }
-    fn node_id(&self) -> Option<&str> {
-        self.node_id.as_deref()
+    fn node_id(&self) -> Option<&Arc<str>> {
+        self.node_id.as_ref()
     }
     fn instances(&self) -> &BTreeMap<String, Vec<u32>> {
         &self.instances
     }
-    fn set_placed(&mut self, node: Option<String>, instances: BTreeMap<String, Vec<u32>>) {
+    fn set_placed(&mut self, node: Option<Arc<str>>, instances: BTreeMap<String, Vec<u32>>) {
         if node.is_some() {
             self.attempts = self.attempts.saturating_add(1);
         }
@@ -279,22 +279,18 @@ macro_rules! with_work {
     };
 }
 
-/// Appends an event, keeping the last [`HISTORY`].
+/// Appends an event, keeping the last [`HISTORY`]. A node's ID is its shared text (the core's
+/// [`berth_core::NodeId`]): every event and object placed on the node holds it once.
 pub(crate) fn push_event(
     history: &mut Vec<Event>,
     kind: &'static str,
-    node_id: Option<&str>,
+    node_id: Option<&Arc<str>>,
     message: impl Into<Box<str>>,
 ) {
     if history.len() >= HISTORY {
         history.remove(0);
     }
-    // The node's ID shared with the object's latest event on that node (its `placed`), so an
-    // attempt's events hold the ID once.
-    let node_id = node_id.map(|id| {
-        let earlier = history.iter().rev().find_map(|e| e.node_id.as_ref().filter(|n| ***n == *id));
-        earlier.cloned().unwrap_or_else(|| Arc::from(id))
-    });
+    let node_id = node_id.cloned();
     history.push(Event { at_ms: now_ms(), kind: kind.into(), node_id, message: message.into() });
 }
 
@@ -593,7 +589,7 @@ impl Owner {
     }
 
     /// Gives back what `key`'s attempt held and forgets its placement; returns the node.
-    fn release(&mut self, key: WorkKey) -> Option<String> {
+    fn release(&mut self, key: WorkKey) -> Option<Arc<str>> {
         let allocation = with_work!(self, key, |e| {
             e.started = false;
             e.allocation.take()
@@ -628,7 +624,7 @@ impl Owner {
                 push_event(
                     &mut e.api_mut().history,
                     event_kind(&ending),
-                    node.as_deref(),
+                    node.as_ref(),
                     text.clone(),
                 );
                 let restart_allowed = e.api.spec.max_restarts < 0
@@ -678,7 +674,7 @@ impl Owner {
                 push_event(
                     &mut e.api_mut().history,
                     event_kind(&ending),
-                    node.as_deref(),
+                    node.as_ref(),
                     text.clone(),
                 );
                 if let Ending::Exited { code, .. } = ending {
@@ -730,8 +726,8 @@ impl Owner {
         with_work!(self, key, |e| {
             e.started = true;
             e.api_mut().set_started();
-            let node = e.api.node_id().map(str::to_string);
-            push_event(e.api_mut().history(), "started", node.as_deref(), pid_text(pid));
+            let node = e.api.node_id().cloned();
+            push_event(e.api_mut().history(), "started", node.as_ref(), pid_text(pid));
         });
         self.mark(key);
     }
@@ -794,7 +790,7 @@ impl Owner {
             push_event(
                 &mut e.api_mut().history,
                 "listening",
-                node.as_deref(),
+                node.as_ref(),
                 endpoint.address.clone(),
             );
             e.api_mut().endpoint = Some(Box::new(endpoint));
@@ -821,7 +817,7 @@ impl Owner {
         e.api_mut().diagnosis = None;
         e.api_mut().endpoint = None;
         e.api_mut().death_reason = Some("killed by a user".into());
-        push_event(&mut e.api_mut().history, "killed", node.as_deref(), "killed by a user");
+        push_event(&mut e.api_mut().history, "killed", node.as_ref(), "killed by a user");
         self.mark(key);
         Ok((*self.actors[&seq].api).clone())
     }
@@ -845,7 +841,7 @@ impl Owner {
         let e = self.tasks.get_mut(&seq).expect("known");
         e.api_mut().state = TaskState::Cancelled;
         e.api_mut().diagnosis = None;
-        push_event(&mut e.api_mut().history, "cancelled", node.as_deref(), "cancelled by a user");
+        push_event(&mut e.api_mut().history, "cancelled", node.as_ref(), "cancelled by a user");
         self.mark(key);
         Ok((*self.tasks[&seq].api).clone())
     }
@@ -889,7 +885,8 @@ impl Owner {
                 match scheduler.preview(cluster, &request, &mut rng) {
                     Decision::Placed(allocation) => {
                         out.outcome = "placed".into();
-                        out.node_id = Some(convert::node_id(cluster, allocation.node()));
+                        out.node_id =
+                            Some(convert::node_id(cluster, allocation.node()).to_string());
                         out.instances = convert::instances(cluster, &allocation);
                     }
                     Decision::Pending(d) => {
@@ -906,7 +903,7 @@ impl Owner {
                 berth_core::pipeline::group::GroupDecision::Created { nodes, .. } => {
                     out.outcome = "placed".into();
                     out.bundle_nodes =
-                        nodes.iter().map(|n| convert::node_id(cluster, *n)).collect();
+                        nodes.iter().map(|n| convert::node_id(cluster, *n).to_string()).collect();
                     out.node_id = out.bundle_nodes.first().cloned();
                 }
                 berth_core::pipeline::group::GroupDecision::Pending(d) => {
@@ -989,22 +986,25 @@ fn start_message<A: WorkObject>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use berth_core::NodeId;
 
     #[test]
-    fn an_attempts_events_share_its_node_id_and_keep_the_last_fifty() {
+    fn an_objects_events_share_their_nodes_id_and_keep_the_last_fifty() {
+        let (n1, n2) = (NodeId::new("n1").unwrap(), NodeId::new("n2").unwrap());
         let mut history = Vec::with_capacity(ACTOR_EVENTS);
         push_event(&mut history, "created", None, String::new());
-        push_event(&mut history, "placed", Some("n1"), "GPU [0]");
-        push_event(&mut history, "started", Some("n1"), String::new());
-        push_event(&mut history, "placed", Some("n2"), String::new());
+        push_event(&mut history, "placed", Some(&n1.shared()), "GPU [0]");
+        push_event(&mut history, "started", Some(&n1.shared()), String::new());
+        push_event(&mut history, "placed", Some(&n2.shared()), String::new());
         let ids: Vec<_> = history.iter().map(|e| e.node_id.clone()).collect();
         assert_eq!(ids[0], None);
         let (placed, started, moved) = (ids[1].as_ref(), ids[2].as_ref(), ids[3].as_ref());
         assert!(Arc::ptr_eq(placed.unwrap(), started.unwrap()), "one n1 for both");
+        assert!(Arc::ptr_eq(placed.unwrap(), &n1.shared()), "the node's own ID, not a copy");
         assert_eq!(moved.map(|n| &**n), Some("n2"));
         assert_eq!((&*history[1].kind, &*history[1].message), ("placed", "GPU [0]"));
         for _ in 0..HISTORY {
-            push_event(&mut history, "listening", Some("n2"), String::new());
+            push_event(&mut history, "listening", Some(&n2.shared()), String::new());
         }
         assert_eq!(history.len(), HISTORY);
         assert!(history.iter().all(|e| e.kind == "listening"));
