@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 
 use berth_core::Quantity;
@@ -145,19 +146,17 @@ pub struct Diagnosis {
 
 /// One entry of an object's history.
 ///
-/// Compact (64 bytes), since the head holds the history of every object: the kind is borrowed
-/// when the head writes it, the node ID shared with the node's other events, the message a
-/// boxed text.
+/// Compact (48 bytes), since the head holds the history of every object: the kind is one
+/// byte, the node ID shared with the node's other events, the message a boxed text.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Event {
     /// When (ms since the Unix epoch).
     pub at_ms: u64,
-    /// What: `created`, `pending`, `placed`, `started`, `exited`, `failed_to_start`,
-    /// `node_died`, `restarting`, `retrying`, `dead`, `finished`, `failed`, `cancelled`,
-    /// `killed`, `removed`, `rescheduling`. Borrowed when the head writes it (one of those
-    /// words: no allocation per event of every object it holds), owned when read.
+    /// What: `created`, `placed`, `started`, `listening`, `exited`, `failed_to_start`,
+    /// `node_died`, `moved`, `restarting`, `retrying`, `dead`, `finished`, `failed`,
+    /// `cancelled`, `killed`, `removed`, `rescheduling`, `rescheduled`.
     #[schema(value_type = String)]
-    pub kind: Cow<'static, str>,
+    pub kind: EventKind,
     /// The node concerned, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -166,6 +165,114 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "is_empty_text")]
     #[schema(value_type = String)]
     pub message: Box<str>,
+}
+
+/// What an [`Event`] records, written as one lower-case word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// The object was created.
+    Created,
+    /// An attempt was placed on a node.
+    Placed,
+    /// Its agent started the attempt's process.
+    Started,
+    /// The actor's process said where it listens.
+    Listening,
+    /// The attempt's process exited.
+    Exited,
+    /// The attempt's process could not be started.
+    FailedToStart,
+    /// The attempt's node died.
+    NodeDied,
+    /// The attempt was moved off its node (a drain, or its peers moved).
+    Moved,
+    /// The actor waits to be placed again.
+    Restarting,
+    /// The task waits to be run again.
+    Retrying,
+    /// The actor ended for good.
+    Dead,
+    /// The task exited with code 0.
+    Finished,
+    /// The task failed for good.
+    Failed,
+    /// The task was cancelled.
+    Cancelled,
+    /// The actor was killed.
+    Killed,
+    /// The placement group was removed.
+    Removed,
+    /// The group lost bundles with a node and waits to be placed again.
+    Rescheduling,
+    /// The group's lost bundles were placed again.
+    Rescheduled,
+    /// A word this version does not know (written by a newer head), read as `other`.
+    Other,
+}
+
+impl EventKind {
+    const WORDS: [(EventKind, &'static str); 19] = [
+        (EventKind::Created, "created"),
+        (EventKind::Placed, "placed"),
+        (EventKind::Started, "started"),
+        (EventKind::Listening, "listening"),
+        (EventKind::Exited, "exited"),
+        (EventKind::FailedToStart, "failed_to_start"),
+        (EventKind::NodeDied, "node_died"),
+        (EventKind::Moved, "moved"),
+        (EventKind::Restarting, "restarting"),
+        (EventKind::Retrying, "retrying"),
+        (EventKind::Dead, "dead"),
+        (EventKind::Finished, "finished"),
+        (EventKind::Failed, "failed"),
+        (EventKind::Cancelled, "cancelled"),
+        (EventKind::Killed, "killed"),
+        (EventKind::Removed, "removed"),
+        (EventKind::Rescheduling, "rescheduling"),
+        (EventKind::Rescheduled, "rescheduled"),
+        (EventKind::Other, "other"),
+    ];
+
+    /// The word, as the API writes it.
+    pub fn as_str(self) -> &'static str {
+        Self::WORDS[self as usize].1
+    }
+
+    /// The kind a word names; [`EventKind::Other`] for a word this version does not know.
+    pub fn parse(word: &str) -> EventKind {
+        Self::WORDS.iter().find(|(_, w)| *w == word).map_or(EventKind::Other, |(kind, _)| *kind)
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for EventKind {
+    fn eq(&self, word: &str) -> bool {
+        self.as_str() == word
+    }
+}
+
+impl PartialEq<&str> for EventKind {
+    fn eq(&self, word: &&str) -> bool {
+        self.as_str() == *word
+    }
+}
+
+impl Serialize for EventKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for EventKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<EventKind, D::Error> {
+        let word = Cow::<'de, str>::deserialize(deserializer)?;
+        Ok(EventKind::parse(&word))
+    }
 }
 
 fn is_empty_text(text: &str) -> bool {
@@ -973,4 +1080,27 @@ pub struct TokenCreated {
     pub token: TokenInfo,
     /// The secret to send as `Authorization: Bearer <secret>`; shown only now.
     pub secret: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_kinds_are_written_and_read_as_their_words_and_unknown_words_read_as_other() {
+        // `as_str` indexes the table by the variant's position: they must line up.
+        for (position, (kind, word)) in EventKind::WORDS.iter().enumerate() {
+            assert_eq!(*kind as usize, position, "{word}");
+            assert_eq!(kind.as_str(), *word);
+            assert_eq!(EventKind::parse(word), *kind);
+            let json = serde_json::to_string(kind).unwrap();
+            assert_eq!(json, format!("\"{word}\""));
+            assert_eq!(serde_json::from_str::<EventKind>(&json).unwrap(), *kind);
+        }
+        let event: Event =
+            serde_json::from_str(r#"{"at_ms": 1, "kind": "hibernated", "message": "zz"}"#).unwrap();
+        assert_eq!((event.kind, &*event.message), (EventKind::Other, "zz"));
+        assert!(serde_json::from_str::<EventKind>("7").is_err(), "a kind is a word");
+        assert_eq!(std::mem::size_of::<Event>(), 48);
+    }
 }

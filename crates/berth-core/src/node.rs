@@ -190,8 +190,10 @@ impl fmt::Debug for Version {
     }
 }
 
-/// What a reservation on one node took of its unit-instance resources.
-pub type NodeShares = SmallVec<[(ResourceId, InstanceShares); 1]>;
+/// What a reservation on one node took of its unit-instance resources. A plain vector, empty
+/// (no allocation) for the many reservations without GPUs: every allocation the head holds,
+/// one per running actor or task, keeps one, and an inline entry was 32 of its 168 bytes.
+pub type NodeShares = Vec<(ResourceId, InstanceShares)>;
 
 impl Node {
     /// A live node at `index` with `total` resources, all available.

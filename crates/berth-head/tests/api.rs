@@ -162,7 +162,7 @@ async fn actors_tasks_and_groups_through_rest() {
     assert_eq!(status, 200);
     let got: Actor = of(body);
     assert_eq!(
-        got.history.iter().map(|e| &*e.kind).collect::<Vec<_>>(),
+        got.history.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
         ["created", "placed", "started"]
     );
     // A second live actor with the same name: 409.

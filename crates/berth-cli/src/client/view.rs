@@ -697,13 +697,13 @@ pub mod fixtures {
             history: vec![
                 Event {
                     at_ms: 1_700_000_000_000,
-                    kind: "created".into(),
+                    kind: berth_api::rest::EventKind::Created,
                     node_id: None,
                     message: "".into(),
                 },
                 Event {
                     at_ms: 1_700_000_001_000,
-                    kind: "placed".into(),
+                    kind: berth_api::rest::EventKind::Placed,
                     node_id: Some("gpu-1".into()),
                     message: "GPU [0]".into(),
                 },

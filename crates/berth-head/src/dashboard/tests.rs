@@ -94,7 +94,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
         diagnosis: None,
         history: vec![Event {
             at_ms: 1_700_000_000_000,
-            kind: "created".into(),
+            kind: berth_api::rest::EventKind::Created,
             node_id: None,
             message: "".into(),
         }],

@@ -373,7 +373,7 @@ fn events(history: &[Event]) -> Vec<EventRow> {
         .rev()
         .map(|e| EventRow {
             time: format::time(e.at_ms),
-            kind: e.kind.replace('_', " "),
+            kind: e.kind.as_str().replace('_', " "),
             node: e.node_id.as_deref().unwrap_or_default().to_string(),
             message: e.message.to_string(),
         })

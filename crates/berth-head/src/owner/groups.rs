@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use berth_api::rest::{Bundle, Group, GroupCreate, GroupState};
+use berth_api::rest::{Bundle, EventKind, Group, GroupCreate, GroupState};
 use berth_api::spec::{LoadedRequest, ParsedRequest};
 use berth_core::cluster::AllocationSource;
 use berth_core::pipeline::group::GroupDecision;
@@ -81,7 +81,7 @@ impl Owner {
             created_at_ms: now_ms(),
             spec: body,
         };
-        push_event(&mut api.history, "created", None, String::new());
+        push_event(&mut api.history, EventKind::Created, None, String::new());
         self.groups.insert(seq, GroupEntry { api, spec, bundle_instances: Vec::new() });
         self.try_group(seq);
         Ok(self.groups[&seq].api.clone())
@@ -146,8 +146,11 @@ impl Owner {
                     e.api.bundles.iter().filter_map(|b| b.node_id.clone()).collect();
                 self.touched.extend(nodes);
                 let e = self.groups.get_mut(&seq).expect("known");
-                let verb =
-                    if e.api.state == GroupState::Rescheduling { "rescheduled" } else { "created" };
+                let verb = if e.api.state == GroupState::Rescheduling {
+                    EventKind::Rescheduled
+                } else {
+                    EventKind::Created
+                };
                 e.api.state = GroupState::Created;
                 e.api.diagnosis = None;
                 let where_ = e
@@ -266,7 +269,7 @@ impl Owner {
         let e = self.groups.get_mut(&seq).expect("known");
         e.api.state = GroupState::Removed;
         e.api.diagnosis = None;
-        push_event(&mut e.api.history, "removed", None, "removed by a user");
+        push_event(&mut e.api.history, EventKind::Removed, None, "removed by a user");
         self.mark_group(seq);
         Ok(self.groups[&seq].api.clone())
     }
@@ -286,7 +289,7 @@ impl Owner {
         let shared = Some(Arc::from(node));
         push_event(
             &mut e.api.history,
-            "rescheduling",
+            EventKind::Rescheduling,
             shared.as_ref(),
             format!("node {node} died"),
         );
