@@ -5,6 +5,7 @@
 //! with the hidden `--case` flag — so that its peak memory is its own and one case cannot warm
 //! or pollute another's caches.
 
+mod agents;
 mod api;
 mod retention;
 
@@ -91,9 +92,14 @@ pub enum BenchOutput {
     Json,
 }
 
+/// Bytes for the table, or `–` when not measured.
+fn optional_bytes(bytes: Option<f64>) -> String {
+    bytes.map_or_else(|| "–".to_string(), |b| format!("{b:.0} B"))
+}
+
 /// Has mimalloc (the process's allocator, see `main.rs`) return the pages it holds free now
 /// instead of after its purge delay.
-fn release_free_memory() {
+pub(crate) fn release_free_memory() {
     // SAFETY: `mi_collect` takes no pointers; it only walks the allocator's own state.
     unsafe { libmimalloc_sys::mi_collect(true) }
 }
@@ -321,9 +327,14 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         scale_actors: if quick { 10_000 } else { 100_000 },
         scale_nodes: if quick { 100 } else { 1_000 },
         scale_in: None,
+        agents_in: None,
     };
     if let Some(case) = &args.case {
-        let mut settings = settings;
+        if agents::is_case(case) {
+            return agents::run_case(case);
+        }
+        let exe = std::env::current_exe().context("cannot find this program to run the agents")?;
+        let mut settings = api::ApiBench { agents_in: Some(exe), ..settings };
         api::apply_scale_case(case, &mut settings)?;
         let scale = api::run_scale(&settings, &mut |step| eprintln!("{step}…"))?;
         writeln!(out, "{}", serde_json::to_string(&scale)?)?;
@@ -392,13 +403,23 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             "≤ 10 s (100,000)",
         ),
         (
-            "memory grown per actor (head, agents, client)".to_string(),
+            "memory grown per actor, the head's process (head, client)".to_string(),
             format!("{:.0} B", result.scale_bytes_per_actor),
             "≤ 1 KiB + the core's",
         ),
         (
             "  … over the second half (one more actor)".to_string(),
             format!("{:.0} B", result.scale_marginal_bytes_per_actor),
+            "",
+        ),
+        (
+            "memory grown per actor, the agents' process (simulated)".to_string(),
+            optional_bytes(result.scale_agents_bytes_per_actor),
+            "",
+        ),
+        (
+            "  … over the second half".to_string(),
+            optional_bytes(result.scale_agents_marginal_bytes_per_actor),
             "",
         ),
     ];
@@ -411,7 +432,7 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     writeln!(
         out,
-        "{} simulated nodes, {} connections, one process on this machine",
+        "{} simulated nodes, {} connections, on this machine (phases 1 to 5 in one process; phase 6 in a head process and an agents process of its own)",
         result.nodes, result.concurrency
     )?;
     writeln!(out, "{table}")?;

@@ -42,6 +42,8 @@ use anyhow::{anyhow, bail, Context};
 use berth_agent::{SimCluster, SimNode};
 use berth_api::rest::ActorState;
 use berth_head::HeadConfig;
+
+use super::agents::AgentsProcess;
 use serde::Serialize;
 
 /// Settings of `berth bench api`.
@@ -73,6 +75,10 @@ pub struct ApiBench {
     /// [`scale_case`]) instead of this one, so that its memory figures do not count what the
     /// earlier phases freed but the allocator still holds.
     pub scale_in: Option<std::path::PathBuf>,
+    /// Runs phase 6's simulated agents in a child process of this program (`bench api --case
+    /// agents:…`, see [`super::agents`]), so that this process's memory is the head's and the
+    /// client's; without it (the unit tests) they run in this process.
+    pub agents_in: Option<std::path::PathBuf>,
 }
 
 /// Connections of the batch phase: a few large requests keep the head busy; more only queue.
@@ -125,11 +131,16 @@ pub struct ApiResult {
     pub scale_nodes: usize,
     /// Seconds from the first request until all of them were ALIVE.
     pub scale_alive_s: f64,
-    /// Resident memory grown per actor, bytes (head, agents and client).
+    /// Resident memory grown per actor, bytes, of the head's process (the head and the
+    /// client; the agents too when they ran in it).
     pub scale_bytes_per_actor: f64,
     /// Resident memory grown per actor over the second half of phase 6's actors: the cost of
     /// one more actor, without what the head holds once whatever its size.
     pub scale_marginal_bytes_per_actor: f64,
+    /// The same two of the agents' process, when they ran in one of their own.
+    pub scale_agents_bytes_per_actor: Option<f64>,
+    /// See [`ApiResult::scale_agents_bytes_per_actor`].
+    pub scale_agents_marginal_bytes_per_actor: Option<f64>,
 }
 
 struct Phase {
@@ -340,7 +351,7 @@ async fn watch_team(
 }
 
 /// Raises this process's limit of open files to at least `wanted` (within the hard limit).
-fn raise_open_files(wanted: usize) -> anyhow::Result<()> {
+pub(super) fn raise_open_files(wanted: usize) -> anyhow::Result<()> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
     let wanted = wanted as u64;
@@ -363,12 +374,25 @@ async fn at_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow
     let head =
         berth_head::start(config).await.map_err(|e| anyhow!("the head could not start: {e}"))?;
     let per_node = settings.scale_actors.div_ceil(settings.scale_nodes.max(1)) + 1;
-    let nodes: Vec<SimNode> = (0..settings.scale_nodes.max(1))
-        .map(|i| SimNode::new(format!("scale-{i:05}")).resource("CPU", &per_node.to_string()))
-        .collect();
-    let sim = SimCluster::start(&head.address.to_string(), head.agent_token.as_str(), nodes)
-        .map_err(|e| anyhow!("{e}"))?;
-    sim.wait_registered(Duration::from_secs(120)).await.map_err(|e| anyhow!("{e}"))?;
+    let nodes = settings.scale_nodes.max(1);
+    let address = head.address.to_string();
+    let mut agents = match &settings.agents_in {
+        Some(program) => Agents::Process(Box::new(
+            AgentsProcess::start(program, &address, head.agent_token.as_str(), nodes, per_node)
+                .await?,
+        )),
+        None => {
+            let nodes: Vec<SimNode> = (0..nodes)
+                .map(|i| {
+                    SimNode::new(format!("scale-{i:05}")).resource("CPU", &per_node.to_string())
+                })
+                .collect();
+            let sim = SimCluster::start(&address, head.agent_token.as_str(), nodes)
+                .map_err(|e| anyhow!("{e}"))?;
+            sim.wait_registered(Duration::from_secs(120)).await.map_err(|e| anyhow!("{e}"))?;
+            Agents::InProcess(sim)
+        }
+    };
     let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
     progress(&format!(
         "{} actors until ALIVE on {} nodes",
@@ -378,7 +402,7 @@ async fn at_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow
     // half is the cost of one more actor, without what a head holds once whatever its size
     // (the change log, full long before the half way; the store's page cache; buffers).
     let first_half = settings.scale_actors / 2;
-    let (before, _) = super::retention::memory();
+    let before = agents.memory().await?;
     let started = Instant::now();
     let item = serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}});
     let url = format!("http://{}/api/v1/actors:batch", head.address);
@@ -386,19 +410,53 @@ async fn at_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow
     let batches = |count| (count, settings.batch_size, BATCH_CONNECTIONS);
     post_batches(&client, url.clone(), token, item.clone(), batches(first_half)).await?;
     all_alive(&head.handle, first_half).await?;
-    let (half, _) = super::retention::memory();
+    let half = agents.memory().await?;
     let second_half = settings.scale_actors - first_half;
     post_batches(&client, url, token, item, batches(second_half)).await?;
     all_alive(&head.handle, settings.scale_actors).await?;
     let seconds = started.elapsed().as_secs_f64();
-    let (after, _) = super::retention::memory();
-    let _ = sim.shutdown().await;
+    let after = agents.memory().await?;
+    agents.stop().await?;
     head.shutdown().await;
+    let per_actor =
+        |from: u64, to: u64, actors: usize| to.saturating_sub(from) as f64 / actors.max(1) as f64;
+    let agents = |from: Option<u64>, actors| Some(per_actor(from?, after.1?, actors));
     Ok(Scale {
         alive_s: seconds,
-        bytes_per_actor: after.saturating_sub(before) as f64 / settings.scale_actors.max(1) as f64,
-        marginal_bytes_per_actor: after.saturating_sub(half) as f64 / second_half.max(1) as f64,
+        bytes_per_actor: per_actor(before.0, after.0, settings.scale_actors),
+        marginal_bytes_per_actor: per_actor(half.0, after.0, second_half),
+        agents_bytes_per_actor: agents(before.1, settings.scale_actors),
+        agents_marginal_bytes_per_actor: agents(half.1, second_half),
     })
+}
+
+/// Phase 6's agents: in this process, or in one of their own.
+enum Agents {
+    InProcess(SimCluster),
+    Process(Box<AgentsProcess>),
+}
+
+impl Agents {
+    /// Resident bytes of this process and of the agents' own, if they have one; each after
+    /// its allocator returned the pages it holds free.
+    async fn memory(&mut self) -> anyhow::Result<(u64, Option<u64>)> {
+        super::release_free_memory();
+        let own = super::retention::memory().0;
+        match self {
+            Agents::InProcess(_) => Ok((own, None)),
+            Agents::Process(process) => Ok((own, Some(process.memory().await?))),
+        }
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        match self {
+            Agents::InProcess(sim) => {
+                let _ = sim.shutdown().await;
+                Ok(())
+            }
+            Agents::Process(process) => process.stop().await,
+        }
+    }
 }
 
 /// Phase 6's figures.
@@ -410,6 +468,12 @@ pub struct Scale {
     pub bytes_per_actor: f64,
     /// The same over the second half.
     pub marginal_bytes_per_actor: f64,
+    /// The agents' process's, when they ran in one of their own.
+    #[serde(default)]
+    pub agents_bytes_per_actor: Option<f64>,
+    /// The same over the second half.
+    #[serde(default)]
+    pub agents_marginal_bytes_per_actor: Option<f64>,
 }
 
 /// Phase 6 alone, in this process (a child of `berth bench api`: see [`ApiBench::scale_in`]).
@@ -755,6 +819,8 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             scale_alive_s: 0.0,
             scale_bytes_per_actor: 0.0,
             scale_marginal_bytes_per_actor: 0.0,
+            scale_agents_bytes_per_actor: None,
+            scale_agents_marginal_bytes_per_actor: None,
         })
     })?;
     drop(runtime);
@@ -766,6 +832,8 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
     result.scale_alive_s = scale.alive_s;
     result.scale_bytes_per_actor = scale.bytes_per_actor;
     result.scale_marginal_bytes_per_actor = scale.marginal_bytes_per_actor;
+    result.scale_agents_bytes_per_actor = scale.agents_bytes_per_actor;
+    result.scale_agents_marginal_bytes_per_actor = scale.agents_marginal_bytes_per_actor;
     Ok(result)
 }
 
@@ -788,6 +856,7 @@ mod tests {
             scale_actors: 12_345,
             scale_nodes: 67,
             scale_in: None,
+            agents_in: None,
         };
         let case = scale_case(&settings);
         assert_eq!(case, "scale:12345:67:250");
@@ -825,6 +894,7 @@ mod tests {
             scale_actors: 30,
             scale_nodes: 3,
             scale_in: None,
+            agents_in: None,
         };
         let mut steps = Vec::new();
         let result = run(&settings, &mut |step| steps.push(step.to_string())).expect("the run");

@@ -1,0 +1,50 @@
+//! `berth bench api`'s phase 6 as `berth bench api` runs it: the head in one process, its
+//! simulated agents in a second one that reads the agent token on its input and answers
+//! memory questions; and the agents' process refusing bad input.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+const BERTH: &str = env!("CARGO_BIN_EXE_berth");
+
+#[test]
+fn phase_6_runs_its_agents_in_a_process_of_their_own_and_reports_both_memories() {
+    let output = Command::new(BERTH)
+        .args(["bench", "api", "--case", "scale:200:4:50"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("the berth binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let scale: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    assert!(scale["alive_s"].as_f64().unwrap() > 0.0, "{scale}");
+    for field in [
+        "bytes_per_actor",
+        "marginal_bytes_per_actor",
+        "agents_bytes_per_actor",
+        "agents_marginal_bytes_per_actor",
+    ] {
+        // Numbers (growth may be zero on so few actors), the agents' too: they had a process.
+        assert!(scale[field].as_f64().is_some_and(f64::is_finite), "{field}: {scale}");
+    }
+}
+
+#[test]
+fn the_agents_process_refuses_a_missing_token_and_bad_sizes() {
+    let run = |case: &str, input: &str| {
+        let mut child = Command::new(BERTH)
+            .args(["bench", "api", "--case", case])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the berth binary runs");
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let output = child.wait_with_output().unwrap();
+        (output.status.success(), String::from_utf8_lossy(&output.stderr).to_string())
+    };
+    let (ok, stderr) = run("agents:1:1:127.0.0.1:9", "\n");
+    assert!(!ok && stderr.contains("agent token on the first line"), "{stderr}");
+    let (ok, stderr) = run("agents:0:1:127.0.0.1:9", "token\n");
+    assert!(!ok && stderr.contains("NODES must be a whole number of at least 1"), "{stderr}");
+}
