@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use berth_core::Quantity;
 use serde::{Deserialize, Serialize};
+use thin_vec::ThinVec;
 
 mod autoscaler;
 mod raw_json;
@@ -487,8 +488,9 @@ pub struct ActorCreate {
 /// An actor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Actor {
-    /// Its ID (`actor-17`).
-    pub actor_id: String,
+    /// Its ID (`actor-17`), shared with the scheduler's record of the actor.
+    #[schema(value_type = String)]
+    pub actor_id: Arc<str>,
     /// Its name, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -519,7 +521,8 @@ pub struct Actor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<Box<Endpoint>>,
     /// What happened to it, oldest first (the last 50 entries).
-    pub history: Vec<Event>,
+    #[schema(value_type = Vec<Event>)]
+    pub history: ThinVec<Event>,
     /// When it was created.
     pub created_at_ms: u64,
     /// What it was created with.
@@ -672,7 +675,8 @@ fn is_false(value: &bool) -> bool {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Task {
     /// Its ID (`task-9`).
-    pub task_id: String,
+    #[schema(value_type = String)]
+    pub task_id: Arc<str>,
     /// Its name, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -702,7 +706,8 @@ pub struct Task {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Box<Diagnosis>>,
     /// What happened to it, oldest first (the last 50 entries).
-    pub history: Vec<Event>,
+    #[schema(value_type = Vec<Event>)]
+    pub history: ThinVec<Event>,
     /// When it was submitted.
     pub created_at_ms: u64,
     /// What it was submitted with.
@@ -823,7 +828,8 @@ pub struct Group {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,
     /// What happened to it, oldest first.
-    pub history: Vec<Event>,
+    #[schema(value_type = Vec<Event>)]
+    pub history: ThinVec<Event>,
     /// When it was created.
     pub created_at_ms: u64,
     /// What it was created with.

@@ -51,6 +51,11 @@ impl ActorId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The ID as shared text (a reference count more, no copy).
+    pub fn shared(&self) -> Arc<str> {
+        self.0.clone()
+    }
 }
 
 impl fmt::Display for ActorId {

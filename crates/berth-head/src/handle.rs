@@ -458,7 +458,7 @@ impl HeadHandle {
                 let listening = actor.endpoint.as_ref().filter(|e| e.attempt > after_attempt);
                 Ok((listening.is_some() || actor.state == ActorState::Dead).then(|| {
                     ActorEndpoint {
-                        actor_id: actor.actor_id.clone(),
+                        actor_id: actor.actor_id.to_string(),
                         state: actor.state,
                         endpoint: listening.map(|e| Endpoint::clone(e)),
                         death_reason: actor.death_reason.as_deref().map(str::to_string),

@@ -427,7 +427,7 @@ async fn a_dead_node_s_actors_move_and_a_drained_node_empties() {
         .actors
         .values()
         .filter(|a| a.node_id.as_deref() == Some("b"))
-        .map(|a| a.actor_id.clone())
+        .map(|a| a.actor_id.to_string())
         .collect();
     let (status, body) = f.post("/api/v1/nodes/b/drain", json!({})).await;
     assert_eq!((status, body["state"].as_str()), (200, Some("DRAINING")));

@@ -107,7 +107,7 @@ fn missing(head: &RunningHead, acknowledged: &[String]) -> Vec<String> {
     let view = head.handle.view();
     acknowledged
         .iter()
-        .filter(|id| !view.actors.values().any(|a| &a.actor_id == *id))
+        .filter(|id| !view.actors.values().any(|a| *a.actor_id == ***id))
         .cloned()
         .collect()
 }

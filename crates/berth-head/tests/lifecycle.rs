@@ -83,7 +83,7 @@ async fn reports_on_the_stream_are_answered_in_order_and_an_error_ends_it() {
     let report = |session, attempt| StatusReport {
         node_id: "n1".into(),
         session,
-        work_id: created.actor_id.clone(),
+        work_id: created.actor_id.to_string(),
         attempt,
         status: Some(status_report::Status::Started(Started { pid: 7 })),
     };
@@ -151,13 +151,13 @@ async fn actor_is_assigned_started_restarted_and_dies_after_max_restarts() {
         assignment::Kind::Start(start) => start,
         other => panic!("expected a start, got {other:?}"),
     };
-    assert_eq!(start.work_id, created.actor_id);
+    assert_eq!(*start.work_id, *created.actor_id);
     assert_eq!(start.instances["GPU"].ids, vec![0]);
     let report = |attempt, status| StatusReports {
         reports: vec![StatusReport {
             node_id: "gpu-1".into(),
             session: reply.session,
-            work_id: created.actor_id.clone(),
+            work_id: created.actor_id.to_string(),
             attempt,
             status: Some(status),
         }],

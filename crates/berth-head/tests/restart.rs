@@ -107,7 +107,7 @@ async fn survives_a_crash(config: HeadConfig) {
             reports: vec![StatusReport {
                 node_id: "gpu-1".into(),
                 session: reg.session,
-                work_id: actor.actor_id.clone(),
+                work_id: actor.actor_id.to_string(),
                 attempt: start.attempt,
                 status: Some(status_report::Status::Started(Started { pid: 7 })),
             }],
@@ -174,7 +174,8 @@ async fn survives_a_crash(config: HeadConfig) {
     // The agent comes back with what it runs: nothing is restarted, nothing stopped.
     let mut a = agent(&head).await;
     let mut again = registration();
-    again.running = vec![RunningWork { work_id: actor.actor_id.clone(), attempt: start.attempt }];
+    again.running =
+        vec![RunningWork { work_id: actor.actor_id.to_string(), attempt: start.attempt }];
     let reg = a.register(with_token(&head, again)).await.unwrap().into_inner();
     assert!(reg.stop.is_empty(), "{:?}", reg.stop);
     let list = head

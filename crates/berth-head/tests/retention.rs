@@ -57,7 +57,7 @@ async fn finished_tasks(head: &RunningHead, n: usize) -> Vec<String> {
         let t = head.handle.submit_task(task()).await.unwrap();
         assert_eq!(t.state, TaskState::Pending, "no node: it waits");
         assert_eq!(head.handle.cancel_task(&t.task_id).await.unwrap().state, TaskState::Cancelled);
-        ids.push(t.task_id);
+        ids.push(t.task_id.to_string());
     }
     ids
 }
@@ -86,8 +86,8 @@ async fn finished_objects_beyond_the_count_are_forgotten_oldest_first() {
     })
     .await;
     let view = head.handle.view();
-    let kept: Vec<String> = view.tasks.values().map(|t| t.task_id.clone()).collect();
-    assert_eq!(kept, [tasks[3].clone(), tasks[4].clone(), waiting.task_id.clone()]);
+    let kept: Vec<String> = view.tasks.values().map(|t| t.task_id.to_string()).collect();
+    assert_eq!(kept, [tasks[3].clone(), tasks[4].clone(), waiting.task_id.to_string()]);
     let list = view.list_tasks(&ListQuery::default()).unwrap();
     let forgotten = list.forgotten.expect("tasks say what was forgotten");
     assert_eq!(
@@ -107,8 +107,8 @@ async fn finished_objects_beyond_the_count_are_forgotten_oldest_first() {
     // The store forgot them too: a restart reloads only what was kept, and counts the rest.
     let head = boot(&config).await;
     let view = head.handle.view();
-    let kept: Vec<String> = view.tasks.values().map(|t| t.task_id.clone()).collect();
-    assert_eq!(kept, [tasks[3].clone(), tasks[4].clone(), waiting.task_id.clone()]);
+    let kept: Vec<String> = view.tasks.values().map(|t| t.task_id.to_string()).collect();
+    assert_eq!(kept, [tasks[3].clone(), tasks[4].clone(), waiting.task_id.to_string()]);
     assert_eq!(view.list_tasks(&ListQuery::default()).unwrap().forgotten.unwrap().dropped, 3);
     assert_eq!(view.actors.len(), 3, "two dead actors kept and the new one");
     head.shutdown().await;
@@ -127,7 +127,7 @@ async fn ids_never_repeat_when_every_finished_object_was_forgotten() {
     let head = boot(&config).await;
     assert!(head.handle.view().tasks.is_empty());
     let next = head.handle.submit_task(task()).await.unwrap();
-    assert_eq!(next.task_id, "task-4", "after {tasks:?}, IDs go on");
+    assert_eq!(&*next.task_id, "task-4", "after {tasks:?}, IDs go on");
     head.shutdown().await;
 }
 

@@ -111,7 +111,7 @@ async fn create(head: &RunningHead, labels: &[(&str, &str)]) -> String {
         })
         .await
         .unwrap();
-    actor.actor_id
+    actor.actor_id.to_string()
 }
 
 /// (version, type, id, state) of a change event.

@@ -318,7 +318,7 @@ pub fn actors_table(actors: &[Actor]) -> String {
         .iter()
         .map(|a| {
             vec![
-                a.actor_id.clone(),
+                a.actor_id.to_string(),
                 or_none(a.name.as_deref()),
                 a.namespace.clone(),
                 name(&a.state),
@@ -355,7 +355,7 @@ pub fn tasks_table(tasks: &[Task]) -> String {
         .iter()
         .map(|t| {
             vec![
-                t.task_id.clone(),
+                t.task_id.to_string(),
                 or_none(t.name.as_deref()),
                 t.namespace.clone(),
                 name(&t.state),
@@ -486,7 +486,7 @@ pub fn actor_detail(actor: &Actor) -> String {
     let spec = &actor.spec;
     let mut fields = Fields::default();
     fields
-        .add("actor", actor.actor_id.as_str())
+        .add("actor", &*actor.actor_id)
         .add("name", actor.name.clone().unwrap_or_default())
         .add("namespace", actor.namespace.as_str())
         .add("state", name(&actor.state))
@@ -535,7 +535,7 @@ pub fn task_detail(task: &Task) -> String {
     let spec = &task.spec;
     let mut fields = Fields::default();
     fields
-        .add("task", task.task_id.as_str())
+        .add("task", &*task.task_id)
         .add("name", task.name.clone().unwrap_or_default())
         .add("namespace", task.namespace.as_str())
         .add("state", name(&task.state))
@@ -694,7 +694,7 @@ pub mod fixtures {
             restarts: 1,
             death_reason: None,
             diagnosis: None,
-            history: vec![
+            history: thin_vec::thin_vec![
                 Event {
                     at_ms: 1_700_000_000_000,
                     kind: berth_api::rest::EventKind::Created,
@@ -735,7 +735,7 @@ pub mod fixtures {
             exit_code: None,
             failure: None,
             diagnosis: Some(Box::new(gpu_diagnosis())),
-            history: vec![],
+            history: Default::default(),
             created_at_ms: 1_700_000_000_000,
             spec: Arc::new(TaskSubmit {
                 command: "train".into(),
@@ -759,7 +759,7 @@ pub mod fixtures {
                 Bundle { index: 1, resources: map(&[("GPU", "1")]), node_id: Some("gpu-2".into()) },
             ],
             diagnosis: None,
-            history: vec![],
+            history: Default::default(),
             created_at_ms: 1_700_000_000_000,
             spec: GroupCreate {
                 bundles: json!([{"GPU": 1}, {"GPU": 1}]).into(),

@@ -83,7 +83,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
     Actor {
         endpoint: None,
         work_key: None,
-        actor_id: format!("actor-{seq}"),
+        actor_id: format!("actor-{seq}").into(),
         name: Some(format!("web-{seq}").into()),
         namespace: "default".into(),
         state,
@@ -92,7 +92,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
         restarts: 0,
         death_reason: None,
         diagnosis: None,
-        history: vec![Event {
+        history: thin_vec::thin_vec![Event {
             at_ms: 1_700_000_000_000,
             kind: berth_api::rest::EventKind::Created,
             node_id: None,
@@ -112,7 +112,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
 fn task(seq: u64, state: TaskState) -> Task {
     Task {
         work_key: None,
-        task_id: format!("task-{seq}"),
+        task_id: format!("task-{seq}").into(),
         name: None,
         namespace: "batch".into(),
         state,
@@ -122,7 +122,7 @@ fn task(seq: u64, state: TaskState) -> Task {
         exit_code: None,
         failure: None,
         diagnosis: None,
-        history: vec![],
+        history: Default::default(),
         created_at_ms: 1,
         spec: Arc::new(TaskSubmit {
             command: "true".into(),
@@ -147,7 +147,7 @@ fn group(seq: u64, state: GroupState) -> Group {
             node_id: Some("node-1".into()),
         }],
         diagnosis: None,
-        history: vec![],
+        history: Default::default(),
         created_at_ms: 1,
         spec: GroupCreate { bundles: json!([{"GPU": 1}]).into(), ..Default::default() },
     }

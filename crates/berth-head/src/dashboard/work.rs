@@ -172,7 +172,7 @@ fn actor_row(a: &Actor) -> Row {
     let state = format::word(&a.state);
     let (why, infeasible) = why(a.diagnosis.as_deref(), a.death_reason.as_deref());
     Row {
-        id: a.actor_id.clone(),
+        id: a.actor_id.to_string(),
         href: format::link("actor", &a.actor_id),
         name: a.name.as_deref().unwrap_or_default().to_string(),
         namespace: a.namespace.clone(),
@@ -190,7 +190,7 @@ fn task_row(t: &Task) -> Row {
     let state = format::word(&t.state);
     let (why, infeasible) = why(t.diagnosis.as_deref(), t.failure.as_deref());
     Row {
-        id: t.task_id.clone(),
+        id: t.task_id.to_string(),
         href: format::link("task", &t.task_id),
         name: t.name.as_deref().unwrap_or_default().to_string(),
         namespace: t.namespace.clone(),
@@ -421,7 +421,7 @@ impl Detail {
             spec: String::new(),
             diagnosis: None,
             bundles: vec![],
-            history: vec![],
+            history: Default::default(),
         }
     }
 

@@ -374,7 +374,7 @@ mod tests {
             restarts: 0,
             death_reason: None,
             diagnosis: None,
-            history: vec![],
+            history: Default::default(),
             created_at_ms: 1,
             spec: Arc::new(ActorCreate { command: "x".into(), ..ActorCreate::default() }),
         }

@@ -44,7 +44,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
     Actor {
         endpoint: None,
         work_key: None,
-        actor_id: format!("actor-{seq}"),
+        actor_id: format!("actor-{seq}").into(),
         name: None,
         namespace: "default".into(),
         state,
@@ -53,7 +53,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
         restarts: 0,
         death_reason: None,
         diagnosis: None,
-        history: vec![],
+        history: Default::default(),
         created_at_ms: 1,
         spec: Arc::new(ActorCreate {
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
@@ -67,7 +67,7 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
 fn task(seq: u64) -> Task {
     Task {
         work_key: None,
-        task_id: format!("task-{seq}"),
+        task_id: format!("task-{seq}").into(),
         name: None,
         namespace: "default".into(),
         state: TaskState::Running,
@@ -77,7 +77,7 @@ fn task(seq: u64) -> Task {
         exit_code: None,
         failure: None,
         diagnosis: None,
-        history: vec![],
+        history: Default::default(),
         created_at_ms: 1,
         spec: Default::default(),
     }
@@ -93,7 +93,7 @@ fn group(seq: u64, state: GroupState) -> Group {
         alternative: None,
         bundles: vec![Bundle { index: 0, resources: BTreeMap::new(), node_id: None }],
         diagnosis: None,
-        history: vec![],
+        history: Default::default(),
         created_at_ms: 1,
         spec: GroupCreate::default(),
     }

@@ -77,7 +77,7 @@ impl Owner {
                 })
                 .collect(),
             diagnosis: None,
-            history: Vec::new(),
+            history: thin_vec::ThinVec::new(),
             created_at_ms: now_ms(),
             spec: body,
         };

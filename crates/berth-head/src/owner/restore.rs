@@ -232,8 +232,13 @@ impl Owner {
                     }
                 };
             let state = record.actor.state;
+            let mut actor = record.actor;
+            if let Some(spec) = request.actor() {
+                // One ID for the API object and the scheduler's record, as when created.
+                actor.actor_id = spec.id.shared();
+            }
             let entry = ActorEntry {
-                api: Arc::new(record.actor),
+                api: Arc::new(actor),
                 attempt: record.attempt,
                 started: false,
                 allocation: None,

@@ -3,6 +3,7 @@
 use berth_api::agent::{Assignment, InstanceIds, Start, Stop, WorkKind};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use thin_vec::ThinVec;
 
 use berth_api::rest::{
     Actor, ActorCreate, ActorState, Endpoint, Event, EventKind, RawJson, StringMap, Task,
@@ -160,7 +161,7 @@ pub(crate) trait WorkObject {
     fn fork_server(&self) -> bool;
     fn namespace(&self) -> &str;
     fn selectors(&self) -> (Option<&RawJson>, Option<&RawJson>);
-    fn history(&mut self) -> &mut Vec<Event>;
+    fn history(&mut self) -> &mut ThinVec<Event>;
     fn node_id(&self) -> Option<&Arc<str>>;
     /// Instance IDs per unit-instance resource of the current attempt.
     fn instances(&self) -> &BTreeMap<String, Vec<u32>>;
@@ -189,7 +190,7 @@ impl WorkObject for Actor {
     fn selectors(&self) -> (Option<&RawJson>, Option<&RawJson>) {
         (self.spec.label_selector.as_ref(), self.spec.tolerations.as_ref())
     }
-    fn history(&mut self) -> &mut Vec<Event> {
+    fn history(&mut self) -> &mut ThinVec<Event> {
         &mut self.history
     }
     fn node_id(&self) -> Option<&Arc<str>> {
@@ -233,7 +234,7 @@ impl WorkObject for Task {
     fn selectors(&self) -> (Option<&RawJson>, Option<&RawJson>) {
         (self.spec.label_selector.as_ref(), self.spec.tolerations.as_ref())
     }
-    fn history(&mut self) -> &mut Vec<Event> {
+    fn history(&mut self) -> &mut ThinVec<Event> {
         &mut self.history
     }
     fn node_id(&self) -> Option<&Arc<str>> {
@@ -282,7 +283,7 @@ macro_rules! with_work {
 /// Appends an event, keeping the last [`HISTORY`]. A node's ID is its shared text (the core's
 /// [`berth_core::NodeId`]): every event and object placed on the node holds it once.
 pub(crate) fn push_event(
-    history: &mut Vec<Event>,
+    history: &mut ThinVec<Event>,
     kind: EventKind,
     node_id: Option<&Arc<str>>,
     message: impl Into<Box<str>>,
@@ -352,10 +353,16 @@ impl Owner {
             }
         }
         let request = build(self, parsed)?;
+        // The scheduler's record of the actor (kept while it is placed) and the API object
+        // share one ID.
+        let actor_id = match request.actor() {
+            Some(actor) => actor.id.shared(),
+            None => Kind::Actor.id(seq).into(),
+        };
         let mut api = Actor {
             endpoint: None,
             work_key: None,
-            actor_id: Kind::Actor.id(seq),
+            actor_id,
             name: body.name.clone(),
             namespace,
             state: ActorState::Pending,
@@ -364,7 +371,7 @@ impl Owner {
             restarts: 0,
             death_reason: None,
             diagnosis: None,
-            history: Vec::with_capacity(ACTOR_EVENTS),
+            history: ThinVec::with_capacity(ACTOR_EVENTS),
             created_at_ms: now_ms(),
             spec: Arc::new(body),
         };
@@ -386,7 +393,7 @@ impl Owner {
         let request = build(self, parsed)?;
         let mut api = Task {
             work_key: None,
-            task_id: Kind::Task.id(seq),
+            task_id: Kind::Task.id(seq).into(),
             name: body.name.clone(),
             namespace: body.namespace.as_deref().unwrap_or("default").to_string(),
             state: TaskState::Pending,
@@ -396,7 +403,7 @@ impl Owner {
             exit_code: None,
             failure: None,
             diagnosis: None,
-            history: Vec::with_capacity(TASK_EVENTS),
+            history: ThinVec::with_capacity(TASK_EVENTS),
             created_at_ms: now_ms(),
             spec: Arc::new(body),
         };
@@ -996,7 +1003,7 @@ mod tests {
     #[test]
     fn an_objects_events_share_their_nodes_id_and_keep_the_last_fifty() {
         let (n1, n2) = (NodeId::new("n1").unwrap(), NodeId::new("n2").unwrap());
-        let mut history = Vec::with_capacity(ACTOR_EVENTS);
+        let mut history = ThinVec::with_capacity(ACTOR_EVENTS);
         push_event(&mut history, EventKind::Created, None, String::new());
         push_event(&mut history, EventKind::Placed, Some(&n1.shared()), "GPU [0]");
         push_event(&mut history, EventKind::Started, Some(&n1.shared()), String::new());
@@ -1040,6 +1047,9 @@ mod tests {
         };
         let parsed = crate::handle::task_document(&task).unwrap();
         owner.submit_task(1, task, &parsed).unwrap();
+        let queued = owner.queue.iter().find(|q| q.key == WorkKey::Actor(1)).unwrap();
+        let core_id = queued.request.actor().unwrap().id.shared();
+        assert!(Arc::ptr_eq(&owner.actors[&1].api.actor_id, &core_id), "one ID, shared");
         for key in [WorkKey::Actor(1), WorkKey::Task(1)] {
             assert!(owner.queue.iter().any(|q| q.key == key), "no node: it waits");
             // Its request is built again from the spec whenever it is placed again.
@@ -1075,13 +1085,14 @@ mod tests {
     }
 
     #[test]
-    fn an_actor_version_and_its_spec_fit_the_allocators_224_byte_class() {
+    fn an_actor_version_fits_the_allocators_192_byte_class_and_its_spec_224() {
         use std::mem::size_of;
         // The view and the watch log hold a version of the API object per change (in an `Arc`,
-        // 16 bytes more); versions share the spec, which was inline (512 bytes a version).
-        assert!(size_of::<Actor>() <= 208, "{}", size_of::<Actor>());
+        // 16 bytes more); versions share the spec, which was inline (512 bytes a version). The
+        // history's length is on the heap (`ThinVec`) and the ID shared: 224 → 192.
+        assert!(size_of::<Actor>() <= 176, "{}", size_of::<Actor>());
         assert!(size_of::<ActorCreate>() <= 208, "{}", size_of::<ActorCreate>());
-        assert!(size_of::<Task>() <= 208, "{}", size_of::<Task>());
+        assert!(size_of::<Task>() <= 176, "{}", size_of::<Task>());
         let actor = Actor {
             actor_id: "actor-1".into(),
             name: None,
@@ -1093,7 +1104,7 @@ mod tests {
             death_reason: None,
             diagnosis: None,
             endpoint: None,
-            history: Vec::new(),
+            history: ThinVec::new(),
             created_at_ms: 0,
             spec: Arc::new(ActorCreate { command: "sleep".into(), ..ActorCreate::default() }),
             work_key: None,
