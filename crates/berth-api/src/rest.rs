@@ -488,7 +488,8 @@ pub struct ActorCreate {
 /// An actor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Actor {
-    /// Its ID (`actor-17`), shared with the scheduler's record of the actor.
+    /// Its ID (`actor-17`).
+    // Shared text: the head's scheduler keeps the same ID for the actor while it is placed.
     #[schema(value_type = String)]
     pub actor_id: Arc<str>,
     /// Its name, if it has one.
