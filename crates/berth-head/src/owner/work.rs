@@ -290,6 +290,11 @@ pub(crate) fn push_event(
 ) {
     if history.len() >= HISTORY {
         history.remove(0);
+    } else if history.len() == history.capacity() {
+        // A history copied from the version the view still shows has no room to spare, and
+        // growing by doubling would give an actor's three events room for four (224 bytes,
+        // not 160): events are few, so grow by one.
+        history.reserve_exact(1);
     }
     let node_id = node_id.cloned();
     history.push(Event { at_ms: now_ms(), kind, node_id, message: message.into() });
@@ -1020,6 +1025,11 @@ mod tests {
         }
         assert_eq!(history.len(), HISTORY);
         assert!(history.iter().all(|e| e.kind == "listening"));
+        // A copy (as `Arc::make_mut` makes) has no spare room; an event more takes one slot.
+        let mut copy = history[..2].iter().cloned().collect::<ThinVec<Event>>();
+        copy.shrink_to_fit();
+        push_event(&mut copy, EventKind::Started, None, String::new());
+        assert_eq!((copy.len(), copy.capacity()), (3, 3));
         // What the head holds of every event of every object.
         assert_eq!(std::mem::size_of::<Event>(), 48);
     }
