@@ -26,7 +26,8 @@ pub enum Suite {
     /// The head through its REST API: durable actor creations/s, 10,000 actors ALIVE,
     /// placement groups/s, batched creations/s, creations while 1,000 clients watch, and
     /// 100,000 actors ALIVE on 1,000 nodes with the memory they take (a real head, simulated
-    /// agents, an HTTP client, one process; a few minutes).
+    /// agents, an HTTP client; the last phase's head and agents in processes of their own; a
+    /// few minutes).
     Api,
     /// A head's memory and restart time after many finished tasks, with and without
     /// forgetting them (`--tasks`, default 1,000,000; 20,000 with --quick).

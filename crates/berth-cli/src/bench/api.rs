@@ -29,10 +29,11 @@
 //!    a smaller one).
 //! 6. **At scale**: a fresh head and `scale_nodes` simulated nodes; `scale_actors` actors
 //!    created in batches, timed from the first request until the view shows all of them
-//!    ALIVE; and the process's resident memory grown per actor (head, agents and client
-//!    together: an upper bound of the head's), over all of them and over the second half
-//!    (created once the first half is ALIVE: the cost of one more actor, without what the head
-//!    holds once whatever its size, such as the change log, full long before the half way).
+//!    ALIVE; and the head's process's resident memory grown per actor (the head and the
+//!    client; the simulated agents run in a process of their own, whose growth is reported
+//!    beside it), over all of them and over the second half (created once the first half is
+//!    ALIVE: the cost of one more actor, without what the head holds once whatever its size,
+//!    such as the change log, full long before the half way).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
