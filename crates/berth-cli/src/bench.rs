@@ -433,7 +433,8 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     writeln!(
         out,
-        "{} simulated nodes, {} connections, on this machine (phases 1 to 5 in one process; phase 6 in a head process and an agents process of its own)",
+        "{} simulated nodes, {} connections, on this machine (phase 6: its head and agents in \
+         processes of their own)",
         result.nodes, result.concurrency
     )?;
     writeln!(out, "{table}")?;

@@ -47,6 +47,13 @@ fn parse(case: &str) -> anyhow::Result<(usize, usize, String)> {
     Ok((number("NODES", nodes)?, number("PER_NODE", per_node)?, address.to_string()))
 }
 
+/// Phase 6's nodes: `nodes` of them, named `scale-00000` on, each with `per_node` CPUs.
+pub fn scale_nodes(nodes: usize, per_node: usize) -> Vec<SimNode> {
+    (0..nodes)
+        .map(|i| SimNode::new(format!("scale-{i:05}")).resource("CPU", &per_node.to_string()))
+        .collect()
+}
+
 /// True when `case` names the agents' process.
 pub fn is_case(case: &str) -> bool {
     case.starts_with("agents:")
@@ -67,10 +74,8 @@ pub fn run_case(case: &str) -> anyhow::Result<()> {
     super::api::raise_open_files(nodes + 256)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let sim = runtime.block_on(async {
-        let nodes: Vec<SimNode> = (0..nodes)
-            .map(|i| SimNode::new(format!("scale-{i:05}")).resource("CPU", &per_node.to_string()))
-            .collect();
-        let sim = SimCluster::start(&address, token, nodes).map_err(|e| anyhow!("{e}"))?;
+        let sim = SimCluster::start(&address, token, scale_nodes(nodes, per_node))
+            .map_err(|e| anyhow!("{e}"))?;
         sim.wait_registered(REGISTER_WITHIN).await.map_err(|e| anyhow!("{e}"))?;
         anyhow::Ok(sim)
     })?;

@@ -43,9 +43,9 @@ use anyhow::{anyhow, bail, Context};
 use berth_agent::{SimCluster, SimNode};
 use berth_api::rest::ActorState;
 use berth_head::HeadConfig;
-
-use super::agents::AgentsProcess;
 use serde::Serialize;
+
+use super::agents::{scale_nodes, AgentsProcess};
 
 /// Settings of `berth bench api`.
 #[derive(Clone, Debug)]
@@ -383,11 +383,7 @@ async fn at_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow
                 .await?,
         )),
         None => {
-            let nodes: Vec<SimNode> = (0..nodes)
-                .map(|i| {
-                    SimNode::new(format!("scale-{i:05}")).resource("CPU", &per_node.to_string())
-                })
-                .collect();
+            let nodes = scale_nodes(nodes, per_node);
             let sim = SimCluster::start(&address, head.agent_token.as_str(), nodes)
                 .map_err(|e| anyhow!("{e}"))?;
             sim.wait_registered(Duration::from_secs(120)).await.map_err(|e| anyhow!("{e}"))?;
@@ -403,7 +399,7 @@ async fn at_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow
     // half is the cost of one more actor, without what a head holds once whatever its size
     // (the change log, full long before the half way; the store's page cache; buffers).
     let first_half = settings.scale_actors / 2;
-    let before = agents.memory().await?;
+    let before = agents.resident().await?;
     let started = Instant::now();
     let item = serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}});
     let url = format!("http://{}/api/v1/actors:batch", head.address);
@@ -411,12 +407,12 @@ async fn at_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow
     let batches = |count| (count, settings.batch_size, BATCH_CONNECTIONS);
     post_batches(&client, url.clone(), token, item.clone(), batches(first_half)).await?;
     all_alive(&head.handle, first_half).await?;
-    let half = agents.memory().await?;
+    let half = agents.resident().await?;
     let second_half = settings.scale_actors - first_half;
     post_batches(&client, url, token, item, batches(second_half)).await?;
     all_alive(&head.handle, settings.scale_actors).await?;
     let seconds = started.elapsed().as_secs_f64();
-    let after = agents.memory().await?;
+    let after = agents.resident().await?;
     agents.stop().await?;
     head.shutdown().await;
     let per_actor =
@@ -438,9 +434,9 @@ enum Agents {
 }
 
 impl Agents {
-    /// Resident bytes of this process and of the agents' own, if they have one; each after
-    /// its allocator returned the pages it holds free.
-    async fn memory(&mut self) -> anyhow::Result<(u64, Option<u64>)> {
+    /// Resident bytes of this process (the head's) and of the agents' own, if they have one;
+    /// each read after its allocator returned the pages it holds free.
+    async fn resident(&mut self) -> anyhow::Result<(u64, Option<u64>)> {
         super::release_free_memory();
         let own = super::retention::memory().0;
         match self {
