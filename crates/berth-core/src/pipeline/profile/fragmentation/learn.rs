@@ -16,8 +16,10 @@
 //! stationary workload.
 //!
 //! Beside what it counts, the scorer adds a whole node of each of the cluster's largest kinds
-//! as a shape, weighing one in [`WHOLE_NODE_SHARE`] of the requests seen: the largest requests
-//! fit only there, and until one comes nothing else keeps those nodes whole.
+//! and one whole GPU as shapes, each weighing one in [`WHOLE_NODE_SHARE`] of the requests seen:
+//! the largest requests fit only on those nodes, and until one comes nothing else keeps them
+//! whole; nor, until a request for a whole GPU comes, would anything keep a share off a whole
+//! GPU.
 
 use std::collections::BTreeMap;
 
@@ -32,8 +34,8 @@ use crate::selector::Condition;
 pub const COVERAGE_PERCENT: u64 = 95;
 /// Requests between two rebuilds once past the doubling phase.
 pub const REBUILD_EVERY: u64 = 256;
-/// A whole node of the largest kind is a shape from the start, weighing one in this many of
-/// the requests seen (see `learned_table` in the fragmentation scorer).
+/// A whole node of the largest kind and a whole GPU are shapes from the start, each weighing one
+/// in this many of the requests seen (see `learned_table` in the fragmentation scorer).
 pub const WHOLE_NODE_SHARE: u64 = 1000;
 
 /// A shape without its weight: CPU units, GPU units, accepted accelerator types.

@@ -516,11 +516,11 @@ proptest! {
     }
 }
 
-/// A learning scorer expects a whole node of each of the largest kinds (the most GPUs) from
-/// the first request, weighing one in `WHOLE_NODE_SHARE` of the requests seen (at least 1);
-/// smaller kinds get none.
+/// A learning scorer expects a whole node of each of the largest kinds (the most GPUs) and one
+/// whole GPU from the first request, each weighing one in `WHOLE_NODE_SHARE` of the requests
+/// seen (at least 1); smaller kinds get no whole-node shape.
 #[test]
-fn a_learning_scorer_expects_whole_nodes_of_the_largest_kind() {
+fn a_learning_scorer_expects_whole_nodes_of_the_largest_kind_and_a_whole_gpu() {
     let mut c = three_types();
     let learning = Fragmentation::learning(Measure::Fragment);
     let whole_of_eight = |table: &ShapeTable| {
@@ -546,7 +546,15 @@ fn a_learning_scorer_expects_whole_nodes_of_the_largest_kind() {
         let weight = (seen / learn::WHOLE_NODE_SHARE).max(1);
         // The V100 kind: 8 GPUs, 32 CPUs; the 4- and 2-GPU kinds have no whole-node shape.
         assert_eq!(whole_of_eight(&table), [(32 * UNITS_PER_WHOLE, weight)], "{seen}");
-        assert_eq!(table.total_weight, seen + weight, "{seen}");
+        // One whole GPU with no CPU, beside the requests' own (1 CPU each).
+        let one_gpu: Vec<(i64, u64)> = table
+            .groups
+            .iter()
+            .filter(|g| g.count == 1 && g.need == UNITS_PER_WHOLE && g.models.is_empty())
+            .flat_map(|g| g.cpu_weights.clone())
+            .collect();
+        assert_eq!(one_gpu, [(0, weight), (UNITS_PER_WHOLE, seen)], "{seen}");
+        assert_eq!(table.total_weight, seen + 2 * weight, "{seen}");
         assert!(table.groups.iter().all(|g| g.count == 8 || g.count == 1), "{table:?}");
     }
 }
