@@ -228,7 +228,7 @@ pub const DEFAULT_FRAGMENTATION_WEIGHT: u32 = 30;
 /// The weight of the capacity scorer beside it: a sixth, so that GPUs stranded behind used-up
 /// CPU count without outweighing the FGD measure. On the openb traces (10 seeds, k = 100), at
 /// the fragmentation scorer's weight it cost 0.1–0.2 points where multi-GPU pods are many
-/// (`multigpu30` 96.15 against 96.28 at a sixth, both without best fit); at a fifteenth,
+/// (`multigpu30` 96.11 against 96.28 at a sixth, both without best fit); at a fifteenth,
 /// `cpu235` (a quarter of the pods CPU-only) lost 0.4 (94.74 against 95.18).
 pub const DEFAULT_CAPACITY_WEIGHT: u32 = 5;
 
@@ -244,9 +244,10 @@ impl Default for Profile {
     /// learned from the requests ranked so far, and the best node every time, ties at random
     /// ([`Pick::Auto`]). No best fit between nodes they rank alike: on the openb traces it cost
     /// 0.4–0.5 points at k = 100 at weight 1 (`default`, `gpuspec25`) and 0.1–0.3 as a pure
-    /// tie-break. Behaviour: the placement of Berth's
-    /// best profile on the openb traces (`examples/profile-fragmentation.yaml`), without
-    /// having to describe the workload; a cluster that gains its first GPU node switches.
+    /// tie-break. Behaviour: on the openb traces, more GPUs allocated than with the trace's
+    /// shapes given up front (`examples/profile-fragmentation.yaml`, at the weights this had
+    /// before) on 15 of 20 traces, without having to describe the workload; a cluster that
+    /// gains its first GPU node switches.
     fn default() -> Self {
         let on_gpus =
             |scorer| ScorerSpec::Only { clusters: Clusters::WithGpus, scorer: Box::new(scorer) };
