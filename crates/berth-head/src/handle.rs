@@ -115,6 +115,22 @@ pub(crate) enum Command {
     },
 }
 
+impl Command {
+    /// How much work the command is for the owner, in single creations: a batch's items, an
+    /// agent's reports, 1 for anything else.
+    pub(crate) fn work(&self) -> usize {
+        match self {
+            Command::CreateActors { items, .. } => items.len(),
+            Command::SubmitTasks { items, .. } => items.len(),
+            Command::Agent(crate::agents::AgentCommand::Report { reports, .. }) => {
+                reports.reports.len()
+            }
+            _ => 1,
+        }
+        .max(1)
+    }
+}
+
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, HeadError>>;
 
 /// A create body checked at the edge: its sequence number, the body and its parsed document.
