@@ -323,7 +323,7 @@ async fn watch_team(
         bail!("the watch answered {}", response.status());
     }
     let _ = ready.send(()).await;
-    let (mut text, mut last, mut ok) = (String::new(), 0u64, true);
+    let (mut text, mut last, mut ok) = (Vec::<u8>::new(), 0u64, true);
     let mut added = std::collections::HashMap::<String, usize>::new();
     let mut alive = std::collections::HashSet::<String>::new();
     while alive.len() < expected {
@@ -332,11 +332,18 @@ async fn watch_team(
             return Ok(false);
         };
         let Some(chunk) = chunk? else { return Ok(false) };
-        text.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = text.find("\n\n") {
-            let block: String = text.drain(..end + 2).collect();
-            let Some(data) = block.lines().find_map(|l| l.strip_prefix("data:")) else { continue };
-            let change: Seen = serde_json::from_str(data.trim())?;
+        text.extend_from_slice(&chunk);
+        // The chunk's whole events, read in place (no copy per event), then dropped at once:
+        // the client shares the head's cores, so it does only what a watcher must.
+        let mut read = 0;
+        while let Some(end) = text[read..].windows(2).position(|w| w == b"\n\n") {
+            let block = &text[read..read + end];
+            read += end + 2;
+            let Some(data) = block.split(|&b| b == b'\n').find_map(|l| l.strip_prefix(b"data:"))
+            else {
+                continue;
+            };
+            let change: Seen = serde_json::from_slice(data)?;
             ok &= change.version > last;
             last = change.version;
             let id = change.object.actor_id.into_owned();
@@ -347,6 +354,7 @@ async fn watch_team(
                 alive.insert(id);
             }
         }
+        text.drain(..read);
     }
     Ok(ok && added.len() == expected && added.values().all(|&n| n == 1))
 }
