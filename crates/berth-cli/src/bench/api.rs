@@ -116,6 +116,10 @@ pub struct ApiResult {
     pub batch_size: usize,
     /// Durable batched actor creations per second.
     pub batch_actors_per_s: f64,
+    /// Median answer time of a batch, ms.
+    pub batch_p50_ms: f64,
+    /// 99th percentile, ms.
+    pub batch_p99_ms: f64,
     /// The same during the batch phase.
     pub batch_load: Load,
     /// Watch clients of phase 5.
@@ -213,14 +217,15 @@ async fn post_each(
 }
 
 /// Creates `total` copies of `item` through `url` (a `…:batch` route) in batches of `size`
-/// over `connections`; every item must be created. Returns the seconds taken.
+/// over `connections`; every item must be created. Returns the time taken and each batch's
+/// answer time.
 async fn post_batches(
     client: &reqwest::Client,
     url: String,
     token: &str,
     item: serde_json::Value,
     (total, size, connections): (usize, usize, usize),
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Phase> {
     let batches = total.div_ceil(size.max(1));
     let next = Arc::new(AtomicUsize::new(0));
     // Every full batch is the same text: written once, so the client's work stays its sending.
@@ -237,13 +242,15 @@ async fn post_batches(
             full.clone(),
         );
         workers.push(tokio::spawn(async move {
+            let mut latencies_ms = Vec::new();
             loop {
                 let batch = next.fetch_add(1, Ordering::Relaxed);
                 if batch >= batches {
-                    return Ok::<_, anyhow::Error>(());
+                    return Ok::<_, anyhow::Error>(latencies_ms);
                 }
                 let count = size.min(total - batch * size);
                 let body = if count == size { full.clone() } else { batch_body(&item, count) };
+                let sent = Instant::now();
                 let response = client
                     .post(&url)
                     .bearer_auth(&token)
@@ -260,13 +267,17 @@ async fn post_batches(
                 if status.as_u16() != 200 || !created {
                     bail!("{url} answered {status}: {:.300}", String::from_utf8_lossy(&text));
                 }
+                latencies_ms.push(sent.elapsed().as_secs_f64() * 1000.0);
             }
         }));
     }
+    let mut latencies_ms = Vec::with_capacity(batches);
     for worker in workers {
-        worker.await.context("a client task panicked")??;
+        latencies_ms.extend(worker.await.context("a client task panicked")??);
     }
-    Ok(started.elapsed().as_secs_f64())
+    let seconds = started.elapsed().as_secs_f64();
+    latencies_ms.sort_by(f64::total_cmp);
+    Ok(Phase { seconds, latencies_ms })
 }
 
 /// `{"items": [item × count]}` as JSON text.
@@ -729,7 +740,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         let item =
             serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}});
         let before = Counters::read(&client, &base, &token).await?;
-        let batch_seconds = post_batches(
+        let batch_phase = post_batches(
             &client,
             format!("{base}/api/v1/actors:batch"),
             &token,
@@ -738,7 +749,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         )
         .await?;
         let batch_load =
-            Counters::read(&client, &base, &token).await?.since(before, batch_seconds);
+            Counters::read(&client, &base, &token).await?.since(before, batch_phase.seconds);
         progress(&format!(
             "creating {} actors while {} clients watch",
             settings.watched_actors, settings.watchers
@@ -813,7 +824,9 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             groups_per_s,
             batch_actors: settings.batch_actors,
             batch_size: settings.batch_size,
-            batch_actors_per_s: settings.batch_actors as f64 / batch_seconds,
+            batch_actors_per_s: settings.batch_actors as f64 / batch_phase.seconds,
+            batch_p50_ms: percentile(&batch_phase.latencies_ms, 0.5),
+            batch_p99_ms: percentile(&batch_phase.latencies_ms, 0.99),
             batch_load,
             watchers: settings.watchers,
             watched_actors_per_s: settings.watched_actors as f64 / watched.seconds,
@@ -915,6 +928,7 @@ mod tests {
             assert!(rate.is_finite() && rate > 0.0, "{result:?}");
         }
         assert!(result.actor_p50_ms <= result.actor_p99_ms, "{result:?}");
+        assert!(0.0 < result.batch_p50_ms && result.batch_p50_ms <= result.batch_p99_ms);
         // The owner's busy time grew during the phases, and a share is at most the phase.
         for load in [result.actor_load, result.batch_load] {
             assert!(load.owner_busy > 0.0 && load.owner_busy <= 1.0, "{result:?}");
