@@ -13,6 +13,12 @@ use super::free_port;
 /// How long the cluster may take to elect a leader and answer.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Starts tried, on other ports each time, while a member could not bind its port.
+const START_TRIES: usize = 3;
+
+/// What etcd logs when its port was taken.
+const PORT_TAKEN: &str = "address already in use";
+
 /// One member: its process (`None` once killed), ports and data.
 struct Member {
     name: String,
@@ -46,6 +52,19 @@ impl EtcdCluster {
     /// As [`EtcdCluster::start`], the members serving clients on `also` (an IP address of
     /// this machine) too, on the same ports.
     pub fn start_also_on(n: usize, also: Option<&str>) -> io::Result<EtcdCluster> {
+        // Ports are found free, then bound by etcd a moment later: another process of the
+        // test run may take one in between. Such a start is tried again on other ports.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match EtcdCluster::try_start(n, also) {
+                Err(e) if tries < START_TRIES && e.to_string().contains(PORT_TAKEN) => continue,
+                started => return started,
+            }
+        }
+    }
+
+    fn try_start(n: usize, also: Option<&str>) -> io::Result<EtcdCluster> {
         let dir = tempfile::Builder::new().prefix("berth-etcd-").tempdir()?;
         let mut members = Vec::new();
         for i in 0..n {
@@ -112,10 +131,14 @@ impl EtcdCluster {
             for member in &mut self.members {
                 let Some(child) = member.child.as_mut() else { continue };
                 if let Some(status) = child.try_wait()? {
+                    // The directory goes with the cluster: the log's end is in the error.
+                    let log = self.dir.path().join(format!("{}.log", member.name));
+                    let log = std::fs::read_to_string(log).unwrap_or_default();
+                    let end = log.char_indices().rev().nth(1500).map_or(0, |(i, _)| i);
                     return Err(io::Error::other(format!(
-                        "etcd member {} exited ({status}); its log is in {}",
+                        "etcd member {} exited ({status}); the end of its log:\n{}",
                         member.name,
-                        self.dir.path().display()
+                        &log[end..]
                     )));
                 }
                 all &= healthy(member.client);
