@@ -8,13 +8,10 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::free_port;
+use super::{free_port, read_log, PORT_ATTEMPTS};
 
 /// How long the cluster may take to elect a leader and answer.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Starts tried, on other ports each time, while a member could not bind its port.
-const START_TRIES: usize = 3;
 
 /// What etcd logs when its port was taken.
 const PORT_TAKEN: &str = "address already in use";
@@ -58,7 +55,7 @@ impl EtcdCluster {
         loop {
             tries += 1;
             match EtcdCluster::try_start(n, also) {
-                Err(e) if tries < START_TRIES && e.to_string().contains(PORT_TAKEN) => continue,
+                Err(e) if tries < PORT_ATTEMPTS && e.to_string().contains(PORT_TAKEN) => continue,
                 started => return started,
             }
         }
@@ -133,12 +130,10 @@ impl EtcdCluster {
                 if let Some(status) = child.try_wait()? {
                     // The directory goes with the cluster: the log's end is in the error.
                     let log = self.dir.path().join(format!("{}.log", member.name));
-                    let log = std::fs::read_to_string(log).unwrap_or_default();
-                    let end = log.char_indices().rev().nth(1500).map_or(0, |(i, _)| i);
                     return Err(io::Error::other(format!(
-                        "etcd member {} exited ({status}); the end of its log:\n{}",
+                        "etcd member {} exited ({status}): {}",
                         member.name,
-                        &log[end..]
+                        read_log(&log)
                     )));
                 }
                 all &= healthy(member.client);

@@ -22,7 +22,7 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often readiness is checked while waiting.
 const POLL_INTERVAL: Duration = Duration::from_millis(5);
 /// How many free ports are tried when another process takes the chosen one first.
-const PORT_ATTEMPTS: usize = 5;
+pub(crate) const PORT_ATTEMPTS: usize = 5;
 
 /// A `redis-server` child process on 127.0.0.1, with no persistence, in a temporary directory;
 /// killed when dropped.
@@ -178,7 +178,7 @@ fn ping(port: u16) -> io::Result<()> {
 }
 
 /// The last lines of the server's log, for error messages.
-fn read_log(log: &Path) -> String {
+pub(crate) fn read_log(log: &Path) -> String {
     match std::fs::read_to_string(log) {
         Ok(text) => {
             let lines: Vec<&str> = text.lines().collect();
