@@ -7,6 +7,7 @@
 
 mod agents;
 mod api;
+mod conn;
 mod retention;
 
 use std::io::Write;

@@ -46,6 +46,7 @@ use berth_head::HeadConfig;
 use serde::Serialize;
 
 use super::agents::{scale_nodes, AgentsProcess};
+use super::conn::Conn;
 
 /// Settings of `berth bench api`.
 #[derive(Clone, Debug)]
@@ -153,35 +154,36 @@ struct Phase {
     latencies_ms: Vec<f64>,
 }
 
-/// Runs `total` POSTs of `body` to `path` over `concurrency` connections; every answer must be
+/// Runs `total` POSTs of `body` to `url` over `concurrency` connections; every answer must be
 /// 201.
 async fn post_many(
-    client: &reqwest::Client,
     url: String,
     token: &str,
     body: serde_json::Value,
     total: usize,
     concurrency: usize,
 ) -> anyhow::Result<Phase> {
-    let body = serde_json::to_vec(&body)?;
-    post_each(client, url, token, Arc::new(move |_| body.clone()), total, concurrency).await
+    let body = bytes::Bytes::from(serde_json::to_vec(&body)?);
+    post_each(url, token, Arc::new(move |_| body.clone()), total, concurrency).await
 }
 
 /// Like [`post_many`], the `i`th body being `body(i)`.
 async fn post_each(
-    client: &reqwest::Client,
     url: String,
     token: &str,
-    body: Arc<dyn Fn(usize) -> Vec<u8> + Send + Sync>,
+    body: Arc<dyn Fn(usize) -> bytes::Bytes + Send + Sync>,
     total: usize,
     concurrency: usize,
 ) -> anyhow::Result<Phase> {
     let next = Arc::new(AtomicUsize::new(0));
+    let mut conns = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency {
+        conns.push(Conn::open(&url, token).await?);
+    }
     let started = Instant::now();
     let mut workers = Vec::new();
-    for _ in 0..concurrency {
-        let (client, url, token, next, body) =
-            (client.clone(), url.clone(), token.to_string(), next.clone(), body.clone());
+    for mut conn in conns {
+        let (url, next, body) = (url.clone(), next.clone(), body.clone());
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             loop {
@@ -190,17 +192,10 @@ async fn post_each(
                     break;
                 }
                 let sent = Instant::now();
-                let response = client
-                    .post(&url)
-                    .bearer_auth(&token)
-                    .header("content-type", "application/json")
-                    .body(body(i))
-                    .send()
-                    .await?;
-                let status = response.status();
-                let text = response.bytes().await?;
-                if status.as_u16() != 201 {
-                    bail!("{url} answered {status}: {}", String::from_utf8_lossy(&text));
+                let answer = conn.post(body(i)).await?;
+                if answer.status != 201 {
+                    let text = String::from_utf8_lossy(&answer.body);
+                    bail!("{url} answered {}: {text}", answer.status);
                 }
                 latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
             }
@@ -220,7 +215,6 @@ async fn post_each(
 /// over `connections`; every item must be created. Returns the time taken and each batch's
 /// answer time.
 async fn post_batches(
-    client: &reqwest::Client,
     url: String,
     token: &str,
     item: serde_json::Value,
@@ -229,18 +223,15 @@ async fn post_batches(
     let batches = total.div_ceil(size.max(1));
     let next = Arc::new(AtomicUsize::new(0));
     // Every full batch is the same text: written once, so the client's work stays its sending.
-    let full = batch_body(&item, size);
+    let full = bytes::Bytes::from(batch_body(&item, size));
+    let mut conns = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        conns.push(Conn::open(&url, token).await?);
+    }
     let started = Instant::now();
     let mut workers = Vec::new();
-    for _ in 0..connections {
-        let (client, url, token, next, item, full) = (
-            client.clone(),
-            url.clone(),
-            token.to_string(),
-            next.clone(),
-            item.clone(),
-            full.clone(),
-        );
+    for mut conn in conns {
+        let (url, next, item, full) = (url.clone(), next.clone(), item.clone(), full.clone());
         workers.push(tokio::spawn(async move {
             let mut latencies_ms = Vec::new();
             loop {
@@ -249,23 +240,17 @@ async fn post_batches(
                     return Ok::<_, anyhow::Error>(latencies_ms);
                 }
                 let count = size.min(total - batch * size);
-                let body = if count == size { full.clone() } else { batch_body(&item, count) };
+                let body =
+                    if count == size { full.clone() } else { batch_body(&item, count).into() };
                 let sent = Instant::now();
-                let response = client
-                    .post(&url)
-                    .bearer_auth(&token)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await?;
-                let status = response.status();
-                let text = response.bytes().await?;
-                let statuses = serde_json::from_slice::<Statuses>(&text).map(|a| a.items);
+                let answer = conn.post(body).await?;
+                let statuses = serde_json::from_slice::<Statuses>(&answer.body).map(|a| a.items);
                 let created = statuses.is_ok_and(|items| {
                     items.len() == count && items.iter().all(|i| i.status == 201)
                 });
-                if status.as_u16() != 200 || !created {
-                    bail!("{url} answered {status}: {:.300}", String::from_utf8_lossy(&text));
+                if answer.status != 200 || !created {
+                    let text = String::from_utf8_lossy(&answer.body);
+                    bail!("{url} answered {}: {text:.300}", answer.status);
                 }
                 latencies_ms.push(sent.elapsed().as_secs_f64() * 1000.0);
             }
@@ -409,7 +394,6 @@ async fn at_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow
             Agents::InProcess(sim)
         }
     };
-    let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
     progress(&format!(
         "{} actors until ALIVE on {} nodes",
         settings.scale_actors, settings.scale_nodes
@@ -424,11 +408,11 @@ async fn at_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow
     let url = format!("http://{}/api/v1/actors:batch", head.address);
     let token = head.token.as_str();
     let batches = |count| (count, settings.batch_size, BATCH_CONNECTIONS);
-    post_batches(&client, url.clone(), token, item.clone(), batches(first_half)).await?;
+    post_batches(url.clone(), token, item.clone(), batches(first_half)).await?;
     all_alive(&head.handle, first_half).await?;
     let half = agents.resident().await?;
     let second_half = settings.scale_actors - first_half;
-    post_batches(&client, url, token, item, batches(second_half)).await?;
+    post_batches(url, token, item, batches(second_half)).await?;
     all_alive(&head.handle, settings.scale_actors).await?;
     let seconds = started.elapsed().as_secs_f64();
     let after = agents.resident().await?;
@@ -671,7 +655,6 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         ));
         let before = Counters::read(&client, &base, &token).await?;
         let phase = post_many(
-            &client,
             format!("{base}/api/v1/actors"),
             &token,
             actor.clone(),
@@ -687,7 +670,6 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         let first_seq = head.handle.view().actors.keys().next_back().copied().unwrap_or(0) + 1;
         let started = Instant::now();
         let burst = post_many(
-            &client,
             format!("{base}/api/v1/actors"),
             &token,
             actor,
@@ -723,7 +705,6 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         progress(&format!("creating {} placement groups", settings.groups));
         let group = serde_json::json!({"strategy": "PACK", "bundles": [{"CPU": 1}, {"CPU": 1}]});
         let groups = post_many(
-            &client,
             format!("{base}/api/v1/placement_groups"),
             &token,
             group,
@@ -741,7 +722,6 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}});
         let before = Counters::read(&client, &base, &token).await?;
         let batch_phase = post_batches(
-            &client,
             format!("{base}/api/v1/actors:batch"),
             &token,
             item,
@@ -762,11 +742,10 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             Arc::new(move |i: usize| {
                 let body = serde_json::json!({"command": "sleep", "args": ["3600"],
                     "resources": {"CPU": 1}, "labels": {"team": format!("{prefix}{}", i % watchers)}});
-                serde_json::to_vec(&body).expect("JSON")
+                bytes::Bytes::from(serde_json::to_vec(&body).expect("JSON"))
             })
         };
         let unwatched = post_each(
-            &client,
             format!("{base}/api/v1/actors"),
             &token,
             teams("u"),
@@ -794,7 +773,6 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             ready_rx.recv().await.ok_or_else(|| anyhow!("a watcher could not start"))?;
         }
         let watched = post_each(
-            &client,
             format!("{base}/api/v1/actors"),
             &token,
             teams("t"),
