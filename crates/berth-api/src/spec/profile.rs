@@ -232,7 +232,7 @@ impl<'de> Deserialize<'de> for KeyText {
 // Flattening: both forms become dotted keys.
 
 /// The maps whose keys are joined to theirs with a dot: `sra: {policy: x}` is `sra.policy: x`.
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "sra",
     "sra.retention",
     "sra.proportional",
@@ -240,6 +240,7 @@ const SECTIONS: [&str; 7] = [
     scorers::BEST_FIT,
     scorers::FRAGMENTATION,
     scorers::CAPACITY,
+    scorers::PACKING,
 ];
 
 /// One setting: its dotted key, where the key was written, and its value.
@@ -303,7 +304,7 @@ struct Settings<'a> {
     /// Volcano's released form: `sra.enable`, `sra.weight`, `sra.resourceWeight` and
     /// `proportional.*`.
     volcano: VolcanoSettings<'a>,
-    /// `bestFit`, `fragmentation`, `pick` and `topKFraction`.
+    /// `bestFit`, `fragmentation`, `capacity`, `packing`, `pick` and `topKFraction`.
     more: scorers::MoreSettings<'a>,
 }
 
@@ -361,8 +362,8 @@ enum Secondary {
 
 const TOP_LEVEL_KEYS: &str = "hybridWeight, resourceStrategyFitWeight, resources, sra \
                               (nested, or as flat keys such as sra.policy), proportional \
-                              (Volcano's form), bestFit, fragmentation, capacity, pick and \
-                              topKFraction";
+                              (Volcano's form), bestFit, fragmentation, capacity, packing, pick \
+                              and topKFraction";
 
 impl<'a> Settings<'a> {
     fn read(leaves: &'a [Leaf<'a>]) -> Result<Settings<'a>, ProfileError> {

@@ -1,4 +1,5 @@
-//! The keys of the placement-quality scorers, `bestFit` and `fragmentation`, and of how the
+//! The keys of the placement-quality scorers, `bestFit`, `fragmentation`, `capacity` and
+//! `packing`, and of how the
 //! best-ranked nodes are picked, `pick` and `topKFraction`. The format is in
 //! `docs/file-formats.md`; the rules of reading are the module's (dotted keys, no defaults for
 //! invalid values, errors that name the key).
@@ -18,8 +19,10 @@ pub(super) const BEST_FIT: &str = "bestFit";
 pub(super) const FRAGMENTATION: &str = "fragmentation";
 /// The capacity scorer's section.
 pub(super) const CAPACITY: &str = "capacity";
+/// The share packing scorer's section.
+pub(super) const PACKING: &str = "packing";
 /// Sections that turn their scorer on even when empty.
-pub(super) const SCORER_SECTIONS: [&str; 3] = [BEST_FIT, FRAGMENTATION, CAPACITY];
+pub(super) const SCORER_SECTIONS: [&str; 4] = [BEST_FIT, FRAGMENTATION, CAPACITY, PACKING];
 
 /// What `bestFit.resources` is when not given: CPU and GPU, alike (the FGD paper's baseline).
 const BEST_FIT_DEFAULT: [(&str, u32); 2] = [("CPU", 1), ("GPU", 1)];
@@ -45,6 +48,9 @@ pub(super) struct MoreSettings<'a> {
     best_fit_resources: Option<(Vec<(String, u32)>, &'a Leaf<'a>)>,
     /// `fragmentation` and `capacity`, in that order.
     measures: [MeasureSettings<'a>; 2],
+    /// The first `packing` setting: the scorer is on.
+    packing: Option<&'a Leaf<'a>>,
+    packing_weight: Option<u32>,
     /// `pick: best` (true) or `pick: top-k` (false).
     pick_best: Option<(bool, &'a Leaf<'a>)>,
     top_k_fraction: Option<(Quantity, &'a Leaf<'a>)>,
@@ -78,6 +84,16 @@ impl<'a> MoreSettings<'a> {
                 let section = self.measure(key);
                 section.on.get_or_insert(leaf);
                 section.shapes = Some(shapes);
+            }
+            PACKING => {
+                self.packing.get_or_insert(leaf);
+            }
+            "packing.weight" => {
+                self.packing.get_or_insert(leaf);
+                self.packing_weight = Some(weight(leaf)?);
+            }
+            key if key.starts_with("packing.") => {
+                return Err(leaf_error(leaf, "unknown key; packing takes weight"));
             }
             "pick" => self.pick_best = Some((pick_best(leaf)?, leaf)),
             "topKFraction" => self.top_k_fraction = Some((fraction(leaf)?, leaf)),
@@ -139,6 +155,9 @@ impl<'a> MoreSettings<'a> {
                     measure,
                 });
             }
+        }
+        if self.packing.is_some() {
+            profile.scorers.push(ScorerSpec::Packing { weight: self.packing_weight.unwrap_or(1) });
         }
         profile.pick = match (self.pick_best, self.top_k_fraction) {
             (Some((true, _)), Some((_, leaf))) => {

@@ -635,7 +635,7 @@ fn duplicate_keys_are_rejected_by_the_parser() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The placement-quality keys: bestFit, fragmentation, capacity, pick, topKFraction.
+// The placement-quality keys: bestFit, fragmentation, capacity, packing, pick, topKFraction.
 
 #[test]
 fn placement_quality_keys_load() {
@@ -710,6 +710,9 @@ pick: best
             measure: Measure::LostCapacity,
         }]
     );
+    // Share packing, on with its section alone (weight 1) or with a weight.
+    assert_eq!(load("packing: {}\n").scorers, [ScorerSpec::Packing { weight: 1 }]);
+    assert_eq!(load("packing:\n  weight: 30\n").scorers, [ScorerSpec::Packing { weight: 30 }]);
     // The example profiles load.
     for text in [
         include_str!("../../../../../examples/profile-best-fit.yaml"),
@@ -796,6 +799,8 @@ fn invalid_placement_quality_keys_name_the_key_and_the_rule() {
             Some(1),
         ),
         ("capacity.weight: -1\n", "capacity.weight", "is negative", Some(1)),
+        ("packing: {size: 1}\n", "packing.size", "packing takes weight", Some(1)),
+        ("packing.weight: -3\n", "packing.weight", "is negative", Some(1)),
         ("hybridWeight: 1\npick: first\n", "pick", "unknown pick \"first\"", Some(2)),
         ("hybridWeight: 1\ntopKFraction: 0\n", "topKFraction", "out of range", Some(2)),
         ("hybridWeight: 1\ntopKFraction: 1.5\n", "topKFraction", "out of range", Some(2)),

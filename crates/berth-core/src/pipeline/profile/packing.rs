@@ -1,0 +1,211 @@
+//! Share packing: a share of one GPU goes where the cluster's partly used GPUs stay most
+//! varied in what they have free, after the Sum-of-Squares rule of online bin packing (Csirik,
+//! Johnson, Kenyon, Orlin, Shor and Weber, "On the Sum-of-Squares algorithm for bin packing",
+//! JACM 2006).
+//!
+//! Assumptions: shares come in a handful of sizes, again and again; a partly used GPU whose
+//! free part matches a size that keeps coming will be filled, while many GPUs with the same
+//! free part compete for the same pods and some stay partly idle.
+//!
+//! Rules: `N(g)` is the number of the cluster's partly used GPUs with `g` free (in thousandths
+//! of a GPU; wholly free and wholly used GPUs do not count, and neither do free parts smaller
+//! than the smallest share the scorer has ranked: no share seen fits them, they are idle
+//! whatever comes). A share `s` placed on a node goes to the GPU the ledger takes (the one
+//! with the least free that fits, see [`crate::instances`]), whose free part moves from `f` to
+//! `f − s`; that changes `Σ N(g)²` by `2 × (N(f − s) − N(f) + 1)`. The raw score is
+//! `50 − 50 × (N(f − s) − N(f) + 1) / (L / 100)`, clamped to 0..=100, with `L` the partly used
+//! GPUs counted: 50 for a move that keeps the sum, 0.5 point per percent of `L` it saves or
+//! costs. It applies to requests for a share of one GPU only.
+//!
+//! Behaviour: a share fills a GPU whose free part is common before one whose free part is
+//! rare, and leaves behind a free part that few GPUs have. On the Alibaba traces (10 seeds,
+//! k = 100, beside the default's other scorers at the same weight): `gpushare100` 86.90 →
+//! 87.70% of the GPUs allocated, `gpushare60` 91.41 → 91.75, `gpushare40` 94.27 → 94.39; the
+//! table of every trace is in the README. Counting the idle free parts (below the smallest
+//! share) too, as the original rule does, gained less on `gpushare100` (87.40) and lost 0.1–0.5
+//! points elsewhere: those GPUs are not bins any size can go to.
+//!
+//! Cost: the counts are kept from decision to decision; each decision compares the version of
+//! up to [`SWEEP`] GPU nodes with the one counted (all of them on clusters of up to that many
+//! GPU nodes) and counts again the GPUs of those that changed; a score is one pass over the
+//! node's GPUs and two lookups.
+
+use std::sync::Mutex;
+
+use super::super::stage::{DecisionContext, Score, Scorer};
+use crate::node::{Node, NodeIndex, Version};
+use crate::nodeset::NodeSet;
+use crate::quantity::UNITS_PER_WHOLE;
+use crate::resource::ResourceId;
+
+/// GPU nodes whose versions a decision checks at most: on larger clusters the counts are
+/// brought up to date over several decisions, round-robin.
+pub const SWEEP: usize = 4096;
+
+/// Units of GPU per counted step of free part: a thousandth of a GPU.
+const STEP: i64 = UNITS_PER_WHOLE / 1000;
+
+/// The share packing scorer. See the module documentation.
+#[derive(Debug, Default)]
+pub struct SharePacking {
+    counts: Mutex<Counts>,
+}
+
+/// The partly used GPUs by free part, and what they were counted from.
+#[derive(Debug)]
+struct Counts {
+    /// `by_free[g]`: partly used GPUs with `g` thousandths free (0 and 1000 stay 0).
+    by_free: Vec<u32>,
+    /// Per node slot: the version counted, and the free parts it added.
+    nodes: Vec<(Version, Vec<u16>)>,
+    /// The GPU nodes, in index order, as of `membership`.
+    listed: Vec<NodeIndex>,
+    /// The cluster's node slots and GPU nodes when `listed` was made.
+    membership: (usize, u64),
+    /// Where in `listed` the next sweep starts (on clusters of more than [`SWEEP`] GPU nodes).
+    cursor: usize,
+    /// The smallest share ranked so far, in steps; free parts below it do not count.
+    smallest: usize,
+    /// The partly used GPUs counted (free part at least `smallest`).
+    live: u64,
+}
+
+impl Default for Counts {
+    fn default() -> Counts {
+        Counts {
+            by_free: vec![0; 1001],
+            nodes: Vec::new(),
+            listed: Vec::new(),
+            membership: (0, 0),
+            cursor: 0,
+            smallest: 1000,
+            live: 0,
+        }
+    }
+}
+
+impl Clone for SharePacking {
+    /// A scorer that counts again from nothing.
+    fn clone(&self) -> Self {
+        SharePacking::default()
+    }
+}
+
+/// A share of one GPU asked by the request, in units; `None` when it asks none or whole GPUs.
+fn share(cx: &DecisionContext<'_>) -> Option<i64> {
+    let gpu = cx.request.resources().get(ResourceId::GPU).units();
+    (gpu > 0 && gpu < UNITS_PER_WHOLE).then_some(gpu)
+}
+
+/// The free parts of the node's partly used GPUs, in steps.
+fn partly_free(node: &Node) -> Vec<u16> {
+    node.pool(ResourceId::GPU)
+        .map(|pool| {
+            pool.free_per_instance()
+                .map(|free| free.units() / STEP)
+                .filter(|&g| g > 0 && g < 1000)
+                .map(|g| g as u16)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Counts {
+    /// Brings the counts of up to [`SWEEP`] GPU nodes up to date.
+    fn sweep(&mut self, cx: &DecisionContext<'_>) {
+        let Some(gpu_nodes) = cx.cluster.nodes_having(ResourceId::GPU) else { return };
+        let membership = (cx.cluster.index_bound(), gpu_nodes.len());
+        if membership != self.membership {
+            self.relist(cx, gpu_nodes);
+            self.membership = membership;
+        }
+        let listed = std::mem::take(&mut self.listed);
+        let take = listed.len().min(SWEEP);
+        let (before, from) = listed.split_at(self.cursor.min(listed.len()));
+        for &index in from.iter().chain(before).take(take) {
+            let slot = index.0 as usize;
+            // Alive or not: a node that died has had its work given back, so none of its GPUs
+            // is partly used.
+            let node = cx.cluster.node(index);
+            let version = node.map_or(Version::NONE, Node::version);
+            if self.nodes[slot].0 != version {
+                self.recount(slot, version, node.map(partly_free).unwrap_or_default());
+            }
+        }
+        self.cursor = (self.cursor + take) % listed.len().max(1);
+        self.listed = listed;
+        self.live = self.by_free[self.smallest..1000].iter().map(|&n| u64::from(n)).sum();
+    }
+
+    /// Lists the GPU nodes again (iterating a list is cheaper than the cluster's bitmap, once
+    /// per decision), and forgets the counts of slots no longer listed. A node added in a free
+    /// slot while another GPU node left, between two decisions, is counted from the next change
+    /// of the cluster's GPU nodes: a heuristic's counts may lag, never go wrong for long.
+    fn relist(&mut self, cx: &DecisionContext<'_>, gpu_nodes: &NodeSet) {
+        self.listed = gpu_nodes.iter().collect();
+        if self.nodes.len() < cx.cluster.index_bound() {
+            self.nodes.resize(cx.cluster.index_bound(), (Version::NONE, Vec::new()));
+        }
+        for slot in 0..self.nodes.len() {
+            let index = NodeIndex(slot as u32);
+            if !self.nodes[slot].1.is_empty() && !gpu_nodes.contains(index) {
+                self.recount(slot, Version::NONE, Vec::new());
+            }
+        }
+        self.cursor = 0;
+    }
+
+    /// Replaces what `slot` counts.
+    fn recount(&mut self, slot: usize, version: Version, now: Vec<u16>) {
+        let before = std::mem::replace(&mut self.nodes[slot], (version, now));
+        for g in before.1 {
+            self.by_free[usize::from(g)] -= 1;
+        }
+        for &g in &self.nodes[slot].1 {
+            self.by_free[usize::from(g)] += 1;
+        }
+    }
+
+    /// `N(g)` for a free part of `units`.
+    fn at(&self, units: i64) -> i64 {
+        let g = (units / STEP) as usize;
+        if g < self.smallest.max(1) || g >= 1000 {
+            0
+        } else {
+            i64::from(self.by_free[g])
+        }
+    }
+}
+
+impl Scorer for SharePacking {
+    fn name(&self) -> &'static str {
+        "packing"
+    }
+
+    fn applies(&self, cx: &DecisionContext<'_>) -> bool {
+        let Some(asked) = share(cx) else { return false };
+        let Ok(mut counts) = self.counts.lock() else { return false };
+        counts.smallest = counts.smallest.min((asked / STEP).max(1) as usize);
+        counts.sweep(cx);
+        true
+    }
+
+    fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
+        let (Some(asked), Some(pool)) = (share(cx), node.pool(ResourceId::GPU)) else {
+            return Score::MIN;
+        };
+        let Some(free) = pool.free_per_instance().map(|q| q.units()).filter(|&f| f >= asked).min()
+        else {
+            return Score::MIN;
+        };
+        let Ok(counts) = self.counts.lock() else { return Score::MIN };
+        let change = counts.at(free - asked) - counts.at(free) + 1;
+        // Score::from_ratio(n, d) is 100 n / d points: here 50 − 50 × change / (L / 100).
+        let live = counts.live.max(100) as i128;
+        let numerator = (50 * live - 5000 * i128::from(change)).clamp(0, 100 * live);
+        Score::from_ratio(numerator as u128, (100 * live) as u128)
+    }
+}
+
+#[cfg(test)]
+mod tests;
