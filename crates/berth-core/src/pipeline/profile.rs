@@ -233,12 +233,14 @@ pub const BYTES_PER_GB: i64 = 1_000_000_000;
 /// The weight of the fragmentation scorer in the default profile on clusters with GPUs.
 pub const DEFAULT_FRAGMENTATION_WEIGHT: u32 = 30;
 
-/// The weight of the capacity scorer beside it: a sixth, so that GPUs stranded behind used-up
+/// The weight of the capacity scorer beside it: a fifth, so that GPUs stranded behind used-up
 /// CPU count without outweighing the FGD measure. On the openb traces (10 seeds, k = 100), at
 /// the fragmentation scorer's weight it cost 0.1–0.2 points where multi-GPU pods are many
 /// (`multigpu30` 96.11 against 96.28 at a sixth, both without best fit); at a fifteenth,
-/// `cpu235` (a quarter of the pods CPU-only) lost 0.4 (94.74 against 95.18).
-pub const DEFAULT_CAPACITY_WEIGHT: u32 = 5;
+/// `cpu235` (a quarter of the pods CPU-only) lost 0.4 (94.74 against 95.18). With share
+/// packing beside them, a fifth rather than a sixth: `multigpu20` 95.86 against 95.82, the
+/// other traces within ±0.04.
+pub const DEFAULT_CAPACITY_WEIGHT: u32 = 6;
 
 /// The weight of the share packing scorer in the default profile on clusters with GPUs: the
 /// fragmentation scorer's. On the openb traces (10 seeds, k = 100) at 10, `gpushare60` gained
@@ -254,7 +256,7 @@ impl Default for Profile {
     /// GPU request that finds its GPUs scattered in pieces no node can serve, and work arrives
     /// in a handful of typical shapes. Rules: without GPU nodes, the hybrid score alone,
     /// random among the best 20% (exactly the policy before GPU clusters had their own);
-    /// with GPU nodes, `fragmentation` (weight 30) and `capacity` (weight 5) with shapes
+    /// with GPU nodes, `fragmentation` (weight 30) and `capacity` (weight 6) with shapes
     /// learned from the requests ranked so far, and the best node every time, ties at random
     /// ([`Pick::Auto`]). No best fit between nodes they rank alike: on the openb traces it cost
     /// 0.4–0.5 points at k = 100 at weight 1 (`default`, `gpuspec25`) and 0.1–0.3 as a pure
