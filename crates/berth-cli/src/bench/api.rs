@@ -46,7 +46,7 @@ use berth_head::HeadConfig;
 use serde::Serialize;
 
 use super::agents::{scale_nodes, AgentsProcess};
-use super::conn::Conn;
+use super::conn::{Answer, Conn};
 
 /// Settings of `berth bench api`.
 #[derive(Clone, Debug)]
@@ -171,44 +171,12 @@ async fn post_many(
 async fn post_each(
     url: String,
     token: &str,
-    body: Arc<dyn Fn(usize) -> bytes::Bytes + Send + Sync>,
+    body: Bodies,
     total: usize,
     concurrency: usize,
 ) -> anyhow::Result<Phase> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut conns = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
-        conns.push(Conn::open(&url, token).await?);
-    }
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for mut conn in conns {
-        let (url, next, body) = (url.clone(), next.clone(), body.clone());
-        workers.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total {
-                    break;
-                }
-                let sent = Instant::now();
-                let answer = conn.post(body(i)).await?;
-                if answer.status != 201 {
-                    let text = String::from_utf8_lossy(&answer.body);
-                    bail!("{url} answered {}: {text}", answer.status);
-                }
-                latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
-            }
-            Ok::<_, anyhow::Error>(latencies)
-        }));
-    }
-    let mut latencies_ms = Vec::with_capacity(total);
-    for worker in workers {
-        latencies_ms.extend(worker.await.context("a client task panicked")??);
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    latencies_ms.sort_by(f64::total_cmp);
-    Ok(Phase { seconds, latencies_ms })
+    let created: Created = Arc::new(|_, answer| answer.status == 201);
+    post_load(url, token, Posts { count: total, body, created }, concurrency).await
 }
 
 /// Creates `total` copies of `item` through `url` (a `…:batch` route) in batches of `size`
@@ -221,9 +189,50 @@ async fn post_batches(
     (total, size, connections): (usize, usize, usize),
 ) -> anyhow::Result<Phase> {
     let batches = total.div_ceil(size.max(1));
-    let next = Arc::new(AtomicUsize::new(0));
+    let count = move |batch: usize| size.min(total - batch * size);
     // Every full batch is the same text: written once, so the client's work stays its sending.
     let full = bytes::Bytes::from(batch_body(&item, size));
+    let body: Bodies = Arc::new(move |batch| {
+        let count = count(batch);
+        if count == size {
+            full.clone()
+        } else {
+            batch_body(&item, count).into()
+        }
+    });
+    let created: Created = Arc::new(move |batch, answer| {
+        let statuses = serde_json::from_slice::<Statuses>(&answer.body).map(|a| a.items);
+        answer.status == 200
+            && statuses.is_ok_and(|items| {
+                items.len() == count(batch) && items.iter().all(|i| i.status == 201)
+            })
+    });
+    post_load(url, token, Posts { count: batches, body, created }, connections).await
+}
+
+/// The `i`th body of a phase.
+type Bodies = Arc<dyn Fn(usize) -> bytes::Bytes + Send + Sync>;
+/// Whether the answer to the `i`th body says it was created.
+type Created = Arc<dyn Fn(usize, &Answer) -> bool + Send + Sync>;
+
+/// What a phase POSTs: `count` bodies, the `i`th `body(i)`, each answer checked by
+/// `created(i, answer)`.
+struct Posts {
+    count: usize,
+    body: Bodies,
+    created: Created,
+}
+
+/// Sends `posts` to `url` over `connections` connections, each POST as soon as the connection's
+/// last answer came; fails at the first answer that is not a creation. Returns the time taken
+/// (connections opened before the clock starts) and each POST's answer time, sorted.
+async fn post_load(
+    url: String,
+    token: &str,
+    posts: Posts,
+    connections: usize,
+) -> anyhow::Result<Phase> {
+    let next = Arc::new(AtomicUsize::new(0));
     let mut conns = Vec::with_capacity(connections);
     for _ in 0..connections {
         conns.push(Conn::open(&url, token).await?);
@@ -231,24 +240,19 @@ async fn post_batches(
     let started = Instant::now();
     let mut workers = Vec::new();
     for mut conn in conns {
-        let (url, next, item, full) = (url.clone(), next.clone(), item.clone(), full.clone());
+        let (url, next, body, created) =
+            (url.clone(), next.clone(), posts.body.clone(), posts.created.clone());
+        let count = posts.count;
         workers.push(tokio::spawn(async move {
             let mut latencies_ms = Vec::new();
             loop {
-                let batch = next.fetch_add(1, Ordering::Relaxed);
-                if batch >= batches {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
                     return Ok::<_, anyhow::Error>(latencies_ms);
                 }
-                let count = size.min(total - batch * size);
-                let body =
-                    if count == size { full.clone() } else { batch_body(&item, count).into() };
                 let sent = Instant::now();
-                let answer = conn.post(body).await?;
-                let statuses = serde_json::from_slice::<Statuses>(&answer.body).map(|a| a.items);
-                let created = statuses.is_ok_and(|items| {
-                    items.len() == count && items.iter().all(|i| i.status == 201)
-                });
-                if answer.status != 200 || !created {
+                let answer = conn.post(body(i)).await?;
+                if !created(i, &answer) {
                     let text = String::from_utf8_lossy(&answer.body);
                     bail!("{url} answered {}: {text:.300}", answer.status);
                 }
@@ -256,7 +260,7 @@ async fn post_batches(
             }
         }));
     }
-    let mut latencies_ms = Vec::with_capacity(batches);
+    let mut latencies_ms = Vec::with_capacity(posts.count);
     for worker in workers {
         latencies_ms.extend(worker.await.context("a client task panicked")??);
     }
