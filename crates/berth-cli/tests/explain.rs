@@ -115,13 +115,19 @@ fn actor_is_placed_on_a_half_free_gpu() {
     assert_eq!(gpu2["scores"][0]["weight"], 30);
     assert_eq!(gpu2["scores"][1]["scorer"], "capacity");
     assert_eq!(gpu2["scores"][1]["weight"], 6);
+    // A GPU request: balance. The learned shapes (this share, a whole node of the largest
+    // kind, a whole GPU) ask at most 0.17 GPU per CPU; gpu-2's 12 free CPUs serve its idle GPU
+    // before and after, so nothing is stranded: excess 0.5, ⌊100 / 1.5⌋ = 66.
+    assert_eq!(gpu2["scores"][2]["scorer"], "balance");
+    assert_eq!(gpu2["scores"][2]["raw"], 66);
+    assert_eq!(gpu2["scores"][2]["weight"], 50);
     // A share: share packing too. This GPU and gpu-1's GPU 3 have 0.5 free, and this one ends
     // full: N(0) − N(0.5) + 1 ≤ −1, so at least 50 + 50 × 1 / (100 / 100) = 100 points (fewer
     // than 100 partly used GPUs count as 100; the score stops at 100).
-    assert_eq!(gpu2["scores"][2]["scorer"], "packing");
-    assert_eq!(gpu2["scores"][2]["raw"], 100);
-    assert_eq!(gpu2["scores"][2]["weight"], 30);
-    assert_eq!(gpu2["total"], 6132);
+    assert_eq!(gpu2["scores"][3]["scorer"], "packing");
+    assert_eq!(gpu2["scores"][3]["raw"], 100);
+    assert_eq!(gpu2["scores"][3]["weight"], 30);
+    assert_eq!(gpu2["total"], 9432);
     // Every node of the cluster is listed, excluded ones with their reason.
     let nodes = attempt["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 7);

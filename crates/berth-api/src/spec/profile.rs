@@ -232,7 +232,7 @@ impl<'de> Deserialize<'de> for KeyText {
 // Flattening: both forms become dotted keys.
 
 /// The maps whose keys are joined to theirs with a dot: `sra: {policy: x}` is `sra.policy: x`.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "sra",
     "sra.retention",
     "sra.proportional",
@@ -240,6 +240,7 @@ const SECTIONS: [&str; 8] = [
     scorers::BEST_FIT,
     scorers::FRAGMENTATION,
     scorers::CAPACITY,
+    scorers::BALANCE,
     scorers::PACKING,
 ];
 

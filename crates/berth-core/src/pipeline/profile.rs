@@ -16,7 +16,10 @@
 //! - [`fragmentation::Fragmentation`], a scorer: the node where placing the request grows the
 //!   expected GPU fragmentation least, under the workload's typical shapes (FGD, Weng et al.,
 //!   USENIX ATC '23), or, measured the other way ([`Measure::LostCapacity`]), loses the least
-//!   capacity for those shapes, CPU included.
+//!   capacity for those shapes, CPU included, or ([`Measure::Balance`]) strands the least GPU
+//!   behind used-up CPU at the shapes' mix of CPU per GPU;
+//! - [`packing::SharePacking`], a scorer: shares of one GPU fill the free parts that are
+//!   common, after the Sum-of-Squares rule of bin packing.
 //!
 //! A profile also says how the best-ranked nodes are picked among ([`Pick`]): at random among
 //! the top k (the default, Ray's hybrid policy), or the best one with ties broken at random
@@ -248,6 +251,13 @@ pub const DEFAULT_CAPACITY_WEIGHT: u32 = 6;
 /// more (96.92 against 96.97).
 pub const DEFAULT_PACKING_WEIGHT: u32 = 30;
 
+/// The weight of the balance scorer in the default profile on clusters with GPUs. On the openb
+/// traces (10 seeds, k = 100, beside the three others) it lifted `multigpu50` from 0.13 points
+/// below FGD to 0.42 above (+0.28 at 30, +0.32 at 40) and `multigpu30` from −0.08 to +0.47;
+/// above it, the runs fell below best fit earlier on (at 70: `multigpu50` 0.64 points below at
+/// k = 95, `multigpu20` 0.20 at k = 93; at 50, 0.14 on `multigpu20`, 0.04 at 30).
+pub const DEFAULT_BALANCE_WEIGHT: u32 = 50;
+
 impl Default for Profile {
     /// Berth's default placement.
     ///
@@ -257,7 +267,9 @@ impl Default for Profile {
     /// in a handful of typical shapes. Rules: without GPU nodes, the hybrid score alone,
     /// random among the best 20% (exactly the policy before GPU clusters had their own);
     /// with GPU nodes, `fragmentation` (weight 30) and `capacity` (weight 6) with shapes
-    /// learned from the requests ranked so far, and the best node every time, ties at random
+    /// learned from the requests ranked so far, `balance` (weight 50, same shapes) for requests
+    /// with GPUs, `packing` (weight 30) for shares of one GPU, and the best node every time,
+    /// ties at random
     /// ([`Pick::Auto`]). No best fit between nodes they rank alike: on the openb traces it cost
     /// 0.4–0.5 points at k = 100 at weight 1 (`default`, `gpuspec25`) and 0.1–0.3 as a pure
     /// tie-break. Behaviour: on the openb traces, more GPUs allocated than with the trace's
@@ -282,6 +294,11 @@ impl Default for Profile {
                     weight: DEFAULT_CAPACITY_WEIGHT,
                     shapes: Shapes::Learned,
                     measure: Measure::LostCapacity,
+                }),
+                on_gpus(ScorerSpec::Fragmentation {
+                    weight: DEFAULT_BALANCE_WEIGHT,
+                    shapes: Shapes::Learned,
+                    measure: Measure::Balance,
                 }),
                 on_gpus(ScorerSpec::Packing { weight: DEFAULT_PACKING_WEIGHT }),
             ],
@@ -526,14 +543,14 @@ mod tests {
         assert_eq!(profile.pick.on(&cpu_only), Pick::TopK);
 
         // One GPU node: the fragmentation-aware scorers (their shapes learned from this very
-        // request on), the best node every time; also for CPU-only requests. Share packing for
-        // shares of one GPU only.
+        // request on), the best node every time; also for CPU-only requests. Balance for
+        // requests with GPUs, share packing for shares of one GPU only.
         let mut gpus = cluster_of(&[("a", "CPU=8"), ("g", "CPU=16,GPU=4")]);
         let share = applying(&profile, &mut gpus, "CPU=1,GPU=0.5");
-        assert_eq!(share, ["fragmentation", "capacity", "packing"]);
-        for ask in ["CPU=1", "CPU=1,GPU=2"] {
-            assert_eq!(applying(&profile, &mut gpus, ask), ["fragmentation", "capacity"], "{ask}");
-        }
+        assert_eq!(share, ["fragmentation", "capacity", "balance", "packing"]);
+        let whole = applying(&profile, &mut gpus, "CPU=1,GPU=2");
+        assert_eq!(whole, ["fragmentation", "capacity", "balance"]);
+        assert_eq!(applying(&profile, &mut gpus, "CPU=1"), ["fragmentation", "capacity"]);
         assert_eq!(profile.pick.on(&gpus), Pick::Best);
 
         // A profile of one's own keeps its pick whatever the cluster.

@@ -1,6 +1,6 @@
-//! The keys of the placement-quality scorers, `bestFit`, `fragmentation`, `capacity` and
-//! `packing`, and of how the
-//! best-ranked nodes are picked, `pick` and `topKFraction`. The format is in
+//! The keys of the placement-quality scorers, `bestFit`, `fragmentation`, `capacity`,
+//! `balance` and `packing`, and of how the best-ranked nodes are picked, `pick` and
+//! `topKFraction`. The format is in
 //! `docs/file-formats.md`; the rules of reading are the module's (dotted keys, no defaults for
 //! invalid values, errors that name the key).
 
@@ -19,10 +19,12 @@ pub(super) const BEST_FIT: &str = "bestFit";
 pub(super) const FRAGMENTATION: &str = "fragmentation";
 /// The capacity scorer's section.
 pub(super) const CAPACITY: &str = "capacity";
+/// The balance scorer's section.
+pub(super) const BALANCE: &str = "balance";
 /// The share packing scorer's section.
 pub(super) const PACKING: &str = "packing";
 /// Sections that turn their scorer on even when empty.
-pub(super) const SCORER_SECTIONS: [&str; 4] = [BEST_FIT, FRAGMENTATION, CAPACITY, PACKING];
+pub(super) const SCORER_SECTIONS: [&str; 5] = [BEST_FIT, FRAGMENTATION, CAPACITY, BALANCE, PACKING];
 
 /// What `bestFit.resources` is when not given: CPU and GPU, alike (the FGD paper's baseline).
 const BEST_FIT_DEFAULT: [(&str, u32); 2] = [("CPU", 1), ("GPU", 1)];
@@ -36,9 +38,12 @@ struct MeasureSettings<'a> {
     shapes: Option<Shapes>,
 }
 
-/// The sections of the two measures, in the order of [`MoreSettings::measures`].
-const MEASURES: [(&str, Measure); 2] =
-    [(FRAGMENTATION, Measure::Fragment), (CAPACITY, Measure::LostCapacity)];
+/// The sections of the measures, in the order of [`MoreSettings::measures`].
+const MEASURES: [(&str, Measure); 3] = [
+    (FRAGMENTATION, Measure::Fragment),
+    (CAPACITY, Measure::LostCapacity),
+    (BALANCE, Measure::Balance),
+];
 
 #[derive(Default)]
 pub(super) struct MoreSettings<'a> {
@@ -46,8 +51,8 @@ pub(super) struct MoreSettings<'a> {
     best_fit: Option<&'a Leaf<'a>>,
     best_fit_weight: Option<u32>,
     best_fit_resources: Option<(Vec<(String, u32)>, &'a Leaf<'a>)>,
-    /// `fragmentation` and `capacity`, in that order.
-    measures: [MeasureSettings<'a>; 2],
+    /// `fragmentation`, `capacity` and `balance`, in that order.
+    measures: [MeasureSettings<'a>; 3],
     /// The first `packing` setting: the scorer is on.
     packing: Option<&'a Leaf<'a>>,
     packing_weight: Option<u32>,
@@ -71,7 +76,7 @@ impl<'a> MoreSettings<'a> {
                 self.best_fit.get_or_insert(leaf);
                 self.best_fit_resources = Some((best_fit_resources(leaf)?, leaf));
             }
-            FRAGMENTATION | CAPACITY => {
+            FRAGMENTATION | CAPACITY | BALANCE => {
                 self.measure(&leaf.key).on.get_or_insert(leaf);
             }
             key if key.ends_with(".weight") && self.is_measure(key) => {
@@ -112,7 +117,8 @@ impl<'a> MoreSettings<'a> {
         Ok(true)
     }
 
-    /// True when `key` is in the section of a measure (`fragmentation.…`, `capacity.…`).
+    /// True when `key` is in the section of a measure (`fragmentation.…`, `capacity.…`,
+    /// `balance.…`).
     fn is_measure(&self, key: &str) -> bool {
         MEASURES
             .iter()

@@ -635,7 +635,8 @@ fn duplicate_keys_are_rejected_by_the_parser() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The placement-quality keys: bestFit, fragmentation, capacity, packing, pick, topKFraction.
+// The placement-quality keys: bestFit, fragmentation, capacity, balance, packing, pick,
+// topKFraction.
 
 #[test]
 fn placement_quality_keys_load() {
@@ -708,6 +709,15 @@ pick: best
             weight: 1,
             shapes: Shapes::Learned,
             measure: Measure::LostCapacity,
+        }]
+    );
+    // Balance, nested with a weight and learned shapes, as the default profile's.
+    assert_eq!(
+        load("balance:\n  weight: 50\n  shapes: learned\n").scorers,
+        [ScorerSpec::Fragmentation {
+            weight: 50,
+            shapes: Shapes::Learned,
+            measure: Measure::Balance,
         }]
     );
     // Share packing, on with its section alone (weight 1) or with a weight.
@@ -799,6 +809,9 @@ fn invalid_placement_quality_keys_name_the_key_and_the_rule() {
             Some(1),
         ),
         ("capacity.weight: -1\n", "capacity.weight", "is negative", Some(1)),
+        ("balance: {mix: cpu}\n", "balance.mix", "balance takes weight and shapes", Some(1)),
+        ("balance.weight: -2\n", "balance.weight", "is negative", Some(1)),
+        ("balance: 5\n", "balance", "expected a map", Some(1)),
         ("packing: {size: 1}\n", "packing.size", "packing takes weight", Some(1)),
         ("packing.weight: -3\n", "packing.weight", "is negative", Some(1)),
         ("hybridWeight: 1\npick: first\n", "pick", "unknown pick \"first\"", Some(2)),

@@ -85,6 +85,62 @@ fn the_measure_by_hand() {
 }
 
 #[test]
+fn the_balance_measure_by_hand() {
+    let mut c = t4_node();
+    let table = ShapeTable::new(&five_shapes());
+    // The shapes with GPUs (E has none), GPU and CPU times weight: A 0.5 × 2 and 4 × 2, B 0.5
+    // and 12, C 1 and 2, D 2 × 3 and 2 × 3: 8.5 GPUs for 28 CPUs.
+    let (gpu, cpu) = (q("8.5").units() as u128, q("28").units() as u128);
+    assert_eq!(table.gpu_per_cpu, (gpu, cpu));
+    let balance = |c: &Cluster| {
+        let node = c.node(index(c, "t4")).unwrap();
+        let free = SortedFree::new(&gpu_free(node));
+        table.measure(Measure::Balance, node.available().get(ResourceId::CPU).units(), None, &free)
+    };
+    // 10 CPUs free serve 10 × 8.5 / 28 = 3.04 GPUs, more than the 2.5 idle: nothing stranded.
+    assert_eq!(balance(&c), 0);
+    // 2 CPUs free serve 0.607 GPU: 2.5 − 0.607 stranded, times the weight sum 9.
+    reserve(&mut c, "t4", "CPU=8");
+    let servable = q("2").units() as u128 * gpu / cpu;
+    assert_eq!(balance(&c), (q("2.5").units() as u128 - servable) * 9);
+    // Weighing by supply leaves the mix as the shapes come.
+    let total = resources(c.registry_mut(), "CPU=16,GPU=4");
+    let mut v100 = NodeSpec::new(NodeId::new("v100").unwrap(), total);
+    v100.facts = NodeFacts { accelerator_type: Some("V100".into()), ..NodeFacts::default() };
+    c.add_node_with(v100).unwrap();
+    let weighed = table.weighed_by_supply(&c);
+    assert_ne!(weighed.total_weight(), table.total_weight());
+    assert_eq!(weighed.gpu_per_cpu, (gpu, cpu));
+}
+
+/// Balance sends work that asks little CPU for its GPUs where CPU ran short, and does not rank
+/// work without GPUs.
+#[test]
+fn balance_puts_gpu_work_where_cpu_ran_short_and_skips_cpu_work() {
+    let mut c = typed_cluster(&[("short", "CPU=16,GPU=4", "T4"), ("fresh", "CPU=16,GPU=4", "T4")]);
+    reserve(&mut c, "short", "CPU=14");
+    // A mix of 4 CPUs per GPU: "short" serves 0.5 of its 4 idle GPUs, "fresh" all.
+    let table = std::sync::Arc::new(ShapeTable::new(&[shape("4", "1", &[], 1)]));
+    let scorer = Fragmentation::new(table, Measure::Balance);
+    let raw = |c: &mut Cluster, ask: &str, node: &str| {
+        let req = request(c, ask, Strategy::Default);
+        let cx = DecisionContext { cluster: c, request: &req, prepared: &Prepared::default() };
+        if !scorer.applies(&cx) {
+            return None;
+        }
+        Some(scorer.score(&cx, c.node(index(c, node)).unwrap()).micros() / Score::UNIT)
+    };
+    // One GPU alone: on "short" it was stranded (3.5 → 2.5, excess 0); on "fresh" nothing was
+    // (excess 1 GPU: 100 / 2).
+    assert_eq!(raw(&mut c, "GPU=1", "short"), Some(100));
+    assert_eq!(raw(&mut c, "GPU=1", "fresh"), Some(50));
+    // With 1 CPU, which would have served 0.25 GPU: 3.5 → 2.75, excess 0.25: 100 / 1.25.
+    assert_eq!(raw(&mut c, "CPU=1,GPU=1", "short"), Some(80));
+    assert_eq!(raw(&mut c, "CPU=1,GPU=1", "fresh"), Some(50));
+    assert_eq!(raw(&mut c, "CPU=1", "fresh"), None);
+}
+
+#[test]
 fn shapes_of_weight_zero_and_duplicates_group() {
     let table = ShapeTable::new(&[
         shape("4", "0.5", &["T4", "P100"], 1),
@@ -430,11 +486,10 @@ proptest! {
     /// shapes rebuilt.
     #[test]
     fn a_memo_that_forgets_scores_as_a_fresh_scorer(
-        lost_capacity in any::<bool>(),
+        measure in 0usize..3,
         steps in proptest::collection::vec((0usize..5, 0usize..3, change()), 1..150),
     ) {
-        let measure = if lost_capacity { Measure::LostCapacity } else { Measure::Fragment };
-        forgetting_memo_scores_as_fresh(measure, &steps);
+        forgetting_memo_scores_as_fresh(MEASURES[measure], &steps);
     }
 }
 
@@ -470,11 +525,15 @@ fn without_shapes_the_scorer_does_not_apply() {
     assert!(!scorer.applies(&cx));
 }
 
+/// Every measure, for the property tests.
+const MEASURES: [Measure; 3] = [Measure::Fragment, Measure::LostCapacity, Measure::Balance];
+
 proptest! {
-    /// Placing g GPUs lowers the fragment by at most g: the excess is never negative, so the
+    /// Placing g GPUs lowers each measure by at most g: the excess is never negative, so the
     /// score's mapping loses nothing.
     #[test]
     fn excess_is_never_negative(
+        measure in 0usize..3,
         used in proptest::collection::vec(0u32..=4, 4),
         cpu_used in 0u32..16,
         ask_gpu in prop_oneof![Just(0u32), 1u32..10, Just(10), Just(20)],
@@ -506,11 +565,12 @@ proptest! {
         let mut free = gpu_free(node);
         let cpu_free = node.available().get(ResourceId::CPU).units();
         let model = table.model_of(node);
-        let before = table.fragment(cpu_free, model, &SortedFree::new(&free));
+        let measure = MEASURES[measure];
+        let before = table.measure(measure, cpu_free, model, &SortedFree::new(&free));
         prop_assume!(take(&mut free, asked));
         let cpu_after = cpu_free - Quantity::from_whole(i64::from(ask_cpu)).units();
         prop_assume!(cpu_after >= 0);
-        let after = table.fragment(cpu_after, model, &SortedFree::new(&free));
+        let after = table.measure(measure, cpu_after, model, &SortedFree::new(&free));
         let taken = asked as u128 * u128::from(table.total_weight());
         prop_assert!(after + taken >= before, "before {before}, after {after}, taken {taken}");
     }
