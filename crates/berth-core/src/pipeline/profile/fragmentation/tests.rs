@@ -486,7 +486,8 @@ proptest! {
     /// shapes rebuilt.
     #[test]
     fn a_memo_that_forgets_scores_as_a_fresh_scorer(
-        measure in 0usize..3,
+        // The measures scored through the memo (balance reads its two numbers directly).
+        measure in 0usize..2,
         steps in proptest::collection::vec((0usize..5, 0usize..3, change()), 1..150),
     ) {
         forgetting_memo_scores_as_fresh(MEASURES[measure], &steps);
