@@ -99,10 +99,10 @@ fn the_balance_measure_by_hand() {
     };
     // 10 CPUs free serve 10 × 8.5 / 28 = 3.04 GPUs, more than the 2.5 idle: nothing stranded.
     assert_eq!(balance(&c), 0);
-    // 2 CPUs free serve 0.607 GPU: 2.5 − 0.607 stranded, times the weight sum 9.
+    // 2 CPUs free serve ⌊20000 × 85000 / 280000⌋ = 6071 units (0.607 GPU): 25000 − 6071
+    // stranded, times the weight sum 9.
     reserve(&mut c, "t4", "CPU=8");
-    let servable = q("2").units() as u128 * gpu / cpu;
-    assert_eq!(balance(&c), (q("2.5").units() as u128 - servable) * 9);
+    assert_eq!(balance(&c), (25_000 - 6_071) * 9);
     // Weighing by supply leaves the mix as the shapes come.
     let total = resources(c.registry_mut(), "CPU=16,GPU=4");
     let mut v100 = NodeSpec::new(NodeId::new("v100").unwrap(), total);
