@@ -190,7 +190,12 @@ pub fn points_text(micros: u64) -> String {
 /// Ranks nodes that passed every filter.
 ///
 /// Contract: 0..=100, higher is better; no allocation or hashing per call.
-pub trait Scorer: Send + Sync {
+///
+/// `Send` but not `Sync`: a scheduler decides one request at a time (`&mut`), and scorers
+/// that keep what they learned or computed between calls (shapes, memos, counts) keep it in
+/// plain cells. Locks there cost the replay about a tenth of its time: an uncontended lock
+/// and unlock per scorer and node, a dozen million times per replay.
+pub trait Scorer: Send {
     /// A short stable name, shown by `berth explain`.
     fn name(&self) -> &'static str;
     /// False when the scorer has nothing to say about this request (it is then skipped and not

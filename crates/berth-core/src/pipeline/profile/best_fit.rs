@@ -24,7 +24,7 @@ use super::ResourceRules;
 use crate::cluster::Cluster;
 use crate::node::Node;
 use crate::resource::{ResourceId, ResourceRegistry, ResourceSet};
-use std::sync::RwLock;
+use std::cell::RefCell;
 
 /// Resolution of each scaled leftover: a millionth.
 const PARTS: i128 = 1_000_000;
@@ -38,7 +38,7 @@ pub struct BestFit {
     /// Each resource's weight by [`ResourceId`] index, resolved from `resources` by
     /// [`Scorer::applies`] for the registry of the decision's cluster, instead of by name
     /// per node and resource.
-    by_id: RwLock<Resolved>,
+    by_id: RefCell<Resolved>,
 }
 
 /// Weights by resource ID, and the registry's names they were resolved for (a scorer may serve
@@ -64,7 +64,7 @@ impl BestFit {
     /// A scorer of the listed resources and their weights (exact names).
     pub fn new(resources: ResourceRules<u32>) -> BestFit {
         let weight_sum = resources.iter().map(|(_, w)| u64::from(*w)).sum();
-        BestFit { resources, weight_sum, by_id: RwLock::default() }
+        BestFit { resources, weight_sum, by_id: RefCell::default() }
     }
 
     /// The weight of `resource`: by ID as [`Scorer::applies`] resolved it, else by name.
@@ -101,16 +101,13 @@ impl Scorer for BestFit {
     fn applies(&self, cx: &DecisionContext<'_>) -> bool {
         let registry = cx.cluster.registry();
         let names = || (0..registry.len()).filter_map(ResourceId::from_index);
-        let current = self.by_id.read().is_ok_and(|r| {
-            r.names.len() == registry.len()
-                && names().zip(&r.names).all(|(id, name)| registry.name(id) == &**name)
-        });
+        let mut resolved = self.by_id.borrow_mut();
+        let current = resolved.names.len() == registry.len()
+            && names().zip(&resolved.names).all(|(id, name)| registry.name(id) == &**name);
         if !current {
-            if let Ok(mut resolved) = self.by_id.write() {
-                resolved.names = names().map(|id| registry.name(id).into()).collect();
-                resolved.weights =
-                    names().map(|id| self.resources.get(registry.name(id)).copied()).collect();
-            }
+            resolved.names = names().map(|id| registry.name(id).into()).collect();
+            resolved.weights =
+                names().map(|id| self.resources.get(registry.name(id)).copied()).collect();
         }
         true
     }
@@ -120,8 +117,8 @@ impl Scorer for BestFit {
             return Score::MAX;
         }
         let registry = cx.cluster.registry();
-        let resolved = self.by_id.read();
-        let by_id = resolved.as_deref().map_or(&[][..], |r| r.weights.as_slice());
+        let resolved = self.by_id.borrow();
+        let by_id = resolved.weights.as_slice();
         // One forward walk through each set: `total` lists resources in ascending order.
         let mut largest = cx.prepared.largest_total.as_ref().map(ResourceSet::ascending);
         let mut available = node.available().ascending();

@@ -86,7 +86,8 @@
 //! for nodes of up to 16 GPUs. Scores are kept by node state, a node's state by its version
 //! (see [`memo`]), so most scores are a version check and a lookup.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::cell::RefCell;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -592,9 +593,9 @@ pub struct Fragmentation {
     cover: Option<u64>,
     /// The table the scores read. Recomputed once per attempt at most, when the cluster's
     /// nodes or the shapes change, so the per-node work reads a ready table.
-    ready: RwLock<Option<Ready>>,
+    ready: RefCell<Option<Ready>>,
     /// Each node's state, and scores by state. See [`memo`].
-    memo: Mutex<Memos>,
+    memo: RefCell<Memos>,
 }
 
 /// The shapes weighed by the cluster's supply ([`ShapeTable::weighed_by_supply`]), with what
@@ -621,7 +622,7 @@ enum Source {
     /// Given once.
     Given(Arc<ShapeTable>),
     /// Learned from the requests ranked (see [`learn`]).
-    Learned(Mutex<learn::Learner>),
+    Learned(RefCell<learn::Learner>),
 }
 
 /// What a ready table was computed for: the cluster's node counts (slots, alive, with GPUs)
@@ -646,7 +647,7 @@ impl Fragmentation {
 
     /// A scorer that learns its shapes from the requests it ranks nodes for.
     pub fn learning(measure: Measure) -> Fragmentation {
-        Fragmentation::with_source(Source::Learned(Mutex::default()), measure)
+        Fragmentation::with_source(Source::Learned(RefCell::default()), measure)
     }
 
     fn with_source(source: Source, measure: Measure) -> Fragmentation {
@@ -654,14 +655,20 @@ impl Fragmentation {
             Source::Given(_) => None,
             Source::Learned(_) => Some(learn::COVERAGE_PERCENT),
         };
-        Fragmentation { source, measure, cover, ready: RwLock::new(None), memo: Mutex::default() }
+        Fragmentation {
+            source,
+            measure,
+            cover,
+            ready: RefCell::new(None),
+            memo: RefCell::default(),
+        }
     }
 
     /// The generation of the shapes: 0 for given ones, the learner's rebuilds for learned.
     fn generation(&self) -> u64 {
         match &self.source {
             Source::Given(_) => 0,
-            Source::Learned(learner) => learner.lock().map_or(u64::MAX, |l| l.generation()),
+            Source::Learned(learner) => learner.borrow().generation(),
         }
     }
 
@@ -669,19 +676,14 @@ impl Fragmentation {
     fn shapes(&self, supply: &Supply) -> Arc<ShapeTable> {
         match &self.source {
             Source::Given(shapes) => shapes.clone(),
-            Source::Learned(learner) => match learner.lock() {
-                Ok(learner) => Arc::new(learned_table(&learner, supply)),
-                Err(_) => Arc::default(),
-            },
+            Source::Learned(learner) => Arc::new(learned_table(&learner.borrow(), supply)),
         }
     }
 
     /// Counts the request when learning, then makes the ready table current.
     fn prepare(&self, cx: &DecisionContext<'_>) {
         if let Source::Learned(learner) = &self.source {
-            if let Ok(mut learner) = learner.lock() {
-                learner.observe(cx.request);
-            }
+            learner.borrow_mut().observe(cx.request);
         }
         let generation = self.generation();
         let cluster = cx.cluster;
@@ -693,17 +695,17 @@ impl Fragmentation {
         );
         let same_nodes =
             |f: &Fingerprint| f.0 == fingerprint.0 && f.1 == fingerprint.1 && f.2 == fingerprint.2;
-        let (supply, stamp, before) = match self.ready.read().as_deref() {
-            Ok(Some(ready)) if ready.fingerprint == fingerprint => return,
-            Ok(Some(ready)) if same_nodes(&ready.fingerprint) => {
+        let (supply, stamp, before) = match self.ready.borrow().as_ref() {
+            Some(ready) if ready.fingerprint == fingerprint => return,
+            Some(ready) if same_nodes(&ready.fingerprint) => {
                 let before = (ready.table.clone(), ready.models_since);
                 (ready.supply.clone(), ready.stamp + 1, Some(before))
             }
-            Ok(Some(ready)) => {
+            Some(ready) => {
                 let before = (ready.table.clone(), ready.models_since);
                 (Arc::new(Supply::of(cluster)), ready.stamp + 1, Some(before))
             }
-            _ => (Arc::new(Supply::of(cluster)), 0, None),
+            None => (Arc::new(Supply::of(cluster)), 0, None),
         };
         let mut table = self.shapes(&supply).weighed(&supply);
         if let Some(percent) = self.cover {
@@ -714,13 +716,9 @@ impl Fragmentation {
             Some((old, since)) if old.models == table.models => since,
             _ => stamp,
         };
-        if let Ok(mut ready) = self.ready.write() {
-            *ready = Some(Ready { fingerprint, table, supply, stamp, models_since });
-        }
-        if let Ok(mut memo) = self.memo.lock() {
-            // Sized once here, not grown node by node while scoring.
-            memo.reserve_slots(cluster.index_bound());
-        }
+        *self.ready.borrow_mut() = Some(Ready { fingerprint, table, supply, stamp, models_since });
+        // Sized once here, not grown node by node while scoring.
+        self.memo.borrow_mut().reserve_slots(cluster.index_bound());
     }
 }
 
@@ -783,14 +781,12 @@ impl Scorer for Fragmentation {
         {
             return false;
         }
-        self.ready.read().is_ok_and(|ready| ready.as_ref().is_some_and(|r| !r.table.is_empty()))
+        self.ready.borrow().as_ref().is_some_and(|ready| !ready.table.is_empty())
     }
 
     fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
-        let ready = self.ready.read();
-        let Some(Ready { table, stamp, models_since, .. }) =
-            ready.as_ref().ok().and_then(|ready| ready.as_ref())
-        else {
+        let ready = self.ready.borrow();
+        let Some(Ready { table, stamp, models_since, .. }) = ready.as_ref() else {
             return Score::MIN;
         };
         let asked = cx.request.resources();
@@ -812,16 +808,8 @@ impl Scorer for Fragmentation {
             table.measure(self.measure, state.cpu_free, state.model, &SortedFree::new(&state.free))
         };
         let compute = |state: &NodeState, before| self.compute(table, state, before, request);
-        match self.memo.lock() {
-            Ok(mut memo) => {
-                memo.score((*stamp, *models_since), node, request, state_of, measure, compute)
-            }
-            // A scorer that panicked while holding its memo scores without one.
-            Err(_) => {
-                let state = state_of(node);
-                compute(&state, measure(&state))
-            }
-        }
+        let mut memo = self.memo.borrow_mut();
+        memo.score((*stamp, *models_since), node, request, state_of, measure, compute)
     }
 }
 

@@ -30,7 +30,7 @@
 //! GPU nodes) and counts again the GPUs of those that changed; a score is one pass over the
 //! node's GPUs and two lookups.
 
-use std::sync::Mutex;
+use std::cell::RefCell;
 
 use super::super::stage::{DecisionContext, Score, Scorer};
 use crate::node::{Node, NodeIndex, Version};
@@ -48,7 +48,7 @@ const STEP: i64 = UNITS_PER_WHOLE / 1000;
 /// The share packing scorer. See the module documentation.
 #[derive(Debug, Default)]
 pub struct SharePacking {
-    counts: Mutex<Counts>,
+    counts: RefCell<Counts>,
 }
 
 /// The partly used GPUs by free part, and what they were counted from.
@@ -184,7 +184,7 @@ impl Scorer for SharePacking {
 
     fn applies(&self, cx: &DecisionContext<'_>) -> bool {
         let Some(asked) = share(cx) else { return false };
-        let Ok(mut counts) = self.counts.lock() else { return false };
+        let mut counts = self.counts.borrow_mut();
         counts.smallest = counts.smallest.min((asked / STEP).max(1) as usize);
         counts.sweep(cx);
         true
@@ -198,7 +198,7 @@ impl Scorer for SharePacking {
         else {
             return Score::MIN;
         };
-        let Ok(counts) = self.counts.lock() else { return Score::MIN };
+        let counts = self.counts.borrow();
         let change = counts.at(free - asked) - counts.at(free) + 1;
         // Score::from_ratio(n, d) is 100 n / d points: here 50 − 50 × change / (L / 100).
         let live = counts.live.max(100) as i128;

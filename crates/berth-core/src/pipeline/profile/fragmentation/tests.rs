@@ -361,7 +361,7 @@ fn scores_as_fresh(
         return 0;
     }
     let Source::Learned(learner) = &learning.source else { unreachable!() };
-    let shapes = Arc::new(learned_table(&learner.lock().unwrap(), &Supply::of(c)));
+    let shapes = Arc::new(learned_table(&learner.borrow(), &Supply::of(c)));
     let fresh =
         Fragmentation { cover: learning.cover, ..Fragmentation::new(shapes, learning.measure) };
     assert!(fresh.applies(&cx));
@@ -440,7 +440,7 @@ fn change() -> impl proptest::strategy::Strategy<Value = Change> {
 fn forgetting_memo_scores_as_fresh(measure: Measure, steps: &[(usize, usize, Change)]) -> bool {
     let mut c = three_types();
     let learning = Fragmentation {
-        memo: Mutex::new(Memos::with_limits(0, 3)),
+        memo: RefCell::new(Memos::with_limits(0, 3)),
         ..Fragmentation::learning(measure)
     };
     let asks = FIVE_ASKS;
@@ -448,7 +448,7 @@ fn forgetting_memo_scores_as_fresh(measure: Measure, steps: &[(usize, usize, Cha
     let (mut forgotten, mut interned) = (false, 0);
     for (step, &(ask, node, change)) in steps.iter().enumerate() {
         scores_as_fresh(&mut c, &learning, asks[ask], step);
-        let now = learning.memo.lock().unwrap().states();
+        let now = learning.memo.borrow().states();
         assert!(now <= 2 * c.index_bound(), "{now} states for {} nodes", c.index_bound());
         forgotten |= now < interned;
         interned = now;
@@ -603,7 +603,7 @@ fn a_learning_scorer_expects_whole_nodes_of_the_largest_kind_and_a_whole_gpu() {
             seen += 1;
         }
         let Source::Learned(learner) = &learning.source else { unreachable!() };
-        let table = learned_table(&learner.lock().unwrap(), &Supply::of(&c));
+        let table = learned_table(&learner.borrow(), &Supply::of(&c));
         let weight = (seen / learn::WHOLE_NODE_SHARE).max(1);
         // The V100 kind: 8 GPUs, 32 CPUs; the 4- and 2-GPU kinds have no whole-node shape.
         assert_eq!(whole_of_eight(&table), [(32 * UNITS_PER_WHOLE, weight)], "{seen}");

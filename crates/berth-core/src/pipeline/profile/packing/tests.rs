@@ -89,7 +89,7 @@ fn it_applies_to_shares_only_and_counts_what_changed_since() {
     let counted = |scorer: &SharePacking, c: &Cluster| {
         let cx = DecisionContext { cluster: c, request: &share, prepared: &prepared };
         assert!(scorer.applies(&cx));
-        let counts = scorer.counts.lock().unwrap();
+        let counts = scorer.counts.borrow();
         (counts.live, counts.at(7500), counts.at(5000))
     };
     assert_eq!(counted(&scorer, &c), (0, 0, 0));
