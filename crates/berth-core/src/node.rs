@@ -333,11 +333,13 @@ impl Node {
     }
 
     /// The first resource of `request` that the node lacks even when empty.
+    #[inline]
     pub fn total_shortfall(&self, request: &ResourceSet) -> Option<Shortfall> {
         request.first_shortfall(&self.total)
     }
 
     /// The first resource of `request` that the node lacks now.
+    #[inline]
     pub fn available_shortfall(&self, request: &ResourceSet) -> Option<Shortfall> {
         request.first_shortfall(&self.available)
     }
