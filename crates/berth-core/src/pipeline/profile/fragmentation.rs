@@ -56,8 +56,9 @@
 //! at k = 100, most idle GPUs that are not slivers of shares sat on nodes whose CPU (or
 //! memory) had run out (`multigpu30`, seeds 42 and 43: about 40 of 230 idle GPUs, most of
 //! the rest slivers of 0.19 beside shares of 0.81); with it, the default went from 0.08 and
-//! 0.13 points below FGD on `multigpu30` and `multigpu50` to 0.47 and 0.42 above. It ranks requests that ask for GPUs only (see `applies` below). Placing
-//! `g` GPUs lowers it by at most `g`, as for the other two measures.
+//! 0.13 points below FGD on `multigpu30` and `multigpu50` to 0.47 and 0.42 above. It ranks
+//! requests that ask for GPUs only (see `applies` below). Placing `g` GPUs lowers it by at most
+//! `g`, as for the other two measures.
 //!
 //! ## The scorer
 //!
