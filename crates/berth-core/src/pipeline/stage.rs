@@ -163,8 +163,13 @@ impl Score {
     }
 
     /// The score in millionths of a point, 0..=100,000,000.
-    pub fn micros(self) -> u32 {
+    pub const fn micros(self) -> u32 {
         self.0
+    }
+
+    /// The score of [`Score::micros`] `micros`, clamped to 0..=100 points.
+    pub(crate) fn from_micros(micros: u32) -> Score {
+        Score(micros.min(Score::MAX.0))
     }
 }
 

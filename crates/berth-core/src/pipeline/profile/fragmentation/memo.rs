@@ -14,16 +14,25 @@
 //!   table, but for its type's index among the table's types, and a change of the types
 //!   forgets every ID (as does forgetting the interned states, below);
 //! - per state, its measure under the current table, once a score needed it;
-//! - scores by (state, request shape) under the current table, at most [`SCORES_MAX`] (then
-//!   emptied); a new table empties them;
+//! - scores by request shape, then state, under the current table: per shape a vector indexed
+//!   by state ID, for the shapes scored last (as many as [`SCORES_BYTES`] allow, at least
+//!   [`SHAPES_MIN`]; the least recently used goes); a new table forgets them. Each score
+//!   carries the memo's generation, which forgetting bumps, so that forgetting writes nothing
+//!   (a pass over the vectors once in [`GENERATIONS`]): at 100,000 nodes a vector is 800 KB,
+//!   and emptying them at every new table (every 256 requests) cost 5% of a decision;
 //! - interned states are forgotten, and every ID with them, once there are more than twice as
 //!   many as node slots (plus [`STATES_SLACK`]): nodes leave states behind as they change, and
 //!   forgetting costs each node one more reading of its state.
 //!
 //! Behaviour: exactly the scores computed without the memo. A visit of an unchanged node reads
-//! its 16-byte entry (decisions visit nodes in slot order, four to a cache line) and probes a
-//! table of a few scores per state; a score is computed once per state, request shape and
-//! table, whichever node is in that state.
+//! its 16-byte entry (decisions visit nodes in slot order, four to a cache line) and one entry
+//! of its decision's vector; a score is computed once per state, request shape and table
+//! (again only after its shape's vector was dropped), whichever node is in that state.
+//!
+//! Why a vector per shape, not one map by (state, shape): a decision asks for one shape, so
+//! its vector (4 bytes per state: 14 KB on the openb cluster) stays in the first-level cache
+//! through the decision, where the map (up to 65,536 scores, 1 MB) missed it on most visits:
+//! a tenth of a replay's time went to that one load (`perf annotate`).
 //!
 //! Why this layout: the memo it replaces kept, per node and scorer, the state, its measure and
 //! the last four scores (320 bytes). At 100,000 nodes a decision's nodes were last visited
@@ -53,8 +62,10 @@ pub(super) struct NodeState {
 /// A request as the scorers read it: CPU and GPU units asked.
 pub(super) type Asked = (i64, i64);
 
-/// Scores kept at most; then they are emptied.
-const SCORES_MAX: usize = 65_536;
+/// What the shapes' vectors may take together, in bytes (4 per state and shape).
+const SCORES_BYTES: usize = 4 << 20;
+/// Shapes whose vectors are kept, whatever their size.
+const SHAPES_MIN: usize = 4;
 /// Request shapes numbered at most; then the numbering starts again, and the scores go.
 const ASKED_MAX: usize = 4_096;
 /// Interned states allowed beyond twice the node slots before all are forgotten.
@@ -70,6 +81,23 @@ struct Seen {
 }
 
 const UNSEEN: Seen = Seen { version: Version::NONE, state: 0, epoch: 0 };
+
+/// The scores of one request shape, by state ID; `used` orders the shapes by last use.
+#[derive(Debug)]
+struct ShapeScores {
+    asked: u32,
+    used: u64,
+    /// Entries as [`GENERATION_SHIFT`] describes.
+    by_state: Vec<u32>,
+}
+
+/// A score's entry: its micros (at most [`Score::MAX`], 10⁸, under 2²⁷) in the low bits, the
+/// generation it was computed in above them. Generation 0 is never current: a new entry.
+const GENERATION_SHIFT: u32 = 27;
+const MICROS_MASK: u32 = (1 << GENERATION_SHIFT) - 1;
+/// Generations before they start again (and the vectors are emptied).
+const GENERATIONS: u32 = 1 << (32 - GENERATION_SHIFT);
+const _: () = assert!(Score::MAX.micros() <= MICROS_MASK);
 
 /// An interned state, and its measure under the table of `before.0`.
 #[derive(Debug)]
@@ -90,8 +118,12 @@ pub(super) struct Memos {
     /// shape on every node it scores.
     asked: FxHashMap<Asked, u32>,
     last_asked: Option<(Asked, u32)>,
-    /// By (state ID, request shape number), under the table of `stamp`.
-    scores: FxHashMap<(u32, u32), Score>,
+    /// By request shape, under the table of `stamp`; the last one used first.
+    scores: Vec<ShapeScores>,
+    /// Counts lookups, to order `scores` by last use.
+    uses: u64,
+    /// The generation of the scores in force, 1 to [`GENERATIONS`] − 1.
+    generation: u32,
     /// The table's stamp (see `Ready::stamp`).
     stamp: u64,
     /// The stamp since which the table's types are the same, in the same order.
@@ -102,30 +134,37 @@ pub(super) struct Memos {
     slack: usize,
     /// Request shapes numbered at most.
     asked_max: usize,
+    /// Request shapes whose scores are kept at most; `None`: as [`SCORES_BYTES`] allow.
+    shapes_kept: Option<usize>,
 }
 
 impl Default for Memos {
     fn default() -> Self {
-        Memos::with_limits(STATES_SLACK, ASKED_MAX)
+        Memos::with_limits(STATES_SLACK, ASKED_MAX, None)
     }
 }
 
 impl Memos {
-    /// A memo that forgets its states beyond twice the node slots plus `slack`, and numbers
-    /// `asked_max` request shapes at most (tests set them low, to see forgetting at work).
-    pub fn with_limits(slack: usize, asked_max: usize) -> Memos {
+    /// A memo that forgets its states beyond twice the node slots plus `slack`, numbers
+    /// `asked_max` request shapes at most, and keeps the scores of `shapes_kept` of them (of as
+    /// many as [`SCORES_BYTES`] allow when `None`); tests set them low, to see forgetting at
+    /// work.
+    pub fn with_limits(slack: usize, asked_max: usize, shapes_kept: Option<usize>) -> Memos {
         Memos {
             nodes: Vec::new(),
             states: Vec::new(),
             by_state: HashTable::new(),
             asked: FxHashMap::default(),
             last_asked: None,
-            scores: FxHashMap::default(),
+            scores: Vec::new(),
+            uses: 0,
+            generation: 1,
             stamp: 0,
             models_since: 0,
             epoch: 1,
             slack,
             asked_max,
+            shapes_kept,
         }
     }
 
@@ -154,17 +193,17 @@ impl Memos {
             self.models_since = models_since;
         }
         if self.stamp != stamp {
-            self.scores.clear();
+            self.forget_scores();
             self.stamp = stamp;
         }
         let asked_number = self.number(asked);
         let state = self.state_id(node, state_of);
-        let key = (state, asked_number);
-        if let Some(&score) = self.scores.get(&key) {
-            return score;
-        }
-        if self.scores.len() >= SCORES_MAX {
-            self.scores.clear();
+        let generation = self.generation;
+        let shape = self.shape_scores(asked_number);
+        if let Some(&entry) = shape.by_state.get(state as usize) {
+            if entry >> GENERATION_SHIFT == generation {
+                return Score::from_micros(entry & MICROS_MASK);
+            }
         }
         let interned = &mut self.states[state as usize];
         let before = match interned.before {
@@ -176,8 +215,56 @@ impl Memos {
             }
         };
         let score = compute(&interned.state, before);
-        self.scores.insert(key, score);
+        let by_state = &mut self.scores[0].by_state;
+        if by_state.len() <= state as usize {
+            by_state.resize(state as usize + 1, 0);
+        }
+        by_state[state as usize] = score.micros() | generation << GENERATION_SHIFT;
         score
+    }
+
+    /// Forgets every score: they belong to a generation no longer current.
+    fn forget_scores(&mut self) {
+        self.generation += 1;
+        if self.generation == GENERATIONS {
+            self.generation = 1;
+            for shape in &mut self.scores {
+                shape.by_state.fill(0);
+            }
+        }
+    }
+
+    /// The scores of request shape `asked`, moved to the front of `scores` (a decision asks
+    /// for one shape throughout, so this is nearly always the front already).
+    #[inline]
+    fn shape_scores(&mut self, asked: u32) -> &ShapeScores {
+        if self.scores.first().is_none_or(|first| first.asked != asked) {
+            self.uses += 1;
+            let at = match self.scores.iter().position(|s| s.asked == asked) {
+                Some(at) => at,
+                None => {
+                    let kept = self.shapes_kept.unwrap_or_else(|| {
+                        let states = 2 * self.nodes.len() + self.slack;
+                        (SCORES_BYTES / (4 * states).max(1)).max(SHAPES_MIN)
+                    });
+                    if self.scores.len() >= kept.max(1) {
+                        // The least recently used shape's vector, emptied, serves this one.
+                        let oldest = (0..self.scores.len())
+                            .min_by_key(|&i| self.scores[i].used)
+                            .expect("a shape is kept at least");
+                        self.scores[oldest].asked = asked;
+                        self.scores[oldest].by_state.fill(0);
+                        oldest
+                    } else {
+                        self.scores.push(ShapeScores { asked, used: 0, by_state: Vec::new() });
+                        self.scores.len() - 1
+                    }
+                }
+            };
+            self.scores[at].used = self.uses;
+            self.scores.swap(0, at);
+        }
+        &self.scores[0]
     }
 
     /// The number of the request shape `asked`.
@@ -189,7 +276,7 @@ impl Memos {
         }
         if self.asked.len() >= self.asked_max && !self.asked.contains_key(&asked) {
             self.asked.clear();
-            self.scores.clear();
+            self.forget_scores();
         }
         let next = self.asked.len() as u32;
         let number = *self.asked.entry(asked).or_insert(next);
@@ -233,7 +320,7 @@ impl Memos {
     fn forget_states(&mut self) {
         self.states.clear();
         self.by_state.clear();
-        self.scores.clear();
+        self.forget_scores();
         // A bump follows over a thousand states interned (the slack), or a change of the
         // table's types: u32 does not wrap in practice.
         self.epoch += 1;
@@ -243,5 +330,43 @@ impl Memos {
     #[cfg(test)]
     pub fn states(&self) -> usize {
         self.states.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{cluster, index};
+
+    /// A score is never taken from an earlier generation, also once the generations start
+    /// again: node `a` is scored in the first generation only, `b` in every one, until the
+    /// first generation is current again.
+    #[test]
+    fn scores_of_an_earlier_generation_never_come_back() {
+        let c = cluster(&[("a", "CPU=8,GPU=2"), ("b", "CPU=4,GPU=1")]);
+        let (a, b) = (c.node(index(&c, "a")).unwrap(), c.node(index(&c, "b")).unwrap());
+        let mut memo = Memos::default();
+        let score = |memo: &mut Memos, node: &Node, points: u32| {
+            let state = |node: &Node| NodeState {
+                cpu_free: node.available().get(crate::resource::ResourceId::CPU).units(),
+                model: None,
+                free: SmallVec::new(),
+            };
+            memo.score((1, 0), node, (1, 0), state, |_| 0, |_, _| Score::new(points))
+        };
+        assert_eq!(score(&mut memo, a, 10), Score::new(10));
+        assert_eq!(score(&mut memo, a, 11), Score::new(10), "kept within the generation");
+        let first = memo.generation;
+        for round in 0.. {
+            memo.forget_scores();
+            let points = 20 + round % 50;
+            assert_eq!(score(&mut memo, b, points), Score::new(points), "round {round}");
+            assert_eq!(score(&mut memo, b, 99), Score::new(points), "round {round}");
+            if memo.generation == first {
+                assert_eq!(round + 1, GENERATIONS - 1, "every generation but 0 in turn");
+                break;
+            }
+        }
+        assert_eq!(score(&mut memo, a, 12), Score::new(12), "a's first score is forgotten");
     }
 }

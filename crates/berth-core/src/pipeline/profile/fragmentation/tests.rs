@@ -435,12 +435,13 @@ fn change() -> impl proptest::strategy::Strategy<Value = Change> {
 }
 
 /// Runs `steps` (ask, node, change) with a memo that forgets its states as soon as there are
-/// twice as many as nodes, and numbers request shapes anew after three, checking every score
-/// against a fresh scorer's and the bound on states; true when states were forgotten.
+/// twice as many as nodes, numbers request shapes anew after three and keeps the scores of two,
+/// checking every score against a fresh scorer's and the bound on states; true when states
+/// were forgotten.
 fn forgetting_memo_scores_as_fresh(measure: Measure, steps: &[(usize, usize, Change)]) -> bool {
     let mut c = three_types();
     let learning = Fragmentation {
-        memo: RefCell::new(Memos::with_limits(0, 3)),
+        memo: RefCell::new(Memos::with_limits(0, 3, Some(2))),
         ..Fragmentation::learning(measure)
     };
     let asks = FIVE_ASKS;
