@@ -31,7 +31,7 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use super::explain::AttemptExplanation;
-use super::stage::{DecisionContext, GroupContext, Preference, Prepared, Weighted};
+use super::stage::{DecisionContext, GroupContext, Preference, Prepared, Scorer, Weighted};
 use super::{candidates, run_filters, NodeSource, Ranking, Scheduler, Scope, Visit};
 use crate::cluster::{Cluster, ClusterError, NamedInstances};
 use crate::diagnosis::{AttemptDiagnosis, AttemptKind, ReasonKind};
@@ -511,15 +511,25 @@ impl Scheduler {
         // 2. Filters and 3. the group's ranking, node by node, on the overlay's nodes.
         let preferences: SmallVec<[&dyn Preference; 2]> =
             self.group_ranking.0.iter().filter(|p| p.applies(&cx)).map(|p| p.as_ref()).collect();
-        let scorers: SmallVec<[&Weighted; 2]> =
-            self.group_ranking.1.iter().filter(|w| w.scorer.applies(&cx)).collect();
+        let scorers: SmallVec<[(&dyn Scorer, u32); 2]> = self
+            .group_ranking
+            .1
+            .iter()
+            .filter(|w| w.scorer.applies(&cx))
+            .map(Weighted::per_node)
+            .collect();
         let ranking =
             Ranking { cx: &cx, preferences: &preferences, scorers: &scorers, ranks: true };
         let bounds = match record {
             Some(_) => (None, 0),
             None => (overlay.limit, overlay.start),
         };
-        let visit = Visit { filters: &self.filters, ranking: &ranking, bounds };
+        let visit = Visit {
+            filters: &self.filters,
+            builtin_filters: self.builtin_filters,
+            ranking: &ranking,
+            bounds,
+        };
         let mut ranked = Vec::new();
         visit.run(&*overlay, &candidates.include, (&mut ranked, &mut found), None, record.as_mut());
         ranked.sort_unstable_by(|a, b| {

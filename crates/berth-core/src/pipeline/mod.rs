@@ -45,7 +45,7 @@ use filters::FilterStage;
 use memo::{Outcome, VisitMemo};
 use profile::{Pick, Profile};
 use scorers::{AvoidGpuNodes, SoftActorAffinity, SoftLabels, SOFT_AFFINITY_WEIGHT};
-use stage::{DecisionContext, Filter, FilterKind, Preference, Prepared, Verdict, Weighted};
+use stage::{DecisionContext, Filter, FilterKind, Preference, Prepared, Scorer, Verdict, Weighted};
 
 /// The outcome of placing one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,6 +296,8 @@ pub struct Scheduler {
     memo: VisitMemo,
     /// True when every filter reads only the node and the request.
     filters_memoized: bool,
+    /// True when the filters are the built-in ones alone ([`FilterStage::are_builtin`]).
+    builtin_filters: bool,
 }
 
 impl Scheduler {
@@ -317,6 +319,7 @@ impl Scheduler {
         Scheduler {
             config,
             filters_memoized,
+            builtin_filters: FilterStage::are_builtin(&filters),
             memo: VisitMemo::default(),
             filters,
             preferences,
@@ -518,7 +521,7 @@ impl Scheduler {
         }
         for (i, weighted) in self.scorers.iter().enumerate().filter(|_| ranks) {
             if weighted.scorer.applies(&cx) {
-                scorers.push(weighted);
+                scorers.push(weighted.per_node());
                 stages |= 1u64.checked_shl(32 + i as u32).unwrap_or(0);
                 memoized &= weighted.scorer.node_and_request_only() && i < 32;
             }
@@ -526,7 +529,12 @@ impl Scheduler {
         let ranking = Ranking { cx: &cx, preferences: &preferences, scorers: &scorers, ranks };
         self.ranked.clear();
         let bounds = self.scan_bounds(attempt.select, include.len(), record.is_some());
-        let visit = Visit { filters: &self.filters, ranking: &ranking, bounds };
+        let visit = Visit {
+            filters: &self.filters,
+            builtin_filters: self.builtin_filters,
+            ranking: &ranking,
+            bounds,
+        };
         let memo = memoized.then(|| {
             let shape = self.memo.shape(request, stages);
             (&mut self.memo, shape)
@@ -1055,7 +1063,8 @@ fn choose_bundle<'r>(
 struct Ranking<'a, 'c> {
     cx: &'a DecisionContext<'c>,
     preferences: &'a [&'a dyn Preference],
-    scorers: &'a [&'a Weighted],
+    /// Each scorer that applies as called per node ([`Weighted::per_node`]), and its weight.
+    scorers: &'a [(&'a dyn Scorer, u32)],
     /// False when the attempt selects without ranking (SPREAD, RANDOM, one node): no total
     /// is recorded.
     ranks: bool,
@@ -1072,13 +1081,12 @@ impl Ranking<'_, '_> {
                 line.preferences.push((preference.name(), prefers));
             }
         }
-        for weighted in self.scorers {
-            let raw = weighted.scorer.score(self.cx, node);
-            let points = u64::from(raw.micros()) * u64::from(weighted.weight);
+        for &(scorer, weight) in self.scorers {
+            let raw = scorer.score(self.cx, node);
+            let points = u64::from(raw.micros()) * u64::from(weight);
             ranked.score = ranked.score.saturating_add(points);
             if let Some(line) = line.as_mut() {
-                let scorer = weighted.scorer.name();
-                line.scores.push(ScoreLine { scorer, raw, weight: weighted.weight });
+                line.scores.push(ScoreLine { scorer: scorer.name(), raw, weight });
             }
         }
         ranked
@@ -1103,6 +1111,8 @@ impl NodeSource for Cluster {
 /// `bounds.1` on, see [`NodesToScore`]).
 struct Visit<'a, 'c> {
     filters: &'a [FilterStage],
+    /// `filters` are the built-in ones alone: outside explanations, they run as one call.
+    builtin_filters: bool,
     ranking: &'a Ranking<'a, 'c>,
     bounds: (Option<usize>, u32),
 }
@@ -1160,17 +1170,21 @@ impl Visit<'_, '_> {
             let mut line = EXPLAINING.then(|| node_line(index, None));
             let remembered = memo.as_ref().and_then(|(memo, shape)| memo.get(node, *shape));
             let outcome = remembered.unwrap_or_else(|| {
-                let outcome =
-                    match run_filters(self.filters, self.ranking.cx, node, line.as_mut(), false) {
-                        Some(reason) => Outcome::Unfit(reason.kind()),
-                        None => {
-                            let rank = self.ranking.rank(node, line.as_mut());
-                            if let Some(line) = line.as_mut() {
-                                line.total = self.ranking.ranks.then_some(rank.score);
-                            }
-                            Outcome::Fit { tier: rank.tier, score: rank.score }
+                let failure = if self.builtin_filters && !EXPLAINING {
+                    FilterStage::builtin_failure(self.ranking.cx, node)
+                } else {
+                    run_filters(self.filters, self.ranking.cx, node, line.as_mut(), false)
+                };
+                let outcome = match failure {
+                    Some(reason) => Outcome::Unfit(reason.kind()),
+                    None => {
+                        let rank = self.ranking.rank(node, line.as_mut());
+                        if let Some(line) = line.as_mut() {
+                            line.total = self.ranking.ranks.then_some(rank.score);
                         }
-                    };
+                        Outcome::Fit { tier: rank.tier, score: rank.score }
+                    }
+                };
                 if let Some((memo, shape)) = memo.as_mut() {
                     memo.put(node, *shape, outcome);
                 }

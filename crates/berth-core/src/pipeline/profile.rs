@@ -424,6 +424,10 @@ impl Scorer for OnClusters {
     fn node_and_request_only(&self) -> bool {
         self.scorer.node_and_request_only()
     }
+
+    fn wrapped(&self) -> Option<&dyn Scorer> {
+        Some(self.scorer.as_ref())
+    }
 }
 
 /// Values keyed by resource name, where a name may be a `prefix/*` wildcard.

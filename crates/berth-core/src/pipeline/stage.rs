@@ -215,6 +215,20 @@ pub trait Scorer: Send {
     fn node_and_request_only(&self) -> bool {
         false
     }
+
+    /// The scorer this one wraps and whose scores it gives unchanged, if it only adds when it
+    /// applies: the runner then scores nodes with that one, one virtual call per node, not two.
+    fn wrapped(&self) -> Option<&dyn Scorer> {
+        None
+    }
+}
+
+impl Weighted {
+    /// The scorer to call per node once this one applies (see [`Scorer::wrapped`]), and the
+    /// weight.
+    pub(crate) fn per_node(&self) -> (&dyn Scorer, u32) {
+        (self.scorer.wrapped().unwrap_or(self.scorer.as_ref()), self.weight)
+    }
 }
 
 /// A scorer and the weight the runner multiplies its score by.

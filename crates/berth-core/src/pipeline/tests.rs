@@ -716,3 +716,48 @@ fn a_preview_decides_as_placing_does_and_reserves_nothing() {
         }
     }
 }
+
+/// The built-in filters run as one call find what running them stage by stage finds: the
+/// first failure in the runner's order, or none.
+#[test]
+fn builtin_filters_in_one_call_fail_as_stage_by_stage() {
+    let mut c = cluster(&[
+        ("fits", "CPU=8,GPU=2"),
+        ("tainted", "CPU=8,GPU=2"),
+        ("small", "CPU=2"),
+        ("busy", "CPU=8,GPU=2"),
+        ("split", "CPU=8,GPU=2"),
+    ]);
+    c.add_taint(index(&c, "tainted"), "dedicated", "team-a").unwrap();
+    // Too small in total for the GPU asks, and for CPU=4 as well.
+    occupy(&mut c, "busy", "CPU=7");
+    // 0.8 GPU free in sum, as 0.4 on each GPU: half a GPU does not fit.
+    occupy(&mut c, "split", "GPU=0.6");
+    occupy(&mut c, "split", "GPU=0.6");
+    let filters = FilterStage::builtin();
+    assert!(FilterStage::are_builtin(&filters));
+    let mut failed = [false; 4];
+    for ask in ["CPU=1", "CPU=4", "CPU=1,GPU=1", "CPU=1,GPU=0.5", "GPU=2", "CPU=16"] {
+        let req = request(&mut c, ask, Strategy::Default);
+        let prepared = Prepared::default();
+        let cx = DecisionContext { cluster: &c, request: &req, prepared: &prepared };
+        for (_, node) in c.nodes() {
+            let one_call = FilterStage::builtin_failure(&cx, node);
+            let by_stage = run_filters(&filters, &cx, node, None, false);
+            assert_eq!(one_call, by_stage, "{ask} on {}", node.id().as_str());
+            match one_call.map(|reason| reason.kind()) {
+                Some(ReasonKind::UntoleratedTaint(_)) => failed[0] = true,
+                Some(ReasonKind::InsufficientTotal(_)) => failed[1] = true,
+                Some(ReasonKind::InsufficientAvailable(_)) => failed[2] = true,
+                Some(ReasonKind::Fragmented(_)) => failed[3] = true,
+                _ => {}
+            }
+        }
+    }
+    // Each built-in filter (taints, total, free, instances) was the first to fail somewhere.
+    assert_eq!(failed, [true; 4]);
+    // A profile's filter leaves the one call out.
+    let mut with_profile = Vec::from(FilterStage::builtin());
+    with_profile.push(FilterStage::Instances);
+    assert!(!FilterStage::are_builtin(&with_profile));
+}
