@@ -19,7 +19,8 @@
 //!   [`SHAPES_MIN`]; the least recently used goes); a new table forgets them. Each score
 //!   carries the memo's generation, which forgetting bumps, so that forgetting writes nothing
 //!   (a pass over the vectors once in [`GENERATIONS`]): at 100,000 nodes a vector is 800 KB,
-//!   and emptying them at every new table (every 256 requests) cost 5% of a decision;
+//!   and emptying them at every new table (every 256 requests) cost 6% of the decisions per
+//!   second;
 //! - interned states are forgotten, and every ID with them, once there are more than twice as
 //!   many as node slots (plus [`STATES_SLACK`]): nodes leave states behind as they change, and
 //!   forgetting costs each node one more reading of its state.
