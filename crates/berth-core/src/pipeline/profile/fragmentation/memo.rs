@@ -28,7 +28,7 @@
 //! Behaviour: exactly the scores computed without the memo. A visit of an unchanged node reads
 //! its 16-byte entry (decisions visit nodes in slot order, four to a cache line) and one entry
 //! of its decision's vector; a score is computed once per state, request shape and table
-//! (again only after its shape's vector was dropped), whichever node is in that state.
+//! (again only after its shape lost its vector to another), whichever node is in that state.
 //!
 //! Why a vector per shape, not one map by (state, shape): a decision asks for one shape, so
 //! its vector (4 bytes per state: 14 KB on the openb cluster) stays in the first-level cache
