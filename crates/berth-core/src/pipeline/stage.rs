@@ -223,20 +223,20 @@ pub trait Scorer: Send {
     }
 }
 
-impl Weighted {
-    /// The scorer to call per node once this one applies (see [`Scorer::wrapped`]), and the
-    /// weight.
-    pub(crate) fn per_node(&self) -> (&dyn Scorer, u32) {
-        (self.scorer.wrapped().unwrap_or(self.scorer.as_ref()), self.weight)
-    }
-}
-
 /// A scorer and the weight the runner multiplies its score by.
 pub struct Weighted {
     /// The scorer.
     pub scorer: Box<dyn Scorer>,
     /// Its weight.
     pub weight: u32,
+}
+
+impl Weighted {
+    /// The scorer to call per node once this one applies (see [`Scorer::wrapped`]), and the
+    /// weight.
+    pub(crate) fn per_node(&self) -> (&dyn Scorer, u32) {
+        (self.scorer.wrapped().unwrap_or(self.scorer.as_ref()), self.weight)
+    }
 }
 
 #[cfg(test)]
