@@ -10,6 +10,7 @@ use thiserror::Error;
 use crate::actor_index::{ActorIndex, PlacedActor};
 use crate::actors::{ActorAffinity, ActorId, ActorSpec};
 use crate::diagnosis::Reason;
+use crate::feed::{ChangeFeed, Changes, FeedCursor};
 use crate::instances::InstanceId;
 use crate::label_index::LabelIndex;
 use crate::labels::{LabelError, Labels, NodeFacts};
@@ -205,6 +206,8 @@ pub struct Cluster {
     /// Per resource, the alive nodes that have some of it: where a request for it starts.
     /// Computed, and forgotten, as `largest` is.
     alive_having: Derived<Vec<NodeSet>>,
+    /// The slots changed, for stages that keep counts over the nodes ([`crate::feed`]).
+    feed: ChangeFeed,
 }
 
 /// A value computed from the cluster and kept until the cluster changes: a cache, not part of
@@ -247,13 +250,20 @@ impl NodeSpec {
     }
 }
 
-/// The node in `nodes` at `index`, unless removed. A free function so that callers can borrow
-/// other fields of the cluster at the same time.
-fn slot_mut(nodes: &mut [Option<Node>], index: NodeIndex) -> Result<&mut Node, ClusterError> {
-    nodes
+/// The node in `nodes` at `index`, unless removed, noted in `feed` as changed: every change to
+/// a node goes through here or notes its slot itself. A free function so that callers can
+/// borrow other fields of the cluster at the same time.
+fn slot_mut<'a>(
+    nodes: &'a mut [Option<Node>],
+    feed: &mut ChangeFeed,
+    index: NodeIndex,
+) -> Result<&'a mut Node, ClusterError> {
+    let node = nodes
         .get_mut(index.0 as usize)
         .and_then(Option::as_mut)
-        .ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))
+        .ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))?;
+    feed.note(index);
+    Ok(node)
 }
 
 /// Takes `request` from `ledger` (bundle `bundle` of group `group`), as an allocation that
@@ -327,6 +337,7 @@ impl Cluster {
         }
         self.by_id.insert(spec.id, index);
         self.alive.insert(index);
+        self.feed.note(index);
         self.refresh_derived(index);
         Ok(index)
     }
@@ -339,7 +350,7 @@ impl Cluster {
         facts: NodeFacts,
         labels: Labels,
     ) -> Result<(), ClusterError> {
-        let node = slot_mut(&mut self.nodes, index)?;
+        let node = slot_mut(&mut self.nodes, &mut self.feed, index)?;
         let old = node.set_labels(facts, labels)?;
         self.label_index.remove(index, &old);
         self.label_index.insert(index, node.labels());
@@ -353,9 +364,9 @@ impl Cluster {
         key: &str,
         value: &str,
     ) -> Result<bool, ClusterError> {
-        slot_mut(&mut self.nodes, index)?;
+        slot_mut(&mut self.nodes, &mut self.feed, index)?;
         let taint = self.taint_table.intern(key, value)?;
-        let added = slot_mut(&mut self.nodes, index)?.add_taint(taint);
+        let added = slot_mut(&mut self.nodes, &mut self.feed, index)?.add_taint(taint);
         if added {
             self.taint_table.acquire(taint);
         }
@@ -371,7 +382,7 @@ impl Cluster {
         key: &str,
         value: &str,
     ) -> Result<bool, ClusterError> {
-        let node = slot_mut(&mut self.nodes, index)?;
+        let node = slot_mut(&mut self.nodes, &mut self.feed, index)?;
         let Some(taint) = self.taint_table.lookup(key, value) else { return Ok(false) };
         if let Some(resource) = self.taint_table.get(taint).rare_resource {
             return Err(ClusterError::RareTaint {
@@ -405,7 +416,7 @@ impl Cluster {
     fn refresh_derived(&mut self, index: NodeIndex) {
         self.largest.0.take();
         self.alive_having.0.take();
-        let Ok(node) = slot_mut(&mut self.nodes, index) else { return };
+        let Ok(node) = slot_mut(&mut self.nodes, &mut self.feed, index) else { return };
         // The per-resource sets follow the same changes as the automatic taints.
         for (i, set) in self.having.iter_mut().enumerate() {
             if !node.total().iter().any(|(r, _)| r.index() == i) {
@@ -568,7 +579,7 @@ impl Cluster {
     /// Moves a node to `state`. Alive ⇄ draining in either direction; any state → dead; a dead
     /// node stays dead.
     pub fn set_state(&mut self, index: NodeIndex, state: NodeState) -> Result<(), ClusterError> {
-        let node = slot_mut(&mut self.nodes, index)?;
+        let node = slot_mut(&mut self.nodes, &mut self.feed, index)?;
         if node.state() == NodeState::Dead && state != NodeState::Dead {
             return Err(ClusterError::Dead(node.id().clone()));
         }
@@ -608,6 +619,7 @@ impl Cluster {
             .ok_or_else(|| ClusterError::UnknownNode(format!("#{}", index.0)))?;
         self.generations[index.0 as usize] = self.generations[index.0 as usize].wrapping_add(1);
         self.free_slots.insert(index.0);
+        self.feed.note(index);
         for group in self.groups.values_mut() {
             for bundle in &mut group.bundles {
                 if matches!(bundle, BundleState::Reserved(l) if l.node == index) {
@@ -701,7 +713,7 @@ impl Cluster {
         instances: Option<&[(ResourceId, Vec<InstanceId>)]>,
     ) -> Result<Allocation, ClusterError> {
         let registry = &self.registry;
-        let node = slot_mut(&mut self.nodes, index)?;
+        let node = slot_mut(&mut self.nodes, &mut self.feed, index)?;
         if node.state() != NodeState::Alive {
             return Err(ClusterError::NotAlive { node: node.id().clone(), state: node.state() });
         }
@@ -737,6 +749,7 @@ impl Cluster {
                 }
                 if let Some(Some(node)) = self.nodes.get_mut(slot) {
                     node.release(&allocation.resources, &allocation.shares);
+                    self.feed.note(allocation.node);
                 }
             }
             AllocationSource::Bundle { group, bundle } => {
@@ -881,6 +894,7 @@ impl Cluster {
     fn release_bundle(&mut self, ledger: &BundleLedger) {
         if let Some(Some(node)) = self.nodes.get_mut(ledger.node.0 as usize) {
             node.release(ledger.reserved(), ledger.node_shares());
+            self.feed.note(ledger.node);
         }
     }
 
@@ -902,7 +916,11 @@ impl Cluster {
         resource: ResourceId,
         total: Quantity,
     ) -> Result<(), ClusterError> {
-        slot_mut(&mut self.nodes, index)?.set_capacity(resource, total, &self.registry)?;
+        slot_mut(&mut self.nodes, &mut self.feed, index)?.set_capacity(
+            resource,
+            total,
+            &self.registry,
+        )?;
         self.refresh_derived(index);
         Ok(())
     }
@@ -913,9 +931,14 @@ impl Cluster {
         index: NodeIndex,
         resource: ResourceId,
     ) -> Result<(), ClusterError> {
-        slot_mut(&mut self.nodes, index)?.delete_resource(resource);
+        slot_mut(&mut self.nodes, &mut self.feed, index)?.delete_resource(resource);
         self.refresh_derived(index);
         Ok(())
+    }
+
+    /// What changed since `cursor` (see [`crate::feed`]); `cursor` then points past it.
+    pub fn changes(&self, cursor: &mut FeedCursor) -> Changes<'_> {
+        self.feed.read(cursor)
     }
 
     /// The largest total of each resource among the alive nodes (what the best-fit scorer

@@ -68,6 +68,7 @@ pub mod actor_index;
 pub mod actors;
 pub mod cluster;
 pub mod diagnosis;
+pub mod feed;
 pub mod instances;
 pub mod label_index;
 pub mod labels;

@@ -43,6 +43,9 @@
 //! - [`failed_reserve_changes_nothing`]: from any reachable state, a reserve that is refused
 //!   leaves every node exactly as it was.
 //!
+//! Every run also reads the cluster's change feed after each operation, as a stage keeping
+//! counts over the nodes does, and checks that it noted every node whose version changed.
+//!
 //! [`stale_share_does_not_credit_a_recreated_instance`] is the minimal failing case the GPU
 //! property found (an emptied GPU pool restarted its generations), kept as a plain test.
 //!
@@ -51,7 +54,9 @@
 
 use std::collections::BTreeMap;
 
+use berth_core::feed::{Changes, FeedCursor};
 use berth_core::instances::{InstancePool, MAX_INSTANCES};
+use berth_core::node::Version;
 use berth_core::{
     Allocation, Cluster, ClusterError, NodeError, NodeId, NodeIndex, NodeState, Quantity, Reason,
     ResourceId, ResourceRegistry, ResourceSet,
@@ -373,6 +378,8 @@ struct Harness {
     model: Model,
     held: Vec<(Allocation, ModelAllocation)>,
     custom: ResourceId,
+    /// A reader of the cluster's change feed and each slot's node version as it last read.
+    feed: (FeedCursor, Vec<Option<Version>>),
 }
 
 fn q(units: i64) -> Quantity {
@@ -390,7 +397,33 @@ impl Harness {
             model: Model::default(),
             held: Vec::new(),
             custom,
+            feed: (FeedCursor::default(), Vec::new()),
         }
+    }
+
+    /// Reads the change feed as a stage keeping counts would, then checks that it knows every
+    /// node's version: a change the feed did not note would leave a reader's counts stale.
+    fn follow_feed(&mut self) -> Result<(), TestCaseError> {
+        let (cursor, known) = &mut self.feed;
+        let bound = self.cluster.index_bound();
+        known.resize(bound, None);
+        let version = |slot: usize| self.cluster.node(NodeIndex(slot as u32)).map(|n| n.version());
+        match self.cluster.changes(cursor) {
+            Changes::Everything => {
+                for (slot, known) in known.iter_mut().enumerate() {
+                    *known = version(slot);
+                }
+            }
+            Changes::Slots(slots) => {
+                for &slot in slots {
+                    known[slot as usize] = version(slot as usize);
+                }
+            }
+        }
+        for (slot, known) in known.iter().enumerate() {
+            prop_assert!(*known == version(slot), "node #{} changed, its slot was not noted", slot);
+        }
+        Ok(())
     }
 
     fn resource(&self, res: Res) -> ResourceId {
@@ -887,6 +920,7 @@ fn run(initial: &[NodeSpec], ops: &[Op]) -> Result<Harness, TestCaseError> {
     for (step, op) in ops.iter().enumerate() {
         harness.apply(op).map_err(|e| annotate(e, step, op))?;
         harness.check().map_err(|e| annotate(e, step, op))?;
+        harness.follow_feed().map_err(|e| annotate(e, step, op))?;
     }
     Ok(harness)
 }
