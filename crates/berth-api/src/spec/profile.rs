@@ -305,7 +305,8 @@ struct Settings<'a> {
     /// Volcano's released form: `sra.enable`, `sra.weight`, `sra.resourceWeight` and
     /// `proportional.*`.
     volcano: VolcanoSettings<'a>,
-    /// `bestFit`, `fragmentation`, `capacity`, `packing`, `pick` and `topKFraction`.
+    /// `bestFit`, `fragmentation`, `capacity`, `balance`, `packing`, `keepLargeHosts`,
+    /// `pick` and `topKFraction`.
     more: scorers::MoreSettings<'a>,
 }
 
@@ -363,8 +364,8 @@ enum Secondary {
 
 const TOP_LEVEL_KEYS: &str = "hybridWeight, resourceStrategyFitWeight, resources, sra \
                               (nested, or as flat keys such as sra.policy), proportional \
-                              (Volcano's form), bestFit, fragmentation, capacity, packing, pick \
-                              and topKFraction";
+                              (Volcano's form), bestFit, fragmentation, capacity, balance, \
+                              packing, keepLargeHosts, pick and topKFraction";
 
 impl<'a> Settings<'a> {
     fn read(leaves: &'a [Leaf<'a>]) -> Result<Settings<'a>, ProfileError> {
@@ -481,7 +482,10 @@ impl<'a> Settings<'a> {
             self.sra(&mut profile)?;
         }
         self.more.apply(&mut profile)?;
-        if profile.scorers.is_empty() && profile.filters.is_empty() {
+        if profile.scorers.is_empty()
+            && profile.filters.is_empty()
+            && profile.preferences.is_empty()
+        {
             return Err(error(
                 "",
                 "the profile configures nothing; set hybridWeight, resources or sra \

@@ -312,6 +312,7 @@ impl Scheduler {
         if config.avoid_gpu_nodes {
             preferences.push(Box::new(AvoidGpuNodes));
         }
+        preferences.extend(config.profile.preferences());
         let mut scorers = config.profile.scorers(&config);
         scorers
             .push(Weighted { scorer: Box::new(SoftActorAffinity), weight: SOFT_AFFINITY_WEIGHT });

@@ -44,6 +44,7 @@
 
 pub mod best_fit;
 pub mod fragmentation;
+pub mod large_hosts;
 pub mod packing;
 pub mod sra;
 pub mod strategy_fit;
@@ -51,7 +52,7 @@ pub mod strategy_fit;
 use std::sync::Arc;
 
 use super::scorers::HybridUtilization;
-use super::stage::{DecisionContext, Filter, Score, Scorer, Weighted};
+use super::stage::{DecisionContext, Filter, Preference, Score, Scorer, Weighted};
 use super::SchedulerConfig;
 use crate::cluster::Cluster;
 use crate::node::Node;
@@ -60,6 +61,7 @@ use crate::resource::ResourceId;
 use best_fit::BestFit;
 pub use fragmentation::Measure;
 use fragmentation::{Fragmentation, Shape, ShapeTable};
+use large_hosts::LargeHosts;
 use packing::SharePacking;
 use sra::{Proportional, Retention};
 use strategy_fit::ResourceStrategyFit;
@@ -71,8 +73,18 @@ pub struct Profile {
     pub scorers: Vec<ScorerSpec>,
     /// Filters added to the standard ones.
     pub filters: Vec<FilterSpec>,
+    /// Preferences added after the standard ones (each a tier below those before it).
+    pub preferences: Vec<PreferenceSpec>,
     /// How the best-ranked nodes are picked among.
     pub pick: Pick,
+}
+
+/// One extra preference of a profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreferenceSpec {
+    /// [`LargeHosts`]: while few nodes could take the largest learned shapes, other work
+    /// prefers the rest (`keepLargeHosts`).
+    LargeHosts,
 }
 
 /// How an attempt that ranks nodes (DEFAULT and the strategies that rank like it) picks among
@@ -270,7 +282,8 @@ impl Default for Profile {
     /// learned from the requests ranked so far, `balance` (weight 50, same shapes) for requests
     /// with GPUs, `packing` (weight 30) for shares of one GPU, and the best node every time,
     /// ties at random
-    /// ([`Pick::Auto`]). No best fit between nodes they rank alike: on the openb traces it cost
+    /// ([`Pick::Auto`]); above the scores, the preference [`LargeHosts`]: while few nodes are
+    /// left that could take the largest shapes seen, other work goes elsewhere. No best fit between nodes they rank alike: on the openb traces it cost
     /// 0.4–0.5 points at k = 100 at weight 1 (`default`, `gpuspec25`) and 0.1–0.3 as a pure
     /// tie-break. Behaviour: on the openb traces, more GPUs allocated than with the trace's
     /// shapes given up front (`examples/profile-fragmentation.yaml`, at the weights this had
@@ -303,6 +316,7 @@ impl Default for Profile {
                 on_gpus(ScorerSpec::Packing { weight: DEFAULT_PACKING_WEIGHT }),
             ],
             filters: Vec::new(),
+            preferences: vec![PreferenceSpec::LargeHosts],
             pick: Pick::Auto,
         }
     }
@@ -311,7 +325,7 @@ impl Default for Profile {
 impl Profile {
     /// A profile of `scorers` alone: no extra filter, the default pick.
     pub fn of_scorers(scorers: Vec<ScorerSpec>) -> Profile {
-        Profile { scorers, filters: Vec::new(), pick: Pick::TopK }
+        Profile { scorers, filters: Vec::new(), preferences: Vec::new(), pick: Pick::TopK }
     }
 
     /// Gives every fragmentation scorer whose shapes are [`Shapes::Observed`] these shapes
@@ -345,6 +359,18 @@ impl Profile {
                     FilterSpec::Proportional { primaries } => {
                         Box::new(Proportional { primaries: primaries.clone() })
                     }
+                }
+            })
+            .collect()
+    }
+
+    /// Preferences the profile adds to the standard ones, in order.
+    pub fn preferences(&self) -> Vec<Box<dyn Preference>> {
+        self.preferences
+            .iter()
+            .map(|spec| -> Box<dyn Preference> {
+                match spec {
+                    PreferenceSpec::LargeHosts => Box::new(LargeHosts::default()),
                 }
             })
             .collect()
@@ -556,6 +582,11 @@ mod tests {
         assert_eq!(whole, ["fragmentation", "capacity", "balance"]);
         assert_eq!(applying(&profile, &mut gpus, "CPU=1"), ["fragmentation", "capacity"]);
         assert_eq!(profile.pick.on(&gpus), Pick::Best);
+
+        // And a preference keeping the hosts of the largest shapes (none on a CPU-only cluster).
+        assert_eq!(profile.preferences, [PreferenceSpec::LargeHosts]);
+        let names: Vec<_> = profile.preferences().iter().map(|p| p.name()).collect();
+        assert_eq!(names, ["keep_large_hosts"]);
 
         // A profile of one's own keeps its pick whatever the cluster.
         assert_eq!(Pick::TopK.on(&gpus), Pick::TopK);

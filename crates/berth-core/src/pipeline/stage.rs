@@ -97,7 +97,10 @@ pub trait Filter: Send + Sync {
 
 /// A lexicographic preference: nodes it prefers come before any node it does not, whatever
 /// their scores (for example, CPU-only requests avoid GPU nodes when others can take them).
-pub trait Preference: Send + Sync {
+///
+/// `Send` but not `Sync`, as [`Scorer`]: a preference may keep counts between decisions in
+/// plain cells.
+pub trait Preference: Send {
     /// A short stable name, shown by `berth explain`.
     fn name(&self) -> &'static str;
     /// False when the preference has nothing to say about this request (it then sorts no

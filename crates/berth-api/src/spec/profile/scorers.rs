@@ -1,16 +1,18 @@
 //! The keys of the placement-quality scorers, `bestFit`, `fragmentation`, `capacity`,
-//! `balance` and `packing`, and of how the best-ranked nodes are picked, `pick` and
-//! `topKFraction`. The format is in
+//! `balance` and `packing`, of the preference `keepLargeHosts`, and of how the best-ranked
+//! nodes are picked, `pick` and `topKFraction`. The format is in
 //! `docs/file-formats.md`; the rules of reading are the module's (dotted keys, no defaults for
 //! invalid values, errors that name the key).
 
 use super::{
-    error, leaf_error, ratio, resource_name, value_error, weight, weight_value, Leaf, ProfileError,
-    Value,
+    boolean, error, leaf_error, ratio, resource_name, value_error, weight, weight_value, Leaf,
+    ProfileError, Value,
 };
 use berth_core::labels::{validate_value, ACCELERATOR_TYPE};
 use berth_core::pipeline::profile::fragmentation::Shape;
-use berth_core::pipeline::profile::{Measure, Pick, Profile, ResourceRules, ScorerSpec, Shapes};
+use berth_core::pipeline::profile::{
+    Measure, Pick, PreferenceSpec, Profile, ResourceRules, ScorerSpec, Shapes,
+};
 use berth_core::Quantity;
 
 /// The best-fit scorer's section.
@@ -56,6 +58,8 @@ pub(super) struct MoreSettings<'a> {
     /// The first `packing` setting: the scorer is on.
     packing: Option<&'a Leaf<'a>>,
     packing_weight: Option<u32>,
+    /// `keepLargeHosts: true` or `false`.
+    keep_large_hosts: Option<bool>,
     /// `pick: best` (true) or `pick: top-k` (false).
     pick_best: Option<(bool, &'a Leaf<'a>)>,
     top_k_fraction: Option<(Quantity, &'a Leaf<'a>)>,
@@ -100,6 +104,7 @@ impl<'a> MoreSettings<'a> {
             key if key.starts_with("packing.") => {
                 return Err(leaf_error(leaf, "unknown key; packing takes weight"));
             }
+            "keepLargeHosts" => self.keep_large_hosts = Some(boolean(leaf)?),
             "pick" => self.pick_best = Some((pick_best(leaf)?, leaf)),
             "topKFraction" => self.top_k_fraction = Some((fraction(leaf)?, leaf)),
             key if key.starts_with("bestFit.") => {
@@ -164,6 +169,9 @@ impl<'a> MoreSettings<'a> {
         }
         if self.packing.is_some() {
             profile.scorers.push(ScorerSpec::Packing { weight: self.packing_weight.unwrap_or(1) });
+        }
+        if self.keep_large_hosts == Some(true) {
+            profile.preferences.push(PreferenceSpec::LargeHosts);
         }
         profile.pick = match (self.pick_best, self.top_k_fraction) {
             (Some((true, _)), Some((_, leaf))) => {

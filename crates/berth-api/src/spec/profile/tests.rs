@@ -3,8 +3,8 @@
 use proptest::prelude::*;
 
 use super::*;
-use berth_core::pipeline::profile::Pick;
 use berth_core::pipeline::profile::StrategyKind::{LeastAllocated, MostAllocated};
+use berth_core::pipeline::profile::{Pick, PreferenceSpec};
 
 fn q(text: &str) -> Quantity {
     Quantity::parse(text).unwrap()
@@ -108,6 +108,7 @@ fn seed_profiles_load() {
             ScorerSpec::Retention { weight: 10, scarce: rules(&[("nvidia.com/gpu", 1)]) },
         ],
         filters: Vec::new(),
+        preferences: Vec::new(),
         pick: Pick::TopK,
     };
     // (profile file, expected profile)
@@ -121,6 +122,7 @@ fn seed_profiles_load() {
                     scarce: rules(&[("nvidia.com/t4", 1), ("nvidia.com/a10", 1)]),
                 }],
                 filters: Vec::new(),
+                preferences: Vec::new(),
                 pick: Pick::TopK,
             },
         ),
@@ -134,6 +136,7 @@ fn seed_profiles_load() {
                         ("nvidia.com/v100-sxm2-16gb", v100),
                     ]),
                 }],
+                preferences: Vec::new(),
                 pick: Pick::TopK,
             },
         ),
@@ -457,7 +460,7 @@ impl Generated {
             });
             filters.push(FilterSpec::Proportional { primaries: ResourceRules::new(primaries) });
         }
-        Profile { scorers, filters, pick: Pick::TopK }
+        Profile { scorers, filters, preferences: Vec::new(), pick: Pick::TopK }
     }
 }
 
@@ -684,6 +687,7 @@ pick: best
                 },
             ],
             filters: Vec::new(),
+            preferences: Vec::new(),
             pick: Pick::Best,
         }
     );
@@ -723,6 +727,13 @@ pick: best
     // Share packing, on with its section alone (weight 1) or with a weight.
     assert_eq!(load("packing: {}\n").scorers, [ScorerSpec::Packing { weight: 1 }]);
     assert_eq!(load("packing:\n  weight: 30\n").scorers, [ScorerSpec::Packing { weight: 30 }]);
+    // Keeping hosts for the largest shapes: a preference, on its own or beside scorers.
+    let keep = load("keepLargeHosts: true\n");
+    assert_eq!(
+        (keep.scorers.len(), keep.preferences.as_slice()),
+        (0, &[PreferenceSpec::LargeHosts][..])
+    );
+    assert!(load("packing: {}\nkeepLargeHosts: false\n").preferences.is_empty());
     // The example profiles load.
     for text in [
         include_str!("../../../../../examples/profile-best-fit.yaml"),
@@ -814,6 +825,8 @@ fn invalid_placement_quality_keys_name_the_key_and_the_rule() {
         ("balance: 5\n", "balance", "expected a map", Some(1)),
         ("packing: {size: 1}\n", "packing.size", "packing takes weight", Some(1)),
         ("packing.weight: -3\n", "packing.weight", "is negative", Some(1)),
+        ("packing: {}\nkeepLargeHosts: 2\n", "keepLargeHosts", "expected true or false", Some(2)),
+        ("keepLargeHosts: false\n", "", "configures nothing", None),
         ("hybridWeight: 1\npick: first\n", "pick", "unknown pick \"first\"", Some(2)),
         ("hybridWeight: 1\ntopKFraction: 0\n", "topKFraction", "out of range", Some(2)),
         ("hybridWeight: 1\ntopKFraction: 1.5\n", "topKFraction", "out of range", Some(2)),

@@ -221,6 +221,7 @@ mod tests {
         // Four equal GPU nodes; one is half full. BestFit with `pick: best` puts every GPU
         // request on the fullest node that can take it, whatever the seed.
         let profile = Profile {
+            preferences: Vec::new(),
             pick: Pick::Best,
             ..Profile::of_scorers(vec![ScorerSpec::BestFit { weight: 1, resources: cpu_gpu() }])
         };

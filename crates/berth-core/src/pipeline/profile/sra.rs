@@ -213,6 +213,7 @@ mod tests {
                 scarce: rules(&[("nvidia.com/t4", 1), ("nvidia.com/a10", 1)]),
             }],
             filters: Vec::new(),
+            preferences: Vec::new(),
             pick: Pick::TopK,
         }
     }
@@ -329,6 +330,7 @@ mod tests {
             filters: vec![FilterSpec::Proportional {
                 primaries: rules(&[("nvidia.com/gpu", gpu), ("nvidia.com/v100-sxm2-16gb", v100)]),
             }],
+            preferences: Vec::new(),
             pick: Pick::TopK,
         }
     }

@@ -261,6 +261,7 @@ mod tests {
                 resources: gpu_pack_cpu_spread(2, 1),
             }],
             filters: Vec::new(),
+            preferences: Vec::new(),
             pick: Pick::TopK,
         };
         let config = SchedulerConfig { profile, ..SchedulerConfig::default() };
@@ -307,6 +308,7 @@ mod tests {
                 resources: gpu_pack_cpu_spread(2, 1),
             }],
             filters: Vec::new(),
+            preferences: Vec::new(),
             pick: Pick::TopK,
         };
         let config = SchedulerConfig { profile, ..SchedulerConfig::default() };
