@@ -25,22 +25,18 @@
 //! share) too, as the original rule does, gained less on `gpushare100` (87.40) and lost 0.1–0.5
 //! points elsewhere: those GPUs are not bins any size can go to.
 //!
-//! Cost: the counts are kept from decision to decision; each decision compares the version of
-//! up to [`SWEEP`] GPU nodes with the one counted (all of them on clusters of up to that many
-//! GPU nodes) and counts again the GPUs of those that changed; a score is one pass over the
-//! node's GPUs and two lookups.
+//! Cost: the counts are kept from decision to decision, brought up to date from the cluster's
+//! change feed ([`crate::feed`]): each decision counts again the GPUs of the nodes changed since
+//! the last one (usually one or two); a score is one pass over the node's GPUs and two lookups.
 
 use std::cell::RefCell;
 
 use super::super::stage::{DecisionContext, Score, Scorer};
+use crate::cluster::Cluster;
+use crate::feed::{Changes, FeedCursor};
 use crate::node::{Node, NodeIndex, Version};
-use crate::nodeset::NodeSet;
 use crate::quantity::UNITS_PER_WHOLE;
 use crate::resource::ResourceId;
-
-/// GPU nodes whose versions a decision checks at most: on larger clusters the counts are
-/// brought up to date over several decisions, round-robin.
-pub const SWEEP: usize = 4096;
 
 /// Units of GPU per counted step of free part: a thousandth of a GPU.
 const STEP: i64 = UNITS_PER_WHOLE / 1000;
@@ -58,12 +54,8 @@ struct Counts {
     by_free: Vec<u32>,
     /// Per node slot: the version counted, and the free parts it added.
     nodes: Vec<(Version, Vec<u16>)>,
-    /// The GPU nodes, in index order, as of `membership`.
-    listed: Vec<NodeIndex>,
-    /// The cluster's node slots and GPU nodes when `listed` was made.
-    membership: (usize, u64),
-    /// Where in `listed` the next sweep starts (on clusters of more than [`SWEEP`] GPU nodes).
-    cursor: usize,
+    /// What the counts have read of the cluster's change feed.
+    cursor: FeedCursor,
     /// The smallest share ranked so far, in steps; free parts below it do not count.
     smallest: usize,
     /// The partly used GPUs counted (free part at least `smallest`).
@@ -75,9 +67,7 @@ impl Default for Counts {
         Counts {
             by_free: vec![0; 1001],
             nodes: Vec::new(),
-            listed: Vec::new(),
-            membership: (0, 0),
-            cursor: 0,
+            cursor: FeedCursor::default(),
             smallest: 1000,
             live: 0,
         }
@@ -111,48 +101,36 @@ fn partly_free(node: &Node) -> Vec<u16> {
 }
 
 impl Counts {
-    /// Brings the counts of up to [`SWEEP`] GPU nodes up to date.
-    fn sweep(&mut self, cx: &DecisionContext<'_>) {
-        let Some(gpu_nodes) = cx.cluster.nodes_having(ResourceId::GPU) else { return };
-        let membership = (cx.cluster.index_bound(), gpu_nodes.len());
-        if membership != self.membership {
-            self.relist(cx, gpu_nodes);
-            self.membership = membership;
+    /// Brings the counts up to date with the nodes changed since the last call.
+    fn follow(&mut self, cluster: &Cluster) {
+        if self.nodes.len() < cluster.index_bound() {
+            self.nodes.resize(cluster.index_bound(), (Version::NONE, Vec::new()));
         }
-        let listed = std::mem::take(&mut self.listed);
-        let take = listed.len().min(SWEEP);
-        let (before, from) = listed.split_at(self.cursor.min(listed.len()));
-        for &index in from.iter().chain(before).take(take) {
-            let slot = index.0 as usize;
-            // Alive or not: a node that died has had its work given back, so none of its GPUs
-            // is partly used.
-            let node = cx.cluster.node(index);
-            let version = node.map_or(Version::NONE, Node::version);
-            if self.nodes[slot].0 != version {
-                self.recount(slot, version, node.map(partly_free).unwrap_or_default());
+        let mut cursor = self.cursor;
+        match cluster.changes(&mut cursor) {
+            Changes::Slots(slots) => {
+                for &slot in slots {
+                    self.refresh(cluster, slot as usize);
+                }
+            }
+            Changes::Everything => {
+                for slot in 0..self.nodes.len() {
+                    self.refresh(cluster, slot);
+                }
             }
         }
-        self.cursor = (self.cursor + take) % listed.len().max(1);
-        self.listed = listed;
+        self.cursor = cursor;
         self.live = self.by_free[self.smallest..1000].iter().map(|&n| u64::from(n)).sum();
     }
 
-    /// Lists the GPU nodes again (iterating a list is cheaper than the cluster's bitmap, once
-    /// per decision), and forgets the counts of slots no longer listed. A node added in a free
-    /// slot while another GPU node left, between two decisions, is counted from the next change
-    /// of the cluster's GPU nodes: a heuristic's counts may lag, never go wrong for long.
-    fn relist(&mut self, cx: &DecisionContext<'_>, gpu_nodes: &NodeSet) {
-        self.listed = gpu_nodes.iter().collect();
-        if self.nodes.len() < cx.cluster.index_bound() {
-            self.nodes.resize(cx.cluster.index_bound(), (Version::NONE, Vec::new()));
+    /// Counts `slot` again if its node changed. Alive or not: a node that died has had its work
+    /// given back, so none of its GPUs is partly used; a removed node counts nothing.
+    fn refresh(&mut self, cluster: &Cluster, slot: usize) {
+        let node = cluster.node(NodeIndex(slot as u32));
+        let version = node.map_or(Version::NONE, Node::version);
+        if self.nodes[slot].0 != version {
+            self.recount(slot, version, node.map(partly_free).unwrap_or_default());
         }
-        for slot in 0..self.nodes.len() {
-            let index = NodeIndex(slot as u32);
-            if !self.nodes[slot].1.is_empty() && !gpu_nodes.contains(index) {
-                self.recount(slot, Version::NONE, Vec::new());
-            }
-        }
-        self.cursor = 0;
     }
 
     /// Replaces what `slot` counts.
@@ -186,7 +164,7 @@ impl Scorer for SharePacking {
         let Some(asked) = share(cx) else { return false };
         let mut counts = self.counts.borrow_mut();
         counts.smallest = counts.smallest.min((asked / STEP).max(1) as usize);
-        counts.sweep(cx);
+        counts.follow(cx.cluster);
         true
     }
 

@@ -101,3 +101,34 @@ fn it_applies_to_shares_only_and_counts_what_changed_since() {
     c.release(&first);
     assert_eq!(counted(&scorer, &c), (0, 0, 0), "released: nothing partly used");
 }
+
+#[test]
+fn nodes_removed_added_or_read_through_a_clone_are_counted_at_once() {
+    let mut c = cluster(&[("n", "CPU=8,GPU=1"), ("m", "CPU=8,GPU=1")]);
+    let scorer = SharePacking::default();
+    let prepared = Default::default();
+    let share = request(&mut c, "CPU=1,GPU=0.25", Strategy::Default);
+    let live = |scorer: &SharePacking, c: &Cluster| {
+        let cx = DecisionContext { cluster: c, request: &share, prepared: &prepared };
+        assert!(scorer.applies(&cx));
+        let counts = scorer.counts.borrow();
+        counts.live
+    };
+    reserve(&mut c, "n", "GPU=0.25");
+    reserve(&mut c, "m", "GPU=0.5");
+    assert_eq!(live(&scorer, &c), 2);
+    c.remove_node(index(&c, "n")).unwrap();
+    assert_eq!(live(&scorer, &c), 1, "removed");
+    // The removed node's slot taken by another, with a GPU partly used, between two decisions.
+    let total = resources(c.registry_mut(), "CPU=8,GPU=2");
+    c.add_node(crate::node::NodeId::new("o").unwrap(), total).unwrap();
+    reserve(&mut c, "o", "GPU=0.5");
+    assert_eq!(live(&scorer, &c), 2, "added in the free slot");
+    // A clone that diverged, then the original again: each counted as it is.
+    let mut copy = c.clone();
+    reserve(&mut copy, "o", "GPU=1");
+    assert_eq!(live(&scorer, &copy), 2);
+    reserve(&mut copy, "m", "GPU=0.5");
+    assert_eq!(live(&scorer, &copy), 1);
+    assert_eq!(live(&scorer, &c), 2);
+}
