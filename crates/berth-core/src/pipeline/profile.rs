@@ -301,9 +301,9 @@ impl Default for Profile {
     /// ([`Pick::Auto`]); above the scores, the preference [`LargeHosts`]: while few nodes are
     /// left that could take the largest shapes seen, other work goes elsewhere; and for work
     /// without GPUs, best fit on CPU (weight 20) while the cluster's CPU runs out before its
-    /// GPUs ([`Clusters::CpuShort`]). No best fit between nodes they rank alike: on the openb traces it cost
-    /// 0.4–0.5 points at k = 100 at weight 1 (`default`, `gpuspec25`) and 0.1–0.3 as a pure
-    /// tie-break. Behaviour: on the openb traces, more GPUs allocated than with the trace's
+    /// GPUs ([`Clusters::CpuShort`]). Otherwise no best fit between nodes they rank alike: on
+    /// the openb traces it cost 0.4–0.5 points at k = 100 at weight 1 (`default`, `gpuspec25`)
+    /// and 0.1–0.3 as a pure tie-break. Behaviour: on the openb traces, more GPUs allocated than with the trace's
     /// shapes given up front (`examples/profile-fragmentation.yaml`, at the weights this had
     /// before) on 15 of 20 traces, without having to describe the workload; a cluster that
     /// gains its first GPU node switches.
