@@ -119,8 +119,9 @@ fn label_selector_example_places_on_the_only_matching_untainted_node() {
 fn fallback_example_tries_the_m5_16xlarge_then_anything() {
     let report = labelled("fallback.yaml");
     assert_eq!(report["decision"]["outcome"], "placed");
-    // Any CPU node with 8 free: they tie (none strands a GPU), broken at random (seeded).
-    assert_eq!(report["decision"]["node"], "cpu-a2");
+    // The CPU nodes strand no GPU, but the cluster's CPU runs out before its GPUs (69% of the
+    // CPU free, 92% of the GPUs): best fit on CPU packs the request onto the fuller cpu-a1.
+    assert_eq!(report["decision"]["node"], "cpu-a1");
     let attempts = report["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 2);
     assert_eq!(attempts[0]["alternative"], 0);
@@ -130,7 +131,7 @@ fn fallback_example_tries_the_m5_16xlarge_then_anything() {
     assert_eq!(busy["rejections"][0]["reason"], "insufficient_available:CPU");
     assert_eq!(attempts[1]["alternative"], 1);
     assert_eq!(attempts[1]["label_selector"], json!({}));
-    assert_eq!(attempts[1]["chosen"], "cpu-a2");
+    assert_eq!(attempts[1]["chosen"], "cpu-a1");
 
     let table = labelled_table("fallback.yaml");
     assert!(

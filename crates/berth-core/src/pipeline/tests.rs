@@ -583,12 +583,14 @@ fn explaining_records_every_filter_for_every_node() {
     // are the task's own, the whole node expected from the start (the largest kind's: 1 GPU, 4
     // CPUs) and a whole GPU, one each. The idle GPU is fragment for the CPU task's shape before
     // and after; after, b can no longer take the whole node: a third of a GPU's excess, so
-    // each scores ⌊100 / (1 + 1/3)⌋ = 75 (weights 30 and 6).
+    // each scores ⌊100 / (1 + 1/3)⌋ = 75 (weights 30 and 6). Half the CPU is taken and no GPU:
+    // the CPU runs out first, so the task is also ranked by best fit on CPU (weight 20): 3 of
+    // the largest node's 4 CPUs left, 25.
     let scorers: Vec<&str> = b.scores.iter().map(|line| line.scorer).collect();
-    assert_eq!(scorers, ["fragmentation", "capacity"]);
+    assert_eq!(scorers, ["fragmentation", "capacity", "best_fit"]);
     let raw: Vec<u32> = b.scores.iter().map(|line| line.raw.micros() / Score::UNIT).collect();
-    assert_eq!(raw, [75, 75]);
-    assert_eq!(b.total, Some(2700 * u64::from(Score::UNIT)), "2700 points, in millionths");
+    assert_eq!(raw, [75, 75, 25]);
+    assert_eq!(b.total, Some(3200 * u64::from(Score::UNIT)), "3200 points, in millionths");
     assert_eq!(attempt.nodes[2].excluded, Some(Reason::Dead));
     assert_eq!(attempt.chosen, Some(index(&c, "b")));
 }
