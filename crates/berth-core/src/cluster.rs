@@ -941,6 +941,13 @@ impl Cluster {
         self.feed.read(cursor)
     }
 
+    /// Calls `changed` with each node slot changed since `cursor`, or with every slot below
+    /// `slots` when the feed cannot say ([`ChangeFeed::each_changed`]); `cursor` then points
+    /// past them.
+    pub fn each_changed(&self, cursor: &mut FeedCursor, slots: usize, changed: impl FnMut(usize)) {
+        self.feed.each_changed(cursor, slots, changed);
+    }
+
     /// The largest total of each resource among the alive nodes (what the best-fit scorer
     /// scales leftovers by). Computed once per change of the alive nodes or their totals.
     pub fn largest_totals(&self) -> &ResourceSet {

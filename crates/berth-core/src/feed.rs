@@ -84,6 +84,19 @@ impl ChangeFeed {
     }
 }
 
+impl ChangeFeed {
+    /// Calls `changed` with each slot appended since `cursor`, or, when the feed cannot say
+    /// ([`Changes::Everything`]), with every slot below `slots`; then `cursor` points past them.
+    /// `slots` must cover every slot the reader counts, so that a reader of another cluster
+    /// forgets the slots this one does not have.
+    pub fn each_changed(&self, cursor: &mut FeedCursor, slots: usize, changed: impl FnMut(usize)) {
+        match self.read(cursor) {
+            Changes::Slots(noted) => noted.map(|&slot| slot as usize).for_each(changed),
+            Changes::Everything => (0..slots).for_each(changed),
+        }
+    }
+}
+
 impl Default for ChangeFeed {
     fn default() -> ChangeFeed {
         ChangeFeed::with_identity()
@@ -120,6 +133,23 @@ mod tests {
         feed.note(NodeIndex(1));
         assert_eq!(slots(feed.read(&mut cursor)), Some(vec![1, 1]));
         assert_eq!(slots(feed.read(&mut cursor)), Some(vec![]));
+    }
+
+    #[test]
+    fn each_changed_calls_back_the_noted_slots_or_every_slot() {
+        let mut feed = ChangeFeed::default();
+        let mut cursor = FeedCursor::default();
+        let called = |feed: &ChangeFeed, cursor: &mut FeedCursor| {
+            let mut slots = Vec::new();
+            feed.each_changed(cursor, 3, |slot| slots.push(slot));
+            slots
+        };
+        feed.note(NodeIndex(9));
+        assert_eq!(called(&feed, &mut cursor), [0, 1, 2], "new: every slot below the bound");
+        feed.note(NodeIndex(1));
+        feed.note(NodeIndex(5));
+        assert_eq!(called(&feed, &mut cursor), [1, 5]);
+        assert!(called(&feed, &mut cursor).is_empty());
     }
 
     #[test]

@@ -18,7 +18,7 @@
 use std::cell::RefCell;
 
 use crate::cluster::Cluster;
-use crate::feed::{Changes, FeedCursor};
+use crate::feed::FeedCursor;
 use crate::node::{Node, NodeIndex, NodeState, Version};
 use crate::resource::ResourceId;
 
@@ -88,18 +88,7 @@ impl Counts {
             self.nodes.resize(cluster.index_bound(), (Version::NONE, Amounts::default()));
         }
         let mut cursor = self.cursor;
-        match cluster.changes(&mut cursor) {
-            Changes::Slots(slots) => {
-                for &slot in slots {
-                    self.refresh(cluster, slot as usize);
-                }
-            }
-            Changes::Everything => {
-                for slot in 0..self.nodes.len() {
-                    self.refresh(cluster, slot);
-                }
-            }
-        }
+        cluster.each_changed(&mut cursor, self.nodes.len(), |slot| self.refresh(cluster, slot));
         self.cursor = cursor;
     }
 

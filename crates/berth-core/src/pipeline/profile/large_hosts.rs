@@ -41,7 +41,7 @@ use super::super::stage::{DecisionContext, Preference};
 use super::fragmentation::learn::Learner;
 use super::has_gpu_nodes;
 use crate::cluster::Cluster;
-use crate::feed::{Changes, FeedCursor};
+use crate::feed::FeedCursor;
 use crate::node::{Node, NodeIndex, NodeState, Version};
 use crate::quantity::UNITS_PER_WHOLE;
 use crate::resource::ResourceId;
@@ -201,18 +201,7 @@ impl State {
             state.nodes[slot] = now;
         };
         let mut cursor = self.cursor;
-        match cluster.changes(&mut cursor) {
-            Changes::Slots(slots) => {
-                for &slot in slots {
-                    recount(self, slot as usize);
-                }
-            }
-            Changes::Everything => {
-                for slot in 0..self.nodes.len() {
-                    recount(self, slot);
-                }
-            }
-        }
+        cluster.each_changed(&mut cursor, self.nodes.len(), |slot| recount(self, slot));
         self.cursor = cursor;
     }
 }

@@ -33,7 +33,7 @@ use std::cell::RefCell;
 
 use super::super::stage::{DecisionContext, Score, Scorer};
 use crate::cluster::Cluster;
-use crate::feed::{Changes, FeedCursor};
+use crate::feed::FeedCursor;
 use crate::node::{Node, NodeIndex, Version};
 use crate::quantity::UNITS_PER_WHOLE;
 use crate::resource::ResourceId;
@@ -107,18 +107,7 @@ impl Counts {
             self.nodes.resize(cluster.index_bound(), (Version::NONE, Vec::new()));
         }
         let mut cursor = self.cursor;
-        match cluster.changes(&mut cursor) {
-            Changes::Slots(slots) => {
-                for &slot in slots {
-                    self.refresh(cluster, slot as usize);
-                }
-            }
-            Changes::Everything => {
-                for slot in 0..self.nodes.len() {
-                    self.refresh(cluster, slot);
-                }
-            }
-        }
+        cluster.each_changed(&mut cursor, self.nodes.len(), |slot| self.refresh(cluster, slot));
         self.cursor = cursor;
         self.live = self.by_free[self.smallest..1000].iter().map(|&n| u64::from(n)).sum();
     }
