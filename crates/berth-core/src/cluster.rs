@@ -10,7 +10,7 @@ use thiserror::Error;
 use crate::actor_index::{ActorIndex, PlacedActor};
 use crate::actors::{ActorAffinity, ActorId, ActorSpec};
 use crate::diagnosis::Reason;
-use crate::feed::{ChangeFeed, Changes, FeedCursor};
+use crate::feed::{ChangeFeed, FeedCursor};
 use crate::instances::InstanceId;
 use crate::label_index::LabelIndex;
 use crate::labels::{LabelError, Labels, NodeFacts};
@@ -934,11 +934,6 @@ impl Cluster {
         slot_mut(&mut self.nodes, &mut self.feed, index)?.delete_resource(resource);
         self.refresh_derived(index);
         Ok(())
-    }
-
-    /// What changed since `cursor` (see [`crate::feed`]); `cursor` then points past it.
-    pub fn changes(&self, cursor: &mut FeedCursor) -> Changes<'_> {
-        self.feed.read(cursor)
     }
 
     /// Calls `changed` with each node slot changed since `cursor`, or with every slot below

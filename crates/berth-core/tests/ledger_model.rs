@@ -54,7 +54,7 @@
 
 use std::collections::BTreeMap;
 
-use berth_core::feed::{Changes, FeedCursor};
+use berth_core::feed::FeedCursor;
 use berth_core::instances::{InstancePool, MAX_INSTANCES};
 use berth_core::node::Version;
 use berth_core::{
@@ -408,18 +408,7 @@ impl Harness {
         let bound = self.cluster.index_bound();
         known.resize(bound, None);
         let version = |slot: usize| self.cluster.node(NodeIndex(slot as u32)).map(|n| n.version());
-        match self.cluster.changes(cursor) {
-            Changes::Everything => {
-                for (slot, known) in known.iter_mut().enumerate() {
-                    *known = version(slot);
-                }
-            }
-            Changes::Slots(slots) => {
-                for &slot in slots {
-                    known[slot as usize] = version(slot as usize);
-                }
-            }
-        }
+        self.cluster.each_changed(cursor, known.len(), |slot| known[slot] = version(slot));
         for (slot, known) in known.iter().enumerate() {
             prop_assert!(*known == version(slot), "node #{} changed, its slot was not noted", slot);
         }

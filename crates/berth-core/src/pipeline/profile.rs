@@ -303,10 +303,10 @@ impl Default for Profile {
     /// without GPUs, best fit on CPU (weight 20) while the cluster's CPU runs out before its
     /// GPUs ([`Clusters::CpuShort`]). Otherwise no best fit between nodes they rank alike: on
     /// the openb traces it cost 0.4–0.5 points at k = 100 at weight 1 (`default`, `gpuspec25`)
-    /// and 0.1–0.3 as a pure tie-break. Behaviour: on the openb traces, more GPUs allocated than with the trace's
-    /// shapes given up front (`examples/profile-fragmentation.yaml`, at the weights this had
-    /// before) on 15 of 20 traces, without having to describe the workload; a cluster that
-    /// gains its first GPU node switches.
+    /// and 0.1–0.3 as a pure tie-break. Behaviour: on the openb traces, more GPUs allocated
+    /// than with the trace's shapes given up front (`examples/profile-fragmentation.yaml`, at
+    /// the weights this had before) on 18 of 20 traces, without having to describe the
+    /// workload; a cluster that gains its first GPU node switches.
     fn default() -> Self {
         let on_gpus =
             |scorer| ScorerSpec::Only { clusters: Clusters::WithGpus, scorer: Box::new(scorer) };
