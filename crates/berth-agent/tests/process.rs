@@ -512,11 +512,13 @@ else:
     start
 }
 
-/// The parent PID an attempt printed.
+/// The parent PID an attempt printed. Exactly one process runs an attempt: a fork given up
+/// whose child ran all the same would print twice here.
 fn parent_of(runner: &ProcessRunner, work_id: &str) -> u32 {
     let text = log(&runner.log_paths(work_id).0);
-    let line = text.lines().find(|l| l.starts_with("ppid ")).unwrap_or_else(|| panic!("{text}"));
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("ppid ")).collect();
+    assert_eq!(lines.len(), 1, "one process ran {work_id}:\n{text}");
+    lines[0].split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 /// Runs attempts `prefix-0`, `prefix-1`… of `fork_server_task` (exit 0) until one is forked (its parent is not this

@@ -443,7 +443,25 @@ fn read(stdout: BufReader<ChildStdout>, link: &Link, pid: u32) {
 fn is_child_of(child: u32, server: u32) -> bool {
     child > 1
         && i32::try_from(child).is_ok()
-        && super::state::stat(child).is_none_or(|stat| stat.ppid == server as i32)
+        && named_child(super::state::stat(child), || super::state::stat(child), server)
+}
+
+/// The rule of [`is_child_of`] on what `/proc` said (`first`) and says when asked `again`.
+/// A read that races the server reaping its child shows parent 0 (the kernel has already
+/// unhashed the process, in any state letter); the process is gone once that is done, so a
+/// second read finds nothing. A process that still shows parent 0 then (PID 1 of a
+/// namespace, or one whose parent is outside it) is not the server's.
+fn named_child(
+    first: Option<super::state::Stat>,
+    again: impl FnOnce() -> Option<super::state::Stat>,
+    server: u32,
+) -> bool {
+    match first {
+        None => true,
+        Some(stat) if stat.ppid == server as i32 => true,
+        Some(stat) if stat.ppid == 0 => again().is_none(),
+        Some(_) => false,
+    }
 }
 
 #[cfg(test)]
@@ -477,6 +495,22 @@ mod tests {
         assert!(!is_child_of(0, parent), "0 names the caller's own group");
         assert!(!is_child_of(1, 0));
         assert!(!is_child_of(u32::MAX, parent), "not a PID");
+    }
+
+    #[test]
+    fn a_child_read_while_its_server_reaps_it_is_accepted_once_it_is_gone() {
+        let stat =
+            |state, ppid| Some(super::super::state::Stat { state, ppid, pgrp: 9, start_time: 1 });
+        let unasked = || -> Option<super::super::state::Stat> { panic!("read once is enough") };
+        assert!(named_child(None, unasked, 7), "reaped before the read");
+        assert!(named_child(stat('R', 7), unasked, 7));
+        assert!(named_child(stat('Z', 7), unasked, 7), "a zombie is still its child");
+        assert!(!named_child(stat('S', 8), unasked, 7), "another's child");
+        // Mid-reap reads show parent 0 in any state letter; the process is gone right after.
+        for state in ['R', 'Z', 'X'] {
+            assert!(named_child(stat(state, 0), || None, 7), "{state}");
+        }
+        assert!(!named_child(stat('S', 0), || stat('S', 0), 7), "parent outside the namespace");
     }
 
     #[test]
