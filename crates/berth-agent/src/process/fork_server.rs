@@ -53,6 +53,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
+use super::state::Stat;
+
 /// The directory under the runner's directory holding the servers' stderr.
 pub const FORK_SERVER_DIR: &str = "fork-servers";
 /// How many servers an agent keeps; the least recently used one is ended beyond that.
@@ -451,11 +453,7 @@ fn is_child_of(child: u32, server: u32) -> bool {
 /// unhashed the process, in any state letter); the process is gone once that is done, so a
 /// second read finds nothing. A process that still shows parent 0 then (PID 1 of a
 /// namespace, or one whose parent is outside it) is not the server's.
-fn named_child(
-    first: Option<super::state::Stat>,
-    again: impl FnOnce() -> Option<super::state::Stat>,
-    server: u32,
-) -> bool {
+fn named_child(first: Option<Stat>, again: impl FnOnce() -> Option<Stat>, server: u32) -> bool {
     match first {
         None => true,
         Some(stat) if stat.ppid == server as i32 => true,
@@ -499,9 +497,8 @@ mod tests {
 
     #[test]
     fn a_child_read_while_its_server_reaps_it_is_accepted_once_it_is_gone() {
-        let stat =
-            |state, ppid| Some(super::super::state::Stat { state, ppid, pgrp: 9, start_time: 1 });
-        let unasked = || -> Option<super::super::state::Stat> { panic!("read once is enough") };
+        let stat = |state, ppid| Some(Stat { state, ppid, pgrp: 9, start_time: 1 });
+        let unasked = || -> Option<Stat> { panic!("read once is enough") };
         assert!(named_child(None, unasked, 7), "reaped before the read");
         assert!(named_child(stat('R', 7), unasked, 7));
         assert!(named_child(stat('Z', 7), unasked, 7), "a zombie is still its child");
