@@ -82,9 +82,7 @@ impl ChangeFeed {
         }
         Changes::Slots(self.slots.range((since - self.first) as usize..))
     }
-}
 
-impl ChangeFeed {
     /// Calls `changed` with each slot appended since `cursor`, or, when the feed cannot say
     /// ([`Changes::Everything`]), with every slot below `slots`; then `cursor` points past them.
     /// `slots` must cover every slot the reader counts, so that a reader of another cluster

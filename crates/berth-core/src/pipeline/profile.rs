@@ -47,6 +47,7 @@ mod cpu_short;
 pub mod fragmentation;
 pub mod large_hosts;
 pub mod packing;
+mod per_node;
 pub mod sra;
 pub mod strategy_fit;
 

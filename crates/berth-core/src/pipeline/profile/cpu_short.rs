@@ -17,9 +17,9 @@
 
 use std::cell::RefCell;
 
+use super::per_node::PerNode;
 use crate::cluster::Cluster;
-use crate::feed::FeedCursor;
-use crate::node::{Node, NodeIndex, NodeState, Version};
+use crate::node::{Node, NodeState};
 use crate::resource::ResourceId;
 
 /// The sums, kept between decisions.
@@ -30,9 +30,8 @@ pub(super) struct CpuShort {
 
 #[derive(Debug, Default)]
 struct Counts {
-    cursor: FeedCursor,
-    /// Per node slot: the version counted and what it added to `sums`.
-    nodes: Vec<(Version, Amounts)>,
+    /// Per node slot, what it added to `sums`.
+    nodes: PerNode<Amounts>,
     sums: Amounts,
 }
 
@@ -84,24 +83,12 @@ impl CpuShort {
 
 impl Counts {
     fn follow(&mut self, cluster: &Cluster) {
-        if self.nodes.len() < cluster.index_bound() {
-            self.nodes.resize(cluster.index_bound(), (Version::NONE, Amounts::default()));
-        }
-        let mut cursor = self.cursor;
-        cluster.each_changed(&mut cursor, self.nodes.len(), |slot| self.refresh(cluster, slot));
-        self.cursor = cursor;
-    }
-
-    fn refresh(&mut self, cluster: &Cluster, slot: usize) {
-        let node = cluster.node(NodeIndex(slot as u32));
-        let version = node.map_or(Version::NONE, Node::version);
-        if self.nodes[slot].0 == version {
-            return;
-        }
-        let now = node.map(Amounts::of).unwrap_or_default();
-        let (_, before) = std::mem::replace(&mut self.nodes[slot], (version, now));
-        self.sums.add(before, -1);
-        self.sums.add(now, 1);
+        let sums = &mut self.sums;
+        let count = |node: Option<&Node>| node.map(Amounts::of).unwrap_or_default();
+        self.nodes.follow(cluster, count, |before, now| {
+            sums.add(before, -1);
+            sums.add(*now, 1);
+        });
     }
 }
 

@@ -40,9 +40,9 @@ use std::cell::RefCell;
 use super::super::stage::{DecisionContext, Preference};
 use super::fragmentation::learn::Learner;
 use super::has_gpu_nodes;
+use super::per_node::PerNode;
 use crate::cluster::Cluster;
-use crate::feed::FeedCursor;
-use crate::node::{Node, NodeIndex, NodeState, Version};
+use crate::node::{Node, NodeState};
 use crate::quantity::UNITS_PER_WHOLE;
 use crate::resource::ResourceId;
 
@@ -73,10 +73,8 @@ struct State {
     shapes: Vec<LargeShape>,
     /// GPU units asked by every request counted, each times its count.
     asked: u128,
-    /// What the counts have read of the cluster's change feed.
-    cursor: FeedCursor,
     /// Per node slot, what it counted.
-    nodes: Vec<Counted>,
+    nodes: PerNode<Counted>,
     /// Idle GPU units of the alive nodes.
     idle: i64,
     /// The kept shapes this decision's request is not one of: `(GPUs, CPU units)`.
@@ -93,26 +91,22 @@ struct LargeShape {
     hosts: u64,
 }
 
-/// What one node slot counts for: its version then, GPUs wholly free, CPU free, idle GPU.
-#[derive(Clone, Copy, Debug)]
+/// What one node slot counts for: GPUs wholly free, CPU free, idle GPU.
+#[derive(Clone, Copy, Debug, Default)]
 struct Counted {
-    version: Version,
     whole: u32,
     cpu: i64,
     idle: i64,
 }
 
 impl Counted {
-    const NONE: Counted = Counted { version: Version::NONE, whole: 0, cpu: 0, idle: 0 };
-
     /// An alive node as it is now; any other slot counts for nothing.
     fn of(node: Option<&Node>) -> Counted {
         let Some(node) = node.filter(|n| n.state() == NodeState::Alive) else {
-            return Counted { version: node.map_or(Version::NONE, Node::version), ..Counted::NONE };
+            return Counted::default();
         };
         let available = node.available();
         Counted {
-            version: node.version(),
             whole: whole_free(node),
             cpu: available.get(ResourceId::CPU).units(),
             idle: available.get(ResourceId::GPU).units(),
@@ -175,7 +169,7 @@ impl State {
             }
         } else {
             for shape in &mut shapes {
-                shape.hosts = self.nodes.iter().filter(|n| n.hosts(shape)).count() as u64;
+                shape.hosts = self.nodes.values().filter(|n| n.hosts(shape)).count() as u64;
             }
         }
         self.shapes = shapes;
@@ -183,26 +177,14 @@ impl State {
 
     /// Brings the counts up to date with the cluster.
     fn follow(&mut self, cluster: &Cluster) {
-        if self.nodes.len() < cluster.index_bound() {
-            self.nodes.resize(cluster.index_bound(), Counted::NONE);
-        }
-        let recount = |state: &mut State, slot: usize| {
-            let node = cluster.node(NodeIndex(slot as u32));
-            let before = state.nodes[slot];
-            if before.version == node.map_or(Version::NONE, Node::version) {
-                return;
-            }
-            let now = Counted::of(node);
-            state.idle += now.idle - before.idle;
-            for shape in &mut state.shapes {
+        let (idle, shapes) = (&mut self.idle, &mut self.shapes);
+        self.nodes.follow(cluster, Counted::of, |before, now| {
+            *idle += now.idle - before.idle;
+            for shape in shapes.iter_mut() {
                 shape.hosts =
                     shape.hosts + u64::from(now.hosts(shape)) - u64::from(before.hosts(shape));
             }
-            state.nodes[slot] = now;
-        };
-        let mut cursor = self.cursor;
-        cluster.each_changed(&mut cursor, self.nodes.len(), |slot| recount(self, slot));
-        self.cursor = cursor;
+        });
     }
 }
 

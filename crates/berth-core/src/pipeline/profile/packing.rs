@@ -32,9 +32,9 @@
 use std::cell::RefCell;
 
 use super::super::stage::{DecisionContext, Score, Scorer};
+use super::per_node::PerNode;
 use crate::cluster::Cluster;
-use crate::feed::FeedCursor;
-use crate::node::{Node, NodeIndex, Version};
+use crate::node::Node;
 use crate::quantity::UNITS_PER_WHOLE;
 use crate::resource::ResourceId;
 
@@ -52,10 +52,8 @@ pub struct SharePacking {
 struct Counts {
     /// `by_free[g]`: partly used GPUs with `g` thousandths free (0 and 1000 stay 0).
     by_free: Vec<u32>,
-    /// Per node slot: the version counted, and the free parts it added.
-    nodes: Vec<(Version, Vec<u16>)>,
-    /// What the counts have read of the cluster's change feed.
-    cursor: FeedCursor,
+    /// Per node slot, the free parts it added.
+    nodes: PerNode<Vec<u16>>,
     /// The smallest share ranked so far, in steps; free parts below it do not count.
     smallest: usize,
     /// The partly used GPUs counted (free part at least `smallest`).
@@ -64,13 +62,7 @@ struct Counts {
 
 impl Default for Counts {
     fn default() -> Counts {
-        Counts {
-            by_free: vec![0; 1001],
-            nodes: Vec::new(),
-            cursor: FeedCursor::default(),
-            smallest: 1000,
-            live: 0,
-        }
+        Counts { by_free: vec![0; 1001], nodes: PerNode::default(), smallest: 1000, live: 0 }
     }
 }
 
@@ -101,36 +93,21 @@ fn partly_free(node: &Node) -> Vec<u16> {
 }
 
 impl Counts {
-    /// Brings the counts up to date with the nodes changed since the last call.
+    /// Brings the counts up to date with the nodes changed since the last call. Alive or not:
+    /// a node that died has had its work given back, so none of its GPUs is partly used; a
+    /// removed node counts nothing.
     fn follow(&mut self, cluster: &Cluster) {
-        if self.nodes.len() < cluster.index_bound() {
-            self.nodes.resize(cluster.index_bound(), (Version::NONE, Vec::new()));
-        }
-        let mut cursor = self.cursor;
-        cluster.each_changed(&mut cursor, self.nodes.len(), |slot| self.refresh(cluster, slot));
-        self.cursor = cursor;
+        let by_free = &mut self.by_free;
+        let count = |node: Option<&Node>| node.map(partly_free).unwrap_or_default();
+        self.nodes.follow(cluster, count, |before, now| {
+            for g in before {
+                by_free[usize::from(g)] -= 1;
+            }
+            for &g in now {
+                by_free[usize::from(g)] += 1;
+            }
+        });
         self.live = self.by_free[self.smallest..1000].iter().map(|&n| u64::from(n)).sum();
-    }
-
-    /// Counts `slot` again if its node changed. Alive or not: a node that died has had its work
-    /// given back, so none of its GPUs is partly used; a removed node counts nothing.
-    fn refresh(&mut self, cluster: &Cluster, slot: usize) {
-        let node = cluster.node(NodeIndex(slot as u32));
-        let version = node.map_or(Version::NONE, Node::version);
-        if self.nodes[slot].0 != version {
-            self.recount(slot, version, node.map(partly_free).unwrap_or_default());
-        }
-    }
-
-    /// Replaces what `slot` counts.
-    fn recount(&mut self, slot: usize, version: Version, now: Vec<u16>) {
-        let before = std::mem::replace(&mut self.nodes[slot], (version, now));
-        for g in before.1 {
-            self.by_free[usize::from(g)] -= 1;
-        }
-        for &g in &self.nodes[slot].1 {
-            self.by_free[usize::from(g)] += 1;
-        }
     }
 
     /// `N(g)` for a free part of `units`.

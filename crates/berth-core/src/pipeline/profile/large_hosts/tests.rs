@@ -7,6 +7,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::*;
 use crate::cluster::{Allocation, Cluster};
+use crate::node::NodeIndex;
 use crate::pipeline::profile::{
     Pick, PreferenceSpec, Profile, ResourceRules, ResourceStrategy, ScorerSpec, StrategyKind,
 };
