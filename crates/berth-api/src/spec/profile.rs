@@ -232,7 +232,7 @@ impl<'de> Deserialize<'de> for KeyText {
 // Flattening: both forms become dotted keys.
 
 /// The maps whose keys are joined to theirs with a dot: `sra: {policy: x}` is `sra.policy: x`.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "sra",
     "sra.retention",
     "sra.proportional",
@@ -241,6 +241,7 @@ const SECTIONS: [&str; 9] = [
     scorers::FRAGMENTATION,
     scorers::CAPACITY,
     scorers::BALANCE,
+    scorers::CPU_FRAGMENTATION,
     scorers::PACKING,
 ];
 

@@ -1,5 +1,5 @@
 //! The keys of the placement-quality scorers, `bestFit`, `fragmentation`, `capacity`,
-//! `balance` and `packing`, of the preference `keepLargeHosts`, and of how the best-ranked
+//! `balance`, `cpuFragmentation` and `packing`, of the preference `keepLargeHosts`, and of how the best-ranked
 //! nodes are picked, `pick` and `topKFraction`. The format is in
 //! `docs/file-formats.md`; the rules of reading are the module's (dotted keys, no defaults for
 //! invalid values, errors that name the key).
@@ -23,10 +23,13 @@ pub(super) const FRAGMENTATION: &str = "fragmentation";
 pub(super) const CAPACITY: &str = "capacity";
 /// The balance scorer's section.
 pub(super) const BALANCE: &str = "balance";
+/// The CPU-fragment scorer's section.
+pub(super) const CPU_FRAGMENTATION: &str = "cpuFragmentation";
 /// The share packing scorer's section.
 pub(super) const PACKING: &str = "packing";
 /// Sections that turn their scorer on even when empty.
-pub(super) const SCORER_SECTIONS: [&str; 5] = [BEST_FIT, FRAGMENTATION, CAPACITY, BALANCE, PACKING];
+pub(super) const SCORER_SECTIONS: [&str; 6] =
+    [BEST_FIT, FRAGMENTATION, CAPACITY, BALANCE, CPU_FRAGMENTATION, PACKING];
 
 /// What `bestFit.resources` is when not given: CPU and GPU, alike (the FGD paper's baseline).
 const BEST_FIT_DEFAULT: [(&str, u32); 2] = [("CPU", 1), ("GPU", 1)];
@@ -41,10 +44,11 @@ struct MeasureSettings<'a> {
 }
 
 /// The sections of the measures, in the order of [`MoreSettings::measures`].
-const MEASURES: [(&str, Measure); 3] = [
+const MEASURES: [(&str, Measure); 4] = [
     (FRAGMENTATION, Measure::Fragment),
     (CAPACITY, Measure::LostCapacity),
     (BALANCE, Measure::Balance),
+    (CPU_FRAGMENTATION, Measure::CpuFragment),
 ];
 
 #[derive(Default)]
@@ -53,8 +57,8 @@ pub(super) struct MoreSettings<'a> {
     best_fit: Option<&'a Leaf<'a>>,
     best_fit_weight: Option<u32>,
     best_fit_resources: Option<(Vec<(String, u32)>, &'a Leaf<'a>)>,
-    /// `fragmentation`, `capacity` and `balance`, in that order.
-    measures: [MeasureSettings<'a>; 3],
+    /// `fragmentation`, `capacity`, `balance` and `cpuFragmentation`, in that order.
+    measures: [MeasureSettings<'a>; 4],
     /// The first `packing` setting: the scorer is on.
     packing: Option<&'a Leaf<'a>>,
     packing_weight: Option<u32>,
@@ -80,7 +84,7 @@ impl<'a> MoreSettings<'a> {
                 self.best_fit.get_or_insert(leaf);
                 self.best_fit_resources = Some((best_fit_resources(leaf)?, leaf));
             }
-            FRAGMENTATION | CAPACITY | BALANCE => {
+            FRAGMENTATION | CAPACITY | BALANCE | CPU_FRAGMENTATION => {
                 self.measure(&leaf.key).on.get_or_insert(leaf);
             }
             key if key.ends_with(".weight") && self.is_measure(key) => {
@@ -123,7 +127,7 @@ impl<'a> MoreSettings<'a> {
     }
 
     /// True when `key` is in the section of a measure (`fragmentation.…`, `capacity.…`,
-    /// `balance.…`).
+    /// `balance.…`, `cpuFragmentation.…`).
     fn is_measure(&self, key: &str) -> bool {
         MEASURES
             .iter()

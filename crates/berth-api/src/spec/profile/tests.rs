@@ -638,8 +638,8 @@ fn duplicate_keys_are_rejected_by_the_parser() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The placement-quality keys: bestFit, fragmentation, capacity, balance, packing, pick,
-// topKFraction.
+// The placement-quality keys: bestFit, fragmentation, capacity, balance, cpuFragmentation,
+// packing, pick, topKFraction.
 
 #[test]
 fn placement_quality_keys_load() {
@@ -722,6 +722,15 @@ pick: best
             weight: 50,
             shapes: Shapes::Learned,
             measure: Measure::Balance,
+        }]
+    );
+    // The CPU fragment, as the default profile's for GPU work while the CPU runs short.
+    assert_eq!(
+        load("cpuFragmentation:\n  weight: 100\n  shapes: learned\n").scorers,
+        [ScorerSpec::Fragmentation {
+            weight: 100,
+            shapes: Shapes::Learned,
+            measure: Measure::CpuFragment,
         }]
     );
     // Share packing, on with its section alone (weight 1) or with a weight.
@@ -823,6 +832,12 @@ fn invalid_placement_quality_keys_name_the_key_and_the_rule() {
         ("balance: {mix: cpu}\n", "balance.mix", "balance takes weight and shapes", Some(1)),
         ("balance.weight: -2\n", "balance.weight", "is negative", Some(1)),
         ("balance: 5\n", "balance", "expected a map", Some(1)),
+        (
+            "cpuFragmentation: {cpu: 16}\n",
+            "cpuFragmentation.cpu",
+            "cpuFragmentation takes weight and shapes",
+            Some(1),
+        ),
         ("packing: {size: 1}\n", "packing.size", "packing takes weight", Some(1)),
         ("packing.weight: -3\n", "packing.weight", "is negative", Some(1)),
         ("packing: {}\nkeepLargeHosts: 2\n", "keepLargeHosts", "expected true or false", Some(2)),

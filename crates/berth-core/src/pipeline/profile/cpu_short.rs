@@ -1,7 +1,8 @@
 //! Whether a cluster's CPU runs out before its GPUs: its free CPU is less than nine tenths as
-//! large a share of its CPU as its free GPU is of its GPUs (alive nodes). The default profile
-//! packs work without GPUs by CPU while that holds
-//! ([`Clusters::CpuShort`](super::Clusters::CpuShort)).
+//! large a share of its CPU as its free GPU is of its GPUs (alive nodes). While that holds,
+//! the default profile packs work without GPUs by CPU, ranks work with GPUs by the CPU
+//! fragment ([`Clusters::CpuShort`](super::Clusters::CpuShort)), and keeps hosts for the
+//! largest pods with a wider margin (`large_hosts`).
 //!
 //! Why: where the pods ask much CPU per GPU (the `cpu300` trace, 30% of its pods CPU-only), the
 //! cluster's CPU is used up first, and GPU pods of 18 to 24 CPUs or 8 GPUs then fail for want

@@ -113,6 +113,57 @@ fn the_balance_measure_by_hand() {
     assert_eq!(weighed.gpu_per_cpu, (gpu, cpu));
 }
 
+#[test]
+fn the_cpu_fragment_measure_by_hand() {
+    let mut c = t4_node();
+    let table = ShapeTable::new(&five_shapes());
+    let cpu_fragment = |c: &Cluster| {
+        let node = c.node(index(c, "t4")).unwrap();
+        let free = SortedFree::new(&gpu_free(node));
+        let cpu_free = node.available().get(ResourceId::CPU).units();
+        table.measure(Measure::CpuFragment, cpu_free, table.model_of(node), &free)
+    };
+    // 10 CPUs free. A fits, B asks 12 CPUs (weight 1), C wants a V100 (1), D has its two
+    // whole GPUs, E (1 CPU, no GPU) fits: 10 CPUs × weight 2, in units.
+    assert_eq!(cpu_fragment(&c), q("10").units() as u128 * 2);
+    // 2 CPUs free: A (4 CPUs, weight 2) no longer fits; D (2) and E (1) still do.
+    reserve(&mut c, "t4", "CPU=8");
+    assert_eq!(cpu_fragment(&c), q("2").units() as u128 * 4);
+    // No CPU free: every shape that asks CPU is unserved, but nothing is left to strand.
+    reserve(&mut c, "t4", "CPU=2");
+    assert_eq!(cpu_fragment(&c), 0);
+    // CPU-only shapes are kept with their CPU amounts, weighed and cut like the others.
+    let cpu_only = ShapeTable::new(&[shape("32", "0", &[], 3), shape("8", "0", &[], 1)]);
+    assert_eq!(cpu_only.no_gpu_steps, [(q("8").units(), 1), (q("32").units(), 4)]);
+    let weighed = cpu_only.weighed_by_supply(&c);
+    assert_eq!(weighed.no_gpu_steps, [(q("8").units(), 1000), (q("32").units(), 4000)]);
+    assert_eq!(weighed.covering(95).no_gpu_steps, weighed.no_gpu_steps);
+}
+
+/// The CPU fragment sends GPU work where it leaves the CPU holes the shapes need.
+#[test]
+fn the_cpu_fragment_keeps_cpu_holes_that_shapes_need() {
+    let mut c = typed_cluster(&[("a", "CPU=48,GPU=2", "T4"), ("b", "CPU=48,GPU=2", "T4")]);
+    reserve(&mut c, "a", "CPU=8");
+    reserve(&mut c, "b", "CPU=12");
+    // Pods of 32 CPUs without GPUs, and of 4 CPUs and 1 GPU: weight 2 in all.
+    let shapes = [shape("32", "0", &[], 1), shape("4", "1", &[], 1)];
+    let scorer =
+        Fragmentation::new(std::sync::Arc::new(ShapeTable::new(&shapes)), Measure::CpuFragment);
+    assert_eq!(scorer.name(), "cpu-fragmentation");
+    let req = request(&mut c, "CPU=6,GPU=1", Strategy::Default);
+    let cx = DecisionContext { cluster: &c, request: &req, prepared: &Prepared::default() };
+    assert!(scorer.applies(&cx));
+    let raw =
+        |node: &str| scorer.score(&cx, c.node(index(&c, node)).unwrap()).micros() / Score::UNIT;
+    // On "a", 40 → 34 CPUs free: both shapes still fit; the excess is the 6 CPUs taken, 6 / 16
+    // of a GPU: ⌊100 / 1.375⌋.
+    assert_eq!(raw("a"), 72);
+    // On "b", 36 → 30: the 32-CPU shape (weight 1 of 2) strands the 30 left, an excess of 6 +
+    // 30 / 2 = 21 CPUs, 21 / 16 of a GPU: ⌊100 / 2.3125⌋.
+    assert_eq!(raw("b"), 43);
+}
+
 /// Balance sends work that asks little CPU for its GPUs where CPU ran short, and does not rank
 /// work without GPUs.
 #[test]
@@ -481,14 +532,14 @@ fn a_memo_forgets_its_states_beyond_twice_the_nodes() {
 }
 
 proptest! {
-    /// The forgetting memo scores exactly as a fresh scorer given the same shapes, for either
-    /// measure, whatever changes between decisions: shares taken from any GPU (so nodes pass
+    /// The forgetting memo scores exactly as a fresh scorer given the same shapes, for each
+    /// measure scored through it, whatever changes between decisions: shares taken from any GPU (so nodes pass
     /// through equal multisets of free amounts on different GPUs), releases, CPU taken,
     /// shapes rebuilt.
     #[test]
     fn a_memo_that_forgets_scores_as_a_fresh_scorer(
         // The measures scored through the memo (balance reads its two numbers directly).
-        measure in 0usize..2,
+        measure in prop_oneof![Just(0usize), Just(1), Just(3)],
         steps in proptest::collection::vec((0usize..5, 0usize..3, change()), 1..150),
     ) {
         forgetting_memo_scores_as_fresh(MEASURES[measure], &steps);
@@ -528,14 +579,15 @@ fn without_shapes_the_scorer_does_not_apply() {
 }
 
 /// Every measure, for the property tests.
-const MEASURES: [Measure; 3] = [Measure::Fragment, Measure::LostCapacity, Measure::Balance];
+const MEASURES: [Measure; 4] =
+    [Measure::Fragment, Measure::LostCapacity, Measure::Balance, Measure::CpuFragment];
 
 proptest! {
-    /// Placing g GPUs lowers each measure by at most g: the excess is never negative, so the
-    /// score's mapping loses nothing.
+    /// Placing g GPUs lowers each measure by at most g (the CPU fragment: placing c CPUs, by at
+    /// most c): the excess is never negative, so the score's mapping loses nothing.
     #[test]
     fn excess_is_never_negative(
-        measure in 0usize..3,
+        measure in 0usize..4,
         used in proptest::collection::vec(0u32..=4, 4),
         cpu_used in 0u32..16,
         ask_gpu in prop_oneof![Just(0u32), 1u32..10, Just(10), Just(20)],
@@ -573,7 +625,10 @@ proptest! {
         let cpu_after = cpu_free - Quantity::from_whole(i64::from(ask_cpu)).units();
         prop_assume!(cpu_after >= 0);
         let after = table.measure(measure, cpu_after, model, &SortedFree::new(&free));
-        let taken = asked as u128 * u128::from(table.total_weight());
+        let taken = match measure {
+            Measure::CpuFragment => (cpu_free - cpu_after) as u128,
+            _ => asked as u128,
+        } * u128::from(table.total_weight());
         prop_assert!(after + taken >= before, "before {before}, after {after}, taken {taken}");
     }
 }

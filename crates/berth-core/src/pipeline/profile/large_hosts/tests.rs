@@ -118,6 +118,39 @@ fn hosts_are_kept_only_while_they_are_no_more_than_the_pods_expected_times_the_m
     assert!(!view(&keep, &mut c, "CPU=1,GPU=1").0);
 }
 
+/// While the cluster's CPU runs out before its GPUs, hosts are kept up to three times the pods
+/// expected, not two.
+#[test]
+fn while_the_cpu_runs_short_the_margin_is_three() {
+    let keep = LargeHosts::default();
+    let mut c = cluster(&[
+        ("big-a", "CPU=64,GPU=8"),
+        ("big-b", "CPU=64,GPU=8"),
+        ("big-c", "CPU=64,GPU=8"),
+        ("small", "CPU=16,GPU=2"),
+    ]);
+    // Rebuilt at the 16th request: one pod of 8 GPUs and 32 CPUs, fifteen of 1 GPU: 23 GPUs
+    // asked, 26 idle, 3 hosts. 3 × 23 = 69 is above 2 × 1 × 26 = 52 and not above 3 × 26 = 78.
+    view(&keep, &mut c, "CPU=32,GPU=8");
+    for _ in 0..14 {
+        view(&keep, &mut c, "CPU=4,GPU=1");
+    }
+    assert!(!view(&keep, &mut c, "CPU=4,GPU=1").0, "the CPU does not run short: margin 2");
+    // 32 of the 208 CPUs taken, no GPU: 85 % of the CPU free against all the GPU. "big-c"
+    // keeps 48 CPUs free and stays a host.
+    reserve(&mut c, "small", "CPU=16");
+    reserve(&mut c, "big-c", "CPU=16");
+    let (applies, preferred) = view(&keep, &mut c, "CPU=4,GPU=1");
+    assert!(applies, "the CPU runs short: margin 3");
+    assert_eq!(preferred, ["small"]);
+    assert!(!view(&keep, &mut c, "CPU=32,GPU=8").0, "its own pods are not kept off");
+}
+
+fn reserve(c: &mut Cluster, node: &str, used: &str) {
+    let set = resources(c.registry_mut(), used);
+    c.reserve(index(c, node), &set).unwrap();
+}
+
 /// One change to a small GPU cluster.
 #[derive(Clone, Debug)]
 enum Op {
