@@ -626,7 +626,7 @@ pub enum Measure {
     CpuFragment,
 }
 
-/// The fragmentation, capacity and balance scorers. See the module documentation.
+/// The fragmentation, capacity, balance and CPU-fragment scorers. See the module documentation.
 #[derive(Debug)]
 pub struct Fragmentation {
     /// Where the typical shapes come from.
@@ -918,11 +918,6 @@ impl Fragmentation {
     }
 }
 
-pub mod learn;
-mod memo;
-#[cfg(test)]
-mod tests;
-
 /// CPUs of excess that score as one GPU's in the CPU-fragment scorer: what a GPU comes with
 /// on the largest GPU nodes of the openb cluster (128 CPUs beside 8 GPUs) and on common
 /// 8-GPU servers. On `cpu300` and `cpu250` (10 seeds, weight 100 in the default profile), 8
@@ -943,3 +938,8 @@ fn cumulative(mut steps: Vec<(i64, u64)>) -> Vec<(i64, u64)> {
     }
     merged
 }
+
+pub mod learn;
+mod memo;
+#[cfg(test)]
+mod tests;
