@@ -1,6 +1,6 @@
 //! The keys of the placement-quality scorers, `bestFit`, `fragmentation`, `capacity`,
-//! `balance`, `cpuFragmentation` and `packing`, of the preference `keepLargeHosts`, and of how the best-ranked
-//! nodes are picked, `pick` and `topKFraction`. The format is in
+//! `balance`, `cpuFragmentation` and `packing`, of the preference `keepLargeHosts`, and of how
+//! the best-ranked nodes are picked, `pick` and `topKFraction`. The format is in
 //! `docs/file-formats.md`; the rules of reading are the module's (dotted keys, no defaults for
 //! invalid values, errors that name the key).
 
