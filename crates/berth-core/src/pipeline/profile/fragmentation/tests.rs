@@ -533,9 +533,9 @@ fn a_memo_forgets_its_states_beyond_twice_the_nodes() {
 
 proptest! {
     /// The forgetting memo scores exactly as a fresh scorer given the same shapes, for each
-    /// measure scored through it, whatever changes between decisions: shares taken from any GPU (so nodes pass
-    /// through equal multisets of free amounts on different GPUs), releases, CPU taken,
-    /// shapes rebuilt.
+    /// measure scored through it, whatever changes between decisions: shares taken from any
+    /// GPU (so nodes pass through equal multisets of free amounts on different GPUs),
+    /// releases, CPU taken, shapes rebuilt.
     #[test]
     fn a_memo_that_forgets_scores_as_a_fresh_scorer(
         // The measures scored through the memo (balance reads its two numbers directly).
