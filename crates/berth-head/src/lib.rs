@@ -3,8 +3,9 @@
 //! One task (the owner, `owner.rs`) holds the cluster state, the scheduler and the pending
 //! queue, and applies commands in the order they arrive. REST handlers (`http.rs`) and the
 //! agent protocol (`agents.rs`) send it commands through a [`HeadHandle`] and read the
-//! published [`View`]. No lock is held across a decision. A committer task makes each cycle's
-//! changes durable (one store commit per cycle) before anything is acknowledged.
+//! published [`View`]. No lock is held across a decision. A committer, on a thread of its own
+//! (`berth-commit`), makes each cycle's changes durable (one store commit per cycle, cycles
+//! that queued up merged) before anything is acknowledged.
 //!
 //! [`start`] runs a head on a tokio runtime: it takes the store's lease, reloads the state,
 //! and serves REST, `/metrics`, the dashboard and the agent protocol (gRPC) on one port;
