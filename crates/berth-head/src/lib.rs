@@ -288,6 +288,7 @@ pub async fn start_on(
             stopped.send_replace(Some(err.to_string()));
         }
     })
+    .await
     .map_err(StartError::Thread)?;
     let (stop_owner, owner_stop) = watch::channel(false);
     let owner = tokio::spawn(owner::run(owner, commands_rx, cycles_tx, owner_stop));

@@ -516,21 +516,28 @@ pub(crate) async fn run(
 /// out as soon as it returns, instead of a blocking-pool hand-off and a wait for a worker that
 /// is busy with HTTP and agents (batched creations/s +14 to +31 % in three alternating pairs of
 /// `berth bench api`). The handle ends when the committer does.
-pub(crate) fn spawn_committer<F, Fut>(make: F) -> std::io::Result<tokio::task::JoinHandle<()>>
+pub(crate) async fn spawn_committer<F, Fut>(make: F) -> std::io::Result<tokio::task::JoinHandle<()>>
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()>,
 {
+    let (ready, built) = tokio::sync::oneshot::channel::<std::io::Result<()>>();
     let (done, finished) = tokio::sync::oneshot::channel::<()>();
     std::thread::Builder::new().name("berth-commit".into()).spawn(move || {
-        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(runtime) => runtime.block_on(make()),
-            // Without its runtime the committer cannot run: the owner's first cycle finds the
-            // channel closed and the head stops, with this in its log.
-            Err(err) => tracing::error!(error = %err, "cannot build the committer's runtime"),
-        }
+        // Built on this thread (a runtime must not be dropped where the caller's is running);
+        // a failure is told to the caller, whose start fails with it.
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(err) => {
+                let _ = ready.send(Err(err));
+                return;
+            }
+        };
+        let _ = ready.send(Ok(()));
+        runtime.block_on(make());
         let _ = done.send(());
     })?;
+    built.await.unwrap_or_else(|_| Err(std::io::Error::other("the commit thread ended early")))?;
     Ok(tokio::spawn(async move {
         let _ = finished.await;
     }))
@@ -618,6 +625,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
             let _ = go_rx.await;
         })
+        .await
         .expect("a thread");
         assert_eq!(name_rx.await.expect("it ran").as_deref(), Some("berth-commit"));
         assert!(!handle.is_finished(), "the committer still runs");
