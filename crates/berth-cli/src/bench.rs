@@ -392,10 +392,15 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         (
             format!("actor creations/s while {} clients watch", result.watchers),
             format!(
-                "{:.0} ({:.0} % of {:.0} unwatched)",
+                "{:.0} ({:.0} % of {:.0} unwatched{})",
                 result.watched_actors_per_s,
                 100.0 * result.watched_actors_per_s / result.unwatched_actors_per_s,
-                result.unwatched_actors_per_s
+                result.unwatched_actors_per_s,
+                result
+                    .watched_cpu_us_per_actor
+                    .zip(result.unwatched_cpu_us_per_actor)
+                    .map(|(w, u)| format!("; CPU {w:.0} against {u:.0} µs per actor"))
+                    .unwrap_or_default()
             ),
             "≥ 80 %",
         ),

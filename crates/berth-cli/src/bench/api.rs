@@ -129,6 +129,11 @@ pub struct ApiResult {
     pub watched_actors_per_s: f64,
     /// The same, just before, without watchers.
     pub unwatched_actors_per_s: f64,
+    /// The process's CPU per actor created while they watch (µs; see
+    /// [`Load::cpu_us_per_item`]): the head's, and the watchers' reading.
+    pub watched_cpu_us_per_actor: Option<f64>,
+    /// The same, just before, without watchers.
+    pub unwatched_cpu_us_per_actor: Option<f64>,
     /// Watchers that saw every change of theirs exactly once, in order.
     pub watchers_complete: usize,
     /// Actors of phase 6.
@@ -309,7 +314,6 @@ struct SeenActor<'a> {
 /// `expected` actors has been seen ALIVE; true when every one was ADDED exactly once and the
 /// versions only rose. Bounded by `deadline`.
 async fn watch_team(
-    client: reqwest::Client,
     base: String,
     token: String,
     team: usize,
@@ -318,23 +322,21 @@ async fn watch_team(
     deadline: Instant,
 ) -> anyhow::Result<bool> {
     let url = format!("{base}/api/v1/watch?kind=actor&label=team=t{team}&listing=false");
-    let mut response = client.get(url).bearer_auth(token).send().await?;
-    if !response.status().is_success() {
-        bail!("the watch answered {}", response.status());
-    }
+    let mut events = super::conn::EventStream::open(&url, &token).await?;
     let _ = ready.send(()).await;
     let (mut text, mut last, mut ok) = (Vec::<u8>::new(), 0u64, true);
     let mut added = std::collections::HashMap::<String, usize>::new();
     let mut alive = std::collections::HashSet::<String>::new();
     while alive.len() < expected {
         let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(chunk) = tokio::time::timeout(left, response.chunk()).await else {
+        let Ok(more) = tokio::time::timeout(left, events.read(&mut text)).await else {
             return Ok(false);
         };
-        let Some(chunk) = chunk? else { return Ok(false) };
-        text.extend_from_slice(&chunk);
-        // The chunk's whole events, read in place (no copy per event), then dropped at once:
-        // the client shares the head's cores, so it does only what a watcher must.
+        if !more? {
+            return Ok(false);
+        }
+        // The whole events read, each in place (no copy per event), then dropped at once: the
+        // client shares the head's cores, so it does only what a watcher must.
         let mut read = 0;
         while let Some(end) = text[read..].windows(2).position(|w| w == b"\n\n") {
             let block = &text[read..read + end];
@@ -775,6 +777,11 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
                 bytes::Bytes::from(serde_json::to_vec(&body).expect("JSON"))
             })
         };
+        let cpu_per_actor = |before: Option<f64>| {
+            let spent = process_cpu_seconds().zip(before).map(|(now, then)| now - then);
+            spent.map(|cpu| 1e6 * cpu / settings.watched_actors.max(1) as f64)
+        };
+        let cpu_before = process_cpu_seconds();
         let unwatched = post_each(
             format!("{base}/api/v1/actors"),
             &token,
@@ -783,6 +790,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             settings.concurrency,
         )
         .await?;
+        let unwatched_cpu_us_per_actor = cpu_per_actor(cpu_before);
         let deadline = Instant::now() + Duration::from_secs(300);
         let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(watchers);
         let mut follows = Vec::new();
@@ -790,7 +798,6 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             // Actor i is team i % watchers: each team gets its share.
             let expected = (0..settings.watched_actors).filter(|i| i % watchers == team).count();
             follows.push(tokio::spawn(watch_team(
-                client.clone(),
                 base.clone(),
                 token.clone(),
                 team,
@@ -802,6 +809,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         for _ in 0..watchers {
             ready_rx.recv().await.ok_or_else(|| anyhow!("a watcher could not start"))?;
         }
+        let cpu_before = process_cpu_seconds();
         let watched = post_each(
             format!("{base}/api/v1/actors"),
             &token,
@@ -810,6 +818,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             settings.concurrency,
         )
         .await?;
+        let watched_cpu_us_per_actor = cpu_per_actor(cpu_before);
         let mut watchers_complete = 0;
         for follow in follows {
             if follow.await.context("a watcher panicked")?? {
@@ -839,6 +848,8 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             watchers: settings.watchers,
             watched_actors_per_s: settings.watched_actors as f64 / watched.seconds,
             unwatched_actors_per_s: settings.watched_actors as f64 / unwatched.seconds,
+            watched_cpu_us_per_actor,
+            unwatched_cpu_us_per_actor,
             watchers_complete,
             scale_actors: settings.scale_actors,
             scale_nodes: settings.scale_nodes,

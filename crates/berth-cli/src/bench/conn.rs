@@ -1,5 +1,5 @@
 //! One keep-alive HTTP/1.1 connection of the bench's load: the request's head built once, each
-//! POST only its body.
+//! POST only its body; and the watchers' event streams, read straight from their sockets.
 //!
 //! Why not `reqwest` here: the client shares the head's two cores, and per request `reqwest`
 //! parses the URL, checks a connection out of its pool and back, and builds the headers
@@ -70,6 +70,101 @@ impl Conn {
     }
 }
 
+/// A `GET` whose answer is a stream (server-sent events), read straight from its socket in
+/// the caller's task: the watch phase's thousand clients share the head's cores, and through
+/// `reqwest` each chunk woke a connection task and then the reader. The answer must be a 200
+/// with a chunked body (what the head sends for an endless stream).
+pub(super) struct EventStream {
+    stream: tokio::net::TcpStream,
+    /// Bytes read and not yet decoded (a chunk's size line or data not complete yet).
+    raw: Vec<u8>,
+    /// True once the last chunk (of size 0) was read.
+    ended: bool,
+}
+
+impl EventStream {
+    /// Sends `GET url` with `token` and reads the answer's head.
+    pub(super) async fn open(url: &str, token: &str) -> anyhow::Result<EventStream> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let uri: Uri = url.parse().with_context(|| format!("bench URL {url}"))?;
+        if uri.scheme_str() != Some("http") {
+            bail!("bench URL {url}: the bench's head serves plain HTTP");
+        }
+        let authority = uri.authority().ok_or_else(|| anyhow!("bench URL {url}: no host"))?;
+        let mut stream = tokio::net::TcpStream::connect(authority.as_str())
+            .await
+            .with_context(|| format!("connecting to {authority}"))?;
+        stream.set_nodelay(true)?;
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nhost: {authority}\r\nauthorization: Bearer {token}\r\n\
+             accept: text/event-stream\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await?;
+        let mut raw = Vec::with_capacity(4096);
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut response = httparse::Response::new(&mut headers);
+            if let httparse::Status::Complete(length) = response.parse(&raw)? {
+                let status = response.code.unwrap_or(0);
+                if status != 200 {
+                    bail!("GET {url} answered {status}");
+                }
+                let chunked = response.headers.iter().any(|h| {
+                    h.name.eq_ignore_ascii_case("transfer-encoding")
+                        && h.value.eq_ignore_ascii_case(b"chunked")
+                });
+                if !chunked {
+                    bail!("GET {url}: the stream is not chunked");
+                }
+                raw.drain(..length);
+                return Ok(EventStream { stream, raw, ended: false });
+            }
+            if stream.read_buf(&mut raw).await? == 0 {
+                bail!("GET {url}: the connection closed before the answer's head");
+            }
+        }
+    }
+
+    /// Waits for more of the body and appends it to `body`; false once the stream has ended
+    /// (its last chunk, or the connection closed).
+    pub(super) async fn read(&mut self, body: &mut Vec<u8>) -> anyhow::Result<bool> {
+        use tokio::io::AsyncReadExt;
+        loop {
+            let before = body.len();
+            self.decode(body)?;
+            if body.len() > before {
+                return Ok(true);
+            }
+            if self.ended || self.stream.read_buf(&mut self.raw).await? == 0 {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Moves every complete chunk of `raw` into `body`.
+    fn decode(&mut self, body: &mut Vec<u8>) -> anyhow::Result<()> {
+        let mut at = 0;
+        while !self.ended {
+            let (head, size) = match httparse::parse_chunk_size(&self.raw[at..]) {
+                Ok(httparse::Status::Complete(parsed)) => parsed,
+                Ok(httparse::Status::Partial) => break,
+                Err(_) => bail!("the stream's chunked body is malformed"),
+            };
+            let size = usize::try_from(size)?;
+            let end = at + head + size;
+            if self.raw.len() < end + 2 {
+                break; // the chunk's data (and its CRLF) are not all here yet
+            }
+            body.extend_from_slice(&self.raw[at + head..end]);
+            at = end + 2;
+            self.ended = size == 0;
+        }
+        self.raw.drain(..at);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +177,63 @@ mod tests {
         assert!(error.to_string().contains("plain HTTP"), "{error}");
         let Err(error) = Conn::open("not a url", "t").await else { panic!("taken") };
         assert!(error.to_string().contains("bench URL not a url"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn an_event_stream_is_read_across_split_chunks_until_its_last() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/api/v1/watch?kind=actor", listener.local_addr().unwrap());
+        let (more_tx, mut more_rx) = tokio::sync::mpsc::channel::<&'static [u8]>(4);
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = socket.read(&mut buf).await.unwrap();
+                seen.extend_from_slice(&buf[..n]);
+            }
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                        transfer-encoding: chunked\r\n\r\n";
+            socket.write_all(head.as_bytes()).await.unwrap();
+            // Each piece is written when the test asks, so the reader sees it split.
+            while let Some(piece) = more_rx.recv().await {
+                socket.write_all(piece).await.unwrap();
+            }
+            String::from_utf8(seen).unwrap()
+        });
+        let open = tokio::spawn(async move { EventStream::open(&url, "secret").await });
+        more_tx.send(b"6\r\ndata: \r\n").await.unwrap();
+        let mut events = open.await.unwrap().unwrap();
+        let mut body = Vec::new();
+        assert!(events.read(&mut body).await.unwrap());
+        assert_eq!(body, b"data: ");
+        // The next chunk's size line cut in two, its data and the last chunk behind.
+        more_tx.send(b"3").await.unwrap();
+        more_tx.send(b"\r\n1\n\n\r\n0\r\n\r\n").await.unwrap();
+        assert!(events.read(&mut body).await.unwrap());
+        assert_eq!(body, b"data: 1\n\n", "the second chunk, joined across its pieces");
+        assert!(!events.read(&mut body).await.unwrap(), "the last chunk ends the stream");
+        drop(more_tx);
+        let request = server.await.unwrap().to_ascii_lowercase();
+        assert!(request.starts_with("get /api/v1/watch?kind=actor http/1.1\r\n"), "{request}");
+        assert!(request.contains("authorization: bearer secret\r\n"), "{request}");
+    }
+
+    #[tokio::test]
+    async fn an_event_stream_that_is_not_a_200_is_refused_with_its_status() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/api/v1/watch", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf).await.unwrap();
+            let answer = "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n";
+            socket.write_all(answer.as_bytes()).await.unwrap();
+        });
+        let Err(error) = EventStream::open(&url, "wrong").await else { panic!("taken") };
+        assert!(error.to_string().contains("answered 401"), "{error}");
     }
 
     #[tokio::test]
