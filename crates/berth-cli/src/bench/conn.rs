@@ -30,23 +30,31 @@ pub(super) struct Answer {
     pub body: Bytes,
 }
 
+/// A TCP connection (without Nagle's delay) to the head of `url`, a plain `http://` URL, with
+/// the URL and its authority.
+async fn connect(url: &str) -> anyhow::Result<(tokio::net::TcpStream, Uri, String)> {
+    let uri: Uri = url.parse().with_context(|| format!("bench URL {url}"))?;
+    if uri.scheme_str() != Some("http") {
+        bail!("bench URL {url}: the bench's head serves plain HTTP");
+    }
+    let authority =
+        uri.authority().ok_or_else(|| anyhow!("bench URL {url}: no host"))?.as_str().to_string();
+    let stream = tokio::net::TcpStream::connect(&authority)
+        .await
+        .with_context(|| format!("connecting to {authority}"))?;
+    stream.set_nodelay(true)?;
+    Ok((stream, uri, authority))
+}
+
 impl Conn {
     /// Connects to the head of `url` (`http://HOST:PORT/path`), whose requests go to `url`'s
     /// path with `token`.
     pub(super) async fn open(url: &str, token: &str) -> anyhow::Result<Conn> {
-        let uri: Uri = url.parse().with_context(|| format!("bench URL {url}"))?;
-        if uri.scheme_str() != Some("http") {
-            bail!("bench URL {url}: the bench's head serves plain HTTP");
-        }
-        let authority = uri.authority().ok_or_else(|| anyhow!("bench URL {url}: no host"))?;
-        let stream = tokio::net::TcpStream::connect(authority.as_str())
-            .await
-            .with_context(|| format!("connecting to {authority}"))?;
-        stream.set_nodelay(true)?;
+        let (stream, uri, authority) = connect(url).await?;
         let (send, connection) = http1::handshake(TokioIo::new(stream)).await?;
         // The connection's I/O runs on its own task until either side closes it.
         tokio::spawn(connection);
-        let host = HeaderValue::from_str(authority.as_str())?;
+        let host = HeaderValue::from_str(&authority)?;
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         let uri = Uri::try_from(path)?;
         let authorization = HeaderValue::from_str(&format!("Bearer {token}"))?;
@@ -86,15 +94,7 @@ impl EventStream {
     /// Sends `GET url` with `token` and reads the answer's head.
     pub(super) async fn open(url: &str, token: &str) -> anyhow::Result<EventStream> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let uri: Uri = url.parse().with_context(|| format!("bench URL {url}"))?;
-        if uri.scheme_str() != Some("http") {
-            bail!("bench URL {url}: the bench's head serves plain HTTP");
-        }
-        let authority = uri.authority().ok_or_else(|| anyhow!("bench URL {url}: no host"))?;
-        let mut stream = tokio::net::TcpStream::connect(authority.as_str())
-            .await
-            .with_context(|| format!("connecting to {authority}"))?;
-        stream.set_nodelay(true)?;
+        let (mut stream, uri, authority) = connect(url).await?;
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         let request = format!(
             "GET {path} HTTP/1.1\r\nhost: {authority}\r\nauthorization: Bearer {token}\r\n\
