@@ -132,7 +132,7 @@ impl EventStream {
         use tokio::io::AsyncReadExt;
         loop {
             let before = body.len();
-            self.decode(body)?;
+            decode_chunks(&mut self.raw, &mut self.ended, body)?;
             if body.len() > before {
                 return Ok(true);
             }
@@ -141,28 +141,29 @@ impl EventStream {
             }
         }
     }
+}
 
-    /// Moves every complete chunk of `raw` into `body`.
-    fn decode(&mut self, body: &mut Vec<u8>) -> anyhow::Result<()> {
-        let mut at = 0;
-        while !self.ended {
-            let (head, size) = match httparse::parse_chunk_size(&self.raw[at..]) {
-                Ok(httparse::Status::Complete(parsed)) => parsed,
-                Ok(httparse::Status::Partial) => break,
-                Err(_) => bail!("the stream's chunked body is malformed"),
-            };
-            let size = usize::try_from(size)?;
-            let end = at + head + size;
-            if self.raw.len() < end + 2 {
-                break; // the chunk's data (and its CRLF) are not all here yet
-            }
-            body.extend_from_slice(&self.raw[at + head..end]);
-            at = end + 2;
-            self.ended = size == 0;
+/// Moves every complete chunk of a chunked body's bytes `raw` into `body`, leaving in `raw`
+/// what does not make a whole chunk yet; sets `ended` at the last chunk (of size 0).
+fn decode_chunks(raw: &mut Vec<u8>, ended: &mut bool, body: &mut Vec<u8>) -> anyhow::Result<()> {
+    let mut at = 0;
+    while !*ended {
+        let (head, size) = match httparse::parse_chunk_size(&raw[at..]) {
+            Ok(httparse::Status::Complete(parsed)) => parsed,
+            Ok(httparse::Status::Partial) => break,
+            Err(_) => bail!("the stream's chunked body is malformed"),
+        };
+        let size = usize::try_from(size)?;
+        let end = at + head + size;
+        if raw.len() < end + 2 {
+            break; // the chunk's data (and its CRLF) are not all here yet
         }
-        self.raw.drain(..at);
-        Ok(())
+        body.extend_from_slice(&raw[at + head..end]);
+        at = end + 2;
+        *ended = size == 0;
     }
+    raw.drain(..at);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -191,12 +192,14 @@ mod tests {
             let mut buf = [0u8; 1024];
             while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
                 let n = socket.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the client closed early");
                 seen.extend_from_slice(&buf[..n]);
             }
             let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
                         transfer-encoding: chunked\r\n\r\n";
             socket.write_all(head.as_bytes()).await.unwrap();
-            // Each piece is written when the test asks, so the reader sees it split.
+            // Each piece is written when the test asks (TCP may still join pieces; every cut
+            // point is checked in `chunks_are_decoded_whatever_the_reads_cut`).
             while let Some(piece) = more_rx.recv().await {
                 socket.write_all(piece).await.unwrap();
             }
@@ -218,6 +221,22 @@ mod tests {
         let request = server.await.unwrap().to_ascii_lowercase();
         assert!(request.starts_with("get /api/v1/watch?kind=actor http/1.1\r\n"), "{request}");
         assert!(request.contains("authorization: bearer secret\r\n"), "{request}");
+    }
+
+    #[test]
+    fn chunks_are_decoded_whatever_the_reads_cut() {
+        let wire: &[u8] = b"6\r\ndata: \r\nA\r\n1\n\ndata: 2\r\n3\r\n\n\n\n\r\n0\r\n\r\n";
+        let whole: &[u8] = b"data: 1\n\ndata: 2\n\n\n";
+        for cut in 0..=wire.len() {
+            let (mut raw, mut ended, mut body) = (wire[..cut].to_vec(), false, Vec::new());
+            decode_chunks(&mut raw, &mut ended, &mut body).unwrap();
+            assert!(whole.starts_with(&body), "cut {cut}: {body:?}");
+            raw.extend_from_slice(&wire[cut..]);
+            decode_chunks(&mut raw, &mut ended, &mut body).unwrap();
+            assert_eq!((body.as_slice(), ended, raw.len()), (whole, true, 0), "cut {cut}");
+        }
+        let (mut raw, mut ended) = (b"zz\r\n".to_vec(), false);
+        assert!(decode_chunks(&mut raw, &mut ended, &mut Vec::new()).is_err(), "not a size");
     }
 
     #[tokio::test]
