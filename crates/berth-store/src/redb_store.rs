@@ -411,9 +411,9 @@ impl Inner {
 
 impl RedbStore {
     /// [`Store::commit`] on the calling thread, which it blocks until the commit is durable
-    /// (the fsync included). For a thread that does nothing else, as the head's committer:
-    /// handing each commit to tokio's blocking pool and waking the caller afterwards had cost
-    /// a sixth of the head's batched creations per second (`berth bench api`).
+    /// (the fsync included): for a thread that does nothing else, as the head's committer
+    /// (why: the head's `owner::spawn_committer`). [`Store::commit`] is this on tokio's
+    /// blocking pool.
     pub fn commit_blocking(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
         batch.validate()?;
         self.inner.commit(epoch, batch)
@@ -431,9 +431,11 @@ impl Store for RedbStore {
     }
 
     async fn commit(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
-        batch.validate()?;
-        let inner = Arc::clone(&self.inner);
-        blocking(&self.inner.location, Operation::Commit, move || inner.commit(epoch, batch)).await
+        let store = self.clone();
+        blocking(&self.inner.location, Operation::Commit, move || {
+            store.commit_blocking(epoch, batch)
+        })
+        .await
     }
 
     async fn acquire_lease(&self, holder: &str, ttl: Duration) -> Result<Lease, StoreError> {

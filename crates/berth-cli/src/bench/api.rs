@@ -605,7 +605,6 @@ impl Counters {
     /// with `self`.
     fn since(self, before: Counters, seconds: f64, items: usize) -> Load {
         let commits = self.commits - before.commits;
-        let cpu = self.cpu_seconds.zip(before.cpu_seconds).map(|(now, then)| now - then);
         Load {
             owner_busy: (self.owner_seconds - before.owner_seconds) / seconds,
             commits_per_s: commits / seconds,
@@ -615,9 +614,15 @@ impl Counters {
                 0.0
             },
             store_busy: (self.commit_seconds - before.commit_seconds) / seconds,
-            cpu_us_per_item: cpu.map(|cpu| 1e6 * cpu / items.max(1) as f64),
+            cpu_us_per_item: cpu_us_per_item(before.cpu_seconds, self.cpu_seconds, items),
         }
     }
+}
+
+/// The CPU time between two readings of [`process_cpu_seconds`], in µs per item of `items`.
+fn cpu_us_per_item(before: Option<f64>, after: Option<f64>, items: usize) -> Option<f64> {
+    let spent = after.zip(before).map(|(now, then)| now - then)?;
+    Some(1e6 * spent / items.max(1) as f64)
 }
 
 /// This process's CPU time so far, user and system: fields 14 and 15 of `/proc/self/stat`,
@@ -778,8 +783,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             })
         };
         let cpu_per_actor = |before: Option<f64>| {
-            let spent = process_cpu_seconds().zip(before).map(|(now, then)| now - then);
-            spent.map(|cpu| 1e6 * cpu / settings.watched_actors.max(1) as f64)
+            cpu_us_per_item(before, process_cpu_seconds(), settings.watched_actors)
         };
         let cpu_before = process_cpu_seconds();
         let unwatched = post_each(
@@ -877,6 +881,13 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_per_item_is_the_readings_difference_per_item() {
+        assert_eq!(cpu_us_per_item(Some(1.0), Some(1.5), 1000), Some(500.0));
+        assert_eq!(cpu_us_per_item(Some(1.0), Some(1.5), 0), Some(500_000.0), "no division by 0");
+        assert_eq!(cpu_us_per_item(None, Some(1.5), 10), None, "a reading missing");
+    }
 
     #[cfg(target_os = "linux")]
     #[test]
