@@ -45,7 +45,7 @@ use crate::config::HeadConfig;
 use crate::error::HeadError;
 use crate::handle::Command;
 use crate::metrics::Metrics;
-use crate::records::encode;
+use crate::records::{self, encode};
 use crate::view::{Kind, View};
 use crate::work_keys::WorkKeys;
 
@@ -126,6 +126,9 @@ pub(crate) struct Owner {
     pub(crate) autoscaler: Option<autoscale::Autoscaler>,
     /// Token hashes to write with this cycle.
     pub(crate) keyring: Option<crate::keyring::StoredKeyring>,
+    /// Keys of records a restore found under an older form of their key: deleted with the
+    /// first cycle's writes, which write those objects again under [`records::store_key`].
+    pub(crate) stale_keys: Vec<(Table, String)>,
 }
 
 /// Objects changed this cycle: to write and show, or (derived changes such as a new
@@ -179,6 +182,7 @@ impl Owner {
             settings_changed: false,
             autoscaler,
             keyring: None,
+            stale_keys: Vec::new(),
         };
         owner.show_retention();
         owner
@@ -362,11 +366,14 @@ impl Owner {
         if let Some(stored) = self.keyring.take() {
             batch.put(Table::Meta, crate::keyring::KEYRING_KEY, encode(&stored));
         }
+        for (table, key) in self.stale_keys.drain(..) {
+            batch.delete(table, key);
+        }
         let dirty = std::mem::take(&mut self.dirty);
         for seq in &dirty.actors {
             if let Some(entry) = self.actors.get(seq) {
                 let record = encode(&entry.record(&self.cluster));
-                batch.put(Table::Actors, Kind::Actor.id(*seq), record);
+                batch.put(Table::Actors, records::store_key(Kind::Actor, *seq), record);
                 self.note_finished(Kind::Actor, *seq);
             }
         }
@@ -380,7 +387,7 @@ impl Owner {
         for seq in &dirty.tasks {
             if let Some(entry) = self.tasks.get(seq) {
                 let record = encode(&entry.record(&self.cluster));
-                batch.put(Table::Tasks, Kind::Task.id(*seq), record);
+                batch.put(Table::Tasks, records::store_key(Kind::Task, *seq), record);
                 self.note_finished(Kind::Task, *seq);
             }
         }
@@ -393,7 +400,11 @@ impl Owner {
         }
         for seq in &dirty.groups {
             if let Some(entry) = self.groups.get(seq) {
-                batch.put(Table::Groups, Kind::Group.id(*seq), encode(&entry.record()));
+                batch.put(
+                    Table::Groups,
+                    records::store_key(Kind::Group, *seq),
+                    encode(&entry.record()),
+                );
                 self.note_finished(Kind::Group, *seq);
             }
         }
@@ -615,6 +626,64 @@ mod tests {
         Command::CreateActors { items, reply: tokio::sync::oneshot::channel().0 }
     }
 
+    fn test_owner(dir: &std::path::Path) -> Owner {
+        let (keys, _) = WorkKeys::load(&berth_store::Snapshot::default());
+        Owner::new(HeadConfig::new(dir), Arc::new(Metrics::new()), Arc::new(keys))
+    }
+
+    #[tokio::test]
+    async fn records_under_their_old_keys_are_restored_and_the_first_cycle_rekeys_them() {
+        use crate::handle::Sequences;
+        use berth_store::{Op, RedbStore, Store};
+        let dir = tempfile::tempdir().unwrap();
+        let mut owner = test_owner(dir.path());
+        owner.apply(batch(1, 2));
+        let written = owner.flush();
+        // As a store written before the padded keys holds them: keyed by ID.
+        let mut old = Batch::new();
+        for op in written.ops() {
+            if let Op::Put { table: Table::Actors, key, value } = op {
+                let (kind, seq, current) = records::parse_store_key(key).expect("a store key");
+                assert!(current, "{key}");
+                old.put(Table::Actors, kind.id(seq), value.clone());
+            }
+        }
+        assert_eq!(old.len(), 2);
+        let store = RedbStore::open(dir.path().join("store")).await.unwrap();
+        let lease = store.acquire_lease("test", Duration::from_secs(60)).await.unwrap();
+        store.commit(lease.epoch(), old).await.unwrap();
+        let actor_keys = |snapshot: &berth_store::Snapshot| -> Vec<String> {
+            snapshot.table(Table::Actors).keys().cloned().collect()
+        };
+        let snapshot = store.load().await.unwrap();
+        assert_eq!(actor_keys(&snapshot), ["actor-1", "actor-2"]);
+
+        let sequences = Sequences::default();
+        let mut restarted = test_owner(dir.path());
+        let restored = restarted.restore(&snapshot, &sequences);
+        assert_eq!((restored.actors, restored.skipped.len()), (2, 0), "{:?}", restored.skipped);
+        assert_eq!(sequences.actors.load(std::sync::atomic::Ordering::Relaxed), 2);
+        store.commit(lease.epoch(), restarted.flush()).await.unwrap();
+        let snapshot = store.load().await.unwrap();
+        let new_keys = [records::store_key(Kind::Actor, 1), records::store_key(Kind::Actor, 2)];
+        assert_eq!(actor_keys(&snapshot), new_keys);
+
+        // Once rekeyed, a restore has nothing to replace; a record stored under both forms
+        // (which no commit writes) is restored once.
+        let mut both = Batch::new();
+        both.put(
+            Table::Actors,
+            "actor-1",
+            snapshot.get(Table::Actors, &new_keys[0]).unwrap().to_vec(),
+        );
+        store.commit(lease.epoch(), both).await.unwrap();
+        let mut again = test_owner(dir.path());
+        let restored = again.restore(&store.load().await.unwrap(), &Sequences::default());
+        assert_eq!(restored.actors, 2);
+        assert_eq!(restored.skipped, ["actor actor-1: a second record of actor-1"]);
+        assert!(again.stale_keys.is_empty(), "{:?}", again.stale_keys);
+    }
+
     #[tokio::test]
     async fn the_committer_runs_on_its_own_named_thread_and_its_handle_ends_with_it() {
         let (name_tx, name_rx) = tokio::sync::oneshot::channel();
@@ -636,9 +705,7 @@ mod tests {
     #[tokio::test]
     async fn a_cycle_stops_taking_batches_once_its_work_reaches_the_cap() {
         let dir = tempfile::tempdir().unwrap();
-        let (keys, _) = WorkKeys::load(&berth_store::Snapshot::default());
-        let config = HeadConfig::new(dir.path());
-        let owner = Owner::new(config, Arc::new(Metrics::new()), Arc::new(keys));
+        let owner = test_owner(dir.path());
         let (commands_tx, commands) = mpsc::channel(8);
         let (cycles_tx, mut cycles) = mpsc::channel(8);
         let (_stop_tx, stop) = watch::channel(false);

@@ -9,7 +9,10 @@
 use std::collections::BTreeMap;
 
 use berth_api::rest::{Actor, Group, Node, StringMap, Task};
+use berth_store::Table;
 use serde::{Deserialize, Serialize};
+
+use crate::view::Kind;
 
 /// Where one attempt was placed. Read back as owned values; written from borrows
 /// (`Placement<&str, &BTreeMap<…>>`, the same JSON): the owner does not keep it, it derives it
@@ -90,7 +93,72 @@ impl NodeRecord {
     }
 }
 
+/// The table of `kind`'s records.
+pub(crate) fn table(kind: Kind) -> Table {
+    match kind {
+        Kind::Actor => Table::Actors,
+        Kind::Task => Table::Tasks,
+        Kind::Group => Table::Groups,
+    }
+}
+
+/// The store key of the `seq`th actor, task or group: its ID with the number zero-padded to
+/// 20 digits (`actor-00000000000000000017`), so that keys sort in creation order. IDs sort as
+/// text (`actor-10000` between `actor-1000` and `actor-1001`): keyed by ID, a commit's new
+/// records landed in leaves all over the table, and redb rewrites every page an insert
+/// touches. Measured on `berth bench api`'s batch pattern (1,000 new records and 800 rewritten
+/// per commit): a third less time per redb commit alone, and 5-12 % more batched creations/s.
+pub(crate) fn store_key(kind: Kind, seq: u64) -> String {
+    format!("{}{seq:020}", kind.prefix())
+}
+
+/// The kind and number of a store key, and whether the key has [`store_key`]'s form; a store
+/// written before that form keys its records by ID (`actor-17`), which reads the same.
+pub(crate) fn parse_store_key(key: &str) -> Option<(Kind, u64, bool)> {
+    if let Some((kind, seq)) = Kind::parse(key) {
+        return Some((kind, seq, key.len() == kind.prefix().len() + 20));
+    }
+    [Kind::Actor, Kind::Task, Kind::Group].into_iter().find_map(|kind| {
+        let digits = key.strip_prefix(kind.prefix())?;
+        if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok().map(|seq| (kind, seq, true))
+    })
+}
+
 /// Serializes a record (never fails for these types).
 pub(crate) fn encode<T: Serialize>(record: &T) -> Vec<u8> {
     serde_json::to_vec(record).expect("records serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_keys_sort_in_creation_order_and_read_back() {
+        let keys: Vec<String> =
+            [9, 10, 999, 1000, 10_000, u64::MAX].map(|n| store_key(Kind::Actor, n)).into();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+        assert_eq!(keys[0], "actor-00000000000000000009");
+        for (kind, seq) in [(Kind::Actor, 17), (Kind::Task, 1), (Kind::Group, u64::MAX)] {
+            assert_eq!(parse_store_key(&store_key(kind, seq)), Some((kind, seq, true)));
+        }
+    }
+
+    #[test]
+    fn ids_read_as_keys_of_the_old_form() {
+        assert_eq!(parse_store_key("actor-17"), Some((Kind::Actor, 17, false)));
+        assert_eq!(parse_store_key("pg-3"), Some((Kind::Group, 3, false)));
+        // The largest number has 20 digits and no zero to pad: one key in both forms.
+        assert_eq!(
+            parse_store_key("task-18446744073709551615"),
+            Some((Kind::Task, u64::MAX, true))
+        );
+        for bad in ["actor-", "actor-x", "actor-0000000000000000001", "node-1", "actor-+1"] {
+            assert_eq!(parse_store_key(bad), None, "{bad}");
+        }
+        assert_eq!(parse_store_key("actor-99999999999999999999"), None, "beyond u64");
+    }
 }

@@ -22,7 +22,7 @@ use super::work::{affinity_of, build, ActorEntry, Ending, TaskEntry, WorkKey};
 use super::{convert, AgentLink, Owner};
 use crate::agents::{now_ms, Liveness};
 use crate::handle::{actor_document, group_document, task_document, Sequences};
-use crate::records::{ActorRecord, GroupRecord, NodeRecord, Placement};
+use crate::records::{self, parse_store_key, ActorRecord, GroupRecord, NodeRecord, Placement};
 use crate::view::Kind;
 
 /// What a restore found, for the head's start-up log.
@@ -79,9 +79,9 @@ impl Owner {
             snapshot
                 .table(table)
                 .keys()
-                .filter_map(|k| Kind::parse(k))
-                .filter(|(k, _)| *k == kind)
-                .map(|(_, s)| s)
+                .filter_map(|k| parse_store_key(k))
+                .filter(|(k, _, _)| *k == kind)
+                .map(|(_, s, _)| s)
                 .max()
                 .unwrap_or(0)
                 .max(ledger.of(kind).last_seq)
@@ -154,10 +154,7 @@ impl Owner {
             else {
                 continue;
             };
-            let Some((Kind::Group, seq)) = Kind::parse(key) else {
-                out.skipped.push(format!("group {key}: not a group ID"));
-                continue;
-            };
+            let Some((seq, current)) = self.record_seq(Kind::Group, key, out) else { continue };
             let spec = match group_document(seq, &record.group.spec)
                 .and_then(|parsed| build_group(self, &parsed))
             {
@@ -187,6 +184,9 @@ impl Owner {
             }
             self.view.groups.insert(seq, Arc::new(entry.api.clone()));
             self.groups.insert(seq, entry);
+            if !current {
+                self.replace_key(Kind::Group, key, seq);
+            }
             out.groups += 1;
         }
         if !self.waiting_groups.is_empty() {
@@ -222,7 +222,7 @@ impl Owner {
             else {
                 continue;
             };
-            let Some((Kind::Actor, seq)) = Kind::parse(key) else { continue };
+            let Some((seq, current)) = self.record_seq(Kind::Actor, key, out) else { continue };
             let request =
                 match actor_document(seq, &record.actor.spec).and_then(|p| build(self, &p)) {
                     Ok(r) => r,
@@ -249,6 +249,9 @@ impl Owner {
                 self.names.insert((entry.api.namespace.clone(), name.clone()), seq);
             }
             self.actors.insert(seq, Box::new(entry));
+            if !current {
+                self.replace_key(Kind::Actor, key, seq);
+            }
             out.actors += 1;
             let key = WorkKey::Actor(seq);
             match (state, record.placement) {
@@ -267,7 +270,7 @@ impl Owner {
             else {
                 continue;
             };
-            let Some((Kind::Task, seq)) = Kind::parse(key) else { continue };
+            let Some((seq, current)) = self.record_seq(Kind::Task, key, out) else { continue };
             let request = match task_document(&record.task.spec).and_then(|p| build(self, &p)) {
                 Ok(r) => r,
                 Err(err) => {
@@ -285,6 +288,9 @@ impl Owner {
             };
             self.view.tasks.insert(seq, entry.api.clone());
             self.tasks.insert(seq, Box::new(entry));
+            if !current {
+                self.replace_key(Kind::Task, key, seq);
+            }
             out.tasks += 1;
             let key = WorkKey::Task(seq);
             match (state, record.placement) {
@@ -302,6 +308,39 @@ impl Owner {
             self.ended(key, Ending::NodeDied(err));
         }
         waiting
+    }
+
+    /// The number of the record under `key` in `kind`'s table, and whether the key has the
+    /// current form; none if the key is not one of that kind's or a record with that number was
+    /// restored already (a store holds one per object: an old-form key is replaced in the same
+    /// commit that writes the new one).
+    fn record_seq(&self, kind: Kind, key: &str, out: &mut Restored) -> Option<(u64, bool)> {
+        let word = kind.word();
+        let Some((_, seq, current)) = parse_store_key(key).filter(|(k, ..)| *k == kind) else {
+            out.skipped.push(format!("{word} {key}: not a key of a {word}"));
+            return None;
+        };
+        let known = match kind {
+            Kind::Actor => self.actors.contains_key(&seq),
+            Kind::Task => self.tasks.contains_key(&seq),
+            Kind::Group => self.groups.contains_key(&seq),
+        };
+        if known {
+            out.skipped.push(format!("{word} {key}: a second record of {}", kind.id(seq)));
+            return None;
+        }
+        Some((seq, current))
+    }
+
+    /// Notes that the restored object `seq` was stored under an old-form `key`: the first
+    /// cycle deletes that key and writes the object under its current one.
+    fn replace_key(&mut self, kind: Kind, key: &str, seq: u64) {
+        self.stale_keys.push((records::table(kind), key.to_owned()));
+        match kind {
+            Kind::Actor => self.dirty.actors.insert(seq),
+            Kind::Task => self.dirty.tasks.insert(seq),
+            Kind::Group => self.dirty.groups.insert(seq),
+        };
     }
 
     /// Reserves `key`'s recorded placement again, with the same instances.

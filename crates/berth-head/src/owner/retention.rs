@@ -85,14 +85,6 @@ pub(crate) struct Finished {
     ledger_changed: bool,
 }
 
-fn table(kind: Kind) -> Table {
-    match kind {
-        Kind::Actor => Table::Actors,
-        Kind::Task => Table::Tasks,
-        Kind::Group => Table::Groups,
-    }
-}
-
 /// When an object finished: its last event (the one that ended it, or a later note).
 fn finished_at(history: &[Event], created_at_ms: u64) -> u64 {
     history.last().map_or(created_at_ms, |e| e.at_ms)
@@ -251,7 +243,8 @@ impl Owner {
         };
         self.view.waiting.remove(&(kind, seq));
         if present {
-            self.finished.deletes.push((table(kind), kind.id(seq)));
+            let key = crate::records::store_key(kind, seq);
+            self.finished.deletes.push((crate::records::table(kind), key));
             let ledger = self.finished.ledger.of_mut(kind);
             ledger.dropped += 1;
             ledger.last_seq = ledger.last_seq.max(seq);
