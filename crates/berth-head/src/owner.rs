@@ -143,6 +143,8 @@ pub(crate) struct Dirty {
     pub(crate) shown_actors: BTreeSet<u64>,
     pub(crate) shown_tasks: BTreeSet<u64>,
     pub(crate) shown_groups: BTreeSet<u64>,
+    /// Attempts started this cycle (written alone unless their object is written whole).
+    pub(crate) starts: Vec<(WorkKey, records::StartRecord)>,
 }
 
 impl Owner {
@@ -396,6 +398,20 @@ impl Owner {
                 let api = entry.api.clone();
                 let old = self.view.tasks.insert(*seq, api.clone());
                 self.view.changes.push(changed(old.is_some()), Object::Task(api));
+            }
+        }
+        for (key, start) in &dirty.starts {
+            // Not for an object written whole, nor one forgotten since (both end before it).
+            let (kind, seq, whole, known) = match *key {
+                WorkKey::Actor(seq) => {
+                    (Kind::Actor, seq, &dirty.actors, self.actors.contains_key(&seq))
+                }
+                WorkKey::Task(seq) => {
+                    (Kind::Task, seq, &dirty.tasks, self.tasks.contains_key(&seq))
+                }
+            };
+            if known && !whole.contains(&seq) {
+                batch.put(Table::Starts, records::store_key(kind, seq), encode(start));
             }
         }
         for seq in &dirty.groups {
@@ -682,6 +698,92 @@ mod tests {
         assert_eq!(restored.actors, 2);
         assert_eq!(restored.skipped, ["actor actor-1: a second record of actor-1"]);
         assert!(again.stale_keys.is_empty(), "{:?}", again.stale_keys);
+    }
+
+    #[tokio::test]
+    async fn a_start_is_written_alone_and_a_restore_applies_it_to_its_attempt_only() {
+        use crate::agents::AgentCommand;
+        use crate::handle::Sequences;
+        use berth_api::agent::{
+            status_report, RegisterRequest, Started, StatusReport, StatusReports,
+        };
+        use berth_api::rest::{ActorState, EventKind};
+        use berth_store::{Op, RedbStore, Store};
+        let dir = tempfile::tempdir().unwrap();
+        let mut owner = test_owner(dir.path());
+        owner.config.retention.keep_count = 0;
+        let request = RegisterRequest {
+            node_id: "n1".into(),
+            address: "10.0.0.1".into(),
+            resources: [("CPU".into(), "4".into())].into(),
+            ..Default::default()
+        };
+        let reply = tokio::sync::oneshot::channel().0;
+        owner.apply(Command::Agent(AgentCommand::Register { request: Box::new(request), reply }));
+        owner.apply(batch(1, 1));
+        let placed = owner.flush();
+        let session = owner.links["n1"].liveness.session;
+        let report = StatusReport {
+            node_id: "n1".into(),
+            session,
+            work_id: "actor-1".into(),
+            attempt: 1,
+            status: Some(status_report::Status::Started(Started { pid: 42 })),
+        };
+        let reply = tokio::sync::oneshot::channel().0;
+        let reports = StatusReports { reports: vec![report.clone(), report] };
+        owner.apply(Command::Agent(AgentCommand::Report { reports, reply }));
+        let started = owner.flush();
+        let key = records::store_key(Kind::Actor, 1);
+        let start = match started.ops() {
+            [Op::Put { table: Table::Starts, key: k, value }] if *k == key => {
+                serde_json::from_slice::<records::StartRecord>(value).unwrap()
+            }
+            other => panic!("one start record, once, and nothing else: {other:?}"),
+        };
+        assert_eq!((start.attempt, start.pid), (1, 42));
+        assert_eq!(owner.view.actor("actor-1").unwrap().state, ActorState::Alive, "shown");
+        // Forgotten once dead: both records go.
+        let reply = tokio::sync::oneshot::channel().0;
+        owner.apply(Command::KillActor { id: "actor-1".into(), reply });
+        let _dead = owner.flush();
+        let forgotten: Vec<_> =
+            owner.flush().ops().iter().map(|op| (op.table(), op.key().to_owned())).collect();
+        for table in [Table::Actors, Table::Starts] {
+            assert!(forgotten.contains(&(table, key.clone())), "{table}: {forgotten:?}");
+        }
+
+        let store = RedbStore::open(dir.path().join("store")).await.unwrap();
+        let lease = store.acquire_lease("test", Duration::from_secs(60)).await.unwrap();
+        store.commit(lease.epoch(), placed).await.unwrap();
+        store.commit(lease.epoch(), started).await.unwrap();
+        let restore = || async {
+            let mut restarted = test_owner(dir.path());
+            let restored = restarted.restore(&store.load().await.unwrap(), &Sequences::default());
+            assert_eq!(restored.skipped, Vec::<String>::new());
+            let actor = restarted.view.actor("actor-1").unwrap();
+            let started = restarted.actors[&1].started;
+            (actor, started)
+        };
+        let (actor, started) = restore().await;
+        assert!(started);
+        assert_eq!(actor.state, ActorState::Alive);
+        let last = actor.history.last().unwrap();
+        assert_eq!(
+            (last.kind, last.at_ms, &*last.message),
+            (EventKind::Started, start.at_ms, "pid 42")
+        );
+        assert_eq!(last.node_id.as_deref(), Some("n1"));
+
+        // A start of another attempt than the record's is not this attempt's.
+        let mut other = Batch::new();
+        let stale = records::StartRecord { attempt: 2, ..start };
+        other.put(Table::Starts, key, encode(&stale));
+        store.commit(lease.epoch(), other).await.unwrap();
+        let (actor, started) = restore().await;
+        assert!(!started);
+        assert_eq!(actor.state, ActorState::Pending);
+        assert_eq!(actor.node_id.as_deref(), Some("n1"), "placed, not started");
     }
 
     #[tokio::test]

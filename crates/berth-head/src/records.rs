@@ -50,6 +50,20 @@ pub(crate) struct TaskRecord<T = Task, P = Option<Placement>> {
     pub placement: P,
 }
 
+/// The start of an actor's or task's attempt, stored alone under the object's key in
+/// [`Table::Starts`]: its agent's report changes only this much of the object, and writing
+/// the whole object again for it was half of what a creation cost the store (every actor
+/// is written at its creation and again at its start). A restore applies it to the object's
+/// record when it names the record's attempt and the record does not show it started yet; a
+/// record written later holds the start itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StartRecord {
+    pub attempt: u32,
+    pub at_ms: u64,
+    /// The process's ID (0: unknown).
+    pub pid: u32,
+}
+
 /// A stored placement group: the API object and, when reserved, each bundle's instances.
 /// Written from borrows, as [`ActorRecord`] is.
 #[derive(Clone, Debug, Serialize, Deserialize)]

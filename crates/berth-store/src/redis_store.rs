@@ -49,7 +49,7 @@ const CONNECT_RETRIES: usize = 2;
 static COMMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
--- KEYS[1]: the epoch counter; KEYS[2..6]: the table hashes, in Table::ALL order.
+-- KEYS[1]: the epoch counter; KEYS[2..]: the table hashes, in Table::ALL order.
 -- ARGV[1]: the writer's epoch; then per op 'P', table index (from 0), key, value
 -- or 'D', table index, key.
 local current = redis.call('GET', KEYS[1]) or '0'

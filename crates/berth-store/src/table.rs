@@ -19,12 +19,15 @@ pub enum Table {
     /// Metadata of the head (format versions, counters). Keys that begin with
     /// [`RESERVED_META_PREFIX`](crate::RESERVED_META_PREFIX) belong to the store itself.
     Meta,
+    /// Starts of actors' and tasks' attempts, by the object's key: a start is written here
+    /// alone, a few bytes, instead of its whole object again.
+    Starts,
 }
 
 impl Table {
     /// Every table, in a fixed order (the order of [`Table::index`]).
-    pub const ALL: [Table; 5] =
-        [Table::Nodes, Table::Actors, Table::Tasks, Table::Groups, Table::Meta];
+    pub const ALL: [Table; 6] =
+        [Table::Nodes, Table::Actors, Table::Tasks, Table::Groups, Table::Meta, Table::Starts];
 
     /// The table's stable name: the redb table name and the last part of the Redis hash key.
     /// Never change these: they name data on disk and in Redis.
@@ -35,6 +38,7 @@ impl Table {
             Table::Tasks => "tasks",
             Table::Groups => "groups",
             Table::Meta => "meta",
+            Table::Starts => "starts",
         }
     }
 
@@ -46,6 +50,7 @@ impl Table {
             Table::Tasks => 2,
             Table::Groups => 3,
             Table::Meta => 4,
+            Table::Starts => 5,
         }
     }
 }
@@ -63,7 +68,7 @@ mod tests {
     #[test]
     fn names_are_stable_and_distinct() {
         let names: Vec<&str> = Table::ALL.iter().map(|t| t.name()).collect();
-        assert_eq!(names, ["nodes", "actors", "tasks", "groups", "meta"]);
+        assert_eq!(names, ["nodes", "actors", "tasks", "groups", "meta", "starts"]);
     }
 
     #[test]

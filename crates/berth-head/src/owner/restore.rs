@@ -18,11 +18,13 @@ use berth_store::{Snapshot, Table};
 use super::groups::{build_group, GroupEntry};
 use super::nodes::NodeEntry;
 use super::retention::Ledger;
-use super::work::{affinity_of, build, ActorEntry, Ending, TaskEntry, WorkKey};
+use super::work::{affinity_of, build, record_start, ActorEntry, Ending, TaskEntry, WorkKey};
 use super::{convert, AgentLink, Owner};
 use crate::agents::{now_ms, Liveness};
 use crate::handle::{actor_document, group_document, task_document, Sequences};
-use crate::records::{self, parse_store_key, ActorRecord, GroupRecord, NodeRecord, Placement};
+use crate::records::{
+    self, parse_store_key, ActorRecord, GroupRecord, NodeRecord, Placement, StartRecord,
+};
 use crate::view::Kind;
 
 /// What a restore found, for the head's start-up log.
@@ -49,6 +51,26 @@ fn decode<T: serde::de::DeserializeOwned>(
             None
         }
     }
+}
+
+/// The start stored apart for the `seq`th object of `kind` (see [`StartRecord`]), when it is
+/// one of `attempt` and `placement` does not show it yet: marks `placement` started.
+fn recorded_start(
+    snapshot: &Snapshot,
+    kind: Kind,
+    seq: u64,
+    attempt: u32,
+    placement: &mut Option<Placement>,
+) -> Option<Result<StartRecord, serde_json::Error>> {
+    let placed = placement.as_mut().filter(|p| !p.started)?;
+    let bytes = snapshot.get(Table::Starts, &records::store_key(kind, seq))?;
+    let start = match serde_json::from_slice::<StartRecord>(bytes) {
+        Ok(start) if start.attempt == attempt => start,
+        Ok(_) => return None,
+        Err(err) => return Some(Err(err)),
+    };
+    placed.started = true;
+    Some(Ok(start))
 }
 
 /// Time beyond the heartbeat timeout that a reloaded head gives every agent to register
@@ -231,8 +253,16 @@ impl Owner {
                         continue;
                     }
                 };
-            let state = record.actor.state;
+            let mut placement = record.placement;
+            let start = recorded_start(snapshot, Kind::Actor, seq, record.attempt, &mut placement);
             let mut actor = record.actor;
+            if let Some(start) = start.transpose().unwrap_or_else(|err| {
+                out.skipped.push(format!("the start of actor {key}: {err}"));
+                None
+            }) {
+                record_start(&mut actor, &start);
+            }
+            let state = actor.state;
             if let Some(spec) = request.actor() {
                 // One ID for the API object and the scheduler's record, as when created.
                 actor.actor_id = spec.id.shared();
@@ -254,7 +284,7 @@ impl Owner {
             }
             out.actors += 1;
             let key = WorkKey::Actor(seq);
-            match (state, record.placement) {
+            match (state, placement) {
                 (ActorState::Dead, _) => {}
                 (_, Some(placement)) => {
                     if let Err(err) = self.rereserve(key, placement, &request) {
@@ -278,9 +308,18 @@ impl Owner {
                     continue;
                 }
             };
-            let state = record.task.state;
+            let mut placement = record.placement;
+            let start = recorded_start(snapshot, Kind::Task, seq, record.attempt, &mut placement);
+            let mut task = record.task;
+            if let Some(start) = start.transpose().unwrap_or_else(|err| {
+                out.skipped.push(format!("the start of task {key}: {err}"));
+                None
+            }) {
+                record_start(&mut task, &start);
+            }
+            let state = task.state;
             let entry = TaskEntry {
-                api: Arc::new(record.task),
+                api: Arc::new(task),
                 attempt: record.attempt,
                 started: false,
                 allocation: None,
@@ -293,7 +332,7 @@ impl Owner {
             }
             out.tasks += 1;
             let key = WorkKey::Task(seq);
-            match (state, record.placement) {
+            match (state, placement) {
                 (TaskState::Finished | TaskState::Failed | TaskState::Cancelled, _) => {}
                 (_, Some(placement)) => {
                     if let Err(err) = self.rereserve(key, placement, &request) {

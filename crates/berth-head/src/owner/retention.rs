@@ -244,6 +244,9 @@ impl Owner {
         self.view.waiting.remove(&(kind, seq));
         if present {
             let key = crate::records::store_key(kind, seq);
+            if kind != Kind::Group {
+                self.finished.deletes.push((Table::Starts, key.clone()));
+            }
             self.finished.deletes.push((crate::records::table(kind), key));
             let ledger = self.finished.ledger.of_mut(kind);
             ledger.dropped += 1;

@@ -18,7 +18,7 @@ use super::Owner;
 use crate::agents::now_ms;
 use crate::error::HeadError;
 use crate::handle::input_error;
-use crate::records::{ActorRecord, Placement, PlacementRef, TaskRecord};
+use crate::records::{ActorRecord, Placement, PlacementRef, StartRecord, TaskRecord};
 use crate::view::{Kind, Waiting};
 use crate::work_keys::WorkKeys;
 
@@ -288,6 +288,17 @@ pub(crate) fn push_event(
     node_id: Option<&Arc<str>>,
     message: impl Into<Box<str>>,
 ) {
+    push_event_at(history, now_ms(), kind, node_id, message);
+}
+
+/// [`push_event`] of an event that happened at `at_ms`.
+fn push_event_at(
+    history: &mut ThinVec<Event>,
+    at_ms: u64,
+    kind: EventKind,
+    node_id: Option<&Arc<str>>,
+    message: impl Into<Box<str>>,
+) {
     if history.len() >= HISTORY {
         history.remove(0);
     } else if history.len() == history.capacity() {
@@ -297,7 +308,16 @@ pub(crate) fn push_event(
         history.reserve_exact(1);
     }
     let node_id = node_id.cloned();
-    history.push(Event { at_ms: now_ms(), kind, node_id, message: message.into() });
+    history.push(Event { at_ms, kind, node_id, message: message.into() });
+}
+
+/// Shows `api`'s current attempt started as `start` tells (an agent's report now, or a
+/// start record at a restore).
+pub(crate) fn record_start<A: WorkObject>(api: &mut A, start: &StartRecord) {
+    api.set_started();
+    let node = api.node_id().cloned();
+    let message = pid_text(start.pid);
+    push_event_at(api.history(), start.at_ms, EventKind::Started, node.as_ref(), message);
 }
 
 /// How an attempt ended.
@@ -729,19 +749,21 @@ impl Owner {
         }
     }
 
-    /// The agent reported that `key`'s attempt started.
+    /// The agent reported that `key`'s attempt started. Written as a [`StartRecord`] alone,
+    /// unless the object is written whole this cycle anyway.
     pub(crate) fn started(&mut self, key: WorkKey, pid: u32) {
         // Reports may repeat (an agent resends until answered): the first one counts.
-        if self.attempt_of(key).is_none_or(|a| a.started) {
-            return;
-        }
+        let Some(attempt) = self.attempt_of(key).filter(|a| !a.started) else { return };
+        let start = StartRecord { attempt: attempt.number, at_ms: now_ms(), pid };
         with_work!(self, key, |e| {
             e.started = true;
-            e.api_mut().set_started();
-            let node = e.api.node_id().cloned();
-            push_event(e.api_mut().history(), EventKind::Started, node.as_ref(), pid_text(pid));
+            record_start(e.api_mut(), &start);
         });
-        self.mark(key);
+        match key {
+            WorkKey::Actor(seq) => self.dirty.shown_actors.insert(seq),
+            WorkKey::Task(seq) => self.dirty.shown_tasks.insert(seq),
+        };
+        self.dirty.starts.push((key, start));
     }
 
     /// `key`'s current attempt, while placed.
