@@ -196,6 +196,29 @@ impl Metrics {
         self.decision_seconds.observe(seconds);
     }
 
+    /// Sets the gauges that count what `view` holds (nodes by state, what waits), at a scrape:
+    /// counting them at every cycle instead walked every node a thousand times a second under
+    /// load, for a figure read every few seconds.
+    pub(crate) fn count(&self, view: &crate::view::View) {
+        let (alive, draining, dead) = view.status_counts();
+        self.set_nodes("alive", alive as i64);
+        self.set_nodes("draining", draining as i64);
+        self.set_nodes("dead", dead as i64);
+        let mut pending = [[0i64; 2]; 3];
+        for w in view.waiting.values() {
+            let kind = match w.item.kind.as_str() {
+                "actor" => 0,
+                "task" => 1,
+                _ => 2,
+            };
+            pending[kind][usize::from(w.item.diagnosis.infeasible)] += 1;
+        }
+        for (kind, counts) in ["actor", "task", "placement_group"].into_iter().zip(pending) {
+            self.set_pending(kind, "pending", counts[0]);
+            self.set_pending(kind, "infeasible", counts[1]);
+        }
+    }
+
     /// How many requests of `kind` (`actor`, `task`, `placement_group`) wait now, `waiting`
     /// being `pending` or `infeasible`.
     pub(crate) fn set_pending(&self, kind: &str, waiting: &str, n: i64) {

@@ -438,32 +438,6 @@ impl Owner {
         }
         batch
     }
-
-    fn publish_gauges(&self) {
-        let counts = self.view.status_counts();
-        self.metrics.set_nodes("alive", counts.0 as i64);
-        self.metrics.set_nodes("draining", counts.1 as i64);
-        self.metrics.set_nodes("dead", counts.2 as i64);
-        let mut pending: HashMap<(&str, &str), i64> = HashMap::new();
-        for w in self.view.waiting.values() {
-            let waiting = if w.item.diagnosis.infeasible { "infeasible" } else { "pending" };
-            *pending.entry((kind_word(&w.item.kind), waiting)).or_default() += 1;
-        }
-        for kind in ["actor", "task", "placement_group"] {
-            for waiting in ["pending", "infeasible"] {
-                let n = pending.get(&(kind, waiting)).copied().unwrap_or(0);
-                self.metrics.set_pending(kind, waiting, n);
-            }
-        }
-    }
-}
-
-fn kind_word(kind: &str) -> &'static str {
-    match kind {
-        "actor" => "actor",
-        "task" => "task",
-        _ => "placement_group",
-    }
 }
 
 impl Owner {
@@ -473,7 +447,6 @@ impl Owner {
         self.retry_waiting();
         let batch = self.flush();
         self.view.generation += 1;
-        self.publish_gauges();
         // Answers and assignments of the restore: none can exist before anyone is served.
         self.effects.clear();
         (batch, Arc::new(self.view.clone()))
@@ -525,7 +498,6 @@ pub(crate) async fn run(
         owner.retry_waiting();
         let batch = owner.flush();
         owner.view.generation += 1;
-        owner.publish_gauges();
         let cycle = Cycle {
             batch,
             view: Arc::new(owner.view.clone()),

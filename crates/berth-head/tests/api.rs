@@ -338,6 +338,14 @@ async fn actors_tasks_and_groups_through_rest() {
     ] {
         assert!(metrics.contains(family), "{family} missing from /metrics");
     }
+    // Counted from the view when scraped: both nodes alive, the infeasible task cancelled.
+    for sample in [
+        "berth_nodes{state=\"alive\"} 2",
+        "berth_nodes{state=\"dead\"} 0",
+        "berth_pending{kind=\"task\",waiting=\"infeasible\"} 0",
+    ] {
+        assert!(metrics.contains(sample), "{sample} missing from /metrics:\n{metrics}");
+    }
     f.sim.shutdown().await.unwrap();
     f.head.shutdown().await;
 }

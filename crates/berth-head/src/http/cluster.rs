@@ -24,6 +24,7 @@ pub(crate) async fn healthz() -> Json<Health> {
         content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"))
 )]
 pub(crate) async fn metrics(State(api): State<Api>) -> Response {
+    api.metrics.count(&api.handle.view());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], api.metrics.render()).into_response()
 }
 
