@@ -732,12 +732,12 @@ mod tests {
         let restore = || async {
             let mut restarted = test_owner(dir.path());
             let restored = restarted.restore(&store.load().await.unwrap(), &Sequences::default());
-            assert_eq!(restored.skipped, Vec::<String>::new());
             let actor = restarted.view.actor("actor-1").unwrap();
             let started = restarted.actors[&1].started;
-            (actor, started)
+            (actor, started, restored.skipped)
         };
-        let (actor, started) = restore().await;
+        let (actor, started, skipped) = restore().await;
+        assert_eq!(skipped, Vec::<String>::new());
         assert!(started);
         assert_eq!(actor.state, ActorState::Alive);
         let last = actor.history.last().unwrap();
@@ -750,12 +750,22 @@ mod tests {
         // A start of another attempt than the record's is not this attempt's.
         let mut other = Batch::new();
         let stale = records::StartRecord { attempt: 2, ..start };
-        other.put(Table::Starts, key, encode(&stale));
+        other.put(Table::Starts, key.clone(), encode(&stale));
         store.commit(lease.epoch(), other).await.unwrap();
-        let (actor, started) = restore().await;
-        assert!(!started);
+        let (actor, started, skipped) = restore().await;
+        assert_eq!((started, skipped.len()), (false, 0), "{skipped:?}");
         assert_eq!(actor.state, ActorState::Pending);
         assert_eq!(actor.node_id.as_deref(), Some("n1"), "placed, not started");
+        // One that cannot be read is reported, and the actor restored as its record says.
+        let mut garbled = Batch::new();
+        garbled.put(Table::Starts, key.clone(), b"{".to_vec());
+        store.commit(lease.epoch(), garbled).await.unwrap();
+        let (actor, started, skipped) = restore().await;
+        assert_eq!((started, actor.state), (false, ActorState::Pending));
+        assert!(
+            matches!(&skipped[..], [s] if s.starts_with(&format!("starts {key}: "))),
+            "{skipped:?}"
+        );
     }
 
     #[tokio::test]

@@ -18,7 +18,9 @@ use berth_store::{Snapshot, Table};
 use super::groups::{build_group, GroupEntry};
 use super::nodes::NodeEntry;
 use super::retention::Ledger;
-use super::work::{affinity_of, build, record_start, ActorEntry, Ending, TaskEntry, WorkKey};
+use super::work::{
+    affinity_of, build, record_start, ActorEntry, Ending, TaskEntry, WorkKey, WorkObject,
+};
 use super::{convert, AgentLink, Owner};
 use crate::agents::{now_ms, Liveness};
 use crate::handle::{actor_document, group_document, task_document, Sequences};
@@ -53,24 +55,27 @@ fn decode<T: serde::de::DeserializeOwned>(
     }
 }
 
-/// The start stored apart for the `seq`th object of `kind` (see [`StartRecord`]), when it is
-/// one of `attempt` and `placement` does not show it yet: marks `placement` started.
-fn recorded_start(
+/// Applies the start stored apart for the `seq`th object of `kind` (see [`StartRecord`]) to
+/// its restored `api` and `placement`, when it is one of `attempt` and `placement` does not
+/// show it yet. A start that cannot be read is reported in `out` and not applied.
+fn apply_start<A: WorkObject>(
     snapshot: &Snapshot,
-    kind: Kind,
-    seq: u64,
-    attempt: u32,
+    (kind, seq, attempt): (Kind, u64, u32),
     placement: &mut Option<Placement>,
-) -> Option<Result<StartRecord, serde_json::Error>> {
-    let placed = placement.as_mut().filter(|p| !p.started)?;
-    let bytes = snapshot.get(Table::Starts, &records::store_key(kind, seq))?;
-    let start = match serde_json::from_slice::<StartRecord>(bytes) {
-        Ok(start) if start.attempt == attempt => start,
-        Ok(_) => return None,
-        Err(err) => return Some(Err(err)),
-    };
-    placed.started = true;
-    Some(Ok(start))
+    api: &mut A,
+    out: &mut Restored,
+) {
+    let Some(placed) = placement.as_mut().filter(|p| !p.started) else { return };
+    let key = records::store_key(kind, seq);
+    let Some(bytes) = snapshot.get(Table::Starts, &key) else { return };
+    match serde_json::from_slice::<StartRecord>(bytes) {
+        Ok(start) if start.attempt == attempt => {
+            placed.started = true;
+            record_start(api, &start);
+        }
+        Ok(_) => {}
+        Err(err) => out.skipped.push(format!("{} {key}: {err}", Table::Starts)),
+    }
 }
 
 /// Time beyond the heartbeat timeout that a reloaded head gives every agent to register
@@ -254,14 +259,9 @@ impl Owner {
                     }
                 };
             let mut placement = record.placement;
-            let start = recorded_start(snapshot, Kind::Actor, seq, record.attempt, &mut placement);
             let mut actor = record.actor;
-            if let Some(start) = start.transpose().unwrap_or_else(|err| {
-                out.skipped.push(format!("the start of actor {key}: {err}"));
-                None
-            }) {
-                record_start(&mut actor, &start);
-            }
+            let attempt = record.attempt;
+            apply_start(snapshot, (Kind::Actor, seq, attempt), &mut placement, &mut actor, out);
             let state = actor.state;
             if let Some(spec) = request.actor() {
                 // One ID for the API object and the scheduler's record, as when created.
@@ -309,14 +309,9 @@ impl Owner {
                 }
             };
             let mut placement = record.placement;
-            let start = recorded_start(snapshot, Kind::Task, seq, record.attempt, &mut placement);
             let mut task = record.task;
-            if let Some(start) = start.transpose().unwrap_or_else(|err| {
-                out.skipped.push(format!("the start of task {key}: {err}"));
-                None
-            }) {
-                record_start(&mut task, &start);
-            }
+            let attempt = record.attempt;
+            apply_start(snapshot, (Kind::Task, seq, attempt), &mut placement, &mut task, out);
             let state = task.state;
             let entry = TaskEntry {
                 api: Arc::new(task),
