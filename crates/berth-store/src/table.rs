@@ -3,7 +3,9 @@
 use std::fmt;
 
 /// One of the store's tables. The set is closed: the head's state is nodes, actors, tasks,
-/// placement groups and a little metadata, and a backend lays out exactly these tables.
+/// placement groups, the starts of attempts and a little metadata, and a backend lays out
+/// exactly these tables. A table added later goes last, so that the indices of the others
+/// (which Redis commits carry) stay the same.
 ///
 /// Each table maps string keys to opaque values (the head serializes its own types).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
