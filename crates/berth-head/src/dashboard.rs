@@ -170,7 +170,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
 async fn require_token(State(keyring): State<Keyring>, req: Request, next: Next) -> Response {
     let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let message = match keyring.check(presented) {
-        Ok(role) => match crate::http::forbidden(role, req.method(), req.uri().path()) {
+        Ok(role) => match crate::http::gate::forbidden(role, req.method(), req.uri().path()) {
             None => return next.run(req).await,
             Some(message) => {
                 return UiError {

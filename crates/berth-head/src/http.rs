@@ -16,6 +16,7 @@ mod batch;
 mod cluster;
 mod explain;
 mod extract;
+pub(crate) mod gate;
 mod groups;
 mod logs;
 mod nodes;
@@ -26,12 +27,10 @@ mod tokens;
 mod watch;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode};
-use axum::middleware::{self, Next};
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -41,10 +40,9 @@ use utoipa::openapi::{RefOr, ResponseBuilder};
 use utoipa::OpenApi;
 
 use crate::handle::HeadHandle;
-use crate::keyring::{Keyring, Refusal};
+use crate::keyring::Keyring;
 use crate::logs::LogStreams;
 use crate::metrics::Metrics;
-use berth_api::rest::Role;
 use extract::{Failure, MAX_BODY_BYTES};
 
 /// What every handler shares, behind one reference count: axum clones a router's state for
@@ -139,7 +137,7 @@ pub(crate) fn router_with_logs(
         .route("/api/v1/tokens", get(tokens::list_tokens).post(tokens::create_token))
         .route("/api/v1/tokens/{id}", axum::routing::delete(tokens::revoke_token))
         .method_not_allowed_fallback(method_not_allowed)
-        .route_layer(middleware::from_fn_with_state(keyring, require_token))
+        .route_layer(gate::TokenLayer::new(keyring))
         .with_state(api);
     Router::new()
         .route("/healthz", get(cluster::healthz))
@@ -147,106 +145,12 @@ pub(crate) fn router_with_logs(
         .merge(protected)
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::from_fn_with_state(metrics, record))
+        .layer(gate::RecordLayer::new(metrics))
 }
 
 /// The body limit of the batch routes (inside the router-wide 1 MiB, so it wins there).
 fn batch_limit() -> DefaultBodyLimit {
     DefaultBodyLimit::max(extract::MAX_BATCH_BODY_BYTES)
-}
-
-/// What `role` may not do with `method` on `path`, if anything: agent tokens are for the agent
-/// protocol only; read tokens may read (GET, and dry runs, which change nothing) but neither
-/// change anything nor see the tokens.
-pub(crate) fn forbidden(role: Role, method: &Method, path: &str) -> Option<String> {
-    match role {
-        Role::Admin => None,
-        Role::Agent => Some(
-            "an agent token is for the agent protocol only: use an admin or read token (the \
-             CLI's is DATA_DIR/token)"
-                .to_string(),
-        ),
-        Role::Read if path.starts_with("/api/v1/tokens") => {
-            Some("a read-only token cannot see or change tokens: it needs an admin token".into())
-        }
-        Role::Read if path.starts_with("/api/v1/actors/") && path.ends_with("/endpoint") => {
-            Some("a read-only token cannot see an actor's work key: it needs an admin token".into())
-        }
-        Role::Read if *method == Method::GET || *method == Method::HEAD => None,
-        Role::Read if *method == Method::POST && path == "/api/v1/tasks:wait" => None,
-        Role::Read if *method == Method::POST && path == "/api/v1/explain" => None,
-        Role::Read if *method == Method::POST && path == "/api/v1/autoscaler/plan" => None,
-        Role::Read => {
-            Some(format!("a read-only token cannot {method} {path}: it needs an admin token"))
-        }
-    }
-}
-
-/// 401 unless the request carries a token the head knows; 403 when its role may not do this.
-async fn require_token(State(keyring): State<Keyring>, req: Request, next: Next) -> Response {
-    // An actor's process registers with its work key, which the handler checks.
-    if req.method() == Method::PUT && is_endpoint_path(req.uri().path()) {
-        return next.run(req).await;
-    }
-    let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let refused = match keyring.check(presented) {
-        Ok(role) => match forbidden(role, req.method(), req.uri().path()) {
-            None => return next.run(req).await,
-            Some(message) => {
-                let body = ApiError { error: ErrorKind::Forbidden, field: None, message };
-                return (StatusCode::FORBIDDEN, Json(body)).into_response();
-            }
-        },
-        Err(Refusal::Missing) => "no token given",
-        Err(Refusal::Unknown) => "the head does not know this token (wrong, or revoked)",
-    };
-    let body = ApiError {
-        error: ErrorKind::Unauthorized,
-        field: None,
-        message: format!(
-            "{refused}: send the header `Authorization: Bearer <token>`; the admin token is in \
-             DATA_DIR/token (default ~/.berth/token, or $BERTH_TOKEN)"
-        ),
-    };
-    let mut response = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
-    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    response
-}
-
-/// `/api/v1/actors/{id}/endpoint`.
-fn is_endpoint_path(path: &str) -> bool {
-    path.strip_prefix("/api/v1/actors/")
-        .and_then(|rest| rest.strip_suffix("/endpoint"))
-        .is_some_and(|id| !id.is_empty() && !id.contains('/'))
-}
-
-/// Records method, route template, status and latency of every answer.
-async fn record(State(metrics): State<Arc<Metrics>>, req: Request, next: Next) -> Response {
-    let start = Instant::now();
-    let method = method_label(req.method());
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .filter(|p| !p.contains("__private__"))
-        .unwrap_or_else(|| "unmatched".to_string());
-    let response = next.run(req).await;
-    metrics.http(method, &route, response.status().as_u16(), start.elapsed().as_secs_f64());
-    response
-}
-
-/// A method as a metric label: the standard ones, else `OTHER` (clients choose methods).
-fn method_label(method: &Method) -> &'static str {
-    match *method {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::PATCH => "PATCH",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => "OTHER",
-    }
 }
 
 /// Unknown route: 404 `ApiError`; for a gRPC request, gRPC's UNIMPLEMENTED.

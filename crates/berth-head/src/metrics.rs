@@ -47,14 +47,15 @@ struct StateLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    method: String,
+    // Method and status class are from fixed sets: no allocation per request for them.
+    method: &'static str,
     route: String,
-    status: String,
+    status: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
-    method: String,
+    method: &'static str,
     route: String,
 }
 
@@ -253,7 +254,7 @@ impl Metrics {
 
     /// One REST request: `route` is the matched template (`/api/v1/actors/{id}`), never the
     /// raw path, so the label set stays small.
-    pub(crate) fn http(&self, method: &str, route: &str, status: u16, seconds: f64) {
+    pub(crate) fn http(&self, method: &'static str, route: &str, status: u16, seconds: f64) {
         let class = match status {
             100..=199 => "1xx",
             200..=299 => "2xx",
@@ -261,11 +262,7 @@ impl Metrics {
             400..=499 => "4xx",
             _ => "5xx",
         };
-        let labels = RequestLabels {
-            method: method.to_string(),
-            route: route.to_string(),
-            status: class.to_string(),
-        };
+        let labels = RequestLabels { method, route: route.to_string(), status: class };
         self.http_requests.get_or_create(&labels).inc();
         let labels = RouteLabels { method: labels.method, route: labels.route };
         self.http_seconds.get_or_create(&labels).observe(seconds);
