@@ -49,13 +49,13 @@ pub(crate) async fn create_actor(
 pub(crate) async fn create_actors(
     State(api): State<Api>,
     JsonBody(body): JsonBody<Batch<Box<serde_json::value::RawValue>>>,
-) -> Result<Json<BatchAnswer<Actor>>, Failure> {
+) -> Result<Response, Failure> {
     let items = super::batch::items::<ActorCreate>(body)?;
     let handle = api.handle.clone();
-    Ok(Json(
+    let answer =
         super::batch::answer(items, |bodies| async move { handle.create_actors(bodies).await })
-            .await?,
-    ))
+            .await?;
+    Ok(super::batch::json(&answer))
 }
 
 /// List actors.

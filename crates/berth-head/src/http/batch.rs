@@ -4,11 +4,13 @@
 //! driver submitting a burst pays per item drops to the item's own work.
 
 use axum::http::StatusCode;
+use axum::response::Response;
 use berth_api::rest::{Batch, BatchAnswer, BatchItem, MAX_BATCH_ITEMS};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::extract::{parse_item, Failure};
+use super::extract::{json_answer, parse_item, Failure, ANSWER_BYTES};
 use crate::error::HeadError;
 
 /// Each item of `batch` read as `T` (an item that is not one is that item's error). Items
@@ -60,6 +62,12 @@ where
         })
         .collect();
     Ok(BatchAnswer { items })
+}
+
+/// A batch's answer as JSON, its buffer sized for its items at once.
+pub(crate) fn json<T: Serialize>(answer: &BatchAnswer<T>) -> Response {
+    let capacity = answer.items.len().saturating_mul(ANSWER_BYTES);
+    json_answer(StatusCode::OK, answer, capacity)
 }
 
 fn refused<T>(failure: Failure) -> BatchItem<T> {

@@ -46,13 +46,13 @@ pub(crate) async fn submit_task(
 pub(crate) async fn submit_tasks(
     State(api): State<Api>,
     JsonBody(body): JsonBody<Batch<Box<serde_json::value::RawValue>>>,
-) -> Result<Json<BatchAnswer<Task>>, Failure> {
+) -> Result<Response, Failure> {
     let items = super::batch::items::<TaskSubmit>(body)?;
     let handle = api.handle.clone();
-    Ok(Json(
+    let answer =
         super::batch::answer(items, |bodies| async move { handle.submit_tasks(bodies).await })
-            .await?,
-    ))
+            .await?;
+    Ok(super::batch::json(&answer))
 }
 
 /// List tasks.
