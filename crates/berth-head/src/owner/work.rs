@@ -599,7 +599,10 @@ impl Owner {
                 WorkKey::Task(_) => &mut n.tasks,
             };
             *counter = counter.saturating_add_signed(delta);
-            self.touched.insert(node.to_string());
+            // Most placements of a cycle land on nodes already touched: no new string then.
+            if !self.touched.contains(node) {
+                self.touched.insert(node.to_string());
+            }
         }
     }
 
