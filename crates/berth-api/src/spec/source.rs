@@ -76,6 +76,13 @@ impl Source {
     }
 
     pub(super) fn parse_json<T: DeserializeOwned>(&self) -> Result<T, InputError> {
+        // Tracking the path allocates a string per key read, and the head parses a document
+        // for every actor, task and group it creates (4 % of `bench api`'s batch phase,
+        // `perf`), almost all of them good: parsed without it first; a document that fails is
+        // parsed again, by the same parser (so it fails the same way), to name the field.
+        if let Ok(parsed) = serde_json::from_str::<T>(&self.text) {
+            return Ok(parsed);
+        }
         let mut deserializer = serde_json::Deserializer::from_str(&self.text);
         let strip = |err: &serde_json::Error| {
             // serde_json appends " at line 1 column 42" to every message: the field says where.
