@@ -325,6 +325,9 @@ async fn watch_team(
     let mut events = super::conn::EventStream::open(&url, &token).await?;
     let _ = ready.send(()).await;
     let (mut text, mut last, mut ok) = (Vec::<u8>::new(), 0u64, true);
+    // An event ends at a blank line. Found by memchr's vectorised search: a byte-by-byte scan
+    // was 1.9 % of the watched phase's CPU (`perf`), all of it charged to the watching.
+    let blank_line = memchr::memmem::Finder::new(b"\n\n");
     let mut added = std::collections::HashMap::<String, usize>::new();
     let mut alive = std::collections::HashSet::<String>::new();
     while alive.len() < expected {
@@ -338,13 +341,10 @@ async fn watch_team(
         // The whole events read, each in place (no copy per event), then dropped at once: the
         // client shares the head's cores, so it does only what a watcher must.
         let mut read = 0;
-        while let Some(end) = text[read..].windows(2).position(|w| w == b"\n\n") {
+        while let Some(end) = blank_line.find(&text[read..]) {
             let block = &text[read..read + end];
             read += end + 2;
-            let Some(data) = block.split(|&b| b == b'\n').find_map(|l| l.strip_prefix(b"data:"))
-            else {
-                continue;
-            };
+            let Some(data) = data_line(block) else { continue };
             let change: Seen = serde_json::from_slice(data)?;
             ok &= change.version > last;
             last = change.version;
@@ -359,6 +359,15 @@ async fn watch_team(
         text.drain(..read);
     }
     Ok(ok && added.len() == expected && added.values().all(|&n| n == 1))
+}
+
+/// The `data:` line of an event (ours have one; keep-alive comments have none), found without
+/// a byte-by-byte scan of the JSON before it ends.
+fn data_line(event: &[u8]) -> Option<&[u8]> {
+    let start =
+        if event.starts_with(b"data:") { 5 } else { memchr::memmem::find(event, b"\ndata:")? + 6 };
+    let rest = &event[start..];
+    Some(&rest[..memchr::memchr(b'\n', rest).unwrap_or(rest.len())])
 }
 
 /// Raises this process's limit of open files to at least `wanted` (within the hard limit).
@@ -887,6 +896,16 @@ mod tests {
         assert_eq!(cpu_us_per_item(Some(1.0), Some(1.5), 1000), Some(500.0));
         assert_eq!(cpu_us_per_item(Some(1.0), Some(1.5), 0), Some(500_000.0), "no division by 0");
         assert_eq!(cpu_us_per_item(None, Some(1.5), 10), None, "a reading missing");
+    }
+
+    #[test]
+    fn an_events_data_line_is_found_wherever_it_is() {
+        let event = b"id: 7\nevent: change\ndata: {\"a\":1}";
+        assert_eq!(data_line(event), Some(&b" {\"a\":1}"[..]));
+        assert_eq!(data_line(b"data:{}\nid: 1"), Some(&b"{}"[..]), "first, then more lines");
+        assert_eq!(data_line(b"id: 1\nevent: x"), None);
+        assert_eq!(data_line(b": keep-alive"), None);
+        assert_eq!(data_line(b"id: 1\nxdata: 2"), None, "only at a line's start");
     }
 
     #[cfg(target_os = "linux")]
