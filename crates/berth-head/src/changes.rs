@@ -14,6 +14,7 @@
 use std::sync::{Arc, OnceLock};
 
 use berth_api::rest::{Actor, Group, Node, Task};
+use bytes::Bytes;
 use imbl::Vector;
 use serde::Serialize;
 
@@ -121,19 +122,26 @@ pub struct Change {
     /// The object after the change.
     pub object: Object,
     #[serde(skip)]
-    json: OnceLock<Arc<str>>,
+    event: OnceLock<Bytes>,
 }
 
 impl Change {
     /// A change numbered `version`.
     pub fn new(version: u64, change: ChangeType, object: Object) -> Change {
-        Change { version, change, kind: object.kind(), object, json: OnceLock::new() }
+        Change { version, change, kind: object.kind(), object, event: OnceLock::new() }
     }
 
-    /// The change as one line of JSON, made once.
-    pub fn json(&self) -> Arc<str> {
-        self.json
-            .get_or_init(|| serde_json::to_string(self).expect("changes serialize").into())
+    /// The change as a server-sent event: `id: VERSION`, `event: change`, and the change as
+    /// one line of JSON in `data`. Made once, then shared by every watcher it goes to (a
+    /// reference count each, not a copy).
+    pub fn event(&self) -> Bytes {
+        self.event
+            .get_or_init(|| {
+                let mut text = format!("id: {}\nevent: change\ndata: ", self.version).into_bytes();
+                serde_json::to_writer(&mut text, self).expect("changes serialize");
+                text.extend_from_slice(b"\n\n");
+                Bytes::from(text)
+            })
             .clone()
     }
 }
@@ -252,16 +260,20 @@ mod tests {
     }
 
     #[test]
-    fn a_change_is_one_json_line_with_its_object() {
+    fn a_change_is_one_event_whose_data_is_one_json_line_with_its_object() {
         let mut log = ChangeLog::starting_at(7);
         log.push(ChangeType::Added, node("n1"));
         let change = log.after(6).unwrap().next().unwrap();
-        let json: serde_json::Value = serde_json::from_str(&change.json()).unwrap();
+        let event = change.event();
+        let text = std::str::from_utf8(&event).unwrap();
+        let data = text.strip_prefix("id: 7\nevent: change\ndata: ").expect(text);
+        let data = data.strip_suffix("\n\n").expect("an event ends with a blank line");
+        assert!(!data.contains('\n'), "one data line");
+        let json: serde_json::Value = serde_json::from_str(data).unwrap();
         assert_eq!(json["version"], 7);
         assert_eq!(json["type"], "ADDED");
         assert_eq!(json["kind"], "node");
         assert_eq!(json["object"]["node_id"], "n1");
-        assert!(!change.json().contains('\n'), "one SSE data line");
-        assert!(Arc::ptr_eq(&change.json(), &change.json()), "made once");
+        assert_eq!(change.event().as_ptr(), event.as_ptr(), "made once");
     }
 }

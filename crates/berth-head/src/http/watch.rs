@@ -19,11 +19,12 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use berth_api::rest::{ApiError, ErrorKind, WatchQuery};
-use futures::Stream;
+use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
 use super::extract::{Failure, Query};
@@ -115,7 +116,7 @@ fn word<T: serde::Serialize>(state: &T) -> String {
 }
 
 /// The matching objects as they are in `view`, as `ADDED` changes at the view's version.
-fn listing(view: &View, filter: &Filter) -> VecDeque<Event> {
+fn listing(view: &View, filter: &Filter) -> VecDeque<Bytes> {
     let version = view.changes.newest();
     let objects = view
         .nodes
@@ -126,12 +127,8 @@ fn listing(view: &View, filter: &Filter) -> VecDeque<Event> {
         .chain(view.groups.values().map(|g| Object::Group(g.clone())));
     objects
         .filter(|o| filter.matches(o))
-        .map(|o| event(&Change::new(version, ChangeType::Added, o)))
+        .map(|o| Change::new(version, ChangeType::Added, o).event())
         .collect()
-}
-
-fn event(change: &Change) -> Event {
-    Event::default().id(change.version.to_string()).event("change").data(&*change.json())
 }
 
 fn expired(oldest: u64) -> Failure {
@@ -167,6 +164,11 @@ fn resume_from(query: &WatchQuery, headers: &HeaderMap) -> Result<Option<u64>, F
 pub(crate) const QUEUE: usize = 4096;
 /// How often the hub forgets the watchers whose client has gone.
 const SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often a stream carries a comment, so that proxies and clients see it alive while
+/// nothing changes (what `EventSource` and most proxies expect: well under a minute).
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+/// A keep-alive: an SSE comment, which clients skip.
+const KEEP_ALIVE_EVENT: &[u8] = b":\n\n";
 
 /// Watch changes (server-sent events).
 ///
@@ -188,7 +190,7 @@ pub(crate) async fn watch(
     State(api): State<Api>,
     Query(query): Query<WatchQuery>,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Failure> {
+) -> Result<Response, Failure> {
     let filter = Filter::parse(&query)?;
     let since = resume_from(&query, &headers)?;
     let view = api.handle.view();
@@ -199,7 +201,7 @@ pub(crate) async fn watch(
             // What this view already has after `version` is sent from here; the hub sends
             // what comes after the view.
             Ok(changes) => {
-                let events = changes.filter(|c| filter.matches(&c.object)).map(|c| event(&c));
+                let events = changes.filter(|c| filter.matches(&c.object)).map(|c| c.event());
                 (events.collect(), view.changes.newest())
             }
             Err(Resume::Expired { oldest }) => return Err(expired(oldest)),
@@ -218,30 +220,45 @@ pub(crate) async fn watch(
     if !joined {
         pending.clear(); // the head is stopping
     }
-    let state = Watcher { pending, queue: joined.then_some(queue), cut };
+    let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
+    keep_alive.reset(); // the first comment after a period, not at once
+    let state = Watcher { pending, queue: joined.then_some(queue), cut, keep_alive };
     let stream = futures::stream::unfold(state, |mut w| async move {
-        w.next().await.map(|event| (Ok(event), w))
+        w.next().await.map(|event| (Ok::<_, Infallible>(event), w))
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    // The events as they are: each change's event was encoded once, for every watcher (axum's
+    // `Sse` builds and copies each event for each client, and resets a timer per event).
+    let headers = [
+        (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+    ];
+    Ok((headers, Body::from_stream(stream)).into_response())
 }
 
 /// One client's stream: what it is sent before the hub's changes, then its queue.
 struct Watcher {
-    pending: VecDeque<Event>,
+    pending: VecDeque<Bytes>,
     /// `None` once the queue has ended.
     queue: Option<mpsc::Receiver<Arc<Change>>>,
     /// Set by the hub when it cut this watcher (its queue was full).
     cut: Arc<AtomicBool>,
+    /// When a keep-alive comment is due.
+    keep_alive: tokio::time::Interval,
 }
 
 impl Watcher {
-    async fn next(&mut self) -> Option<Event> {
+    async fn next(&mut self) -> Option<Bytes> {
         if let Some(event) = self.pending.pop_front() {
             return Some(event);
         }
         let queue = self.queue.as_mut()?;
-        match queue.recv().await {
-            Some(change) => Some(event(&change)),
+        // `recv` is cancel-safe: a keep-alive that comes first loses no change.
+        let received = tokio::select! {
+            received = queue.recv() => received,
+            _ = self.keep_alive.tick() => return Some(Bytes::from_static(KEEP_ALIVE_EVENT)),
+        };
+        match received {
+            Some(change) => Some(change.event()),
             None => {
                 self.queue = None;
                 self.cut.load(Ordering::Acquire).then(|| {
@@ -250,7 +267,7 @@ impl Watcher {
                          since (the last id) while the head keeps it, else list again"
                     );
                     let data = serde_json::json!({"error": "expired", "message": message});
-                    Event::default().event("expired").data(data.to_string())
+                    Bytes::from(format!("event: expired\ndata: {data}\n\n"))
                 })
             }
         }
@@ -521,6 +538,36 @@ mod hub_tests {
         assert!(slow_cut.load(Ordering::Acquire));
         assert!(hub.others.is_empty());
         assert_eq!(hub.watchers.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_sends_what_waits_then_its_queue_keep_alives_and_why_it_was_cut() {
+        let (sender, queue) = mpsc::channel(4);
+        let cut = Arc::new(AtomicBool::new(false));
+        let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
+        keep_alive.reset();
+        let pending = VecDeque::from([Bytes::from_static(b"listed\n\n")]);
+        let mut w = Watcher { pending, queue: Some(queue), cut: cut.clone(), keep_alive };
+        assert_eq!(w.next().await.unwrap(), "listed\n\n");
+        let mut log = ChangeLog::starting_at(1);
+        log.push(ChangeType::Added, actor("actor-1", "a"));
+        let change = log.after(0).unwrap().next().unwrap();
+        sender.try_send(change.clone()).unwrap();
+        let sent = w.next().await.unwrap();
+        assert_eq!(sent.as_ptr(), change.event().as_ptr(), "the change's own event, not a copy");
+        // Nothing to send: a comment once the period has passed (the paused clock jumps).
+        let idle = tokio::time::Instant::now();
+        assert_eq!(&w.next().await.unwrap()[..], KEEP_ALIVE_EVENT);
+        assert_eq!(idle.elapsed(), KEEP_ALIVE);
+        // The hub cut it: it marks the watcher, then drops its end of the queue.
+        cut.store(true, Ordering::Release);
+        drop(sender);
+        let expired = w.next().await.unwrap();
+        let data = expired.strip_prefix(b"event: expired\ndata: ").expect("an expired event");
+        let data: serde_json::Value = serde_json::from_slice(data).unwrap();
+        assert_eq!(data["error"], "expired");
+        assert!(expired.ends_with(b"\n\n"));
+        assert!(w.next().await.is_none(), "then the stream ends");
     }
 
     #[test]
