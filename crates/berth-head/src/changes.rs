@@ -11,6 +11,7 @@
 //! are shared with the view (`Arc`), so keeping a change costs a pointer unless the object has
 //! changed since. A change's JSON is made once, for the first watcher that sends it.
 
+use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
 use berth_api::rest::{Actor, Group, Node, Task};
@@ -137,10 +138,12 @@ impl Change {
     pub fn event(&self) -> Bytes {
         self.event
             .get_or_init(|| {
-                let mut text = format!("id: {}\nevent: change\ndata: ", self.version).into_bytes();
+                let mut text = Vec::with_capacity(1024);
+                let _ = write!(text, "id: {}\nevent: change\ndata: ", self.version);
                 serde_json::to_writer(&mut text, self).expect("changes serialize");
                 text.extend_from_slice(b"\n\n");
-                Bytes::from(text)
+                // Exactly its size: the log keeps up to MAX_CHANGES of these.
+                Bytes::from(text.into_boxed_slice())
             })
             .clone()
     }
