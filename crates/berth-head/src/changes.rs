@@ -9,7 +9,7 @@
 //! older than anything this one has, and a client resuming with it is told to start over
 //! instead of silently missing changes. The last [`MAX_CHANGES`] changes are kept; the objects
 //! are shared with the view (`Arc`), so keeping a change costs a pointer unless the object has
-//! changed since. A change's JSON is made once, for the first watcher that sends it.
+//! changed since. A change's event is made once, for the first watcher that sends it.
 
 use std::io::Write;
 use std::sync::{Arc, OnceLock};

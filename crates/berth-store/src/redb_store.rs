@@ -1,10 +1,11 @@
 //! The embedded backend: one redb file in the data directory.
 //!
 //! Layout: `DATA_DIR/berth.redb`, one redb table per [`Table`] (named [`Table::name`]), keys
-//! the UTF-8 bytes of the store's string keys (`&[u8]`), values `&[u8]`. The lease is the row [`LEASE_KEY`] of the `meta` table: the current
-//! epoch, the expiry (wall-clock milliseconds since the Unix epoch, so it means the same after a
-//! restart) and the holder. Commits check that row and write the batch in one write
-//! transaction, committed with redb's default durability (fsync before `commit` returns).
+//! the UTF-8 bytes of the store's string keys (`&[u8]`), values `&[u8]`. The lease is the row
+//! [`LEASE_KEY`] of the `meta` table: the current epoch, the expiry (wall-clock milliseconds
+//! since the Unix epoch, so it means the same after a restart) and the holder. Commits check
+//! that row and write the batch in one write transaction, committed with redb's default
+//! durability (fsync before `commit` returns).
 //!
 //! redb is synchronous; every call runs on tokio's blocking pool so the runtime's workers never
 //! wait for a disk. redb locks the file: a second process (or a second `open` in this process)
@@ -32,8 +33,9 @@ pub const LEASE_KEY: &str = "berth.store.lease";
 
 /// The redb table definition of a [`Table`]. Keys are the bytes of the store's string keys:
 /// redb orders `&[u8]` and `&str` keys alike (byte by byte), but checks a `&str` key as UTF-8
-/// at every comparison, which was 2.9 % of `berth bench api`'s instructions (callgrind). Every
-/// key written is a `String`, so every key read back is UTF-8 ([`Inner::load`] checks once).
+/// at every comparison, which was 2.8 % of `berth bench api --quick`'s instructions
+/// (callgrind). Every key written is a `String`, so every key read back is UTF-8
+/// ([`Inner::load`] checks once).
 fn definition(table: Table) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
     TableDefinition::new(table.name())
 }
