@@ -1,11 +1,42 @@
-//! `berth bench api`'s phase 6 as `berth bench api` runs it: the head in one process, its
-//! simulated agents in a second one that reads the agent token on its input and answers
-//! memory questions; and the agents' process refusing bad input.
+//! `berth bench api` as it runs: phases 1 to 5 with their simulated agents in a process of
+//! their own, and the CPU time of each phase told apart (the head, the client, the agents);
+//! phase 6 in one process, its simulated agents in a second one that reads the agent token on
+//! its input and answers memory questions; and the agents' process refusing bad input.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 
 const BERTH: &str = env!("CARGO_BIN_EXE_berth");
+
+#[test]
+fn a_quick_run_measures_every_phase_and_tells_the_heads_cpu_from_its_clients_and_agents() {
+    let output = Command::new(BERTH)
+        .args(["bench", "api", "--quick", "--output", "json"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("the berth binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON");
+    for rate in ["actors_per_s", "groups_per_s", "batch_actors_per_s", "watched_actors_per_s"] {
+        assert!(result[rate].as_f64().is_some_and(|r| r > 0.0), "{rate}: {result}");
+    }
+    assert_eq!(result["watchers_complete"], result["watchers"], "{result}");
+    let cpus = [
+        &result["actor_load"]["cpu"],
+        &result["batch_load"]["cpu"],
+        &result["watched_cpu"],
+        &result["unwatched_cpu"],
+    ];
+    for cpu in cpus {
+        let part = |name: &str| cpu[name].as_f64().unwrap_or_else(|| panic!("{name}: {cpu}"));
+        let (head, client, agents) = (part("head_us"), part("client_us"), part("agents_us"));
+        // Every part did work (the clock ticks every 10 ms: each phase is far longer), and the
+        // total is the sum of the parts.
+        assert!(head > 0.0 && client > 0.0 && agents > 0.0, "{cpu}");
+        assert!((part("total_us") - (head + client + agents)).abs() < 1e-6, "{cpu}");
+    }
+}
 
 #[test]
 fn phase_6_runs_its_agents_in_a_process_of_their_own_and_reports_both_memories() {

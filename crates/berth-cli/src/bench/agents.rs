@@ -47,7 +47,7 @@ fn parse(case: &str) -> anyhow::Result<(usize, usize, String)> {
     Ok((number("NODES", nodes)?, number("PER_NODE", per_node)?, address.to_string()))
 }
 
-/// Phase 6's nodes: `nodes` of them, named `scale-00000` on, each with `per_node` CPUs.
+/// The simulated nodes: `nodes` of them, named `scale-00000` on, each with `per_node` CPUs.
 pub fn scale_nodes(nodes: usize, per_node: usize) -> Vec<SimNode> {
     (0..nodes)
         .map(|i| SimNode::new(format!("scale-{i:05}")).resource("CPU", &per_node.to_string()))
@@ -129,6 +129,11 @@ impl AgentsProcess {
             Some(line) if line == "registered" => Ok(agents),
             other => bail!("the agents' process did not register its nodes (it said {other:?})"),
         }
+    }
+
+    /// The agents' process's ID (`None` once it has ended).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     /// The agents' process's resident bytes now.

@@ -40,13 +40,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use berth_agent::{SimCluster, SimNode};
+use berth_agent::SimCluster;
 use berth_api::rest::ActorState;
 use berth_head::HeadConfig;
 use serde::Serialize;
 
 use super::agents::{scale_nodes, AgentsProcess};
 use super::conn::{Answer, Conn};
+use super::cpu;
 
 /// Settings of `berth bench api`.
 #[derive(Clone, Debug)]
@@ -129,11 +130,11 @@ pub struct ApiResult {
     pub watched_actors_per_s: f64,
     /// The same, just before, without watchers.
     pub unwatched_actors_per_s: f64,
-    /// The process's CPU per actor created while they watch (µs; see
-    /// [`Load::cpu_us_per_item`]): the head's, and the watchers' reading.
-    pub watched_cpu_us_per_actor: Option<f64>,
+    /// The CPU per actor created while they watch (see [`Load::cpu`]): the head's dispatch
+    /// and writes, and the client's reading.
+    pub watched_cpu: Option<cpu::Use>,
     /// The same, just before, without watchers.
-    pub unwatched_cpu_us_per_actor: Option<f64>,
+    pub unwatched_cpu: Option<cpu::Use>,
     /// Watchers that saw every change of theirs exactly once, in order.
     pub watchers_complete: usize,
     /// Actors of phase 6.
@@ -463,6 +464,14 @@ impl Agents {
         }
     }
 
+    /// The agents' process's ID, when they run in one.
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Agents::InProcess(_) => None,
+            Agents::Process(process) => process.pid(),
+        }
+    }
+
     async fn stop(self) -> anyhow::Result<()> {
         match self {
             Agents::InProcess(sim) => {
@@ -563,8 +572,8 @@ struct Counters {
     commit_seconds: f64,
     /// Writes committed (`berth_store_ops_total`).
     writes: f64,
-    /// CPU seconds this process has used (user and system), when the system says.
-    cpu_seconds: Option<f64>,
+    /// CPU time spent so far, by whom, when the system says.
+    cpu: Option<cpu::Reading>,
 }
 
 /// What the head did over a phase: its growth of [`Counters`], beside the phase's time.
@@ -579,14 +588,21 @@ pub struct Load {
     pub writes_per_commit: f64,
     /// Share of the phase the store was committing: near 1, the commits bound the phase.
     pub store_busy: f64,
-    /// CPU time of the whole process (head, HTTP client and, in phases 1 to 5, the simulated
-    /// agents) per item created, µs: what a change saves, less moved by the machine's other
-    /// load than a rate is. `None` where `/proc/self/stat` is not there.
-    pub cpu_us_per_item: Option<f64>,
+    /// CPU time per item created, µs, of the head, the bench's client and the simulated agents:
+    /// what a change saves, less moved by the machine's other load than a rate is. `None`
+    /// where `/proc` is not there.
+    pub cpu: Option<cpu::Use>,
 }
 
 impl Counters {
-    async fn read(client: &reqwest::Client, base: &str, token: &str) -> anyhow::Result<Counters> {
+    /// Reads the head's `/metrics` at `base`, and the CPU time of this process and of the
+    /// agents' process `agents`.
+    async fn read(
+        client: &reqwest::Client,
+        base: &str,
+        token: &str,
+        agents: Option<u32>,
+    ) -> anyhow::Result<Counters> {
         let text = client
             .get(format!("{base}/metrics"))
             .bearer_auth(token)
@@ -606,7 +622,7 @@ impl Counters {
             commits: value("berth_store_commit_seconds_count")?,
             commit_seconds: value("berth_store_commit_seconds_sum")?,
             writes: value("berth_store_ops_total")?,
-            cpu_seconds: process_cpu_seconds(),
+            cpu: cpu::read(agents),
         })
     }
 
@@ -623,25 +639,9 @@ impl Counters {
                 0.0
             },
             store_busy: (self.commit_seconds - before.commit_seconds) / seconds,
-            cpu_us_per_item: cpu_us_per_item(before.cpu_seconds, self.cpu_seconds, items),
+            cpu: cpu::per_item(before.cpu, self.cpu, items),
         }
     }
-}
-
-/// The CPU time between two readings of [`process_cpu_seconds`], in µs per item of `items`.
-fn cpu_us_per_item(before: Option<f64>, after: Option<f64>, items: usize) -> Option<f64> {
-    let spent = after.zip(before).map(|(now, then)| now - then)?;
-    Some(1e6 * spent / items.max(1) as f64)
-}
-
-/// This process's CPU time so far, user and system: fields 14 and 15 of `/proc/self/stat`,
-/// in the kernel's clock ticks of 1/100 s (`USER_HZ`, fixed for that file).
-fn process_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name (field 2) may hold spaces; the fields after it do not.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks = |index: usize| fields.get(index)?.parse::<f64>().ok();
-    Some((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -658,29 +658,51 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
     }
     // Both ends of every watch and creation connection live in this process.
     raise_open_files(2 * (settings.watchers + settings.concurrency) + 1024)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let mut result = runtime.block_on(async {
-        let dir = tempfile::tempdir().context("cannot create a temporary data directory")?;
-        let mut config = HeadConfig::new(dir.path());
-        config.bind = "127.0.0.1:0".parse().expect("an address");
-        config.heartbeat_timeout = Duration::from_secs(30);
-        let head = berth_head::start(config)
-            .await
-            .map_err(|e| anyhow!("the head could not start: {e}"))?;
+    // The head runs on one runtime; the client (everything the bench sends and reads) on one
+    // of its own, whose thread is named so that its CPU time can be told from the head's
+    // (see `cpu`). One thread: the client needs a fifth of a core at the most.
+    let head_runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let client_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name(cpu::CLIENT_THREAD)
+        .enable_all()
+        .build()?;
+    let dir = tempfile::tempdir().context("cannot create a temporary data directory")?;
+    let mut config = HeadConfig::new(dir.path());
+    config.bind = "127.0.0.1:0".parse().expect("an address");
+    config.heartbeat_timeout = Duration::from_secs(30);
+    let head = head_runtime
+        .block_on(berth_head::start(config))
+        .map_err(|e| anyhow!("the head could not start: {e}"))?;
+    // Room for every actor and bundle: one CPU each, spread over the nodes.
+    let needed = settings.actors
+        + settings.burst
+        + 2 * settings.groups
+        + settings.batch_actors
+        + 2 * settings.watched_actors;
+    let per_node = needed.div_ceil(settings.nodes) + 1;
+    let address = head.address.to_string();
+    let agents = match &settings.agents_in {
+        Some(program) => {
+            Agents::Process(Box::new(client_runtime.block_on(AgentsProcess::start(
+                program,
+                &address,
+                head.agent_token.as_str(),
+                settings.nodes,
+                per_node,
+            ))?))
+        }
+        None => head_runtime.block_on(async {
+            let nodes = scale_nodes(settings.nodes, per_node);
+            let sim = SimCluster::start(&address, head.agent_token.as_str(), nodes)
+                .map_err(|e| anyhow!("{e}"))?;
+            sim.wait_registered(Duration::from_secs(60)).await.map_err(|e| anyhow!("{e}"))?;
+            anyhow::Ok(Agents::InProcess(sim))
+        })?,
+    };
+    let agents_pid = agents.pid();
+    let result = client_runtime.block_on(async {
         let token = head.token.as_str().to_string();
-        // Room for every actor and bundle: one CPU each, spread over the nodes.
-        let needed = settings.actors
-            + settings.burst
-            + 2 * settings.groups
-            + settings.batch_actors
-            + 2 * settings.watched_actors;
-        let per_node = needed.div_ceil(settings.nodes) + 1;
-        let nodes: Vec<SimNode> = (0..settings.nodes)
-            .map(|i| SimNode::new(format!("bench-{i:05}")).resource("CPU", &per_node.to_string()))
-            .collect();
-        let sim = SimCluster::start(&head.address.to_string(), head.agent_token.as_str(), nodes)
-            .map_err(|e| anyhow!("{e}"))?;
-        sim.wait_registered(Duration::from_secs(60)).await.map_err(|e| anyhow!("{e}"))?;
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(settings.concurrency)
             .tcp_nodelay(true)
@@ -693,7 +715,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             "creating {} actors over {} connections",
             settings.actors, settings.concurrency
         ));
-        let before = Counters::read(&client, &base, &token).await?;
+        let before = Counters::read(&client, &base, &token, agents_pid).await?;
         let phase = post_many(
             format!("{base}/api/v1/actors"),
             &token,
@@ -703,7 +725,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         )
         .await?;
         let actors_per_s = settings.actors as f64 / phase.seconds;
-        let actor_load = Counters::read(&client, &base, &token).await?.since(
+        let actor_load = Counters::read(&client, &base, &token, agents_pid).await?.since(
             before,
             phase.seconds,
             settings.actors,
@@ -763,7 +785,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         ));
         let item =
             serde_json::json!({"command": "sleep", "args": ["3600"], "resources": {"CPU": 1}});
-        let before = Counters::read(&client, &base, &token).await?;
+        let before = Counters::read(&client, &base, &token, agents_pid).await?;
         let batch_phase = post_batches(
             format!("{base}/api/v1/actors:batch"),
             &token,
@@ -771,7 +793,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             (settings.batch_actors, settings.batch_size, BATCH_CONNECTIONS),
         )
         .await?;
-        let batch_load = Counters::read(&client, &base, &token).await?.since(
+        let batch_load = Counters::read(&client, &base, &token, agents_pid).await?.since(
             before,
             batch_phase.seconds,
             settings.batch_actors,
@@ -791,10 +813,10 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
                 bytes::Bytes::from(serde_json::to_vec(&body).expect("JSON"))
             })
         };
-        let cpu_per_actor = |before: Option<f64>| {
-            cpu_us_per_item(before, process_cpu_seconds(), settings.watched_actors)
+        let cpu_per_actor = |before: Option<cpu::Reading>| {
+            cpu::per_item(before, cpu::read(agents_pid), settings.watched_actors)
         };
-        let cpu_before = process_cpu_seconds();
+        let cpu_before = cpu::read(agents_pid);
         let unwatched = post_each(
             format!("{base}/api/v1/actors"),
             &token,
@@ -803,7 +825,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             settings.concurrency,
         )
         .await?;
-        let unwatched_cpu_us_per_actor = cpu_per_actor(cpu_before);
+        let unwatched_cpu = cpu_per_actor(cpu_before);
         let deadline = Instant::now() + Duration::from_secs(300);
         let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(watchers);
         let mut follows = Vec::new();
@@ -822,7 +844,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         for _ in 0..watchers {
             ready_rx.recv().await.ok_or_else(|| anyhow!("a watcher could not start"))?;
         }
-        let cpu_before = process_cpu_seconds();
+        let cpu_before = cpu::read(agents_pid);
         let watched = post_each(
             format!("{base}/api/v1/actors"),
             &token,
@@ -831,15 +853,13 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             settings.concurrency,
         )
         .await?;
-        let watched_cpu_us_per_actor = cpu_per_actor(cpu_before);
+        let watched_cpu = cpu_per_actor(cpu_before);
         let mut watchers_complete = 0;
         for follow in follows {
             if follow.await.context("a watcher panicked")?? {
                 watchers_complete += 1;
             }
         }
-        let _ = sim.shutdown().await;
-        head.shutdown().await;
         Ok::<_, anyhow::Error>(ApiResult {
             nodes: settings.nodes,
             concurrency: settings.concurrency,
@@ -861,8 +881,8 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             watchers: settings.watchers,
             watched_actors_per_s: settings.watched_actors as f64 / watched.seconds,
             unwatched_actors_per_s: settings.watched_actors as f64 / unwatched.seconds,
-            watched_cpu_us_per_actor,
-            unwatched_cpu_us_per_actor,
+            watched_cpu,
+            unwatched_cpu,
             watchers_complete,
             scale_actors: settings.scale_actors,
             scale_nodes: settings.scale_nodes,
@@ -872,8 +892,16 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
             scale_agents_bytes_per_actor: None,
             scale_agents_marginal_bytes_per_actor: None,
         })
-    })?;
-    drop(runtime);
+    });
+    // Stopped whether the phases went well or not, each on the runtime it runs on.
+    let stopped = match agents {
+        Agents::Process(_) => client_runtime.block_on(agents.stop()),
+        Agents::InProcess(_) => head_runtime.block_on(agents.stop()),
+    };
+    head_runtime.block_on(head.shutdown());
+    drop((client_runtime, head_runtime, dir));
+    let mut result = result?;
+    stopped?;
     let scale = match &settings.scale_in {
         // The child reports its progress on the stderr it shares.
         Some(program) => scale_in_child(program, settings)?,
@@ -892,13 +920,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_per_item_is_the_readings_difference_per_item() {
-        assert_eq!(cpu_us_per_item(Some(1.0), Some(1.5), 1000), Some(500.0));
-        assert_eq!(cpu_us_per_item(Some(1.0), Some(1.5), 0), Some(500_000.0), "no division by 0");
-        assert_eq!(cpu_us_per_item(None, Some(1.5), 10), None, "a reading missing");
-    }
-
-    #[test]
     fn an_events_data_line_is_found_wherever_it_is() {
         let event = b"id: 7\nevent: change\ndata: {\"a\":1}";
         assert_eq!(data_line(event), Some(&b" {\"a\":1}"[..]));
@@ -906,19 +927,6 @@ mod tests {
         assert_eq!(data_line(b"id: 1\nevent: x"), None);
         assert_eq!(data_line(b": keep-alive"), None);
         assert_eq!(data_line(b"id: 1\nxdata: 2"), None, "only at a line's start");
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn the_process_cpu_time_is_read_and_grows_with_work() {
-        let start = process_cpu_seconds().expect("/proc/self/stat has the CPU times");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut spins = 0u64;
-        // The clock ticks every 10 ms of CPU: spin until it has, bounded.
-        while process_cpu_seconds().expect("read") <= start {
-            spins = std::hint::black_box(spins.wrapping_add(1));
-            assert!(Instant::now() < deadline, "30 s of spinning used no CPU time");
-        }
     }
 
     #[test]
@@ -998,7 +1006,7 @@ mod tests {
             // Each phase's creations were durable: at least one commit, each with writes.
             assert!(load.commits_per_s > 0.0 && load.writes_per_commit >= 1.0, "{result:?}");
             #[cfg(target_os = "linux")]
-            assert!(load.cpu_us_per_item.is_some_and(|us| us.is_finite() && us >= 0.0));
+            assert!(load.cpu.is_some_and(|cpu| cpu.total_us.is_finite() && cpu.head_us >= 0.0));
         }
         assert!(result.scale_alive_s > 0.0, "{result:?}");
         assert!(result.scale_bytes_per_actor.is_finite(), "{result:?}");
