@@ -7,6 +7,7 @@
 
 mod agents;
 mod api;
+mod api_report;
 mod conn;
 mod cpu;
 mod retention;
@@ -28,8 +29,8 @@ pub enum Suite {
     /// The head through its REST API: durable actor creations/s, 10,000 actors ALIVE,
     /// placement groups/s, batched creations/s, creations while 1,000 clients watch, and
     /// 100,000 actors ALIVE on 1,000 nodes with the memory they take (a real head, simulated
-    /// agents, an HTTP client; the last phase's head and agents in processes of their own; a
-    /// few minutes).
+    /// agents in a process of their own, an HTTP client; the last phase's head in a process of
+    /// its own too; three runs, each figure the median's, about a minute on two cores).
     Api,
     /// A head's memory and restart time after many finished tasks, with and without
     /// forgetting them (`--tasks`, default 1,000,000; 20,000 with --quick).
@@ -72,7 +73,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "NAME,…", value_delimiter = ',')]
     pub workload: Option<Vec<String>>,
 
-    /// Runs per case; the median is reported (default 5; 1 with --quick).
+    /// Runs per case, the median reported (default 5; 1 with --quick); `api`: full runs, each
+    /// figure the median run's (default 3; 1 with --quick).
     #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
 
@@ -93,11 +95,6 @@ pub enum BenchOutput {
     Table,
     /// One JSON object per case, per line.
     Json,
-}
-
-/// Bytes for the table, or `–` when not measured.
-fn optional_bytes(bytes: Option<f64>) -> String {
-    bytes.map_or_else(|| "–".to_string(), |b| format!("{b:.0} B"))
 }
 
 /// Has mimalloc (the process's allocator, see `main.rs`) return the pages it holds free now
@@ -302,19 +299,6 @@ fn run_retention(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The head's load over a phase, in words: `owner busy 23 %; store 750 commits/s × 31 writes,
-/// busy 93 %; CPU 128 µs per actor: head 88, client 18, agents 22`.
-fn load_text(load: &api::Load) -> String {
-    let cpu = load.cpu.map(|cpu| format!("; {}", cpu.text())).unwrap_or_default();
-    format!(
-        "owner busy {:.0} %; store {:.0} commits/s × {:.0} writes, busy {:.0} %{cpu}",
-        100.0 * load.owner_busy,
-        load.commits_per_s,
-        load.writes_per_commit,
-        100.0 * load.store_busy
-    )
-}
-
 /// `berth bench api`.
 fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let quick = args.quick;
@@ -348,114 +332,24 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     // Phase 6 in a process of its own; the agents of phases 1 to 5 too, so that their CPU
     // time is theirs (phase 6 starts its own agents' process).
     let settings = api::ApiBench { scale_in: Some(exe.clone()), agents_in: Some(exe), ..settings };
-    let result = api::run(&settings, &mut |step| eprintln!("{step}…"))?;
-    if args.output == BenchOutput::Json {
-        writeln!(out, "{}", serde_json::to_string(&result)?)?;
-        return Ok(());
+    let runs = args.runs.unwrap_or(if quick { 1 } else { 3 });
+    if runs == 0 {
+        bail!("--runs: must be at least 1");
     }
-    let mut table = Table::new();
-    table.load_style(presets::ASCII_MARKDOWN).set_header(vec!["measure", "result", "goal"]);
-    let rows = [
-        (
-            format!("durable actor creations/s ({} actors)", result.actors),
-            format!(
-                "{:.0} (p50 {:.1} ms, p99 {:.1} ms; {})",
-                result.actors_per_s,
-                result.actor_p50_ms,
-                result.actor_p99_ms,
-                load_text(&result.actor_load)
-            ),
-            "≥ 20000",
-        ),
-        (
-            format!("{} actors ALIVE", result.burst),
-            format!("{:.2} s", result.burst_alive_s),
-            "≤ 2 s (10,000)",
-        ),
-        (
-            format!("placement groups/s ({} groups)", result.groups),
-            format!("{:.0}", result.groups_per_s),
-            "≥ 5000",
-        ),
-        (
-            format!(
-                "batched actor creations/s ({} actors, {} per batch)",
-                result.batch_actors, result.batch_size
-            ),
-            format!(
-                "{:.0} (a batch's answer p50 {:.0} ms, p99 {:.0} ms; {})",
-                result.batch_actors_per_s,
-                result.batch_p50_ms,
-                result.batch_p99_ms,
-                load_text(&result.batch_load)
-            ),
-            "≥ 100000",
-        ),
-        (
-            format!("actor creations/s while {} clients watch", result.watchers),
-            format!(
-                "{:.0} ({:.0} % of {:.0} unwatched{})",
-                result.watched_actors_per_s,
-                100.0 * result.watched_actors_per_s / result.unwatched_actors_per_s,
-                result.unwatched_actors_per_s,
-                result
-                    .watched_cpu
-                    .zip(result.unwatched_cpu)
-                    .map(|(w, u)| format!(
-                        "; CPU {:.0} against {:.0} µs per actor, the head's {:.0} against {:.0}",
-                        w.total_us, u.total_us, w.head_us, u.head_us
-                    ))
-                    .unwrap_or_default()
-            ),
-            "≥ 80 %",
-        ),
-        (
-            "watchers that saw each change once, in order".to_string(),
-            format!("{}/{}", result.watchers_complete, result.watchers),
-            "all",
-        ),
-        (
-            format!(
-                "{} actors ALIVE on {} nodes (batches)",
-                result.scale_actors, result.scale_nodes
-            ),
-            format!("{:.2} s", result.scale_alive_s),
-            "≤ 10 s (100,000)",
-        ),
-        (
-            "memory grown per actor, the head's process (head, client)".to_string(),
-            format!("{:.0} B", result.scale_bytes_per_actor),
-            "≤ 1 KiB + the core's",
-        ),
-        (
-            "  … over the second half (one more actor)".to_string(),
-            format!("{:.0} B", result.scale_marginal_bytes_per_actor),
-            "",
-        ),
-        (
-            "memory grown per actor, the agents' process (simulated)".to_string(),
-            optional_bytes(result.scale_agents_bytes_per_actor),
-            "",
-        ),
-        (
-            "  … over the second half".to_string(),
-            optional_bytes(result.scale_agents_marginal_bytes_per_actor),
-            "",
-        ),
-    ];
-    for (measure, value, goal) in rows {
-        table.add_row(vec![
-            Cell::new(measure),
-            Cell::new(value).set_alignment(CellAlignment::Right),
-            Cell::new(goal),
-        ]);
+    let mut results = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        let result = api::run(&settings, &mut |step| match runs {
+            1 => eprintln!("{step}…"),
+            _ => eprintln!("run {run} of {runs}: {step}…"),
+        })?;
+        if args.output == BenchOutput::Json {
+            // One object per run, as it ends.
+            writeln!(out, "{}", serde_json::to_string(&result)?)?;
+        }
+        results.push(result);
     }
-    writeln!(
-        out,
-        "{} simulated nodes, {} connections, on this machine (phase 6: its head and agents in \
-         processes of their own)",
-        result.nodes, result.concurrency
-    )?;
-    writeln!(out, "{table}")?;
+    if args.output == BenchOutput::Table {
+        writeln!(out, "{}", api_report::render(&results))?;
+    }
     Ok(())
 }

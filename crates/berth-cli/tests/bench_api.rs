@@ -39,6 +39,17 @@ fn a_quick_run_measures_every_phase_and_tells_the_heads_cpu_from_its_clients_and
 }
 
 #[test]
+fn zero_runs_are_refused_with_the_flag_named() {
+    let output = Command::new(BERTH)
+        .args(["bench", "api", "--quick", "--runs", "0"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("the berth binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("--runs: must be at least 1"), "{stderr}");
+}
+
+#[test]
 fn phase_6_runs_its_agents_in_a_process_of_their_own_and_reports_both_memories() {
     let output = Command::new(BERTH)
         .args(["bench", "api", "--case", "scale:200:4:50"])
