@@ -148,9 +148,11 @@ fn watched_ratio(run: &ApiResult) -> f64 {
 /// The run that is the median by one figure, and the figure's range over all runs.
 struct Median<'a> {
     run: &'a ApiResult,
-    /// The lowest and highest figure, and the number of runs.
+    /// The lowest figure over the runs.
     low: f64,
+    /// The highest.
     high: f64,
+    /// How many runs there were.
     runs: usize,
 }
 
