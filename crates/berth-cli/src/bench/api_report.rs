@@ -167,37 +167,28 @@ impl<'a> Median<'a> {
         Median { run, low, high, runs: runs.len() }
     }
 
-    /// `median of 3 runs, 13224 to 14176; ` to open a parenthesis, or nothing for one run.
+    /// `median of 3 runs, 13224 to 14176` (the figures times `scale`, then `unit`), or `None`
+    /// for one run, which has no range.
+    fn span(&self, decimals: usize, scale: f64, unit: &str) -> Option<String> {
+        let (low, high) = (scale * self.low, scale * self.high);
+        (self.runs > 1).then(|| {
+            format!("median of {} runs, {low:.decimals$} to {high:.decimals$}{unit}", self.runs)
+        })
+    }
+
+    /// The span to open a parenthesis: `median of 3 runs, 13224 to 14176; `.
     fn range(&self, decimals: usize) -> String {
-        match self.runs {
-            1 => String::new(),
-            n => {
-                format!("median of {n} runs, {:.decimals$} to {:.decimals$}; ", self.low, self.high)
-            }
-        }
+        self.span(decimals, 1.0, "").map(|span| format!("{span}; ")).unwrap_or_default()
     }
 
-    /// ` (median of 3 runs, 0.74 to 0.78)` after a figure, or nothing for one run.
+    /// The span after a figure: ` (median of 3 runs, 0.74 to 0.78)`.
     fn range_alone(&self, decimals: usize) -> String {
-        match self.runs {
-            1 => String::new(),
-            n => format!(
-                " (median of {n} runs, {:.decimals$} to {:.decimals$})",
-                self.low, self.high
-            ),
-        }
+        self.span(decimals, 1.0, "").map(|span| format!(" ({span})")).unwrap_or_default()
     }
 
-    /// `; median of 3 runs, 72 to 79 %` for a ratio, or nothing for one run.
+    /// The span of a ratio, to close a parenthesis: `; median of 3 runs, 72 to 79 %`.
     fn percent_range(&self) -> String {
-        match self.runs {
-            1 => String::new(),
-            n => format!(
-                "; median of {n} runs, {:.0} to {:.0} %",
-                100.0 * self.low,
-                100.0 * self.high
-            ),
-        }
+        self.span(0, 100.0, " %").map(|span| format!("; {span}")).unwrap_or_default()
     }
 }
 
