@@ -135,10 +135,28 @@ impl std::fmt::Debug for RunningHead {
 /// Starts a head on `config.bind`: token, store lease, reload, then serving. Returns once it
 /// listens; stop it with [`RunningHead::shutdown`].
 pub async fn start(config: HeadConfig) -> Result<RunningHead, StartError> {
-    let listener = tokio::net::TcpListener::bind(config.bind)
-        .await
-        .map_err(|source| StartError::Bind { address: config.bind, source })?;
+    let listener =
+        listen(config.bind).map_err(|source| StartError::Bind { address: config.bind, source })?;
     start_on(config, listener).await
+}
+
+/// Connections the kernel queues for the head before it accepts them. The standard library's
+/// (and tokio's) 128 is less than a burst of clients brings: in one run of `berth bench api`
+/// (1,000 watchers connecting at once, 1,000 agents registering) the kernel dropped 1,305
+/// handshakes (`ListenOverflows` in `/proc/net/netstat`), each connection then waiting for a
+/// retransmission a second or more later; none with this backlog.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Listens on `address` (with `SO_REUSEADDR`, as `TcpListener::bind`) with [`LISTEN_BACKLOG`];
+/// the kernel caps it at `net.core.somaxconn`.
+fn listen(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match address {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Runs a head on `listener` until `shutdown` completes, then shuts it down gracefully (see
@@ -466,5 +484,33 @@ impl RunningHead {
             let _ = task.await;
         }
         let _ = committer.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_burst_of_connections_waits_for_the_head_to_accept_it() {
+        let listener = super::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let address = listener.local_addr().unwrap();
+        // Nobody accepts: every connection waits in the kernel's queue. With the standard
+        // library's backlog (128), the kernel drops the handshakes beyond it, and those
+        // connections wait for retransmissions (1 s, 3 s, 7 s, …) that find the queue full again.
+        let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(4096);
+        let burst = somaxconn.min(500);
+        assert!(burst > 200, "net.core.somaxconn is {somaxconn}: raise it to test the backlog");
+        let connects = (0..burst).map(|_| tokio::net::TcpStream::connect(address));
+        let all = futures::future::try_join_all(connects);
+        let streams = tokio::time::timeout(Duration::from_secs(60), all)
+            .await
+            .expect("every connection of the burst is queued")
+            .unwrap();
+        assert_eq!(streams.len(), burst);
+        drop(listener);
     }
 }

@@ -620,6 +620,60 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_start_goes_out_once_durable_with_what_the_attempt_holds() {
+        use crate::agents::AgentCommand;
+        use berth_api::agent::{assignment, RegisterRequest};
+        let dir = tempfile::tempdir().unwrap();
+        let mut owner = test_owner(dir.path());
+        let request = RegisterRequest {
+            node_id: "n1".into(),
+            address: "10.0.0.1".into(),
+            resources: [("CPU".into(), "4".into()), ("GPU".into(), "2".into())].into(),
+            ..Default::default()
+        };
+        let reply = tokio::sync::oneshot::channel().0;
+        owner.apply(Command::Agent(AgentCommand::Register { request: Box::new(request), reply }));
+        let session = owner.links["n1"].liveness.session;
+        let (reply, opened) = tokio::sync::oneshot::channel();
+        let open = AgentCommand::OpenAssignments { node_id: "n1".into(), session, reply };
+        owner.apply(Command::Agent(open));
+        let mut stream = opened.await.unwrap().unwrap();
+        let body = ActorCreate {
+            command: "train".into(),
+            args: ["--epochs".to_string(), "3".into()].into(),
+            env: [("MODE".into(), "fast".into())].into(),
+            resources: serde_json::json!({"CPU": 0.5, "GPU": 1}).into(),
+            ..Default::default()
+        };
+        let parsed = actor_document(7, &body).unwrap();
+        let reply = tokio::sync::oneshot::channel().0;
+        owner.apply(Command::CreateActor { seq: 7, body: Box::new(body), parsed, reply });
+        let _ = owner.flush();
+        // Nothing is sent before the cycle is durable: the committer sends what it queued.
+        assert!(stream.try_recv().is_err());
+        for effect in std::mem::take(&mut owner.effects) {
+            if let Effect::Send(tx, assignment) = effect {
+                tx.send(Ok(*assignment)).unwrap();
+            }
+        }
+        let sent = stream.try_recv().unwrap().unwrap();
+        let Some(assignment::Kind::Start(start)) = sent.kind else { panic!("a Start: {sent:?}") };
+        assert_eq!((start.work_id.as_str(), start.attempt), ("actor-7", 1));
+        assert_eq!((start.command.as_str(), start.args.join(" ")), ("train", "--epochs 3".into()));
+        assert_eq!(start.env.get("MODE").map(String::as_str), Some("fast"));
+        assert_eq!(start.namespace, "default");
+        let resources: BTreeSet<(&str, &str)> =
+            start.resources.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(resources, [("CPU", "0.5"), ("GPU", "1")].into());
+        assert_eq!(start.instances["GPU"].ids, [0]);
+        assert!(owner.work_keys.verify("actor-7", &start.work_key));
+        assert!(stream.try_recv().is_err(), "one message");
+        // Sent again when the agent reconnects: the same message.
+        let again = owner.start_of(WorkKey::Actor(7)).and_then(|a| a.kind);
+        assert_eq!(again, Some(assignment::Kind::Start(start)));
+    }
+
+    #[tokio::test]
     async fn records_under_their_old_keys_are_restored_and_the_first_cycle_rekeys_them() {
         use crate::handle::Sequences;
         use berth_store::{Op, RedbStore, Store};

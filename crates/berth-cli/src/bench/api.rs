@@ -325,6 +325,8 @@ async fn watch_team(
     let url = format!("{base}/api/v1/watch?kind=actor&label=team=t{team}&listing=false");
     let mut events = super::conn::EventStream::open(&url, &token).await?;
     let _ = ready.send(()).await;
+    // Once all are ready or gone, the bench's wait ends (see its `watcher_failure`).
+    drop(ready);
     let (mut text, mut last, mut ok) = (Vec::<u8>::new(), 0u64, true);
     // An event ends at a blank line. Found by memchr's vectorised search: a byte-by-byte scan
     // was 1.9 % of the watched phase's CPU (`perf`), all of it charged to the watching.
@@ -360,6 +362,20 @@ async fn watch_team(
         text.drain(..read);
     }
     Ok(ok && added.len() == expected && added.values().all(|&n| n == 1))
+}
+
+/// Why a watcher ended before it was ready: the first error among the watchers that ended.
+async fn watcher_failure(
+    follows: Vec<tokio::task::JoinHandle<anyhow::Result<bool>>>,
+) -> anyhow::Error {
+    for follow in follows.into_iter().filter(|f| f.is_finished()) {
+        match follow.await {
+            Ok(Err(err)) => return err.context("a watcher could not start"),
+            Err(panic) => return anyhow!("a watcher panicked: {panic}"),
+            Ok(Ok(_)) => {}
+        }
+    }
+    anyhow!("a watcher ended before it was following")
 }
 
 /// The `data:` line of an event (ours have one; keep-alive comments have none), found without
@@ -841,8 +857,16 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
                 deadline,
             )));
         }
+        // Each watcher holds a sender until it is ready or has failed: a failure is told (not
+        // waited for until the deadline), and so is a watcher not ready by the deadline.
+        drop(ready_tx);
         for _ in 0..watchers {
-            ready_rx.recv().await.ok_or_else(|| anyhow!("a watcher could not start"))?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, ready_rx.recv()).await {
+                Ok(Some(())) => {}
+                Ok(None) => return Err(watcher_failure(follows).await),
+                Err(_) => bail!("the watchers were not all following within 300 s"),
+            }
         }
         let cpu_before = cpu::read(agents_pid);
         let watched = post_each(
@@ -918,6 +942,26 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_watcher_that_could_not_start_is_told_not_waited_for() {
+        let (ready, mut readiness) = tokio::sync::mpsc::channel::<()>(2);
+        let started = ready.clone();
+        let follows = vec![
+            tokio::spawn(async move {
+                let _ = started.send(()).await;
+                anyhow::Ok(true)
+            }),
+            tokio::spawn(async move {
+                let _gone = ready;
+                Err(anyhow!("GET /api/v1/watch answered 503"))
+            }),
+        ];
+        assert_eq!(readiness.recv().await, Some(()));
+        assert_eq!(readiness.recv().await, None, "every sender is gone");
+        let err = watcher_failure(follows).await;
+        assert_eq!(format!("{err:#}"), "a watcher could not start: GET /api/v1/watch answered 503");
+    }
 
     #[test]
     fn an_events_data_line_is_found_wherever_it_is() {
