@@ -8,13 +8,14 @@ use std::process::{Command, Stdio};
 
 const BERTH: &str = env!("CARGO_BIN_EXE_berth");
 
+/// Runs `berth ARGS` with nothing on its input, to its end.
+fn berth(args: &[&str]) -> std::process::Output {
+    Command::new(BERTH).args(args).stdin(Stdio::null()).output().expect("the berth binary runs")
+}
+
 #[test]
 fn a_quick_run_measures_every_phase_and_tells_the_heads_cpu_from_its_clients_and_agents() {
-    let output = Command::new(BERTH)
-        .args(["bench", "api", "--quick", "--output", "json"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("the berth binary runs");
+    let output = berth(&["bench", "api", "--quick", "--output", "json"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let result: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON");
@@ -40,22 +41,14 @@ fn a_quick_run_measures_every_phase_and_tells_the_heads_cpu_from_its_clients_and
 
 #[test]
 fn zero_runs_are_refused_with_the_flag_named() {
-    let output = Command::new(BERTH)
-        .args(["bench", "api", "--quick", "--runs", "0"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("the berth binary runs");
+    let output = berth(&["bench", "api", "--quick", "--runs", "0"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && stderr.contains("--runs: must be at least 1"), "{stderr}");
 }
 
 #[test]
 fn phase_6_runs_its_agents_in_a_process_of_their_own_and_reports_both_memories() {
-    let output = Command::new(BERTH)
-        .args(["bench", "api", "--case", "scale:200:4:50"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("the berth binary runs");
+    let output = berth(&["bench", "api", "--case", "scale:200:4:50"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let scale: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
