@@ -299,10 +299,11 @@ pub async fn start_on(
     let stopped = stopped_tx.clone();
     let commit_metrics = metrics.clone();
     let commit_store = store.clone();
+    let window = config.assignment_window;
     let committer = owner::spawn_committer(move || async move {
-        if let Err(err) =
-            owner::commit_loop(commit_store, epoch, cycles_rx, view_tx, commit_metrics).await
-        {
+        let committed =
+            owner::commit_loop(commit_store, epoch, cycles_rx, view_tx, commit_metrics, window);
+        if let Err(err) = committed.await {
             stopped.send_replace(Some(err.to_string()));
         }
     })

@@ -23,6 +23,7 @@ mod convert;
 mod groups;
 mod node_edits;
 mod nodes;
+mod outbox;
 mod restore;
 mod retention;
 mod settings;
@@ -550,8 +551,24 @@ pub(crate) async fn commit_loop(
     mut cycles: mpsc::Receiver<Cycle>,
     view: watch::Sender<Arc<View>>,
     metrics: Arc<Metrics>,
+    assignment_window: Duration,
 ) -> Result<(), HeadError> {
-    while let Some(first) = cycles.recv().await {
+    let mut outbox = outbox::Outbox::new(assignment_window);
+    loop {
+        let due = outbox.due();
+        let first = tokio::select! {
+            next = cycles.recv() => match next {
+                Some(cycle) => cycle,
+                None => break,
+            },
+            // (Built even when disabled, never polled then.)
+            () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)),
+                if due.is_some() =>
+            {
+                outbox.send_due(tokio::time::Instant::now());
+                continue;
+            }
+        };
         let mut batch = first.batch;
         let mut latest = first.view;
         let mut effects = first.effects;
@@ -566,7 +583,9 @@ pub(crate) async fn commit_loop(
             if let Err(err) = store.commit_on_this_thread(epoch, batch).await {
                 tracing::error!(error = %err, "store commit failed; stopping the head");
                 // The answers are dropped: callers see 503 (the change is not acknowledged).
+                // What earlier commits made durable still goes out.
                 drop(effects);
+                outbox.send_all(tokio::time::Instant::now());
                 return Err(HeadError::Unavailable(format!("the store failed: {err}")));
             }
             metrics.commit(started.elapsed().as_secs_f64(), ops);
@@ -575,12 +594,12 @@ pub(crate) async fn commit_loop(
         for effect in effects {
             match effect {
                 Effect::Reply(answer) => answer(),
-                Effect::Send(tx, assignment) => {
-                    let _ = tx.send(Ok(*assignment));
-                }
+                Effect::Send(tx, assignment) => outbox.hold(tx, assignment),
             }
         }
+        outbox.send_due(tokio::time::Instant::now());
     }
+    outbox.send_all(tokio::time::Instant::now());
     Ok(())
 }
 

@@ -1,0 +1,154 @@
+//! The assignments (starts, stops) that commits send to the agents, sent at most once per
+//! window.
+//!
+//! Every assignment is durable before it is queued here; what this adds is when it leaves.
+//! When the head is quiet an assignment leaves as soon as its commit does. Under load the
+//! commits' assignments are held until a window has passed since the last send, and then go
+//! out together: the agents' streams (and the agents) wake once for many starts instead of
+//! once per commit, and a node that is sent several gets them in one write. In `berth bench
+//! api`'s single creations (a commit every ~1 ms, ~15 starts each over 100 nodes) a 5 ms window
+//! took the machine's CPU per creation from 150–159 µs to 124–134 µs in three order-swapped
+//! pairs (the agents' share from 22 to 12 µs), at the cost of starts waiting up to the window
+//! under load. The 201 of a creation does not wait for its start, so it is not delayed.
+
+use std::time::Duration;
+
+use berth_api::agent::Assignment;
+use tokio::time::Instant;
+
+use crate::agents::AssignmentSender;
+
+/// Assignments held for their window, in the order their commits made them.
+pub(crate) struct Outbox {
+    window: Duration,
+    held: Vec<(AssignmentSender, Box<Assignment>)>,
+    /// A window after the last send (at first, when the outbox was made: already past).
+    next_send: Instant,
+}
+
+impl Outbox {
+    /// An outbox that sends at most once per `window` (zero: each assignment at once).
+    pub(crate) fn new(window: Duration) -> Outbox {
+        Outbox { window, held: Vec::new(), next_send: Instant::now() }
+    }
+
+    /// Holds an assignment until [`Outbox::send_due`] sends it.
+    pub(crate) fn hold(&mut self, to: AssignmentSender, assignment: Box<Assignment>) {
+        self.held.push((to, assignment));
+    }
+
+    /// When the held assignments are due (`None` when nothing is held): a window after the
+    /// last send, which is in the past when the head has been quiet. (It never reads the
+    /// clock: a `now` read here would always be later than the caller's.)
+    pub(crate) fn due(&self) -> Option<Instant> {
+        (!self.held.is_empty()).then_some(self.next_send)
+    }
+
+    /// Sends what is held if it is due at `now`.
+    pub(crate) fn send_due(&mut self, now: Instant) {
+        if self.due().is_some_and(|due| due <= now) {
+            self.send_all(now);
+        }
+    }
+
+    /// Sends everything held, due or not (the committer is stopping).
+    pub(crate) fn send_all(&mut self, now: Instant) {
+        if self.held.is_empty() {
+            return;
+        }
+        for (to, assignment) in self.held.drain(..) {
+            // A closed stream is an agent that is gone; it gets its work again when it
+            // registers and opens a new one.
+            let _ = to.send(Ok(*assignment));
+        }
+        self.next_send = now + self.window;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_api::agent::{assignment, Start};
+    use tokio::sync::mpsc;
+
+    fn start(work_id: &str) -> Box<Assignment> {
+        let start = Start { work_id: work_id.into(), ..Default::default() };
+        Box::new(Assignment { kind: Some(assignment::Kind::Start(start)) })
+    }
+
+    fn received(
+        rx: &mut mpsc::UnboundedReceiver<Result<Assignment, tonic::Status>>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(Ok(Assignment { kind: Some(assignment::Kind::Start(s)) })) = rx.try_recv() {
+            out.push(s.work_id);
+        }
+        out
+    }
+
+    const WINDOW: Duration = Duration::from_millis(5);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_head_sends_at_once_and_a_busy_one_once_per_window_in_order() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut outbox = Outbox::new(WINDOW);
+        assert_eq!(outbox.due(), None);
+        // Quiet: nothing sent before, so the first is due now.
+        outbox.hold(tx.clone(), start("actor-1"));
+        outbox.send_due(Instant::now());
+        assert_eq!(received(&mut rx), ["actor-1"]);
+        // Busy: the next commits' assignments wait for the window, then leave together.
+        tokio::time::advance(Duration::from_millis(1)).await;
+        outbox.hold(tx.clone(), start("actor-2"));
+        outbox.send_due(Instant::now());
+        tokio::time::advance(Duration::from_millis(2)).await;
+        outbox.hold(tx.clone(), start("actor-3"));
+        outbox.send_due(Instant::now());
+        assert_eq!(received(&mut rx), Vec::<String>::new());
+        let due = outbox.due().unwrap();
+        tokio::time::sleep_until(due).await;
+        outbox.send_due(Instant::now());
+        assert_eq!(received(&mut rx), ["actor-2", "actor-3"]);
+        assert_eq!(outbox.due(), None);
+        // Quiet again: a window has passed, so the next leaves at once.
+        tokio::time::advance(WINDOW).await;
+        outbox.hold(tx, start("actor-4"));
+        outbox.send_due(Instant::now());
+        assert_eq!(received(&mut rx), ["actor-4"]);
+    }
+
+    /// On the real clock: an outbox that never sent is due before any `now` a caller reads.
+    #[tokio::test]
+    async fn a_new_outbox_sends_the_first_assignment_at_once_on_the_real_clock() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut outbox = Outbox::new(WINDOW);
+        outbox.hold(tx, start("actor-1"));
+        outbox.send_due(Instant::now());
+        assert_eq!(received(&mut rx), ["actor-1"]);
+        assert_eq!(outbox.due(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_zero_window_sends_each_at_once_and_send_all_empties_it() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut outbox = Outbox::new(Duration::ZERO);
+        for id in ["task-1", "task-2"] {
+            outbox.hold(tx.clone(), start(id));
+            outbox.send_due(Instant::now());
+        }
+        assert_eq!(received(&mut rx), ["task-1", "task-2"]);
+        let mut outbox = Outbox::new(WINDOW);
+        outbox.send_all(Instant::now());
+        outbox.hold(tx.clone(), start("task-3"));
+        outbox.send_all(Instant::now());
+        outbox.hold(tx, start("task-4"));
+        outbox.send_all(Instant::now());
+        assert_eq!(received(&mut rx), ["task-3", "task-4"]);
+        // A stream whose agent is gone is skipped without an error.
+        let (gone, dropped) = mpsc::unbounded_channel();
+        drop(dropped);
+        outbox.hold(gone, start("task-5"));
+        outbox.send_all(Instant::now());
+        assert_eq!(outbox.due(), None);
+    }
+}
