@@ -6,10 +6,11 @@
 //! commits' assignments are held until a window has passed since the last send, and then go
 //! out together: the agents' streams (and the agents) wake once for many starts instead of
 //! once per commit, and a node that is sent several gets them in one write. In `berth bench
-//! api`'s single creations (a commit every ~1 ms, ~15 starts each over 100 nodes) a 5 ms window
-//! took the machine's CPU per creation from 150–159 µs to 124–134 µs in three order-swapped
-//! pairs (the agents' share from 22 to 12 µs), at the cost of starts waiting up to the window
-//! under load. The 201 of a creation does not wait for its start, so it is not delayed.
+//! api`'s single creations (a commit every ~1 ms, ~15 starts each over 100 nodes) a 10 ms
+//! window took the machine's CPU per creation from 113–130 µs to 78–114 µs in three
+//! order-swapped pairs (the agents' share from 16–18 to 6–10 µs), at the cost of starts waiting
+//! up to the window under load. The 201 of a creation does not wait for its start, so it is not
+//! delayed.
 
 use std::time::Duration;
 
