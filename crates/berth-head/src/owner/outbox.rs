@@ -96,7 +96,8 @@ mod tests {
         assert_eq!(outbox.due(), None);
         // Quiet: nothing sent before, so the first is due now.
         outbox.hold(tx.clone(), start("actor-1"));
-        outbox.send_due(Instant::now());
+        let first_sent = Instant::now();
+        outbox.send_due(first_sent);
         assert_eq!(received(&mut rx), ["actor-1"]);
         // Busy: the next commits' assignments wait for the window, then leave together.
         tokio::time::advance(Duration::from_millis(1)).await;
@@ -107,6 +108,7 @@ mod tests {
         outbox.send_due(Instant::now());
         assert_eq!(received(&mut rx), Vec::<String>::new());
         let due = outbox.due().unwrap();
+        assert_eq!(due, first_sent + WINDOW, "a window after the last send, not the last hold");
         tokio::time::sleep_until(due).await;
         outbox.send_due(Instant::now());
         assert_eq!(received(&mut rx), ["actor-2", "actor-3"]);
