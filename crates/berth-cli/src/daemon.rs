@@ -232,8 +232,9 @@ fn agent_dir(data_dir: &Path, options: &AgentOptions) -> PathBuf {
     data_dir.join("agents").join(options.node_id.as_deref().unwrap_or("node"))
 }
 
-/// The longest `--assignment-window`: a start under load waits up to the window, and nothing
-/// measured gained beyond 20 ms, so a longer one is far more likely a unit mistake.
+/// The longest `--assignment-window`: a start under load waits up to the window, and windows
+/// of 25 and 40 ms measured no better than 10 (docs/bench-api-log.md), so a longer one is far
+/// more likely a unit mistake than a wish.
 const MAX_ASSIGNMENT_WINDOW_MS: u64 = 1000;
 
 fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
