@@ -60,6 +60,16 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub concurrency: usize,
 
+    /// api: the heads' assignment window in milliseconds, as `berth start --head
+    /// --assignment-window` (0 to 1000; default the head's, 10).
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = berth_head::config::DEFAULT_ASSIGNMENT_WINDOW.as_millis() as u64,
+        allow_negative_numbers = true
+    )]
+    pub assignment_window: u64,
+
     /// A smoke run for CI: 1k nodes and few decisions (under a minute; it must only run).
     #[arg(long)]
     pub quick: bool,
@@ -308,6 +318,7 @@ fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         groups: args.groups.unwrap_or(if quick { 500 } else { 5_000 }),
         nodes: args.nodes.as_ref().and_then(|n| n.first().copied()).unwrap_or(100),
         concurrency: args.concurrency,
+        assignment_window: crate::daemon::assignment_window(args.assignment_window)?,
         batch_actors: if quick { 10_000 } else { 100_000 },
         batch_size: 1_000,
         watchers: if quick { 100 } else { 1_000 },

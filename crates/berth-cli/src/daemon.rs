@@ -237,6 +237,17 @@ fn agent_dir(data_dir: &Path, options: &AgentOptions) -> PathBuf {
 /// more likely a unit mistake than a wish.
 const MAX_ASSIGNMENT_WINDOW_MS: u64 = 1000;
 
+/// `--assignment-window`'s milliseconds as the head's window, checked (`berth start --head`,
+/// `berth up`, `berth bench api`).
+pub(crate) fn assignment_window(ms: u64) -> anyhow::Result<Duration> {
+    if ms > MAX_ASSIGNMENT_WINDOW_MS {
+        bail!(
+            "--assignment-window: {ms} ms is more than {MAX_ASSIGNMENT_WINDOW_MS} ms (a start would wait that long)"
+        );
+    }
+    Ok(Duration::from_millis(ms))
+}
+
 fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
     let data_dir = options.data_dir.clone().unwrap_or_else(default_data_dir);
     let mut config = HeadConfig::new(&data_dir);
@@ -271,13 +282,7 @@ fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
         bail!("--lease-ttl: {} is not between 0.5 and 3600 seconds", options.lease_ttl);
     }
     config.lease_ttl = Duration::from_secs_f64(options.lease_ttl);
-    if options.assignment_window > MAX_ASSIGNMENT_WINDOW_MS {
-        bail!(
-            "--assignment-window: {} ms is more than {MAX_ASSIGNMENT_WINDOW_MS} ms (a start would wait that long)",
-            options.assignment_window
-        );
-    }
-    config.assignment_window = Duration::from_millis(options.assignment_window);
+    config.assignment_window = assignment_window(options.assignment_window)?;
     if let Some(path) = &options.autoscaler {
         let settings = berth_api::spec::node_types::load_autoscaler(path)?;
         let program = std::env::current_exe()

@@ -15,10 +15,13 @@ fn berth(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn a_quick_run_measures_every_phase_and_tells_the_heads_cpu_from_its_clients_and_agents() {
-    let output = berth(&["bench", "api", "--quick", "--output", "json"]);
+    // A window other than the default: phase 6's child process must take it too.
+    let args = ["bench", "api", "--quick", "--output", "json", "--assignment-window", "5"];
+    let output = berth(&args);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let result: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON");
+    assert_eq!(result["assignment_window_ms"], 5, "{result}");
     for rate in ["actors_per_s", "groups_per_s", "batch_actors_per_s", "watched_actors_per_s"] {
         assert!(result[rate].as_f64().is_some_and(|r| r > 0.0), "{rate}: {result}");
     }
@@ -44,6 +47,14 @@ fn zero_runs_are_refused_with_the_flag_named() {
     let output = berth(&["bench", "api", "--quick", "--runs", "0"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && stderr.contains("--runs: must be at least 1"), "{stderr}");
+}
+
+#[test]
+fn a_window_over_a_second_is_refused_with_the_flag_named() {
+    let output = berth(&["bench", "api", "--quick", "--assignment-window", "1001"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let rule = "--assignment-window: 1001 ms is more than 1000 ms";
+    assert!(!output.status.success() && stderr.contains(rule), "{stderr}");
 }
 
 #[test]

@@ -62,6 +62,8 @@ pub struct ApiBench {
     pub nodes: usize,
     /// Concurrent HTTP connections.
     pub concurrency: usize,
+    /// The heads' assignment window ([`HeadConfig::assignment_window`]).
+    pub assignment_window: Duration,
     /// Actors created through batches.
     pub batch_actors: usize,
     /// Items per batch.
@@ -94,6 +96,8 @@ pub struct ApiResult {
     pub nodes: usize,
     /// Concurrent connections.
     pub concurrency: usize,
+    /// The heads' assignment window, milliseconds.
+    pub assignment_window_ms: u64,
     /// Actors created in phase 1.
     pub actors: usize,
     /// Durable actor creations per second.
@@ -398,6 +402,7 @@ async fn at_scale(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow
     let dir = tempfile::tempdir().context("cannot create a temporary data directory")?;
     let mut config = HeadConfig::new(dir.path());
     config.bind = "127.0.0.1:0".parse().expect("an address");
+    config.assignment_window = settings.assignment_window;
     config.heartbeat_timeout = Duration::from_secs(60);
     let head =
         berth_head::start(config).await.map_err(|e| anyhow!("the head could not start: {e}"))?;
@@ -541,6 +546,8 @@ pub fn apply_scale_case(case: &str, settings: &mut ApiBench) -> anyhow::Result<(
 fn scale_in_child(program: &std::path::Path, settings: &ApiBench) -> anyhow::Result<Scale> {
     let mut command = std::process::Command::new(program);
     command.args(["bench", "api", "--case", &scale_case(settings)]);
+    let window = settings.assignment_window.as_millis().to_string();
+    command.args(["--assignment-window", &window]);
     let output = command
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::inherit())
@@ -677,6 +684,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
     let dir = tempfile::tempdir().context("cannot create a temporary data directory")?;
     let mut config = HeadConfig::new(dir.path());
     config.bind = "127.0.0.1:0".parse().expect("an address");
+    config.assignment_window = settings.assignment_window;
     config.heartbeat_timeout = Duration::from_secs(30);
     let head = head_runtime
         .block_on(berth_head::start(config))
@@ -879,6 +887,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
         Ok::<_, anyhow::Error>(ApiResult {
             nodes: settings.nodes,
             concurrency: settings.concurrency,
+            assignment_window_ms: settings.assignment_window.as_millis() as u64,
             actors: settings.actors,
             actors_per_s,
             actor_p50_ms: percentile(&phase.latencies_ms, 0.5),
@@ -966,6 +975,7 @@ mod tests {
             groups: 1,
             nodes: 1,
             concurrency: 1,
+            assignment_window: berth_head::config::DEFAULT_ASSIGNMENT_WINDOW,
             batch_actors: 1,
             batch_size: 250,
             watchers: 1,
@@ -1004,6 +1014,7 @@ mod tests {
             groups: 10,
             nodes: 3,
             concurrency: 4,
+            assignment_window: berth_head::config::DEFAULT_ASSIGNMENT_WINDOW,
             batch_actors: 50,
             batch_size: 20,
             watchers: 4,

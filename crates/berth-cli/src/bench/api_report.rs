@@ -134,9 +134,9 @@ pub fn render(runs: &[ApiResult]) -> String {
         n => format!("; each figure the median of {n} runs, with their range"),
     };
     format!(
-        "{} simulated nodes, {} connections, on this machine (phase 6: its head and agents in \
-         processes of their own){over}\n{table}",
-        first.nodes, first.concurrency
+        "{} simulated nodes, {} connections, a {} ms assignment window, on this machine (phase 6: \
+         its head and agents in processes of their own){over}\n{table}",
+        first.nodes, first.concurrency, first.assignment_window_ms
     )
 }
 
@@ -219,6 +219,7 @@ mod tests {
         ApiResult {
             nodes: 100,
             concurrency: 64,
+            assignment_window_ms: 10,
             actors: 20_000,
             actors_per_s: 10_000.0 + n,
             actor_p50_ms: n,
@@ -272,6 +273,7 @@ mod tests {
     fn each_row_shows_its_median_run_with_the_range_and_the_fewest_complete_watchers() {
         let text = render(&[run(1.0, 1_000), run(3.0, 999), run(2.0, 1_000)]);
         assert!(text.contains("each figure the median of 3 runs"), "{text}");
+        assert!(text.contains("64 connections, a 10 ms assignment window,"), "{text}");
         // The median run by creations/s is run(2): its p50 and p99 beside it, not run(1)'s.
         assert!(
             text.contains("10002 (median of 3 runs, 10001 to 10003; p50 2.0 ms, p99 4.0 ms;"),
