@@ -92,7 +92,8 @@ impl Default for Retention {
 
 /// Default [`HeadConfig::assignment_window`]: 10 ms. In `berth bench api`'s single creations
 /// the agents' CPU per creation was 14 to 16 µs at 5 ms, 6 to 11 µs at 10 ms and 8 µs at 20 ms,
-/// against 16 to 21 µs without a window; a start waits at most this long, and only under load.
+/// against 16 to 21 µs without a window; at 25 and 40 ms 4 to 7 µs, but creations/s no higher
+/// (docs/bench-api-log.md). A start waits at most this long, and only under load.
 pub const DEFAULT_ASSIGNMENT_WINDOW: Duration = Duration::from_millis(10);
 
 /// Default heartbeat period.
