@@ -65,7 +65,7 @@ pub struct BenchArgs {
     #[arg(
         long,
         value_name = "MS",
-        default_value_t = berth_head::config::DEFAULT_ASSIGNMENT_WINDOW.as_millis() as u64,
+        default_value_t = crate::daemon::DEFAULT_ASSIGNMENT_WINDOW_MS,
         allow_negative_numbers = true
     )]
     pub assignment_window: u64,

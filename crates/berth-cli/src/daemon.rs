@@ -101,7 +101,7 @@ pub struct HeadOptions {
     /// is durable, at more CPU per start under load (README § Measuring speed).
     #[arg(
         long,
-        default_value_t = berth_head::config::DEFAULT_ASSIGNMENT_WINDOW.as_millis() as u64,
+        default_value_t = DEFAULT_ASSIGNMENT_WINDOW_MS,
         value_name = "MS",
         // So that a negative number is refused as this flag's value, not as an unknown flag.
         allow_negative_numbers = true
@@ -231,6 +231,10 @@ pub fn start(args: &StartArgs) -> anyhow::Result<()> {
 fn agent_dir(data_dir: &Path, options: &AgentOptions) -> PathBuf {
     data_dir.join("agents").join(options.node_id.as_deref().unwrap_or("node"))
 }
+
+/// `--assignment-window`'s default: the head's.
+pub(crate) const DEFAULT_ASSIGNMENT_WINDOW_MS: u64 =
+    berth_head::config::DEFAULT_ASSIGNMENT_WINDOW.as_millis() as u64;
 
 /// The longest `--assignment-window`: a start under load waits up to the window, and windows
 /// of 25 and 40 ms measured no better than 10 (docs/bench-api-log.md), so a longer one is far
