@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::batch::InvalidOp;
-use crate::lease::Epoch;
+use crate::lease::{Epoch, Generation};
 use crate::table::Table;
 
 /// Which store an error or a log line is about: the backend and where its data lives.
@@ -118,6 +118,26 @@ pub enum StoreError {
         /// The store's current epoch.
         current: Epoch,
     },
+    /// The store is behind what this store object saw of it before, or what its caller said
+    /// it knew ([`Store::expect`](crate::Store::expect)): another store ID, or fewer commits.
+    /// The store lost acknowledged writes (a Redis server restarted without persistence, a
+    /// database restored from an old copy) or is another store. Nothing was written. Final
+    /// until an operator decides: restore the store, or accept it as it is.
+    #[error(
+        "{location}: {operation} refused: the store is behind what this head saw of it: it is \
+         {found}, this head saw {known}. It lost acknowledged writes (a server restarted \
+         without persistence, or restored from an old copy), or it is another store"
+    )]
+    Behind {
+        /// The store.
+        location: StoreLocation,
+        /// What was refused.
+        operation: Operation,
+        /// What was seen or known before.
+        known: Generation,
+        /// What the store holds now.
+        found: Generation,
+    },
     /// Another holder has the lease and it has not expired.
     #[error("{location}: acquire lease refused: {holder:?} holds it for up to {remaining:?} more")]
     LeaseHeld {
@@ -193,6 +213,17 @@ impl StoreError {
     /// Whether this is [`StoreError::Fenced`].
     pub fn is_fenced(&self) -> bool {
         matches!(self, StoreError::Fenced { .. })
+    }
+
+    /// Whether this is [`StoreError::Behind`].
+    pub fn is_behind(&self) -> bool {
+        matches!(self, StoreError::Behind { .. })
+    }
+
+    /// Whether the operation may succeed if tried again later: the backend failed (the
+    /// network, a server down or failing over). Everything else is final.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Backend { .. })
     }
 }
 

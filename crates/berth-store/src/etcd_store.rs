@@ -15,9 +15,14 @@
 //! | `berth/P/t/TABLE/KEY` | one record of a table |
 //! | `berth/P/epoch` | the last lease epoch granted (decimal); never expires |
 //! | `berth/P/lease` | the holder's name, attached to an etcd lease: gone once it expires |
+//! | `berth/P/owner` | the current epoch, `NUMBER:TOKEN` (the token random per acquisition) |
+//! | `berth/P/id` | the store's random ID |
+//! | `berth/P/mark` | written by every commit: its revision is the store's commit count |
 //!
-//! Every write is one transaction (`/v3/kv/txn`): a commit compares `epoch` with the writer's
-//! and only then applies the batch, so a fenced head writes nothing. Acquiring the lease
+//! Every write is one transaction (`/v3/kv/txn`): a commit compares `owner` with the writer's
+//! epoch and `id` and `mark`'s revision with what the writer has seen (a cluster restored from
+//! an old snapshot shows an older `mark`), and only then applies the batch, so a fenced head
+//! writes nothing, and nobody writes to a store that went back in time. Acquiring the lease
 //! compares the revisions it read of `epoch` and `lease` and writes both; renewing attaches
 //! the lease key to a fresh etcd lease if the epoch is still the caller's. Expiry is etcd's,
 //! so the heads' clocks never matter. `load` reads the tables at one revision.
@@ -38,7 +43,7 @@ use serde_json::{json, Value};
 
 use crate::batch::{Batch, Op};
 use crate::error::{Operation, StoreError, StoreLocation};
-use crate::lease::{check_lease_request, Epoch, Lease};
+use crate::lease::{check_lease_request, Epoch, Generation, Lease, Watermark};
 use crate::snapshot::Snapshot;
 use crate::store::Store;
 use crate::table::Table;
@@ -66,6 +71,7 @@ pub struct EtcdStore {
     current: Arc<AtomicUsize>,
     prefix: String,
     location: StoreLocation,
+    watermark: Arc<Watermark>,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -129,6 +135,7 @@ impl EtcdStore {
             current: Arc::new(AtomicUsize::new(0)),
             prefix: format!("berth/{prefix}/"),
             location,
+            watermark: Arc::default(),
         };
         // One read, so a wrong address fails at open, not at the first commit.
         store.range(Operation::Open, store.key("epoch"), None, 0, 1).await?;
@@ -256,22 +263,62 @@ impl EtcdStore {
         }
     }
 
-    /// The epoch the store holds now (0: none granted yet).
-    async fn current_epoch(&self, operation: Operation) -> Result<Epoch, StoreError> {
-        let kv = self.get(operation, self.key("epoch")).await?;
-        Ok(Epoch::new(
-            kv.and_then(|kv| String::from_utf8(kv.value).ok()?.parse().ok()).unwrap_or(0),
-        ))
+    /// The comparison "`owner` is `epoch`".
+    fn owner_is(&self, epoch: Epoch) -> Value {
+        json!({"key": b64(&self.key("owner")), "target": "VALUE", "result": "EQUAL",
+               "value": b64(epoch.stored().as_bytes())})
     }
 
-    fn epoch_is(&self, epoch: Epoch) -> Value {
-        json!({"key": b64(&self.key("epoch")), "target": "VALUE", "result": "EQUAL",
-               "value": b64(epoch.get().to_string().as_bytes())})
+    /// The comparisons "the store is not behind what was seen": the same `id`, and `mark`
+    /// written at the last revision seen or later.
+    fn not_behind(&self) -> Vec<Value> {
+        let Some(known) = self.watermark.get() else { return Vec::new() };
+        let mut compares = Vec::new();
+        if !known.id.is_empty() {
+            compares.push(json!({"key": b64(&self.key("id")), "target": "VALUE",
+                                 "result": "EQUAL", "value": b64(known.id.as_bytes())}));
+        }
+        if known.commits > 0 {
+            compares.push(json!({"key": b64(&self.key("mark")), "target": "MOD",
+                                 "result": "GREATER", "mod_revision": (known.commits - 1).to_string()}));
+        }
+        compares
     }
 
-    async fn fenced(&self, operation: Operation, ours: Epoch) -> StoreError {
-        match self.current_epoch(operation).await {
-            Ok(current) => {
+    /// The store's generation now: its `id` and `mark`'s revision.
+    async fn read_generation(&self, operation: Operation) -> Result<Generation, StoreError> {
+        let id = self.get(operation, self.key("id")).await?;
+        let mark = self.get(operation, self.key("mark")).await?;
+        Ok(Generation {
+            id: id.map(|kv| String::from_utf8_lossy(&kv.value).into_owned()).unwrap_or_default(),
+            commits: mark.map_or(0, |kv| u64::try_from(kv.mod_revision).unwrap_or(0)),
+        })
+    }
+
+    /// `Behind` if `found` is behind what was seen.
+    fn check_behind(&self, operation: Operation, found: Generation) -> Result<(), StoreError> {
+        self.watermark.check(&found).map_err(|known| StoreError::Behind {
+            location: self.location.clone(),
+            operation,
+            known,
+            found,
+        })
+    }
+
+    /// Why a guarded transaction was refused: the store is behind, or `ours` is fenced.
+    async fn refused(&self, operation: Operation, ours: Epoch) -> StoreError {
+        let found = match self.read_generation(operation).await {
+            Ok(found) => found,
+            Err(err) => return err,
+        };
+        if let Err(err) = self.check_behind(operation, found) {
+            return err;
+        }
+        match self.get(operation, self.key("owner")).await {
+            Ok(owner) => {
+                let current = owner
+                    .and_then(|kv| Epoch::parse_stored(std::str::from_utf8(&kv.value).ok()?))
+                    .unwrap_or(Epoch::new(0));
                 StoreError::Fenced { location: self.location.clone(), operation, ours, current }
             }
             Err(err) => err,
@@ -279,7 +326,7 @@ impl EtcdStore {
     }
 
     /// Attaches the lease key (holder `holder`) to a fresh etcd lease of `ttl` if `epoch` is
-    /// still the current one; the etcd lease it had is revoked.
+    /// still the current one and the store is not behind; the etcd lease it had is revoked.
     async fn attach(
         &self,
         operation: Operation,
@@ -290,12 +337,13 @@ impl EtcdStore {
         let id = self.grant(operation, ttl).await?;
         let put = json!({"request_put": {"key": b64(&self.key("lease")),
                          "value": b64(holder.as_bytes()), "lease": id.to_string(), "prev_kv": true}});
-        let (held, answer) = self
-            .txn(operation, json!({"compare": [self.epoch_is(epoch)], "success": [put]}))
-            .await?;
+        let mut compare = vec![self.owner_is(epoch)];
+        compare.extend(self.not_behind());
+        let (held, answer) =
+            self.txn(operation, json!({"compare": compare, "success": [put]})).await?;
         if !held {
             self.revoke(id).await;
-            return Err(self.fenced(operation, epoch).await);
+            return Err(self.refused(operation, epoch).await);
         }
         let previous = int(&answer["responses"][0]["response_put"]["prev_kv"]["lease"]);
         if previous != id {
@@ -308,6 +356,14 @@ impl EtcdStore {
 impl Store for EtcdStore {
     fn location(&self) -> &StoreLocation {
         &self.location
+    }
+
+    fn generation(&self) -> Option<Generation> {
+        self.watermark.get()
+    }
+
+    fn expect(&self, known: Option<Generation>) {
+        self.watermark.set(known);
     }
 
     async fn load(&self) -> Result<Snapshot, StoreError> {
@@ -373,10 +429,21 @@ impl Store for EtcdStore {
                     "key": b64(&self.record_key(*table, key))}}),
             })
             .collect();
-        let body = json!({"compare": [self.epoch_is(epoch)], "success": ops});
+        let mut ops = ops;
+        ops.push(json!({"request_put": {"key": b64(&self.key("mark")), "value": ""}}));
+        let mut compare = vec![self.owner_is(epoch)];
+        compare.extend(self.not_behind());
+        let body = json!({"compare": compare, "success": ops});
         match self.txn(operation, body).await? {
-            (true, _) => Ok(()),
-            (false, _) => Err(self.fenced(operation, epoch).await),
+            (true, answer) => {
+                let revision = u64::try_from(int(&answer["header"]["revision"])).unwrap_or(0);
+                let id = self.watermark.get().map(|known| known.id).unwrap_or_default();
+                // The compares held, so only the ID may be unknown (a commit without an
+                // acquisition): then the count alone is taken in.
+                let _ = self.watermark.observe(&Generation { id, commits: revision });
+                Ok(())
+            }
+            (false, _) => Err(self.refused(operation, epoch).await),
         }
     }
 
@@ -389,6 +456,16 @@ impl Store for EtcdStore {
         })?;
         for _ in 0..ACQUIRE_ATTEMPTS {
             let lease = self.get(operation, self.key("lease")).await?;
+            let id_kv = self.get(operation, self.key("id")).await?;
+            let mark = self.get(operation, self.key("mark")).await?;
+            let found = Generation {
+                id: id_kv
+                    .as_ref()
+                    .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
+                    .unwrap_or_default(),
+                commits: mark.as_ref().map_or(0, |kv| u64::try_from(kv.mod_revision).unwrap_or(0)),
+            };
+            self.check_behind(operation, found.clone())?;
             if let Some(kv) = &lease {
                 if kv.value != holder.as_bytes() {
                     let answer: Value = self
@@ -399,6 +476,8 @@ impl Store for EtcdStore {
                         )
                         .await?;
                     let remaining = u64::try_from(int(&answer["TTL"])).unwrap_or(0);
+                    // A standby learns the store's history while it waits.
+                    let _ = self.watermark.observe(&found);
                     return Err(StoreError::LeaseHeld {
                         location: self.location.clone(),
                         holder: String::from_utf8_lossy(&kv.value).into_owned(),
@@ -411,7 +490,8 @@ impl Store for EtcdStore {
                 .as_ref()
                 .and_then(|kv| std::str::from_utf8(&kv.value).ok()?.parse().ok())
                 .unwrap_or(0);
-            // Unchanged since read: the lease key (absent, or ours) and the epoch.
+            // Unchanged since read: the lease key (absent, or ours), the epoch, the ID and the
+            // mark.
             let unchanged = |key: Vec<u8>, kv: &Option<Kv>| match kv {
                 None => json!({"key": b64(&key), "target": "VERSION", "result": "EQUAL",
                                "version": "0"}),
@@ -419,21 +499,36 @@ impl Store for EtcdStore {
                                    "mod_revision": kv.mod_revision.to_string()}),
             };
             let id = self.grant(operation, ttl).await?;
-            let epoch = Epoch::new(current + 1);
+            let epoch = Epoch::with_token(current + 1, crate::lease::random_u64());
+            let mut generation = found.clone();
+            let mut success = vec![
+                json!({"request_put": {"key": b64(&self.key("epoch")),
+                                       "value": b64(epoch.get().to_string().as_bytes())}}),
+                json!({"request_put": {"key": b64(&self.key("owner")),
+                                       "value": b64(epoch.stored().as_bytes())}}),
+                json!({"request_put": {"key": b64(&self.key("lease")), "value": b64(holder.as_bytes()),
+                                       "lease": id.to_string()}}),
+            ];
+            if generation.id.is_empty() {
+                generation.id = crate::lease::new_store_id();
+                success.push(json!({"request_put": {"key": b64(&self.key("id")),
+                                                    "value": b64(generation.id.as_bytes())}}));
+            }
             let body = json!({
-                "compare": [unchanged(self.key("lease"), &lease), unchanged(self.key("epoch"), &epoch_kv)],
-                "success": [
-                    {"request_put": {"key": b64(&self.key("epoch")),
-                                     "value": b64(epoch.get().to_string().as_bytes())}},
-                    {"request_put": {"key": b64(&self.key("lease")), "value": b64(holder.as_bytes()),
-                                     "lease": id.to_string()}},
+                "compare": [
+                    unchanged(self.key("lease"), &lease),
+                    unchanged(self.key("epoch"), &epoch_kv),
+                    unchanged(self.key("id"), &id_kv),
+                    unchanged(self.key("mark"), &mark),
                 ],
+                "success": success,
             });
             match self.txn(operation, body).await? {
                 (true, _) => {
                     if let Some(kv) = &lease {
                         self.revoke(kv.lease).await;
                     }
+                    let _ = self.watermark.observe(&generation);
                     return Ok(Lease::new(holder, epoch, ttl));
                 }
                 // Another writer came in between: look again.
@@ -456,7 +551,7 @@ impl Store for EtcdStore {
         let operation = Operation::ReleaseLease;
         let delete =
             json!({"request_delete_range": {"key": b64(&self.key("lease")), "prev_kv": true}});
-        let body = json!({"compare": [self.epoch_is(lease.epoch())], "success": [delete]});
+        let body = json!({"compare": [self.owner_is(lease.epoch())], "success": [delete]});
         match self.txn(operation, body).await? {
             (true, answer) => {
                 let kvs = &answer["responses"][0]["response_delete_range"]["prev_kvs"];
@@ -465,7 +560,7 @@ impl Store for EtcdStore {
                 }
                 Ok(())
             }
-            (false, _) => Err(self.fenced(operation, lease.epoch()).await),
+            (false, _) => Err(self.refused(operation, lease.epoch()).await),
         }
     }
 }

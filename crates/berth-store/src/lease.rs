@@ -3,28 +3,153 @@
 use std::fmt;
 use std::time::Duration;
 
-/// A lease epoch: a fencing token. Every acquisition of the lease increases it by one (the
-/// first acquisition gets epoch 1), and every commit names the epoch of its writer's lease;
-/// the store refuses a commit whose epoch is not the current one, so a head that lost the lease
-/// cannot overwrite the state of the head that took it over.
+/// A lease epoch: a fencing token. Every acquisition of the lease increases its number by one
+/// (the first acquisition gets epoch 1) and draws a fresh random token; every commit names
+/// its writer's epoch, and the store refuses a commit unless number *and* token are the ones
+/// it granted last, so a head that lost the lease cannot overwrite the state of the head that
+/// took it over. The token is what makes that hold when a store forgets: a Redis server
+/// restarted without persistence counts epochs from 1 again, and the head that held epoch 1
+/// before the restart must not pass for the one granted it after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Epoch(u64);
+pub struct Epoch {
+    number: u64,
+    token: u64,
+}
 
 impl Epoch {
-    /// The epoch with this number. Stores hand out epochs; tests and tools may build them.
+    /// The epoch with this number and no token. Stores hand out epochs; tests and tools may
+    /// build them (a store grants none without a token, so such an epoch is always fenced).
     pub const fn new(number: u64) -> Self {
-        Epoch(number)
+        Epoch { number, token: 0 }
+    }
+
+    /// The epoch with this number and token (a store granting one draws the token with
+    /// [`random_u64`]).
+    pub(crate) const fn with_token(number: u64, token: u64) -> Self {
+        Epoch { number, token }
     }
 
     /// The epoch's number.
     pub const fn get(self) -> u64 {
-        self.0
+        self.number
+    }
+
+    /// Its token, random per acquisition (0 for one built with [`Epoch::new`]).
+    pub const fn token(self) -> u64 {
+        self.token
+    }
+
+    /// The text form stores keep: `NUMBER:TOKEN`, the token in hex.
+    pub(crate) fn stored(self) -> String {
+        format!("{}:{:016x}", self.number, self.token)
+    }
+
+    /// Reads [`Epoch::stored`]'s form back; a bare number (no token) reads as token 0.
+    pub(crate) fn parse_stored(text: &str) -> Option<Self> {
+        match text.split_once(':') {
+            Some((number, token)) => Some(Epoch {
+                number: number.parse().ok()?,
+                token: u64::from_str_radix(token, 16).ok()?,
+            }),
+            None => Some(Epoch::new(text.parse().ok()?)),
+        }
     }
 }
 
 impl fmt::Display for Epoch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        write!(f, "{}", self.number)
+    }
+}
+
+/// 64 random bits from the operating system. Tokens need only be distinct, not secret; if the
+/// system source fails (it does not on Linux), the clock and the process ID still tell two
+/// acquisitions apart.
+pub(crate) fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_ok() {
+        return u64::from_le_bytes(bytes);
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
+
+/// Where a store's history stands: which store it is and how many commits it has taken. A
+/// store that lost writes (a Redis server restarted without persistence, a database restored
+/// from an old backup) shows another `id` or fewer `commits` than a head saw before, and that
+/// is how the loss is noticed ([`StoreError::Behind`](crate::StoreError::Behind)).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Generation {
+    /// The store's ID, random, written by the first acquisition of its lease.
+    pub id: String,
+    /// Commits the store has applied (for etcd: the revision of the last commit), only ever
+    /// growing while the store keeps its data.
+    pub commits: u64,
+}
+
+impl fmt::Display for Generation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.id.is_empty() {
+            write!(f, "a store with no ID (never written, or wiped) at commit {}", self.commits)
+        } else {
+            write!(f, "store {} at commit {}", self.id, self.commits)
+        }
+    }
+}
+
+impl Generation {
+    /// Whether a store that shows `found` lost what this saw: another ID (an empty ID here
+    /// means none was seen yet), or fewer commits.
+    pub fn is_ahead_of(&self, found: &Generation) -> bool {
+        (!self.id.is_empty() && self.id != found.id) || self.commits > found.commits
+    }
+}
+
+/// A fresh store ID: 128 random bits in hex.
+pub(crate) fn new_store_id() -> String {
+    format!("{:016x}{:016x}", random_u64(), random_u64())
+}
+
+/// The furthest a store object has seen its store's history go: from the store's own answers
+/// and from what the caller says it knew before ([`Store::expect`](crate::Store::expect)). An
+/// answer behind it is a store that lost writes.
+#[derive(Debug, Default)]
+pub(crate) struct Watermark {
+    seen: std::sync::Mutex<Option<Generation>>,
+}
+
+impl Watermark {
+    /// What has been seen, if anything.
+    pub(crate) fn get(&self) -> Option<Generation> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Sets what the caller knew, without checking it against what was seen.
+    pub(crate) fn set(&self, known: Option<Generation>) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = known;
+    }
+
+    /// Takes in a store's answer: `Err(what was seen)` if the answer is behind it (another
+    /// store ID, or fewer commits), else it becomes the new watermark.
+    pub(crate) fn observe(&self, found: &Generation) -> Result<(), Generation> {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        match &*seen {
+            Some(known) if known.is_ahead_of(found) => Err(known.clone()),
+            _ => {
+                *seen = Some(found.clone());
+                Ok(())
+            }
+        }
+    }
+
+    /// `Err(what was seen)` if `found` is behind it; the watermark stays as it is.
+    pub(crate) fn check(&self, found: &Generation) -> Result<(), Generation> {
+        match self.get() {
+            Some(known) if known.is_ahead_of(found) => Err(known),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -90,9 +90,9 @@ pub use batch::{Batch, InvalidOp, Op, MAX_KEY_BYTES, MAX_VALUE_BYTES, RESERVED_M
 pub use config::{StoreConfig, DEFAULT_REDIS_PREFIX, MAX_PREFIX_CHARS};
 pub use error::{Cause, Operation, StoreError, StoreLocation};
 pub use etcd_store::EtcdStore;
-pub use lease::{Epoch, Lease, MAX_HOLDER_BYTES, MAX_LEASE_TTL, MIN_LEASE_TTL};
+pub use lease::{Epoch, Generation, Lease, MAX_HOLDER_BYTES, MAX_LEASE_TTL, MIN_LEASE_TTL};
 pub use redb_store::{RedbStore, DATABASE_FILE, LEASE_KEY};
-pub use redis_store::RedisStore;
+pub use redis_store::{RedisPersistence, RedisStore};
 pub use snapshot::Snapshot;
 pub use store::{AnyStore, Store};
 pub use table::Table;

@@ -20,7 +20,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTran
 
 use crate::batch::{Batch, Op, RESERVED_META_PREFIX};
 use crate::error::{Operation, StoreError, StoreLocation};
-use crate::lease::{check_lease_request, ttl_millis, Epoch, Lease};
+use crate::lease::{check_lease_request, ttl_millis, Epoch, Generation, Lease, Watermark};
 use crate::snapshot::Snapshot;
 use crate::store::Store;
 use crate::table::Table;
@@ -30,6 +30,9 @@ pub const DATABASE_FILE: &str = "berth.redb";
 
 /// The `meta` row that holds the lease.
 pub const LEASE_KEY: &str = "berth.store.lease";
+
+/// The `meta` row that holds the store's ID and commit counter.
+const GENERATION_KEY: &str = "berth.store.generation";
 
 /// The redb table definition of a [`Table`]. Keys are the bytes of the store's string keys:
 /// redb orders `&[u8]` and `&str` keys alike (byte by byte), but checks a `&str` key as UTF-8
@@ -83,6 +86,8 @@ struct Inner {
     location: StoreLocation,
     /// Where lease expiry times come from.
     clock: Clock,
+    /// The furthest this store object has seen the file's history go.
+    watermark: Watermark,
 }
 
 impl fmt::Debug for RedbStore {
@@ -110,7 +115,9 @@ impl RedbStore {
             open_database(&data_dir, &path_for_task, &for_task)
         })
         .await?;
-        Ok(RedbStore { inner: Arc::new(Inner { db, path, location, clock }) })
+        Ok(RedbStore {
+            inner: Arc::new(Inner { db, path, location, clock, watermark: Watermark::default() }),
+        })
     }
 
     /// The database file.
@@ -213,8 +220,8 @@ where
 /// The lease row of the `meta` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct LeaseRow {
-    /// The last epoch granted.
-    epoch: u64,
+    /// The last epoch granted (its number and token).
+    epoch: Epoch,
     /// When the lease expires, in milliseconds since the Unix epoch; 0 once released.
     expires_at_ms: u64,
     /// Who was granted the epoch.
@@ -222,39 +229,67 @@ struct LeaseRow {
 }
 
 impl LeaseRow {
-    /// Format version 1: `[1][epoch: u64 BE][expires_at_ms: u64 BE][holder: UTF-8]`.
-    const VERSION: u8 = 1;
-    const HEADER: usize = 1 + 8 + 8;
+    /// Format version 2: `[2][epoch: u64 BE][expires_at_ms: u64 BE][token: u64 BE][holder]`.
+    /// Version 1 had no token: it reads as token 0.
+    const VERSION: u8 = 2;
+    const HEADER: usize = 1 + 8 + 8 + 8;
+    const HEADER_V1: usize = 1 + 8 + 8;
 
     fn encode(&self) -> Vec<u8> {
         let mut bytes = Vec::with_capacity(Self::HEADER + self.holder.len());
         bytes.push(Self::VERSION);
-        bytes.extend_from_slice(&self.epoch.to_be_bytes());
+        bytes.extend_from_slice(&self.epoch.get().to_be_bytes());
         bytes.extend_from_slice(&self.expires_at_ms.to_be_bytes());
+        bytes.extend_from_slice(&self.epoch.token().to_be_bytes());
         bytes.extend_from_slice(self.holder.as_bytes());
         bytes
     }
 
     fn decode(bytes: &[u8]) -> Result<Self, String> {
-        if bytes.len() < Self::HEADER {
-            return Err(format!(
-                "{} bytes, fewer than the {}-byte header",
-                bytes.len(),
-                Self::HEADER
-            ));
-        }
-        if bytes[0] != Self::VERSION {
-            return Err(format!("format version {}, this build reads {}", bytes[0], Self::VERSION));
-        }
-        let number = |at: usize| {
-            let mut word = [0; 8];
-            word.copy_from_slice(&bytes[at..at + 8]);
-            u64::from_be_bytes(word)
+        let header = match bytes.first() {
+            Some(1) => Self::HEADER_V1,
+            Some(&Self::VERSION) => Self::HEADER,
+            Some(other) => {
+                return Err(format!("format version {other}, this build reads 1 and 2"));
+            }
+            None => return Err("empty".to_owned()),
         };
-        let holder = std::str::from_utf8(&bytes[Self::HEADER..])
+        if bytes.len() < header {
+            return Err(format!("{} bytes, fewer than the {header}-byte header", bytes.len()));
+        }
+        let token = if header == Self::HEADER { be_u64(&bytes[17..25]) } else { 0 };
+        let holder = std::str::from_utf8(&bytes[header..])
             .map_err(|e| format!("the holder is not UTF-8: {e}"))?;
-        Ok(LeaseRow { epoch: number(1), expires_at_ms: number(9), holder: holder.to_owned() })
+        Ok(LeaseRow {
+            epoch: Epoch::with_token(be_u64(&bytes[1..9]), token),
+            expires_at_ms: be_u64(&bytes[9..17]),
+            holder: holder.to_owned(),
+        })
     }
+}
+
+/// A big-endian `u64` from 8 bytes.
+fn be_u64(bytes: &[u8]) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[..8]);
+    u64::from_be_bytes(word)
+}
+
+/// The generation row: `[1][commits: u64 BE][id: UTF-8]`.
+fn encode_generation(generation: &Generation) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(9 + generation.id.len());
+    bytes.push(1);
+    bytes.extend_from_slice(&generation.commits.to_be_bytes());
+    bytes.extend_from_slice(generation.id.as_bytes());
+    bytes
+}
+
+fn decode_generation(bytes: &[u8]) -> Result<Generation, String> {
+    if bytes.len() < 9 || bytes[0] != 1 {
+        return Err(format!("{} bytes, not format version 1", bytes.len()));
+    }
+    let id = std::str::from_utf8(&bytes[9..]).map_err(|e| format!("the ID is not UTF-8: {e}"))?;
+    Ok(Generation { id: id.to_owned(), commits: be_u64(&bytes[1..9]) })
 }
 
 impl Inner {
@@ -315,23 +350,64 @@ impl Inner {
         Ok(())
     }
 
-    /// Refuses `ours` unless it is the current epoch.
+    /// Refuses `ours` unless it is the current epoch (number and token).
     fn check_epoch(
         &self,
         operation: Operation,
         row: Option<&LeaseRow>,
         ours: Epoch,
     ) -> Result<(), StoreError> {
-        let current = row.map_or(0, |row| row.epoch);
-        if current == ours.get() {
+        let current = row.map_or(Epoch::new(0), |row| row.epoch);
+        if current == ours {
             return Ok(());
         }
-        Err(StoreError::Fenced {
-            location: self.location.clone(),
-            operation,
-            ours,
-            current: Epoch::new(current),
-        })
+        Err(StoreError::Fenced { location: self.location.clone(), operation, ours, current })
+    }
+
+    /// Reads the generation row (an ID of "" and no commits when there is none yet) and
+    /// refuses it if it is behind what this store object has seen.
+    fn check_generation(
+        &self,
+        operation: Operation,
+        meta: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    ) -> Result<Generation, StoreError> {
+        let guard =
+            meta.get(GENERATION_KEY.as_bytes()).map_err(|e| self.error(operation)(e.into()))?;
+        let found = match guard {
+            Some(guard) => {
+                decode_generation(guard.value()).map_err(|reason| StoreError::Corrupt {
+                    location: self.location.clone(),
+                    operation,
+                    what: format!("the generation row {GENERATION_KEY:?} of the meta table"),
+                    reason,
+                })?
+            }
+            None => Generation { id: String::new(), commits: 0 },
+        };
+        match self.watermark.check(&found) {
+            Err(known) => {
+                Err(StoreError::Behind { location: self.location.clone(), operation, known, found })
+            }
+            Ok(()) => Ok(found),
+        }
+    }
+
+    /// Writes the generation row; the watermark follows once the transaction commits.
+    fn put_generation(
+        &self,
+        operation: Operation,
+        meta: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+        generation: &Generation,
+    ) -> Result<(), StoreError> {
+        meta.insert(GENERATION_KEY.as_bytes(), encode_generation(generation).as_slice())
+            .map_err(|e| self.error(operation)(e.into()))?;
+        Ok(())
+    }
+
+    /// Moves the watermark to what a committed transaction wrote or read.
+    fn seen(&self, generation: &Generation) {
+        // Cannot be behind: the transaction checked it, and nothing else writes the file.
+        let _ = self.watermark.observe(generation);
     }
 
     fn load(&self) -> Result<Snapshot, StoreError> {
@@ -361,9 +437,12 @@ impl Inner {
         let operation = Operation::Commit;
         self.write(operation, |txn| {
             let error = self.error(operation);
-            let meta = txn.open_table(definition(Table::Meta)).map_err(|e| error(e.into()))?;
+            let mut meta = txn.open_table(definition(Table::Meta)).map_err(|e| error(e.into()))?;
+            let mut generation = self.check_generation(operation, &meta)?;
             let row = self.lease_row(operation, &meta)?;
             self.check_epoch(operation, row.as_ref(), epoch)?;
+            generation.commits += 1;
+            self.put_generation(operation, &mut meta, &generation)?;
             // Only the tables the batch writes are opened: a commit of creations and starts
             // touches two of the six, and each table opened is a lookup in redb's table of
             // tables and a handle to close again, in every commit.
@@ -389,8 +468,9 @@ impl Inner {
                     }
                 }
             }
-            Ok(())
+            Ok(generation)
         })
+        .map(|generation| self.seen(&generation))
     }
 
     fn acquire_lease(&self, holder: &str, ttl: Duration) -> Result<Lease, StoreError> {
@@ -399,6 +479,7 @@ impl Inner {
             let mut meta = txn
                 .open_table(definition(Table::Meta))
                 .map_err(|e| self.error(operation)(e.into()))?;
+            let mut generation = self.check_generation(operation, &meta)?;
             let row = self.lease_row(operation, &meta)?;
             let now = self.clock.now_unix_ms();
             if let Some(row) = &row {
@@ -410,20 +491,29 @@ impl Inner {
                     });
                 }
             }
-            let previous = row.map_or(0, |row| row.epoch);
-            let epoch = previous.checked_add(1).ok_or_else(|| StoreError::Corrupt {
+            let previous = row.map_or(0, |row| row.epoch.get());
+            let number = previous.checked_add(1).ok_or_else(|| StoreError::Corrupt {
                 location: self.location.clone(),
                 operation,
                 what: "the lease epoch".to_owned(),
                 reason: "it has reached u64::MAX".to_owned(),
             })?;
+            let epoch = Epoch::with_token(number, crate::lease::random_u64());
             let expires_at_ms = now.saturating_add(ttl_millis(ttl));
             self.put_lease_row(
                 operation,
                 &mut meta,
                 &LeaseRow { epoch, expires_at_ms, holder: holder.to_owned() },
             )?;
-            Ok(Lease::new(holder, Epoch::new(epoch), ttl))
+            if generation.id.is_empty() {
+                generation.id = crate::lease::new_store_id();
+                self.put_generation(operation, &mut meta, &generation)?;
+            }
+            Ok((Lease::new(holder, epoch, ttl), generation))
+        })
+        .map(|(lease, generation)| {
+            self.seen(&generation);
+            lease
         })
     }
 
@@ -433,14 +523,12 @@ impl Inner {
             let mut meta = txn
                 .open_table(definition(Table::Meta))
                 .map_err(|e| self.error(operation)(e.into()))?;
+            self.check_generation(operation, &meta)?;
             let row = self.lease_row(operation, &meta)?;
             self.check_epoch(operation, row.as_ref(), lease.epoch())?;
             let expires_at_ms = self.clock.now_unix_ms().saturating_add(ttl_millis(ttl));
-            let row = LeaseRow {
-                epoch: lease.epoch().get(),
-                expires_at_ms,
-                holder: lease.holder().to_owned(),
-            };
+            let row =
+                LeaseRow { epoch: lease.epoch(), expires_at_ms, holder: lease.holder().to_owned() };
             self.put_lease_row(operation, &mut meta, &row)?;
             Ok(Lease::new(lease.holder(), lease.epoch(), ttl))
         })
@@ -455,7 +543,7 @@ impl Inner {
             let row = self.lease_row(operation, &meta)?;
             self.check_epoch(operation, row.as_ref(), lease.epoch())?;
             let row = LeaseRow {
-                epoch: lease.epoch().get(),
+                epoch: lease.epoch(),
                 expires_at_ms: 0,
                 holder: lease.holder().to_owned(),
             };
@@ -478,6 +566,14 @@ impl RedbStore {
 impl Store for RedbStore {
     fn location(&self) -> &StoreLocation {
         &self.inner.location
+    }
+
+    fn generation(&self) -> Option<Generation> {
+        self.inner.watermark.get()
+    }
+
+    fn expect(&self, known: Option<Generation>) {
+        self.inner.watermark.set(known);
     }
 
     async fn load(&self) -> Result<Snapshot, StoreError> {
@@ -572,10 +668,19 @@ mod tests {
 
     #[test]
     fn lease_row_round_trips_and_rejects_garbage() {
-        let row = LeaseRow { epoch: 7, expires_at_ms: 123_456, holder: "head-é".into() };
+        let row = LeaseRow {
+            epoch: Epoch::with_token(7, 0xfeed),
+            expires_at_ms: 123_456,
+            holder: "head-é".into(),
+        };
         assert_eq!(LeaseRow::decode(&row.encode()), Ok(row));
-        let cases: [(&[u8], &str); 3] = [
-            (b"short", "fewer than the 17-byte header"),
+        // A version-1 row (no token) reads as token 0.
+        let v1 = [1, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, b'o'];
+        let old = LeaseRow::decode(&v1).expect("version 1");
+        assert_eq!((old.epoch, old.holder.as_str()), (Epoch::new(4), "o"));
+        let cases: [(&[u8], &str); 4] = [
+            (&[1, 2, 3], "fewer than the 17-byte header"),
+            (&[2; 20], "fewer than the 25-byte header"),
             (&[9; 17], "format version 9"),
             (&[1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0xff], "not UTF-8"),
         ];
@@ -590,7 +695,7 @@ mod tests {
         let f = Fixture::new().await;
         let ttl = Duration::from_secs(10);
         let a = f.store.acquire_lease("a", ttl).await.expect("a acquires");
-        assert_eq!(a.epoch(), Epoch::new(1));
+        assert_eq!(a.epoch().get(), 1);
 
         f.advance(9_999);
         match f.store.acquire_lease("b", ttl).await {
@@ -602,7 +707,7 @@ mod tests {
 
         f.advance(1);
         let b = f.store.acquire_lease("b", ttl).await.expect("b takes the expired lease over");
-        assert_eq!(b.epoch(), Epoch::new(2));
+        assert_eq!(b.epoch().get(), 2);
         let fenced = f.store.commit(a.epoch(), one_put("n")).await.expect_err("a is fenced");
         assert!(fenced.is_fenced(), "{fenced}");
         assert!(f.store.renew_lease(&a, ttl).await.expect_err("a cannot renew").is_fenced());
@@ -660,7 +765,7 @@ mod tests {
         let a = f.store.acquire_lease("a", ttl).await.expect("acquire");
         f.store.release_lease(&a).await.expect("release");
         let b = f.store.acquire_lease("b", ttl).await.expect("b acquires at once");
-        assert_eq!(b.epoch(), Epoch::new(2));
+        assert_eq!(b.epoch().get(), 2);
     }
 
     #[tokio::test]
@@ -704,7 +809,8 @@ mod tests {
             // As earlier builds wrote it: `&str` keys, a lease (epoch 4), no `starts` table.
             let db = Database::create(dir.path().join(DATABASE_FILE)).expect("create");
             let txn = db.begin_write().expect("write");
-            let old_lease = LeaseRow { epoch: 4, expires_at_ms: 0, holder: "old".into() };
+            let old_lease =
+                LeaseRow { epoch: Epoch::new(4), expires_at_ms: 0, holder: "old".into() };
             for table in Table::ALL.into_iter().filter(|&t| t != Table::Starts) {
                 let mut handle = txn.open_table(str_key_definition(table)).expect("table");
                 for key in ["b", "a/2", "a/10", "é"] {
@@ -738,7 +844,7 @@ mod tests {
         assert_eq!(keys, in_order, "the copy's keys in byte order, as the old ones were");
         assert!(snapshot.table(Table::Starts).is_empty());
         let lease = store.acquire_lease("new", Duration::from_secs(5)).await.expect("acquire");
-        assert_eq!(lease.epoch(), Epoch::new(5), "the old lease's epoch carried over");
+        assert_eq!(lease.epoch().get(), 5, "the old lease's epoch carried over");
         store.commit_blocking(lease.epoch(), one_put("c")).expect("commit");
         drop(store);
         // Opened again: byte keys already, nothing to copy; the copy tables are gone.

@@ -8,19 +8,26 @@
 //! | `berth:{P}:nodes`, `…:actors`, `…:tasks`, `…:groups`, `…:meta` | hash | one table each, field = key |
 //! | `berth:{P}:epoch` | string (integer) | the last lease epoch granted; never expires |
 //! | `berth:{P}:lease` | string, with a TTL | the lease holder's name; gone once it expires |
+//! | `berth:{P}:owner` | string | the current epoch, `NUMBER:TOKEN` (the token random per acquisition); never expires |
+//! | `berth:{P}:id`, `…:commits` | string, integer | the store's random ID and its commit counter ([`Generation`]) |
 //!
 //! The `{P}` is a Redis Cluster hash tag: every key of one store lands in one slot, so the
 //! scripts, which touch several keys, would also run on a cluster.
 //!
-//! Every write is one Lua script (run atomically by the server): the commit script compares the
-//! writer's epoch with `epoch` and only then applies the batch's `HSET`s and `HDEL`s in order;
-//! the lease scripts `SET … PX` the lease and `INCR` the epoch on acquisition. Lease expiry is
+//! Every write is one Lua script (run atomically by the server): the commit script refuses a
+//! store behind what the writer knows (another `id`, fewer `commits`), compares the writer's
+//! epoch (number and token) with `owner`, and only then applies the batch's `HSET`s and
+//! `HDEL`s in order and counts the commit; the lease scripts `SET … PX` the lease, and on
+//! acquisition `INCR` the epoch and write the new `owner`. A server that comes back without
+//! its data has no `owner` and no `id`: every head's writes are refused, and a head that saw
+//! the store before refuses to acquire it. Lease expiry is
 //! the server's TTL, so the heads' clocks never matter. `load` reads every hash in one
 //! `MULTI`/`EXEC`, a consistent snapshot.
 //!
 //! Durability is the server's: a commit is applied in the server's memory when it returns, and
-//! on its disk as the server's persistence says (run it with `appendonly yes` and
-//! `appendfsync always`, or with replicas, for a head that must survive the server's loss).
+//! on its disk as the server's persistence says. [`RedisStore::persistence`] reads the two
+//! settings that make an acknowledged commit survive a restart of the server (`appendonly yes`,
+//! `appendfsync always`); the head refuses a server without them unless told otherwise.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -33,7 +40,7 @@ use redis::{Script, Value};
 use crate::batch::{Batch, Op};
 use crate::config::{check_prefix, redact_url};
 use crate::error::{Operation, StoreError, StoreLocation};
-use crate::lease::{check_lease_request, ttl_millis, Epoch, Lease};
+use crate::lease::{check_lease_request, ttl_millis, Epoch, Generation, Lease, Watermark};
 use crate::snapshot::Snapshot;
 use crate::store::Store;
 use crate::table::Table;
@@ -45,27 +52,55 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many times a lost connection is retried (with exponential backoff) before an error.
 const CONNECT_RETRIES: usize = 2;
 
-/// Applies a batch if the writer's epoch is current. Returns `{1}` or `{0, current_epoch}`.
+/// The first lines of every script that writes: refuses a store behind what the caller knows
+/// (another ID, fewer commits) with `{2, id, commits}`. `ID` and `COMMITS` are the Lua
+/// variables holding the store's; `KNOWN_ID` and `KNOWN_COMMITS` the caller's arguments.
+macro_rules! behind_check {
+    ($id:literal, $commits:literal, $known_id:literal, $known_commits:literal) => {
+        concat!(
+            "local id = redis.call('GET', ",
+            $id,
+            ") or ''\n",
+            "local commits = tonumber(redis.call('GET', ",
+            $commits,
+            ") or '0')\n",
+            "if (",
+            $known_id,
+            " ~= '' and id ~= ",
+            $known_id,
+            ") or commits < tonumber(",
+            $known_commits,
+            ") then\n",
+            "  return {2, id, commits}\n",
+            "end\n"
+        )
+    };
+}
+
+/// Applies a batch if the writer holds the current epoch (number and token) and the store is
+/// not behind. Returns `{1, commits, id}`, `{0, current_epoch}` or `{2, id, commits}`.
 static COMMIT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        "-- KEYS[1]: the owner (the current epoch, NUMBER:TOKEN); KEYS[2]: the store's ID;\n",
+        "-- KEYS[3]: its commit counter; KEYS[4..]: the table hashes, in Table::ALL order.\n",
+        "-- ARGV[1]: the writer's epoch; ARGV[2], ARGV[3]: the ID and commits it knows; then\n",
+        "-- per op 'P', table index (from 0), key, value or 'D', table index, key.\n",
+        behind_check!("KEYS[2]", "KEYS[3]", "ARGV[2]", "ARGV[3]"),
         r"
--- KEYS[1]: the epoch counter; KEYS[2..]: the table hashes, in Table::ALL order.
--- ARGV[1]: the writer's epoch; then per op 'P', table index (from 0), key, value
--- or 'D', table index, key.
-local current = redis.call('GET', KEYS[1]) or '0'
-if current ~= ARGV[1] then
-  return {0, current}
+local owner = redis.call('GET', KEYS[1]) or ''
+if owner ~= ARGV[1] then
+  return {0, owner}
 end
 -- Check every table before writing any, so a wrong type fails the whole batch.
-for i = 2, #KEYS do
+for i = 4, #KEYS do
   local kind = redis.call('TYPE', KEYS[i]).ok
   if kind ~= 'hash' and kind ~= 'none' then
     return redis.error_reply('WRONGTYPE the store key ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a hash')
   end
 end
-local i = 2
+local i = 4
 while i <= #ARGV do
-  local hash = KEYS[tonumber(ARGV[i + 1]) + 2]
+  local hash = KEYS[tonumber(ARGV[i + 1]) + 4]
   if ARGV[i] == 'P' then
     redis.call('HSET', hash, ARGV[i + 2], ARGV[i + 3])
     i = i + 4
@@ -74,58 +109,95 @@ while i <= #ARGV do
     i = i + 3
   end
 end
+return {1, redis.call('INCR', KEYS[3]), id}
+"
+    ))
+});
+
+/// Takes the lease if it is free, expired or the caller's, and the store is not behind.
+/// Returns `{1, new_epoch_number, id, commits}`, `{3, holder, remaining_ms, id, commits}` or
+/// `{2, id, commits}`.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "-- KEYS: the lease, the epoch counter, the owner, the store's ID, its commit counter.\n",
+        "-- ARGV: the holder, ttl in ms, the new token (hex), an ID for a store without one,\n",
+        "-- the ID and commits the caller knows.\n",
+        behind_check!("KEYS[4]", "KEYS[5]", "ARGV[5]", "ARGV[6]"),
+        r"
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then
+  return {3, holder, redis.call('PTTL', KEYS[1]), id, commits}
+end
+local epoch = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[3], epoch .. ':' .. ARGV[3])
+if id == '' then
+  id = ARGV[4]
+  redis.call('SET', KEYS[4], id)
+end
+return {1, epoch, id, commits}
+"
+    ))
+});
+
+/// Extends the lease if the caller holds the current epoch and the store is not behind.
+/// Returns `{1, id, commits}`, `{0, current_epoch}` or `{2, id, commits}`.
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "-- KEYS: the lease, the owner, the store's ID, its commit counter.\n",
+        "-- ARGV: the holder, its epoch (NUMBER:TOKEN), ttl in ms, the ID and commits it knows.\n",
+        behind_check!("KEYS[3]", "KEYS[4]", "ARGV[4]", "ARGV[5]"),
+        r"
+local owner = redis.call('GET', KEYS[2]) or ''
+if owner ~= ARGV[2] then
+  return {0, owner}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+return {1, id, commits}
+"
+    ))
+});
+
+/// Deletes the lease if the caller holds the current epoch. Returns `{1}` or
+/// `{0, current_epoch}`.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+-- KEYS[1]: the lease; KEYS[2]: the owner. ARGV[1]: the holder's epoch (NUMBER:TOKEN).
+local owner = redis.call('GET', KEYS[2]) or ''
+if owner ~= ARGV[1] then
+  return {0, owner}
+end
+redis.call('DEL', KEYS[1])
 return {1}
 ",
     )
 });
 
-/// Takes the lease if it is free, expired or the caller's. Returns `{1, new_epoch}` or
-/// `{0, holder, remaining_ms}`.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
--- KEYS[1]: the lease; KEYS[2]: the epoch counter. ARGV[1]: the holder; ARGV[2]: ttl in ms.
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then
-  return {0, holder, redis.call('PTTL', KEYS[1])}
-end
-local epoch = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, epoch}
-",
-    )
-});
+/// A Redis server's persistence settings, as `CONFIG GET` reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisPersistence {
+    /// `appendonly`: `yes` keeps an append-only log of every write.
+    pub appendonly: String,
+    /// `appendfsync`: `always` fsyncs the log before answering a write; `everysec` (Redis's
+    /// default) may lose the last second of acknowledged writes, `no` more.
+    pub appendfsync: String,
+}
 
-/// Extends the lease if the epoch is current. Returns `{1, epoch}` or `{0, current_epoch}`.
-static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
--- KEYS[1]: the lease; KEYS[2]: the epoch counter.
--- ARGV[1]: the holder; ARGV[2]: its epoch; ARGV[3]: ttl in ms.
-local current = redis.call('GET', KEYS[2]) or '0'
-if current ~= ARGV[2] then
-  return {0, current}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-return {1, current}
-",
-    )
-});
+impl RedisPersistence {
+    /// Whether an acknowledged commit survives the server's crash: `appendonly yes` and
+    /// `appendfsync always`.
+    pub fn is_durable(&self) -> bool {
+        self.appendonly.eq_ignore_ascii_case("yes")
+            && self.appendfsync.eq_ignore_ascii_case("always")
+    }
+}
 
-/// Deletes the lease if the epoch is current. Returns `{1, epoch}` or `{0, current_epoch}`.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
--- KEYS[1]: the lease; KEYS[2]: the epoch counter. ARGV[1]: the holder's epoch.
-local current = redis.call('GET', KEYS[2]) or '0'
-if current ~= ARGV[1] then
-  return {0, current}
-end
-redis.call('DEL', KEYS[1])
-return {1, current}
-",
-    )
-});
+impl fmt::Display for RedisPersistence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "appendonly {}, appendfsync {}", self.appendonly, self.appendfsync)
+    }
+}
 
 /// The Redis keys of one store.
 #[derive(Debug)]
@@ -136,6 +208,12 @@ struct Keys {
     epoch: String,
     /// The lease.
     lease: String,
+    /// The current epoch, `NUMBER:TOKEN`; never expires.
+    owner: String,
+    /// The store's random ID; never expires.
+    id: String,
+    /// The commit counter; never expires.
+    commits: String,
 }
 
 impl Keys {
@@ -145,6 +223,9 @@ impl Keys {
             tables: Table::ALL.map(|table| key(table.name())),
             epoch: key("epoch"),
             lease: key("lease"),
+            owner: key("owner"),
+            id: key("id"),
+            commits: key("commits"),
         }
     }
 }
@@ -156,6 +237,7 @@ pub struct RedisStore {
     connection: ConnectionManager,
     keys: Arc<Keys>,
     location: StoreLocation,
+    watermark: Arc<Watermark>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -181,7 +263,33 @@ impl RedisStore {
         let connection = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| StoreError::backend(&location, Operation::Open, e))?;
-        Ok(RedisStore { connection, keys: Arc::new(Keys::new(prefix)), location })
+        Ok(RedisStore {
+            connection,
+            keys: Arc::new(Keys::new(prefix)),
+            location,
+            watermark: Arc::default(),
+        })
+    }
+
+    /// The server's persistence settings (`CONFIG GET appendonly appendfsync`). Fails when
+    /// the server refuses `CONFIG` (some managed services rename it).
+    pub async fn persistence(&self) -> Result<RedisPersistence, StoreError> {
+        let operation = Operation::Open;
+        let get = |name: &'static str| {
+            let mut connection = self.connection.clone();
+            async move {
+                let pairs: Vec<String> = redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg(name)
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(self.error(operation))?;
+                Ok::<_, StoreError>(pairs.get(1).cloned().unwrap_or_default())
+            }
+        };
+        let appendonly = get("appendonly").await?;
+        let appendfsync = get("appendfsync").await?;
+        Ok(RedisPersistence { appendonly, appendfsync })
     }
 
     fn error(&self, operation: Operation) -> impl Fn(redis::RedisError) -> StoreError + '_ {
@@ -201,39 +309,57 @@ impl RedisStore {
     }
 
     fn fenced(&self, operation: Operation, ours: Epoch, current: &Value) -> StoreError {
-        match epoch_of(current) {
+        let current = match text_of(current) {
+            Some(text) if text.is_empty() => Some(Epoch::new(0)),
+            Some(text) => Epoch::parse_stored(&text),
+            None => None,
+        };
+        match current {
             Some(current) => {
                 StoreError::Fenced { location: self.location.clone(), operation, ours, current }
             }
-            None => self.unexpected(operation, current),
+            None => self.unexpected(operation, &Value::Nil),
         }
     }
 
-    /// Runs a lease script whose answer is `{1, epoch}` or `{0, current_epoch}`, with the lease
-    /// and epoch keys.
-    async fn guarded_lease_script(
+    /// The ID and commit counter the caller knows, as script arguments (`''` and 0: nothing).
+    fn known_args(&self) -> (String, u64) {
+        match self.watermark.get() {
+            Some(known) => (known.id, known.commits),
+            None => (String::new(), 0),
+        }
+    }
+
+    /// Takes in the store's generation from an answer: `Behind` if it is behind what was seen.
+    fn observe(&self, operation: Operation, id: &Value, commits: &Value) -> Result<(), StoreError> {
+        let (Some(id), Some(commits)) = (text_of(id), int_of(commits)) else {
+            return Err(self.unexpected(operation, &Value::Nil));
+        };
+        let found = Generation { id, commits: u64::try_from(commits).unwrap_or(0) };
+        self.watermark.observe(&found).map_err(|known| StoreError::Behind {
+            location: self.location.clone(),
+            operation,
+            known,
+            found,
+        })
+    }
+
+    /// The `Behind` error of a `{2, id, commits}` answer.
+    fn behind(&self, operation: Operation, id: &Value, commits: &Value) -> StoreError {
+        match self.observe(operation, id, commits) {
+            Err(err) => err,
+            // The script refused against what it was sent; the watermark moved since.
+            Ok(()) => self.unexpected(operation, &Value::Nil),
+        }
+    }
+
+    /// Runs `invocation` and reads its answer.
+    async fn invoke(
         &self,
         operation: Operation,
-        script: &Script,
-        ours: Epoch,
-        args: &[Vec<u8>],
-    ) -> Result<(), StoreError> {
-        let mut invocation = script.prepare_invoke();
-        invocation.key(&self.keys.lease).key(&self.keys.epoch);
-        for arg in args {
-            invocation.arg(arg.as_slice());
-        }
-        let reply: Value = invocation
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(self.error(operation))?;
-        match reply.as_sequence() {
-            Some([status, _]) if int_of(status) == Some(1) => Ok(()),
-            Some([status, current]) if int_of(status) == Some(0) => {
-                Err(self.fenced(operation, ours, current))
-            }
-            _ => Err(self.unexpected(operation, &reply)),
-        }
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<Value, StoreError> {
+        invocation.invoke_async(&mut self.connection.clone()).await.map_err(self.error(operation))
     }
 }
 
@@ -254,17 +380,17 @@ fn text_of(value: &Value) -> Option<String> {
     }
 }
 
-/// An epoch, given as an integer or a decimal string.
-fn epoch_of(value: &Value) -> Option<Epoch> {
-    match value {
-        Value::Int(number) => u64::try_from(*number).ok().map(Epoch::new),
-        _ => text_of(value)?.parse().ok().map(Epoch::new),
-    }
-}
-
 impl Store for RedisStore {
     fn location(&self) -> &StoreLocation {
         &self.location
+    }
+
+    fn generation(&self) -> Option<Generation> {
+        self.watermark.get()
+    }
+
+    fn expect(&self, known: Option<Generation>) {
+        self.watermark.set(known);
     }
 
     async fn load(&self) -> Result<Snapshot, StoreError> {
@@ -298,12 +424,13 @@ impl Store for RedisStore {
     async fn commit(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
         batch.validate()?;
         let operation = Operation::Commit;
+        let (known_id, known_commits) = self.known_args();
         let mut invocation = COMMIT.prepare_invoke();
-        invocation.key(&self.keys.epoch);
+        invocation.key(&self.keys.owner).key(&self.keys.id).key(&self.keys.commits);
         for key in &self.keys.tables {
             invocation.key(key);
         }
-        invocation.arg(epoch.get().to_string());
+        invocation.arg(epoch.stored()).arg(known_id).arg(known_commits);
         for op in batch.ops() {
             match op {
                 Op::Put { table, key, value } => {
@@ -314,14 +441,16 @@ impl Store for RedisStore {
                 }
             }
         }
-        let reply: Value = invocation
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(self.error(operation))?;
+        let reply = self.invoke(operation, &invocation).await?;
         match reply.as_sequence() {
-            Some([status]) if int_of(status) == Some(1) => Ok(()),
+            Some([status, commits, id]) if int_of(status) == Some(1) => {
+                self.observe(operation, id, commits)
+            }
             Some([status, current]) if int_of(status) == Some(0) => {
                 Err(self.fenced(operation, epoch, current))
+            }
+            Some([status, id, commits]) if int_of(status) == Some(2) => {
+                Err(self.behind(operation, id, commits))
             }
             _ => Err(self.unexpected(operation, &reply)),
         }
@@ -331,30 +460,46 @@ impl Store for RedisStore {
         let operation = Operation::AcquireLease;
         check_lease_request(holder, ttl)
             .map_err(|reason| self.invalid_lease_request(operation, reason))?;
-        let reply: Value = ACQUIRE
+        let (known_id, known_commits) = self.known_args();
+        let token = crate::lease::random_u64();
+        let mut invocation = ACQUIRE.prepare_invoke();
+        invocation
             .key(&self.keys.lease)
             .key(&self.keys.epoch)
+            .key(&self.keys.owner)
+            .key(&self.keys.id)
+            .key(&self.keys.commits)
             .arg(holder)
             .arg(ttl_millis(ttl))
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(self.error(operation))?;
+            .arg(format!("{token:016x}"))
+            .arg(crate::lease::new_store_id())
+            .arg(known_id)
+            .arg(known_commits);
+        let reply = self.invoke(operation, &invocation).await?;
         match reply.as_sequence() {
-            Some([status, epoch]) if int_of(status) == Some(1) => match epoch_of(epoch) {
-                Some(epoch) => Ok(Lease::new(holder, epoch, ttl)),
-                None => Err(self.unexpected(operation, &reply)),
-            },
-            Some([status, other, remaining_ms]) if int_of(status) == Some(0) => {
+            Some([status, number, id, commits]) if int_of(status) == Some(1) => {
+                let Some(number) = int_of(number).and_then(|n| u64::try_from(n).ok()) else {
+                    return Err(self.unexpected(operation, &reply));
+                };
+                self.observe(operation, id, commits)?;
+                Ok(Lease::new(holder, Epoch::with_token(number, token), ttl))
+            }
+            Some([status, other, remaining_ms, id, commits]) if int_of(status) == Some(3) => {
                 let (Some(other), Some(remaining_ms)) = (text_of(other), int_of(remaining_ms))
                 else {
                     return Err(self.unexpected(operation, &reply));
                 };
+                // A standby learns the store's history while it waits.
+                self.observe(operation, id, commits)?;
                 Err(StoreError::LeaseHeld {
                     location: self.location.clone(),
                     holder: other,
                     // PTTL is -1 for a key without expiry (set by hand): report no time left.
                     remaining: Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0)),
                 })
+            }
+            Some([status, id, commits]) if int_of(status) == Some(2) => {
+                Err(self.behind(operation, id, commits))
             }
             _ => Err(self.unexpected(operation, &reply)),
         }
@@ -364,18 +509,46 @@ impl Store for RedisStore {
         let operation = Operation::RenewLease;
         check_lease_request(lease.holder(), ttl)
             .map_err(|reason| self.invalid_lease_request(operation, reason))?;
-        let args = [
-            lease.holder().as_bytes().to_vec(),
-            lease.epoch().get().to_string().into_bytes(),
-            ttl_millis(ttl).to_string().into_bytes(),
-        ];
-        self.guarded_lease_script(operation, &RENEW, lease.epoch(), &args).await?;
-        Ok(Lease::new(lease.holder(), lease.epoch(), ttl))
+        let (known_id, known_commits) = self.known_args();
+        let mut invocation = RENEW.prepare_invoke();
+        invocation
+            .key(&self.keys.lease)
+            .key(&self.keys.owner)
+            .key(&self.keys.id)
+            .key(&self.keys.commits)
+            .arg(lease.holder())
+            .arg(lease.epoch().stored())
+            .arg(ttl_millis(ttl))
+            .arg(known_id)
+            .arg(known_commits);
+        let reply = self.invoke(operation, &invocation).await?;
+        match reply.as_sequence() {
+            Some([status, id, commits]) if int_of(status) == Some(1) => {
+                self.observe(operation, id, commits)?;
+                Ok(Lease::new(lease.holder(), lease.epoch(), ttl))
+            }
+            Some([status, current]) if int_of(status) == Some(0) => {
+                Err(self.fenced(operation, lease.epoch(), current))
+            }
+            Some([status, id, commits]) if int_of(status) == Some(2) => {
+                Err(self.behind(operation, id, commits))
+            }
+            _ => Err(self.unexpected(operation, &reply)),
+        }
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        let args = [lease.epoch().get().to_string().into_bytes()];
-        self.guarded_lease_script(Operation::ReleaseLease, &RELEASE, lease.epoch(), &args).await
+        let operation = Operation::ReleaseLease;
+        let mut invocation = RELEASE.prepare_invoke();
+        invocation.key(&self.keys.lease).key(&self.keys.owner).arg(lease.epoch().stored());
+        let reply = self.invoke(operation, &invocation).await?;
+        match reply.as_sequence() {
+            Some([status]) if int_of(status) == Some(1) => Ok(()),
+            Some([status, current]) if int_of(status) == Some(0) => {
+                Err(self.fenced(operation, lease.epoch(), current))
+            }
+            _ => Err(self.unexpected(operation, &reply)),
+        }
     }
 }
 
@@ -390,13 +563,16 @@ mod tests {
         assert_eq!(keys.tables[Table::Meta.index()], "berth:{ci-1}:meta");
         assert_eq!(keys.epoch, "berth:{ci-1}:epoch");
         assert_eq!(keys.lease, "berth:{ci-1}:lease");
+        assert_eq!(keys.owner, "berth:{ci-1}:owner");
     }
 
     #[test]
-    fn epochs_are_read_from_integers_and_strings() {
-        assert_eq!(epoch_of(&Value::Int(7)), Some(Epoch::new(7)));
-        assert_eq!(epoch_of(&Value::BulkString(b"12".to_vec())), Some(Epoch::new(12)));
-        assert_eq!(epoch_of(&Value::BulkString(b"x".to_vec())), None);
-        assert_eq!(epoch_of(&Value::Int(-1)), None);
+    fn stored_epochs_read_back() {
+        let epoch = Epoch::with_token(7, 0xabc);
+        assert_eq!(epoch.stored(), "7:0000000000000abc");
+        assert_eq!(Epoch::parse_stored(&epoch.stored()), Some(epoch));
+        assert_eq!(Epoch::parse_stored("12"), Some(Epoch::new(12)));
+        assert_eq!(Epoch::parse_stored("x:1"), None);
+        assert_eq!(Epoch::parse_stored("1:zz"), None);
     }
 }

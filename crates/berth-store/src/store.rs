@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::batch::Batch;
 use crate::error::{StoreError, StoreLocation};
 use crate::etcd_store::EtcdStore;
-use crate::lease::{Epoch, Lease};
+use crate::lease::{Epoch, Generation, Lease};
 use crate::redb_store::RedbStore;
 use crate::redis_store::RedisStore;
 use crate::snapshot::Snapshot;
@@ -24,7 +24,8 @@ use crate::snapshot::Snapshot;
 /// - **All or nothing.** A batch is applied in order and whole, or not at all: an invalid op
 ///   ([`StoreError::InvalidBatch`]) or a stale epoch ([`StoreError::Fenced`]) changes nothing.
 /// - **Fencing.** Every commit names the writer's lease epoch; the store refuses it unless that
-///   is the current epoch, checked in the same transaction as the writes. A head must
+///   is the current epoch (its number and its random token), checked in the same transaction
+///   as the writes. A head must
 ///   [`acquire_lease`](Store::acquire_lease) *before* it [`load`](Store::load)s, so nothing
 ///   its predecessor writes after the load can be accepted.
 /// - **Leases.** Acquiring succeeds when nobody holds the lease, when it has expired (its ttl
@@ -33,6 +34,12 @@ use crate::snapshot::Snapshot;
 ///   holder name). Renewing extends the lease as long as its epoch is still current, even after
 ///   it expired if nobody took it over. Expiry alone fences nothing: only a new acquisition
 ///   does.
+/// - **A store that lost writes is refused.** Every store has a random ID and counts its
+///   commits ([`Generation`]). A store object remembers the furthest it has seen (and what
+///   its caller [`expect`](Store::expect)s from an earlier run), and refuses, as
+///   [`StoreError::Behind`], any acquisition, renewal or commit on a store that shows another
+///   ID or fewer commits: nothing is written to it, and the caller learns that acknowledged
+///   writes are gone instead of handing out their IDs again.
 /// - Heartbeats and other soft state do not belong here: every commit costs an fsync or a
 ///   round trip. Batch a scheduling cycle's writes into one commit (see
 ///   [`BatchWriter`](crate::BatchWriter)).
@@ -42,6 +49,16 @@ use crate::snapshot::Snapshot;
 pub trait Store: Send + Sync {
     /// Where the store keeps its data, for messages and logs.
     fn location(&self) -> &StoreLocation;
+
+    /// The furthest this store object has seen the store's history go: after a lease
+    /// acquisition, the store's generation then; after each commit, that commit's. `None`
+    /// before anything was seen.
+    fn generation(&self) -> Option<Generation>;
+
+    /// Says what the caller knew of the store before (a head's record of its last run, a
+    /// standby's of what it watched): from now on, an answer behind `known` is refused as
+    /// [`StoreError::Behind`]. `None` forgets, accepting the store as it is.
+    fn expect(&self, known: Option<Generation>);
 
     /// Reads every table, keys sorted, as of one point in time.
     fn load(&self) -> impl Future<Output = Result<Snapshot, StoreError>> + Send;
@@ -113,6 +130,22 @@ impl Store for AnyStore {
             AnyStore::Redb(store) => store.location(),
             AnyStore::Redis(store) => store.location(),
             AnyStore::Etcd(store) => store.location(),
+        }
+    }
+
+    fn generation(&self) -> Option<Generation> {
+        match self {
+            AnyStore::Redb(store) => store.generation(),
+            AnyStore::Redis(store) => store.generation(),
+            AnyStore::Etcd(store) => store.generation(),
+        }
+    }
+
+    fn expect(&self, known: Option<Generation>) {
+        match self {
+            AnyStore::Redb(store) => store.expect(known),
+            AnyStore::Redis(store) => store.expect(known),
+            AnyStore::Etcd(store) => store.expect(known),
         }
     }
 

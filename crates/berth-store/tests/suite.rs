@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_store::{
-    Batch, BatchWriter, BatchWriterConfig, Epoch, InvalidOp, Operation, Store, StoreError, Table,
+    Batch, BatchWriter, BatchWriterConfig, Epoch, Generation, InvalidOp, Operation, Store,
+    StoreError, Table,
 };
 use common::{entries, put, EtcdHarness, Harness, RedbHarness, RedisHarness};
 
@@ -59,6 +60,7 @@ on_both_backends!(
     group_commit_refuses_an_invalid_write_alone,
     a_fenced_batch_writer_stays_fenced,
     store_config_opens_the_same_data,
+    a_store_behind_what_was_seen_is_refused,
 );
 
 async fn a_new_store_is_empty<H: Harness>(harness: H) {
@@ -141,7 +143,7 @@ async fn a_fenced_commit_changes_nothing<H: Harness>(harness: H) {
     store.commit(old.epoch(), put("n1", b"old head")).await.expect("commit");
     // The same holder acquiring again (a restarted head) starts a new epoch.
     let new = store.acquire_lease("head", LONG).await.expect("lease again");
-    assert_eq!((old.epoch(), new.epoch()), (Epoch::new(1), Epoch::new(2)));
+    assert_eq!((old.epoch().get(), new.epoch().get()), (1, 2));
     store.commit(new.epoch(), put("n2", b"new head")).await.expect("commit");
     let before = store.load().await.expect("load");
 
@@ -149,7 +151,7 @@ async fn a_fenced_commit_changes_nothing<H: Harness>(harness: H) {
     stale.put(Table::Nodes, "n1", b"stale".to_vec()).delete(Table::Nodes, "n2");
     match store.commit(old.epoch(), stale.clone()).await {
         Err(StoreError::Fenced { operation: Operation::Commit, ours, current, .. }) => {
-            assert_eq!((ours, current), (Epoch::new(1), Epoch::new(2)));
+            assert_eq!((ours, current), (old.epoch(), new.epoch()));
         }
         other => panic!("stale commit not fenced: {other:?}"),
     }
@@ -185,13 +187,13 @@ async fn state_and_lease_survive_reopening<H: Harness>(harness: H) {
     assert!(matches!(reopened.acquire_lease("b", LONG).await, Err(StoreError::LeaseHeld { .. })));
     reopened.commit(lease.epoch(), put("n", b"v")).await.expect("a's epoch is still current");
     let again = reopened.acquire_lease("a", LONG).await.expect("re-acquire");
-    assert_eq!(again.epoch(), Epoch::new(2));
+    assert_eq!(again.epoch().get(), 2);
 }
 
 async fn a_live_lease_keeps_other_holders_out<H: Harness>(harness: H) {
     let store = harness.open().await;
     let a = store.acquire_lease("a", LONG).await.expect("a acquires");
-    assert_eq!((a.holder(), a.epoch(), a.ttl()), ("a", Epoch::new(1), LONG));
+    assert_eq!((a.holder(), a.epoch().get(), a.ttl()), ("a", 1, LONG));
     match store.acquire_lease("b", LONG).await {
         Err(StoreError::LeaseHeld { holder, remaining, .. }) => {
             assert_eq!(holder, "a");
@@ -219,7 +221,7 @@ async fn an_expired_lease_is_taken_over_and_the_old_holder_fenced<H: Harness>(ha
             Err(e) => panic!("b never got the expired lease: {e}"),
         }
     };
-    assert_eq!(b.epoch(), Epoch::new(2));
+    assert_eq!(b.epoch().get(), 2);
 
     let fenced = store.commit(a.epoch(), put("n", b"stale")).await.expect_err("a is fenced");
     assert!(fenced.is_fenced(), "{fenced}");
@@ -248,7 +250,7 @@ async fn release_lets_a_successor_in_at_once<H: Harness>(harness: H) {
     let a = store.acquire_lease("a", LONG).await.expect("acquire");
     store.release_lease(&a).await.expect("release");
     let b = store.acquire_lease("b", LONG).await.expect("b acquires at once");
-    assert_eq!(b.epoch(), Epoch::new(2));
+    assert_eq!(b.epoch().get(), 2);
     assert!(store.commit(a.epoch(), put("n", b"v")).await.expect_err("a fenced").is_fenced());
 }
 
@@ -353,6 +355,53 @@ async fn store_config_opens_the_same_data<H: Harness>(harness: H) {
     let renewed = any.renew_lease(&lease, LONG).await.expect("renew through AnyStore");
     any.release_lease(&renewed).await.expect("release through AnyStore");
     let next = any.acquire_lease("b", LONG).await.expect("acquire through AnyStore");
-    assert_eq!(next.epoch(), Epoch::new(2));
+    assert_eq!(next.epoch().get(), 2);
     assert_eq!(any.load().await.expect("load").len(), 2);
+}
+
+/// A store shows its history ([`Generation`]): an ID and a commit count that only grows. A
+/// store object told of a later history (a head's record of its last run) refuses every
+/// acquisition, renewal and commit on a store that is behind it, and writes nothing to it.
+async fn a_store_behind_what_was_seen_is_refused<H: Harness>(harness: H) {
+    let store = harness.open().await;
+    let lease = store.acquire_lease("head", LONG).await.expect("lease");
+    let first = store.generation().expect("a generation after the acquisition");
+    assert!(!first.id.is_empty(), "{first:?}");
+    store.commit(lease.epoch(), put("n1", b"1")).await.expect("commit");
+    store.commit(lease.epoch(), put("n2", b"2")).await.expect("commit");
+    let seen = store.generation().expect("a generation after commits");
+    assert_eq!(seen.id, first.id);
+    assert!(seen.commits >= first.commits + 2, "{first:?} then {seen:?}");
+    let before = store.load().await.expect("load");
+
+    // Another store object (one at a time: redb's file is single-process) that knows of
+    // commits this store never took.
+    drop(store);
+    let ahead = Generation { id: seen.id.clone(), commits: seen.commits + 5 };
+    let other = harness.open().await;
+    other.expect(Some(ahead.clone()));
+    let behind = |result: Result<(), StoreError>, what: &str| match result {
+        Err(StoreError::Behind { known, found, .. }) => {
+            assert_eq!(known, ahead, "{what}");
+            assert_eq!(found.id, seen.id, "{what}");
+        }
+        other => panic!("{what} on a store behind what was known: {other:?}"),
+    };
+    behind(other.acquire_lease("standby", LONG).await.map(|_| ()), "acquisition");
+    behind(other.commit(lease.epoch(), put("n3", b"3")).await, "commit");
+    behind(other.renew_lease(&lease, LONG).await.map(|_| ()), "renewal");
+    // One that knows another store altogether.
+    other.expect(Some(Generation { id: "another-store".into(), commits: 0 }));
+    let refused = other.acquire_lease("head", LONG).await.expect_err("another store's head");
+    assert!(refused.is_behind(), "{refused}");
+    let message = refused.to_string();
+    assert!(message.contains("another-store") && message.contains(&seen.id), "{message}");
+    assert_eq!(other.load().await.expect("load"), before, "nothing was written");
+
+    // Knowing what the store shows, the holder goes on; forgetting accepts any store.
+    other.expect(Some(seen));
+    other.commit(lease.epoch(), put("n3", b"3")).await.expect("the holder goes on");
+    other.expect(None);
+    let taken = other.acquire_lease("head", LONG).await.expect("accepted as it is");
+    assert_eq!(taken.epoch().get(), lease.epoch().get() + 1);
 }

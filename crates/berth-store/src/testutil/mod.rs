@@ -29,6 +29,8 @@ pub(crate) const PORT_ATTEMPTS: usize = 5;
 pub struct RedisServer {
     child: Child,
     port: u16,
+    /// The arguments beyond port, bind, dir and log, for a restart.
+    extra: Vec<String>,
     /// Holds the server's working directory and log until the server is gone.
     dir: TempDir,
 }
@@ -50,6 +52,38 @@ impl RedisServer {
     /// server fails to start and another port is tried.
     pub fn start() -> io::Result<Self> {
         Self::start_with(&[])
+    }
+
+    /// A server with the persistence the head requires: `appendonly yes`, `appendfsync
+    /// always` (its append-only file in the server's temporary directory).
+    pub fn start_durable() -> io::Result<Self> {
+        Self::start_with(&[
+            "--appendonly".into(),
+            "yes".into(),
+            "--appendfsync".into(),
+            "always".into(),
+        ])
+    }
+
+    /// Kills the server with SIGKILL, as a crash would, and starts it again on the same port
+    /// with the same settings and directory: without persistence it comes back empty, with
+    /// `appendonly` it replays its log. Waits until it answers PING.
+    pub fn kill_and_restart(&mut self) -> io::Result<()> {
+        self.kill()?;
+        self.restart()
+    }
+
+    /// Kills the server with SIGKILL and leaves it down (see [`RedisServer::restart`]).
+    pub fn kill(&mut self) -> io::Result<()> {
+        self.child.kill()?;
+        self.child.wait().map(|_| ())
+    }
+
+    /// Starts a killed server again on the same port, settings and directory.
+    pub fn restart(&mut self) -> io::Result<()> {
+        let log = self.dir.path().join("redis.log");
+        self.child = spawn(self.port, self.dir.path(), &log, &self.extra)?;
+        self.wait_until_ready(&log)
     }
 
     /// A replica of the server on `port` (`--replicaof 127.0.0.1 PORT`): it copies the
@@ -74,32 +108,8 @@ impl RedisServer {
         let port = free_port()?;
         let dir = tempfile::Builder::new().prefix("berth-redis-").tempdir()?;
         let log = dir.path().join("redis.log");
-        let spawned = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(extra)
-            .arg("--dir")
-            .arg(dir.path())
-            .arg("--logfile")
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child =
-            match spawned {
-                Ok(child) => child,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "redis-server is not installed, and the Redis store tests need a real one: \
-                     install it with `apt-get update && apt-get install -y redis-server` \
-                     (scripts/test does this), then run the tests again",
-                )),
-                Err(e) => {
-                    return Err(io::Error::new(e.kind(), format!("cannot start redis-server: {e}")))
-                }
-            };
-        let mut server = RedisServer { child, port, dir };
+        let child = spawn(port, dir.path(), &log, extra)?;
+        let mut server = RedisServer { child, port, extra: extra.to_vec(), dir };
         server.wait_until_ready(&log)?;
         Ok(server)
     }
@@ -153,6 +163,32 @@ impl Drop for RedisServer {
         // Already gone is fine; there is nothing else to do about a failure here.
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Starts `redis-server` on `port` with no persistence unless `extra` turns it on.
+fn spawn(port: u16, dir: &Path, log: &Path, extra: &[String]) -> io::Result<Child> {
+    let spawned = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(extra)
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    match spawned {
+        Ok(child) => Ok(child),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "redis-server is not installed, and the Redis store tests need a real one: \
+             install it with `apt-get update && apt-get install -y redis-server` \
+             (scripts/test does this), then run the tests again",
+        )),
+        Err(e) => Err(io::Error::new(e.kind(), format!("cannot start redis-server: {e}"))),
     }
 }
 
