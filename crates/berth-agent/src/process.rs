@@ -406,16 +406,15 @@ impl ProcessRunner {
             let path = path.to_path_buf();
             move |source| ProcessError::Directory { path, source }
         };
+        // Its owner's alone: the work's logs, state and environment live there.
         for dir in [work_dir.clone(), work_dir.join(LOG_DIR), work_dir.join(WORK_DIR)] {
-            std::fs::create_dir_all(&dir).map_err(directory(&dir))?;
+            berth_api::local::private_dir(&dir).map_err(directory(&dir))?;
         }
         let lock_path = work_dir.join(LOCK_FILE);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(directory(&lock_path))?;
+        let mut open = std::fs::OpenOptions::new();
+        open.create(true).truncate(false).write(true);
+        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+        let file = open.open(&lock_path).map_err(directory(&lock_path))?;
         let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
             Err((_, Errno::EWOULDBLOCK)) => return Err(ProcessError::InUse { path: work_dir }),

@@ -984,6 +984,10 @@ pub struct ClusterStatus {
     /// `berth.io/rare-NAME=true`.
     #[serde(default)]
     pub rare_resources: Vec<String>,
+    /// What the operator should know of the head itself: its store's durability relaxed,
+    /// its store not answering (writes refused meanwhile).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Counts by name.

@@ -107,6 +107,29 @@ pub struct HeadOptions {
         allow_negative_numbers = true
     )]
     pub assignment_window: u64,
+    /// What the head demands of its store: `strict` refuses a Redis server that can lose
+    /// acknowledged writes (without appendonly yes and appendfsync always); `relaxed` runs on
+    /// it, saying so in the log and in `berth status`.
+    #[arg(long, value_enum, default_value_t = Durability::Strict, value_name = "MODE")]
+    pub store_durability: Durability,
+    /// Seconds a failed store commit is retried before the head steps down to standby
+    /// (writes are answered 503 meanwhile) [default: the lease ttl].
+    #[arg(long, value_name = "SECONDS")]
+    pub store_retry: Option<f64>,
+    /// Take the store as it is even if it is behind what this data directory last saw of it
+    /// (it lost acknowledged writes): work it lost is stopped when its agents report it, and
+    /// no ID is handed out twice. Without it such a head refuses to serve, and says why.
+    #[arg(long)]
+    pub accept_store_loss: bool,
+}
+
+/// `--store-durability`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Durability {
+    /// Refuse a store that can lose acknowledged writes.
+    Strict,
+    /// Run on it anyway, warning.
+    Relaxed,
 }
 
 /// TLS of a head (`berth start --head`): REST, the dashboard and the agent protocol are then
@@ -287,6 +310,17 @@ fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
     }
     config.lease_ttl = Duration::from_secs_f64(options.lease_ttl);
     config.assignment_window = assignment_window(options.assignment_window)?;
+    config.store_durability = match options.store_durability {
+        Durability::Strict => berth_head::config::StoreDurability::Strict,
+        Durability::Relaxed => berth_head::config::StoreDurability::Relaxed,
+    };
+    if let Some(seconds) = options.store_retry {
+        if !(seconds.is_finite() && (0.0..=3600.0).contains(&seconds)) {
+            bail!("--store-retry: {seconds} is not between 0 and 3600 seconds");
+        }
+        config.store_retry = Some(Duration::from_secs_f64(seconds));
+    }
+    config.accept_store_loss = options.accept_store_loss;
     if let Some(path) = &options.autoscaler {
         let settings = berth_api::spec::node_types::load_autoscaler(path)?;
         let program = std::env::current_exe()
@@ -338,14 +372,15 @@ fn print_head(head: &RunningHead, data_dir: &Path) {
             agent_path.display()
         );
     }
-    println!("  admin token: {}", head.token.as_str());
+    // The token itself stays in its file: stdout often ends up in a service's log.
     println!(
-        "  pass it as `Authorization: Bearer <token>`, or export {TOKEN_ENV}=<token>; the CLI on"
-    );
-    println!(
-        "  this machine reads {} by itself. More tokens (read-only, agents): berth token create",
+        "  admin token: in {} (the CLI on this machine reads it by itself)",
         token_path.display()
     );
+    println!(
+        "  elsewhere pass it as `Authorization: Bearer <token>` or export {TOKEN_ENV}=<token>;"
+    );
+    println!("  more tokens (read-only, agents): berth token create");
 }
 
 async fn run_head(options: &HeadOptions, tls: &TlsOptions) -> anyhow::Result<()> {
@@ -355,22 +390,31 @@ async fn run_head(options: &HeadOptions, tls: &TlsOptions) -> anyhow::Result<()>
     }
     let tls_note = config.tls.as_ref().map(|_| " --ca <the CA that signed --tls-cert>");
     let data_dir = config.data_dir.clone();
-    let mut head = boot_head(config).await?;
-    print_head(&head, &data_dir);
-    println!(
-        "  agents join with: berth start --address {}{} --token <the agent token, in {}>",
-        head.url,
-        tls_note.unwrap_or(""),
-        data_dir.join(AGENT_TOKEN_FILE).display()
-    );
-    println!("Press Ctrl-C to stop (or run `berth stop`).");
-    let outcome = tokio::select! {
-        reason = head.stopped() => Err(anyhow!("the head stopped: {reason}")),
-        () = shutdown_signal() => Ok(()),
+    let listener = berth_head::listen(config.bind)
+        .with_context(|| format!("the head could not start: cannot listen on {}", config.bind))?;
+    let mut served = 0u32;
+    let serving = |head: &RunningHead| {
+        served += 1;
+        tracing::info!(address = %head.address, data_dir = %data_dir.display(), restored = %head.restored, "head serving");
+        if served > 1 {
+            println!("Serving again as the active head (reloaded: {}).", head.restored);
+            return;
+        }
+        if let Err(err) = write_pid(&data_dir) {
+            tracing::warn!(error = %err, "cannot write the pid file");
+        }
+        print_head(head, &data_dir);
+        println!(
+            "  agents join with: {AGENT_TOKEN_ENV}=<the agent token, in {}> berth start --address {}{}",
+            data_dir.join(AGENT_TOKEN_FILE).display(),
+            head.url,
+            tls_note.unwrap_or(""),
+        );
+        println!("Press Ctrl-C to stop (or run `berth stop`).");
     };
-    head.shutdown().await;
+    let outcome = berth_head::run(config.clone(), listener, shutdown_signal(), serving).await;
     cleanup(&data_dir);
-    outcome
+    outcome.map_err(|e| anyhow!("{e}"))
 }
 
 fn agent_config(
@@ -676,8 +720,11 @@ pub fn stop(args: &StopArgs) -> anyhow::Result<()> {
 fn write_pid(data_dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create {}", data_dir.display()))?;
-    std::fs::write(data_dir.join(PID_FILE), std::process::id().to_string())
-        .with_context(|| format!("cannot write {}", data_dir.join(PID_FILE).display()))
+    berth_api::local::write_private(
+        &data_dir.join(PID_FILE),
+        std::process::id().to_string().as_bytes(),
+    )
+    .with_context(|| format!("cannot write {}", data_dir.join(PID_FILE).display()))
 }
 
 fn cleanup(data_dir: &Path) {

@@ -72,12 +72,17 @@ fn filter(options: &LogOptions) -> anyhow::Result<EnvFilter> {
 pub fn init(options: &LogOptions, dir: &Path) -> anyhow::Result<LogGuard> {
     let filter = filter(options)?;
     let path = dir.join(LOG_FILE);
-    std::fs::create_dir_all(dir)
+    berth_api::local::private_dir(dir)
         .with_context(|| format!("cannot create the log directory {}", dir.display()))?;
     // FileRotate opens lazily and swallows errors: find an unwritable file here, with its path.
+    // Mode 0600 for this file and the rotated ones: a log names work, nodes and errors.
     let mut open = std::fs::OpenOptions::new();
     open.read(true).create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
     open.open(&path).with_context(|| format!("cannot write the log file {}", path.display()))?;
+    berth_api::local::private_file(&path)
+        .with_context(|| format!("cannot make the log file {} private", path.display()))?;
     let rotating = FileRotate::new(
         &path,
         AppendCount::new(LOG_KEEP_FILES),

@@ -187,7 +187,7 @@ enum Command {
         berth start --address 10.0.0.1:8780 --num-gpus 2 --labels zone=a --taints gpu_node=true\n  \
         berth start --head --bind 0.0.0.0 --tls-cert head.pem --tls-key head.key\n  \
         berth start --address https://10.0.0.1:8780 --ca ca.pem")]
-    Start(daemon::StartArgs),
+    Start(Box<daemon::StartArgs>),
 
     /// Start a local cluster: a head and N local nodes (a mix of CPU and GPU nodes, zones,
     /// and a taint), in the foreground. Prints the dashboard URL and the token.

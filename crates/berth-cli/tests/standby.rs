@@ -12,7 +12,7 @@ use common::cluster::{closed_port, healthy, wait_for, Cluster, WAIT};
 
 #[test]
 fn the_standby_takes_over_and_the_agent_and_cli_follow() {
-    let redis = RedisServer::start().expect("redis-server (scripts/test installs it)");
+    let redis = RedisServer::start_durable().expect("redis-server (scripts/test installs it)");
     let store = redis.url();
     let (a, b) = (Cluster::new(), Cluster::new());
     let (mut active, address_a) = a.head(&["--store", &store, "--lease-ttl", "1"]);

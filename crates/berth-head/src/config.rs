@@ -47,6 +47,33 @@ pub struct HeadConfig {
     /// once per this window; a quiet head sends each at once (see `owner::outbox`). Zero sends
     /// every one as soon as its commit is durable.
     pub assignment_window: Duration,
+    /// How long a failed store commit is retried (with backoff) before the head steps down to
+    /// standby; meanwhile writes are answered 503 and reads served from memory. `None`: the
+    /// lease's ttl, after which another head may have taken over anyway.
+    pub store_retry: Option<Duration>,
+    /// What the head demands of its store's durability.
+    pub store_durability: StoreDurability,
+    /// Take the store as it is at start, even if it is behind what this data directory last
+    /// saw of it (it lost acknowledged writes): the operator's decision after a store loss.
+    pub accept_store_loss: bool,
+}
+
+/// What the head demands of its store's durability (`--store-durability`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StoreDurability {
+    /// Refuse a store that can lose acknowledged writes (a Redis server without `appendonly
+    /// yes` and `appendfsync always`).
+    #[default]
+    Strict,
+    /// Run on it anyway, saying so in the log and in `berth status`.
+    Relaxed,
+}
+
+impl HeadConfig {
+    /// The store commit retry window: [`HeadConfig::store_retry`], else the lease's ttl.
+    pub fn store_retry_window(&self) -> Duration {
+        self.store_retry.unwrap_or(self.lease_ttl)
+    }
 }
 
 /// How the head's autoscaler runs.
@@ -122,6 +149,9 @@ impl HeadConfig {
             autoscaler: None,
             lease_ttl: crate::LEASE_TTL,
             assignment_window: DEFAULT_ASSIGNMENT_WINDOW,
+            store_retry: None,
+            store_durability: StoreDurability::Strict,
+            accept_store_loss: false,
         }
     }
 }

@@ -116,6 +116,20 @@ pub(crate) enum Command {
 }
 
 impl Command {
+    /// Whether it asks for a change the store must keep: refused at once while the store is
+    /// down. Dry runs, plans, agents' reports and the autoscaler's rounds go on from memory.
+    pub(crate) fn writes(&self) -> bool {
+        !matches!(
+            self,
+            Command::DryRun { .. }
+                | Command::Agent(_)
+                | Command::Tick
+                | Command::Autoscale { .. }
+                | Command::AutoscaleOutcome(_)
+                | Command::AutoscalePlan { .. }
+        )
+    }
+
     /// How much work the command is for the owner, in single creations: a batch's items, an
     /// agent's reports, 1 for anything else.
     pub(crate) fn work(&self) -> usize {
@@ -168,6 +182,57 @@ pub struct HeadHandle {
     pub(crate) view: watch::Receiver<Arc<View>>,
     pub(crate) sequences: Arc<Sequences>,
     pub(crate) work_keys: Arc<WorkKeys>,
+    pub(crate) store: Arc<StoreHealth>,
+}
+
+/// Whether the store answers, as the committer finds it: while a commit is being retried,
+/// new writes are refused at once (503) rather than queued behind it, and reads go on from
+/// memory.
+#[derive(Debug, Default)]
+pub(crate) struct StoreHealth {
+    /// Why the store does not answer; `None` while it does.
+    down: std::sync::Mutex<Option<String>>,
+    /// Set when the committer marks the store down, so the write path reads one atomic.
+    is_down: std::sync::atomic::AtomicBool,
+    /// A standing warning: the store's durability relaxed.
+    durability: Option<String>,
+}
+
+impl StoreHealth {
+    pub(crate) fn new(durability: Option<String>) -> StoreHealth {
+        StoreHealth { durability, ..StoreHealth::default() }
+    }
+
+    /// The store failed: `cause`.
+    pub(crate) fn mark_down(&self, cause: String) {
+        *self.down.lock().unwrap_or_else(|e| e.into_inner()) = Some(cause);
+        self.is_down.store(true, Ordering::Release);
+    }
+
+    /// The store answers again.
+    pub(crate) fn mark_up(&self) {
+        self.is_down.store(false, Ordering::Release);
+        *self.down.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The refusal of a write while the store is down.
+    fn refusal(&self) -> Option<HeadError> {
+        if !self.is_down.load(Ordering::Acquire) {
+            return None;
+        }
+        let cause = self.down.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+        Some(HeadError::Unavailable(format!(
+            "the store is unavailable; nothing was acknowledged (retry later): {cause}"
+        )))
+    }
+
+    /// What `berth status` warns about.
+    pub(crate) fn warnings(&self) -> Vec<String> {
+        let down = self.down.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let down =
+            down.map(|cause| format!("the store does not answer; writes are refused: {cause}"));
+        self.durability.iter().cloned().chain(down).collect()
+    }
 }
 
 impl HeadHandle {
@@ -183,8 +248,14 @@ impl HeadHandle {
 
     async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, HeadError> {
         let (reply, answer) = oneshot::channel();
+        let command = make(reply);
+        if command.writes() {
+            if let Some(refusal) = self.store.refusal() {
+                return Err(refusal);
+            }
+        }
         self.commands
-            .send(make(reply))
+            .send(command)
             .await
             .map_err(|_| HeadError::Unavailable("the head is shutting down".into()))?;
         answer.await.map_err(|_| {

@@ -15,10 +15,10 @@
 //! first-start tokens become tokens it may revoke, named `admin-<hash prefix>`) and writes the
 //! list back with every change; the secrets stay in the data directories.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use berth_api::local::write_private;
 use berth_api::rest::{Role, TokenInfo};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
@@ -182,22 +182,6 @@ fn load_or_create_secret(dir: &Path, name: &str) -> std::io::Result<(String, boo
         }
         Err(err) => Err(err),
     }
-}
-
-/// Writes `bytes` to `path` readable by its owner only, replacing it whole.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let staging = path.with_extension("new");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(&staging)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&staging, path)
 }
 
 impl Keyring {

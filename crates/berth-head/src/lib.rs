@@ -28,6 +28,8 @@ mod metrics;
 mod owner;
 mod records;
 pub mod standby;
+pub mod stop;
+pub mod store_mark;
 pub mod tls;
 pub mod token;
 pub mod view;
@@ -37,13 +39,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_store::{Lease, Store, StoreError};
+use berth_store::{AnyStore, Lease, Store, StoreError};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 pub use config::HeadConfig;
 pub use error::HeadError;
 pub use handle::HeadHandle;
+pub use stop::{Stop, StopKind};
 pub use token::Token;
 pub use view::View;
 
@@ -70,6 +73,10 @@ pub enum StartError {
     /// The store failed (open, lease, load, first commit).
     #[error("{0}")]
     Store(#[from] StoreError),
+    /// The store is behind what this data directory last saw of it: it lost acknowledged
+    /// writes. The head refuses to serve on it (see [`stop::BEHIND_ADVICE`]).
+    #[error("{0}; {advice}", advice = stop::BEHIND_ADVICE)]
+    StoreBehind(StoreError),
     /// The address could not be bound.
     #[error("cannot listen on {address}: {source}")]
     Bind {
@@ -109,7 +116,7 @@ pub struct RunningHead {
     /// Has the lease renewer release the lease and end.
     release: watch::Sender<bool>,
     tasks: Tasks,
-    stopped: watch::Receiver<Option<String>>,
+    stopped: watch::Receiver<Option<Stop>>,
 }
 
 /// The head's tasks, named: shutdown stops them in an order (server, owner, committer, lease).
@@ -148,8 +155,8 @@ pub async fn start(config: HeadConfig) -> Result<RunningHead, StartError> {
 const LISTEN_BACKLOG: u32 = 4096;
 
 /// Listens on `address` (with `SO_REUSEADDR`, as `TcpListener::bind`) with [`LISTEN_BACKLOG`];
-/// the kernel caps it at `net.core.somaxconn`.
-fn listen(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+/// the kernel caps it at `net.core.somaxconn`. For [`run`].
+pub fn listen(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let socket = match address {
         std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
         std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
@@ -160,21 +167,65 @@ fn listen(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListe
 }
 
 /// Runs a head on `listener` until `shutdown` completes, then shuts it down gracefully (see
-/// [`RunningHead::shutdown`]); returns why it stopped early if it did (a store failure, its
-/// lease lost). The shape of mini-redis's `server::run`: the caller owns the listener (tests
-/// bind port 0) and decides when to stop (Ctrl-C, a test's end).
+/// [`RunningHead::shutdown`]). A head whose lease moved to another head, or whose store stayed
+/// away for longer than the retry window, steps down and stands by on the same socket (not
+/// exit): it serves again once it holds the lease. It returns an error only when it cannot
+/// start, or its store is behind what it saw ([`StopKind::StoreBehind`]). `serving` is called
+/// each time it serves as the active head. The shape of mini-redis's `server::run`: the
+/// caller owns the listener (tests bind port 0) and decides when to stop (Ctrl-C, a test's
+/// end).
 pub async fn run(
     config: HeadConfig,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
+    mut serving: impl FnMut(&RunningHead),
 ) -> Result<(), RunError> {
-    let mut head = start_on(config, listener).await?;
-    let outcome = tokio::select! {
-        reason = head.stopped() => Err(RunError::Stopped(reason)),
-        () = shutdown => Ok(()),
-    };
-    head.shutdown().await;
-    outcome
+    let address = listener.local_addr().unwrap_or(config.bind);
+    let bind_error = |source| StartError::Bind { address, source };
+    // One descriptor of the socket stays here: each head (after a step-down, the next) serves
+    // on a duplicate, and connections that arrive in between wait in the backlog.
+    let socket = listener.into_std().map_err(bind_error)?;
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut stepped_down = false;
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let listener =
+            socket.try_clone().and_then(tokio::net::TcpListener::from_std).map_err(bind_error)?;
+        let started = tokio::select! {
+            started = start_on(config.clone(), listener) => started,
+            () = &mut shutdown => return Ok(()),
+        };
+        let mut head = match started {
+            Ok(head) => head,
+            // After a step-down the store may still be away: wait for it, as a standby would.
+            Err(StartError::Store(err)) if stepped_down && err.is_transient() => {
+                tracing::warn!(error = %err, retry_in = ?backoff, "the store does not answer; standing by");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = &mut shutdown => return Ok(()),
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        };
+        backoff = Duration::from_millis(200);
+        serving(&head);
+        let stop = tokio::select! {
+            stop = head.stopped() => stop,
+            () = &mut shutdown => {
+                head.shutdown().await;
+                return Ok(());
+            }
+        };
+        head.shutdown().await;
+        if !stop.steps_down() {
+            tracing::error!(reason = %stop, "the store is behind what this head saw: {}", stop::BEHIND_ADVICE);
+            return Err(RunError::Stopped(stop));
+        }
+        tracing::warn!(reason = %stop, "stepping down: standing by until this head holds the store's lease again");
+        stepped_down = true;
+    }
 }
 
 /// Why [`run`] ended with an error.
@@ -183,9 +234,9 @@ pub enum RunError {
     /// It could not start.
     #[error("{0}")]
     Start(#[from] StartError),
-    /// It stopped by itself: a store failure, or its lease lost to another head.
-    #[error("the head stopped: {0}")]
-    Stopped(String),
+    /// It stopped by itself and cannot go on: its store is behind what it saw.
+    #[error("the head stopped: {0}; {advice}", advice = stop::BEHIND_ADVICE)]
+    Stopped(Stop),
 }
 
 /// Starts a head serving on `listener`: token, store lease, reload, then serving.
@@ -222,12 +273,11 @@ pub async fn start_on(
         }
         None => None,
     };
-    if !config.data_dir.exists() {
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::Token {
-            dir: config.data_dir.display().to_string(),
-            source,
-        })?;
-    }
+    // The data directory holds the store, the tokens and the log: its owner's alone.
+    berth_api::local::private_dir(&config.data_dir).map_err(|source| StartError::Token {
+        dir: config.data_dir.display().to_string(),
+        source,
+    })?;
     let keyring::Loaded { keyring, admin: token, agent: agent_token, created: token_created } =
         keyring::Keyring::load(
             &config.data_dir,
@@ -239,11 +289,26 @@ pub async fn start_on(
             source,
         })?;
     let store = config.store.open().await?;
-    // The machine and the data directory: the same head restarted takes its lease back at
-    // once; another (a standby elsewhere, or beside it in tests) waits for it to expire.
-    let holder = format!("head@{}:{}", hostname(), config.data_dir.display());
-    let (lease, listener) =
-        standby::acquire(&store, &holder, config.lease_ttl, listener, tls.clone()).await?;
+    let durability = check_durability(&store, config.store_durability).await?;
+    if config.accept_store_loss {
+        tracing::warn!(store = %store.location(), "--accept-store-loss: the store is taken as it is, whatever this data directory saw of it");
+    } else {
+        store.expect(store_mark::read(&config.data_dir, store.location()));
+    }
+    let holder = holder_name(&config.data_dir);
+    let (lease, listener) = standby::acquire(
+        &store,
+        &holder,
+        config.lease_ttl,
+        listener,
+        tls.clone(),
+        &config.data_dir,
+    )
+    .await
+    .map_err(|err| match err {
+        StartError::Store(err) if err.is_behind() => StartError::StoreBehind(err),
+        other => other,
+    })?;
     let snapshot = store.load().await?;
     // The tokens of the heads before this one (a standby taking over knows its agents').
     if let Some(bytes) = snapshot.get(berth_store::Table::Meta, keyring::KEYRING_KEY) {
@@ -257,8 +322,11 @@ pub async fn start_on(
 
     let metrics = Arc::new(Metrics::new());
     let sequences = Arc::new(Sequences::default());
+    let (stopped_tx, stopped_rx) = watch::channel(None::<Stop>);
     let mut owner = Owner::new(config.clone(), metrics.clone(), work_keys.clone());
+    owner.stopped = Some(stopped_tx.clone());
     let restored = owner.restore(&snapshot, &sequences);
+    owner.sequences = sequences.clone();
     for skipped in &restored.skipped {
         tracing::warn!(record = %skipped, "not reloaded");
     }
@@ -288,23 +356,43 @@ pub async fn start_on(
         records::encode(&keyring.stored()),
     );
     if !first_batch.is_empty() {
-        store.commit(lease.epoch(), first_batch).await?;
+        store.commit(lease.epoch(), first_batch).await.map_err(|err| {
+            if err.is_behind() {
+                StartError::StoreBehind(err)
+            } else {
+                StartError::Store(err)
+            }
+        })?;
+    }
+    if let Some(generation) = store.generation() {
+        store_mark::write(&config.data_dir, store.location(), &generation);
     }
     let (view_tx, view_rx) = watch::channel(first_view);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let (stopped_tx, stopped_rx) = watch::channel(None::<String>);
-    let handle = HeadHandle { commands: commands_tx.clone(), view: view_rx, sequences, work_keys };
+
+    let store_health = Arc::new(handle::StoreHealth::new(durability));
+    let handle = HeadHandle {
+        commands: commands_tx.clone(),
+        view: view_rx,
+        sequences,
+        work_keys,
+        store: store_health.clone(),
+    };
 
     let epoch = lease.epoch();
     let stopped = stopped_tx.clone();
     let commit_metrics = metrics.clone();
     let commit_store = store.clone();
-    let window = config.assignment_window;
+    let settings = owner::CommitSettings {
+        assignment_window: config.assignment_window,
+        retry_window: config.store_retry_window(),
+        health: store_health,
+    };
     let committer = owner::spawn_committer(move || async move {
         let committed =
-            owner::commit_loop(commit_store, epoch, cycles_rx, view_tx, commit_metrics, window);
-        if let Err(err) = committed.await {
-            stopped.send_replace(Some(err.to_string()));
+            owner::commit_loop(commit_store, epoch, cycles_rx, view_tx, commit_metrics, settings);
+        if let Err(stop) = committed.await {
+            stopped.send_replace(Some(stop));
         }
     })
     .await
@@ -312,8 +400,14 @@ pub async fn start_on(
     let (stop_owner, owner_stop) = watch::channel(false);
     let owner = tokio::spawn(owner::run(owner, commands_rx, cycles_tx, owner_stop));
     let (release_tx, release_rx) = watch::channel(false);
-    let renewer =
-        tokio::spawn(renew(store.clone(), lease, config.lease_ttl, stopped_tx.clone(), release_rx));
+    let renewer = tokio::spawn(renew(
+        store.clone(),
+        lease,
+        config.lease_ttl,
+        stopped_tx.clone(),
+        release_rx,
+        config.data_dir.clone(),
+    ));
 
     // The agent protocol shares the port: its routes join the REST router (whose fallback
     // answers unknown paths with a JSON 404).
@@ -354,7 +448,10 @@ pub async fn start_on(
     drop(autoscaler_commands);
     // Let the CLI on this machine find the head (the scheme tells it to speak TLS).
     let address_text = if tls_served { url.clone() } else { address.to_string() };
-    let _ = std::fs::write(config.data_dir.join(berth_api::local::ADDRESS_FILE), address_text);
+    let _ = berth_api::local::write_private(
+        &config.data_dir.join(berth_api::local::ADDRESS_FILE),
+        address_text.as_bytes(),
+    );
     Ok(RunningHead {
         address,
         url,
@@ -396,14 +493,21 @@ pub(crate) async fn serve(
     }
 }
 
-/// Keeps the store lease; a lease lost to another head stops this one (it is fenced anyway).
+/// Keeps the store lease, and the store mark with it; a lease lost to another head, or a store
+/// found behind, stops this one (it is fenced anyway).
 async fn renew(
-    store: berth_store::AnyStore,
+    store: AnyStore,
     mut lease: Lease,
     ttl: Duration,
-    stopped: watch::Sender<Option<String>>,
+    stopped: watch::Sender<Option<Stop>>,
     mut shutdown: watch::Receiver<bool>,
+    data_dir: std::path::PathBuf,
 ) {
+    let mark = |store: &AnyStore| {
+        if let Some(generation) = store.generation() {
+            store_mark::write(&data_dir, store.location(), &generation);
+        }
+    };
     let mut tick = tokio::time::interval(ttl / 3);
     tick.tick().await;
     loop {
@@ -411,18 +515,35 @@ async fn renew(
             _ = tick.tick() => {}
             _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => {
                 let _ = store.release_lease(&lease).await;
+                mark(&store);
                 return;
             }
         }
         match store.renew_lease(&lease, ttl).await {
-            Ok(renewed) => lease = renewed,
-            Err(err) if err.is_fenced() => {
-                stopped.send_replace(Some(format!("another head took the store over: {err}")));
+            Ok(renewed) => {
+                lease = renewed;
+                mark(&store);
+            }
+            Err(err) if err.is_fenced() || err.is_behind() => {
+                tracing::warn!(error = %err, "the store's lease is no longer this head's");
+                stopped.send_replace(Some(Stop::from_store(&err)));
                 return;
             }
             Err(err) => tracing::warn!(error = %err, "lease renewal failed; retrying"),
         }
     }
+}
+
+/// The lease holder's name: the machine and a digest of the data directory. The same head
+/// restarted takes its lease back at once; another (a standby elsewhere, or beside it in
+/// tests) waits for it to expire. The directory's path itself stays out of it: a standby
+/// shows the name to anyone who asks its `/healthz`.
+fn holder_name(data_dir: &std::path::Path) -> String {
+    use sha2::Digest;
+    let absolute = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    let digest = sha2::Sha256::digest(absolute.as_os_str().as_encoded_bytes());
+    let short: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("head@{}#{short}", hostname())
 }
 
 fn hostname() -> String {
@@ -433,12 +554,48 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
+/// Refuses a store that can lose acknowledged writes unless `durability` is relaxed; what to
+/// say of it (the log, `berth status`) when it is.
+async fn check_durability(
+    store: &AnyStore,
+    durability: config::StoreDurability,
+) -> Result<Option<String>, StartError> {
+    let AnyStore::Redis(redis) = store else { return Ok(None) };
+    let problem = match redis.persistence().await {
+        Ok(persistence) if persistence.is_durable() => return Ok(None),
+        Ok(persistence) => format!(
+            "the Redis server runs with {persistence}, so a crash of the server loses \
+             acknowledged writes (Berth needs appendonly yes and appendfsync always)"
+        ),
+        Err(err) => format!(
+            "the Redis server's persistence settings cannot be read ({err}); Berth needs \
+             appendonly yes and appendfsync always"
+        ),
+    };
+    match durability {
+        config::StoreDurability::Strict => Err(StartError::Config(format!(
+            "--store {}: {problem}. Set both (in redis.conf, or CONFIG SET appendonly yes and \
+             CONFIG SET appendfsync always), or start with --store-durability relaxed to run \
+             on it knowing that acknowledged work can be lost",
+            store.location()
+        ))),
+        config::StoreDurability::Relaxed => {
+            tracing::warn!(store = %store.location(), "--store-durability relaxed: {problem}");
+            Ok(Some(format!("store durability relaxed: {problem}")))
+        }
+    }
+}
+
 impl RunningHead {
-    /// Waits until the head stops by itself (a store failure, or its lease lost); returns why.
-    pub async fn stopped(&mut self) -> String {
+    /// Waits until the head stops by itself (its lease lost, its store away for longer than
+    /// the retry window, or behind what it saw); returns why.
+    pub async fn stopped(&mut self) -> Stop {
         match self.stopped.wait_for(|s| s.is_some()).await {
-            Ok(reason) => reason.clone().unwrap_or_default(),
-            Err(_) => "the head stopped".to_string(),
+            Ok(stop) => stop.clone().unwrap_or_else(|| Stop {
+                kind: StopKind::StoreUnavailable,
+                reason: "the head stopped".into(),
+            }),
+            Err(_) => Stop { kind: StopKind::StoreUnavailable, reason: "the head stopped".into() },
         }
     }
 

@@ -72,6 +72,16 @@ pub(crate) struct Cycle {
     effects: Vec<Effect>,
 }
 
+impl Cycle {
+    /// Takes `next` (a later cycle) into this one: its writes after these, its view, its
+    /// effects after these.
+    fn merge(&mut self, next: Cycle) {
+        self.batch.append(next.batch);
+        self.view = next.view;
+        self.effects.extend(next.effects);
+    }
+}
+
 /// Something to do once the cycle is durable.
 pub(crate) enum Effect {
     /// Answer a caller.
@@ -130,6 +140,10 @@ pub(crate) struct Owner {
     /// Keys of records a restore found under an older form of their key: deleted with the
     /// first cycle's writes, which write those objects again under [`records::store_key`].
     pub(crate) stale_keys: Vec<(Table, String)>,
+    /// The ID counters the handle numbers new work with (the head's own once it starts).
+    pub(crate) sequences: Arc<crate::handle::Sequences>,
+    /// Where the owner stops the head when an agent's report proves the store behind.
+    pub(crate) stopped: Option<watch::Sender<Option<crate::Stop>>>,
 }
 
 /// Objects changed this cycle: to write and show, or (derived changes such as a new
@@ -186,6 +200,8 @@ impl Owner {
             autoscaler,
             keyring: None,
             stale_keys: Vec::new(),
+            sequences: Arc::default(),
+            stopped: None,
         };
         owner.show_retention();
         owner
@@ -543,17 +559,36 @@ where
     }))
 }
 
+/// How the committer commits.
+pub(crate) struct CommitSettings {
+    /// The outbox's window (see `outbox`).
+    pub(crate) assignment_window: Duration,
+    /// How long a failed commit is retried before the head steps down.
+    pub(crate) retry_window: Duration,
+    /// Where the committer says whether the store answers (writes are refused while not).
+    pub(crate) health: Arc<crate::handle::StoreHealth>,
+}
+
+/// The first wait between attempts at a failed commit; doubled each time, up to
+/// [`RETRY_MAX_DELAY`].
+const RETRY_FIRST_DELAY: Duration = Duration::from_millis(50);
+/// The longest wait between attempts at a failed commit.
+const RETRY_MAX_DELAY: Duration = Duration::from_secs(1);
+
 /// Makes cycles durable in order, merging the ones that queued up while a commit ran, then
-/// publishes and answers. Returns the error that stopped it, if any.
+/// publishes and answers. A commit that fails for a reason that may pass (the network, a
+/// store restarting or failing over) is retried with backoff for `retry_window`, the cycles
+/// arriving meanwhile merged into it, so the owner never waits for the store; a final
+/// failure (fenced, behind) or a retry window run out stops the head, and returns why.
 pub(crate) async fn commit_loop(
     store: AnyStore,
     epoch: Epoch,
     mut cycles: mpsc::Receiver<Cycle>,
     view: watch::Sender<Arc<View>>,
     metrics: Arc<Metrics>,
-    assignment_window: Duration,
-) -> Result<(), HeadError> {
-    let mut outbox = outbox::Outbox::new(assignment_window);
+    settings: CommitSettings,
+) -> Result<(), crate::Stop> {
+    let mut outbox = outbox::Outbox::new(settings.assignment_window);
     loop {
         let due = outbox.due();
         let first = tokio::select! {
@@ -569,29 +604,24 @@ pub(crate) async fn commit_loop(
                 continue;
             }
         };
-        let mut batch = first.batch;
-        let mut latest = first.view;
-        let mut effects = first.effects;
+        let mut pending = first;
         while let Ok(next) = cycles.try_recv() {
-            batch.append(next.batch);
-            latest = next.view;
-            effects.extend(next.effects);
+            pending.merge(next);
         }
-        if !batch.is_empty() {
-            let ops = batch.len() as u64;
+        if !pending.batch.is_empty() {
             let started = Instant::now();
-            if let Err(err) = store.commit_on_this_thread(epoch, batch).await {
+            if let Err(err) = commit(&store, epoch, &mut pending, &mut cycles, &settings).await {
                 tracing::error!(error = %err, "store commit failed; stopping the head");
                 // The answers are dropped: callers see 503 (the change is not acknowledged).
                 // What earlier commits made durable still goes out.
-                drop(effects);
+                drop(pending);
                 outbox.send_all(tokio::time::Instant::now());
-                return Err(HeadError::Unavailable(format!("the store failed: {err}")));
+                return Err(crate::Stop::from_store(&err));
             }
-            metrics.commit(started.elapsed().as_secs_f64(), ops);
+            metrics.commit(started.elapsed().as_secs_f64(), pending.batch.len() as u64);
         }
-        view.send_replace(latest);
-        for effect in effects {
+        view.send_replace(pending.view);
+        for effect in pending.effects {
             match effect {
                 Effect::Reply(answer) => answer(),
                 Effect::Send(tx, assignment) => outbox.hold(tx, assignment),
@@ -601,6 +631,57 @@ pub(crate) async fn commit_loop(
     }
     outbox.send_all(tokio::time::Instant::now());
     Ok(())
+}
+
+/// Commits `pending`, retrying a failure that may pass for the settings' window; cycles that
+/// arrive while it waits are merged into `pending`. The error that ended it, if any.
+async fn commit(
+    store: &AnyStore,
+    epoch: Epoch,
+    pending: &mut Cycle,
+    cycles: &mut mpsc::Receiver<Cycle>,
+    settings: &CommitSettings,
+) -> Result<(), berth_store::StoreError> {
+    let mut deadline = None;
+    let mut delay = RETRY_FIRST_DELAY;
+    loop {
+        let err = match store.commit_on_this_thread(epoch, &pending.batch).await {
+            Ok(()) => {
+                if deadline.is_some() {
+                    settings.health.mark_up();
+                    tracing::warn!("the store answers again; writes are accepted");
+                }
+                return Ok(());
+            }
+            Err(err) if !err.is_transient() => return Err(err),
+            Err(err) => err,
+        };
+        let now = tokio::time::Instant::now();
+        let until = *deadline.get_or_insert_with(|| {
+            tracing::warn!(error = %err, window = ?settings.retry_window, "a store commit failed; retrying, and refusing writes meanwhile");
+            settings.health.mark_down(err.to_string());
+            now + settings.retry_window
+        });
+        if now >= until {
+            settings.health.mark_down(err.to_string());
+            return Err(err);
+        }
+        let wake = (now + delay).min(until);
+        // The owner goes on (agents' reports, the pending queue): its cycles join this one.
+        loop {
+            tokio::select! {
+                next = cycles.recv() => match next {
+                    Some(next) => pending.merge(next),
+                    None => {
+                        tokio::time::sleep_until(wake).await;
+                        break;
+                    }
+                },
+                () = tokio::time::sleep_until(wake) => break,
+            }
+        }
+        delay = (delay * 2).min(RETRY_MAX_DELAY);
+    }
 }
 
 /// A change to an object the view had (`existed`) or a new one.

@@ -1,7 +1,9 @@
 //! Standing by: a head started on a store whose lease another head holds waits instead of
-//! failing. Meanwhile it serves `GET /healthz` (`"status": "standby"`, naming the active head)
-//! and answers everything else 503 (gRPC: UNAVAILABLE), so agents and clients given several
-//! head addresses move on to the next. It tries the lease every fifth of its ttl (at most every
+//! failing. Meanwhile it serves `GET /healthz` (`"status": "standby"`, naming the active head
+//! while that head's lease is live, by the lease holder's name: machine and a digest, no
+//! paths) and answers everything else 503 (gRPC: UNAVAILABLE), so agents and clients given
+//! several head addresses move on to the next. It keeps the store mark up to date with what
+//! it watches, so it refuses a store that loses writes meanwhile. It tries the lease every fifth of its ttl (at most every
 //! second); once the active head has gone a ttl without renewing it, this head takes it, stops
 //! the standby server and starts as the active head on the same socket: connections that
 //! arrive in between wait in the socket's backlog rather than being refused.
@@ -30,6 +32,7 @@ pub(crate) async fn acquire(
     ttl: Duration,
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    data_dir: &std::path::Path,
 ) -> Result<(Lease, TcpListener), StartError> {
     let active = match store.acquire_lease(holder, ttl).await {
         Ok(lease) => return Ok((lease, listener)),
@@ -54,6 +57,7 @@ pub(crate) async fn acquire(
     let (stop_tx, stop_rx) = watch::channel(false);
     let server = tokio::spawn(crate::serve(served, router(active_rx), tls, stop_rx));
     let poll = (ttl / 5).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    let mut marked = None;
     loop {
         tokio::time::sleep(poll).await;
         match store.acquire_lease(holder, ttl).await {
@@ -71,9 +75,27 @@ pub(crate) async fn acquire(
                     *a = holder;
                     changed
                 });
+                if let Some(generation) = store.generation() {
+                    if marked.as_ref() != Some(&generation) {
+                        crate::store_mark::write(data_dir, store.location(), &generation);
+                        marked = Some(generation);
+                    }
+                }
             }
-            // The store itself may be failing over: keep waiting.
-            Err(err) => tracing::warn!(error = %err, "standing by: the store answered an error"),
+            Err(err) if err.is_behind() => {
+                stop_tx.send_replace(true);
+                return Err(err.into());
+            }
+            // The store itself may be failing over: keep waiting, naming no active head (its
+            // lease may be gone with the store).
+            Err(err) => {
+                active_tx.send_if_modified(|a| {
+                    let changed = !a.is_empty();
+                    a.clear();
+                    changed
+                });
+                tracing::warn!(error = %err, "standing by: the store answered an error");
+            }
         }
     }
 }
@@ -90,7 +112,7 @@ fn router(active: watch::Receiver<String>) -> Router {
                     Json(Health {
                         status: "standby".into(),
                         version: env!("CARGO_PKG_VERSION").into(),
-                        active: Some(active),
+                        active: Some(active).filter(|a| !a.is_empty()),
                     })
                 }
             }),
@@ -102,10 +124,17 @@ fn router(active: watch::Receiver<String>) -> Router {
 }
 
 fn refuse(request: &axum::extract::Request, active: &str) -> Response {
-    let message = format!(
-        "this head is a standby; the active head is {active}: ask it (or the next address)"
-    );
-    let value = HeaderValue::from_str(active).unwrap_or(HeaderValue::from_static("unknown"));
+    let message = if active.is_empty() {
+        "this head is a standby, and the store does not answer: no head is known to be active \
+         (try the next address)"
+            .to_string()
+    } else {
+        format!("this head is a standby; the active head is {active}: ask it (or the next address)")
+    };
+    let value = HeaderValue::from_str(active)
+        .ok()
+        .filter(|_| !active.is_empty())
+        .unwrap_or(HeaderValue::from_static("unknown"));
     let grpc = request
         .headers()
         .get(header::CONTENT_TYPE)

@@ -204,7 +204,7 @@ async fn embedded_store_keeps_everything_across_a_crash() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_store_keeps_everything_across_a_crash() {
-    let server = berth_store::testutil::RedisServer::start()
+    let server = berth_store::testutil::RedisServer::start_durable()
         .expect("redis-server (scripts/test installs it)");
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());

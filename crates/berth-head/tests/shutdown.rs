@@ -66,9 +66,10 @@ async fn run_serves_on_the_callers_listener_until_its_shutdown_future_completes(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(berth_head::run(config(dir.path()), listener, async move {
+    let shutdown = async move {
         let _ = stopped.await;
-    }));
+    };
+    let running = tokio::spawn(berth_head::run(config(dir.path()), listener, shutdown, |_| {}));
     let health = async {
         loop {
             // The listener is bound already: connections queue until the head serves.

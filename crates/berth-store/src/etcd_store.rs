@@ -263,6 +263,51 @@ impl EtcdStore {
         }
     }
 
+    /// [`Store::commit`] of a batch the caller keeps (to retry it).
+    pub(crate) async fn commit_ref(&self, epoch: Epoch, batch: &Batch) -> Result<(), StoreError> {
+        batch.validate()?;
+        let operation = Operation::Commit;
+        // etcd refuses a key twice in one transaction; in a batch the last op on a key wins,
+        // so only that one is sent.
+        let mut seen = std::collections::HashSet::new();
+        let mut last: Vec<&Op> = batch
+            .ops()
+            .iter()
+            .rev()
+            .filter(|op| match op {
+                Op::Put { table, key, .. } | Op::Delete { table, key } => {
+                    seen.insert((*table, key))
+                }
+            })
+            .collect();
+        last.reverse();
+        let ops: Vec<Value> = last
+            .into_iter()
+            .map(|op| match op {
+                Op::Put { table, key, value } => json!({"request_put": {
+                    "key": b64(&self.record_key(*table, key)), "value": b64(value)}}),
+                Op::Delete { table, key } => json!({"request_delete_range": {
+                    "key": b64(&self.record_key(*table, key))}}),
+            })
+            .collect();
+        let mut ops = ops;
+        ops.push(json!({"request_put": {"key": b64(&self.key("mark")), "value": ""}}));
+        let mut compare = vec![self.owner_is(epoch)];
+        compare.extend(self.not_behind());
+        let body = json!({"compare": compare, "success": ops});
+        match self.txn(operation, body).await? {
+            (true, answer) => {
+                let revision = u64::try_from(int(&answer["header"]["revision"])).unwrap_or(0);
+                let id = self.watermark.get().map(|known| known.id).unwrap_or_default();
+                // The compares held, so only the ID may be unknown (a commit without an
+                // acquisition): then the count alone is taken in.
+                let _ = self.watermark.observe(&Generation { id, commits: revision });
+                Ok(())
+            }
+            (false, _) => Err(self.refused(operation, epoch).await),
+        }
+    }
+
     /// The comparison "`owner` is `epoch`".
     fn owner_is(&self, epoch: Epoch) -> Value {
         json!({"key": b64(&self.key("owner")), "target": "VALUE", "result": "EQUAL",
@@ -404,47 +449,7 @@ impl Store for EtcdStore {
     }
 
     async fn commit(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
-        batch.validate()?;
-        let operation = Operation::Commit;
-        // etcd refuses a key twice in one transaction; in a batch the last op on a key wins,
-        // so only that one is sent.
-        let mut seen = std::collections::HashSet::new();
-        let mut last: Vec<&Op> = batch
-            .ops()
-            .iter()
-            .rev()
-            .filter(|op| match op {
-                Op::Put { table, key, .. } | Op::Delete { table, key } => {
-                    seen.insert((*table, key))
-                }
-            })
-            .collect();
-        last.reverse();
-        let ops: Vec<Value> = last
-            .into_iter()
-            .map(|op| match op {
-                Op::Put { table, key, value } => json!({"request_put": {
-                    "key": b64(&self.record_key(*table, key)), "value": b64(value)}}),
-                Op::Delete { table, key } => json!({"request_delete_range": {
-                    "key": b64(&self.record_key(*table, key))}}),
-            })
-            .collect();
-        let mut ops = ops;
-        ops.push(json!({"request_put": {"key": b64(&self.key("mark")), "value": ""}}));
-        let mut compare = vec![self.owner_is(epoch)];
-        compare.extend(self.not_behind());
-        let body = json!({"compare": compare, "success": ops});
-        match self.txn(operation, body).await? {
-            (true, answer) => {
-                let revision = u64::try_from(int(&answer["header"]["revision"])).unwrap_or(0);
-                let id = self.watermark.get().map(|known| known.id).unwrap_or_default();
-                // The compares held, so only the ID may be unknown (a commit without an
-                // acquisition): then the count alone is taken in.
-                let _ = self.watermark.observe(&Generation { id, commits: revision });
-                Ok(())
-            }
-            (false, _) => Err(self.refused(operation, epoch).await),
-        }
+        self.commit_ref(epoch, &batch).await
     }
 
     async fn acquire_lease(&self, holder: &str, ttl: Duration) -> Result<Lease, StoreError> {

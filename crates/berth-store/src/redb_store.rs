@@ -151,6 +151,14 @@ fn open_database(
         .set_cache_size(CACHE_BYTES)
         .create(path)
         .map_err(|e| open_failed(redb::Error::from(e).into()))?;
+    // Its owner's alone: it holds every work's environment, secrets included.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
+            open_failed(format!("cannot make {} private: {e}", path.display()).into())
+        })?;
+    }
     if has_every_table(&db) {
         return Ok(db);
     }
@@ -433,7 +441,7 @@ impl Inner {
         Ok(snapshot)
     }
 
-    fn commit(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&self, epoch: Epoch, batch: &Batch) -> Result<(), StoreError> {
         let operation = Operation::Commit;
         self.write(operation, |txn| {
             let error = self.error(operation);
@@ -557,7 +565,7 @@ impl RedbStore {
     /// (the fsync included): for a thread that does nothing else, as the head's committer
     /// (why: the head's `owner::spawn_committer`). [`Store::commit`] is this on tokio's
     /// blocking pool.
-    pub fn commit_blocking(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
+    pub fn commit_blocking(&self, epoch: Epoch, batch: &Batch) -> Result<(), StoreError> {
         batch.validate()?;
         self.inner.commit(epoch, batch)
     }
@@ -584,7 +592,7 @@ impl Store for RedbStore {
     async fn commit(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
         let store = self.clone();
         blocking(&self.inner.location, Operation::Commit, move || {
-            store.commit_blocking(epoch, batch)
+            store.commit_blocking(epoch, &batch)
         })
         .await
     }
@@ -720,16 +728,16 @@ mod tests {
         let f = Fixture::new().await;
         let ttl = Duration::from_secs(10);
         let a = f.store.acquire_lease("a", ttl).await.expect("a acquires");
-        f.store.commit_blocking(a.epoch(), one_put("n1")).expect("a commits");
+        f.store.commit_blocking(a.epoch(), &one_put("n1")).expect("a commits");
         let mut empty_key = Batch::new();
         empty_key.put(Table::Nodes, "", b"v".to_vec());
-        let refused = f.store.commit_blocking(a.epoch(), empty_key).expect_err("an empty key");
+        let refused = f.store.commit_blocking(a.epoch(), &empty_key).expect_err("an empty key");
         assert!(matches!(refused, StoreError::InvalidBatch { index: 0, .. }), "{refused}");
         f.store.release_lease(&a).await.expect("release");
         let b = f.store.acquire_lease("b", ttl).await.expect("b acquires");
-        let fenced = f.store.commit_blocking(a.epoch(), one_put("n2")).expect_err("a is fenced");
+        let fenced = f.store.commit_blocking(a.epoch(), &one_put("n2")).expect_err("a is fenced");
         assert!(fenced.is_fenced(), "{fenced}");
-        f.store.commit_blocking(b.epoch(), one_put("n3")).expect("b commits");
+        f.store.commit_blocking(b.epoch(), &one_put("n3")).expect("b commits");
         let snapshot = f.store.load().await.expect("load");
         let keys: Vec<&String> = snapshot.table(Table::Nodes).keys().collect();
         assert_eq!(keys, ["n1", "n3"], "the refused and the fenced batches wrote nothing");
@@ -845,7 +853,7 @@ mod tests {
         assert!(snapshot.table(Table::Starts).is_empty());
         let lease = store.acquire_lease("new", Duration::from_secs(5)).await.expect("acquire");
         assert_eq!(lease.epoch().get(), 5, "the old lease's epoch carried over");
-        store.commit_blocking(lease.epoch(), one_put("c")).expect("commit");
+        store.commit_blocking(lease.epoch(), &one_put("c")).expect("commit");
         drop(store);
         // Opened again: byte keys already, nothing to copy; the copy tables are gone.
         let store = RedbStore::open(dir.path()).await.expect("reopen");

@@ -292,6 +292,42 @@ impl RedisStore {
         Ok(RedisPersistence { appendonly, appendfsync })
     }
 
+    /// [`Store::commit`] of a batch the caller keeps (to retry it).
+    pub(crate) async fn commit_ref(&self, epoch: Epoch, batch: &Batch) -> Result<(), StoreError> {
+        batch.validate()?;
+        let operation = Operation::Commit;
+        let (known_id, known_commits) = self.known_args();
+        let mut invocation = COMMIT.prepare_invoke();
+        invocation.key(&self.keys.owner).key(&self.keys.id).key(&self.keys.commits);
+        for key in &self.keys.tables {
+            invocation.key(key);
+        }
+        invocation.arg(epoch.stored()).arg(known_id).arg(known_commits);
+        for op in batch.ops() {
+            match op {
+                Op::Put { table, key, value } => {
+                    invocation.arg("P").arg(table.index()).arg(key).arg(value.as_slice());
+                }
+                Op::Delete { table, key } => {
+                    invocation.arg("D").arg(table.index()).arg(key);
+                }
+            }
+        }
+        let reply = self.invoke(operation, &invocation).await?;
+        match reply.as_sequence() {
+            Some([status, commits, id]) if int_of(status) == Some(1) => {
+                self.observe(operation, id, commits)
+            }
+            Some([status, current]) if int_of(status) == Some(0) => {
+                Err(self.fenced(operation, epoch, current))
+            }
+            Some([status, id, commits]) if int_of(status) == Some(2) => {
+                Err(self.behind(operation, id, commits))
+            }
+            _ => Err(self.unexpected(operation, &reply)),
+        }
+    }
+
     fn error(&self, operation: Operation) -> impl Fn(redis::RedisError) -> StoreError + '_ {
         move |e| StoreError::backend(&self.location, operation, e)
     }
@@ -422,38 +458,7 @@ impl Store for RedisStore {
     }
 
     async fn commit(&self, epoch: Epoch, batch: Batch) -> Result<(), StoreError> {
-        batch.validate()?;
-        let operation = Operation::Commit;
-        let (known_id, known_commits) = self.known_args();
-        let mut invocation = COMMIT.prepare_invoke();
-        invocation.key(&self.keys.owner).key(&self.keys.id).key(&self.keys.commits);
-        for key in &self.keys.tables {
-            invocation.key(key);
-        }
-        invocation.arg(epoch.stored()).arg(known_id).arg(known_commits);
-        for op in batch.ops() {
-            match op {
-                Op::Put { table, key, value } => {
-                    invocation.arg("P").arg(table.index()).arg(key).arg(value.as_slice());
-                }
-                Op::Delete { table, key } => {
-                    invocation.arg("D").arg(table.index()).arg(key);
-                }
-            }
-        }
-        let reply = self.invoke(operation, &invocation).await?;
-        match reply.as_sequence() {
-            Some([status, commits, id]) if int_of(status) == Some(1) => {
-                self.observe(operation, id, commits)
-            }
-            Some([status, current]) if int_of(status) == Some(0) => {
-                Err(self.fenced(operation, epoch, current))
-            }
-            Some([status, id, commits]) if int_of(status) == Some(2) => {
-                Err(self.behind(operation, id, commits))
-            }
-            _ => Err(self.unexpected(operation, &reply)),
-        }
+        self.commit_ref(epoch, &batch).await
     }
 
     async fn acquire_lease(&self, holder: &str, ttl: Duration) -> Result<Lease, StoreError> {

@@ -111,15 +111,18 @@ impl AnyStore {
     /// [`Store::commit`] for a thread given to the store: the embedded file commits on the
     /// calling thread, blocking it until durable ([`RedbStore::commit_blocking`]); a network
     /// store awaits its server as `commit` does.
+    ///
+    /// The batch is borrowed, so a caller can retry it after a failure (puts and deletes are
+    /// idempotent: applying a batch twice leaves what applying it once does).
     pub async fn commit_on_this_thread(
         &self,
         epoch: Epoch,
-        batch: Batch,
+        batch: &Batch,
     ) -> Result<(), StoreError> {
         match self {
             AnyStore::Redb(store) => store.commit_blocking(epoch, batch),
-            AnyStore::Redis(store) => store.commit(epoch, batch).await,
-            AnyStore::Etcd(store) => store.commit(epoch, batch).await,
+            AnyStore::Redis(store) => store.commit_ref(epoch, batch).await,
+            AnyStore::Etcd(store) => store.commit_ref(epoch, batch).await,
         }
     }
 }

@@ -39,7 +39,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
-use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -298,7 +297,7 @@ impl Server {
     ) -> io::Result<Server> {
         std::fs::create_dir_all(dir)?;
         let err_path = dir.join(format!("{}.err", std::process::id()));
-        let stderr = File::options().create(true).append(true).open(&err_path)?;
+        let stderr = berth_api::local::open_private(&err_path, true)?;
         let mut child = Command::new(&key.command)
             .args(&key.args)
             .env_clear()

@@ -2,7 +2,7 @@
 //! and its logs, one pair per work for all its attempts (`logs/<work_id>.out` and `.err`),
 //! appended to, with a header line at the start of each attempt.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -30,9 +30,10 @@ pub fn err_path(root: &Path, work_id: &str) -> PathBuf {
     root.join(LOG_DIR).join(format!("{work_id}.err"))
 }
 
-/// Opens (creating) the log at `path` for appending.
+/// Opens (creating, mode 0600: work prints what it likes, secrets included) the log at `path`
+/// for appending.
 pub fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    berth_api::local::open_private(path, true)
 }
 
 /// Appends `line` (a newline added) to the log at `path`, ignoring errors: a note for the

@@ -131,8 +131,7 @@ impl Journal {
         let mut snapshot = StateFile::new(processes, boot_id.clone());
         snapshot.seq = old.seq;
         save(dir, &snapshot)?;
-        let file =
-            std::fs::OpenOptions::new().create(true).append(true).open(dir.join(JOURNAL_FILE))?;
+        let file = berth_api::local::open_private(&dir.join(JOURNAL_FILE), true)?;
         file.set_len(0)?;
         Ok(Journal { dir: dir.to_path_buf(), boot_id, file, seq: old.seq, lines: 0 })
     }
@@ -226,12 +225,14 @@ fn set_aside(path: &Path) -> String {
     }
 }
 
-/// Replaces the state file in `dir` with `file`: written to a temporary file, then renamed.
+/// Replaces the state file in `dir` with `file`: written to a temporary file (mode 0600: it
+/// names the work's commands), then renamed.
 pub fn save(dir: &Path, file: &StateFile) -> io::Result<()> {
+    use std::io::Write;
     let path = dir.join(STATE_FILE);
     let tmp: PathBuf = dir.join(format!("{STATE_FILE}.tmp"));
     let text = serde_json::to_vec_pretty(file).map_err(io::Error::other)?;
-    std::fs::write(&tmp, text)?;
+    berth_api::local::open_private(&tmp, false)?.write_all(&text)?;
     std::fs::rename(&tmp, &path)
 }
 

@@ -41,6 +41,12 @@ const GROUP_STATES: &[&str] = &["PENDING", "CREATED", "RESCHEDULING", "REMOVED"]
 pub fn render(address: &str, status: &ClusterStatus) -> String {
     let mut out = format!("Berth cluster at {address}\n\n");
     let n = &status.nodes;
+    for warning in &status.warnings {
+        let _ = writeln!(out, "WARNING: {warning}");
+    }
+    if !status.warnings.is_empty() {
+        out.push('\n');
+    }
     let _ = writeln!(out, "Nodes: {} alive, {} draining, {} dead", n.alive, n.draining, n.dead);
     if !status.rare_resources.is_empty() {
         let names = status.rare_resources.join(", ");
@@ -183,6 +189,7 @@ mod tests {
                 infeasible: 0,
             }],
             rare_resources: vec!["GPU".into()],
+            warnings: Vec::new(),
         }
     }
 

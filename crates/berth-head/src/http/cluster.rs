@@ -34,7 +34,9 @@ pub(crate) async fn metrics(State(api): State<Api>) -> Response {
     responses((status = 200, description = "The status", body = ClusterStatus))
 )]
 pub(crate) async fn status(State(api): State<Api>) -> Json<ClusterStatus> {
-    Json(api.handle.view().status())
+    let mut status = api.handle.view().status();
+    status.warnings = api.handle.store.warnings();
+    Json(status)
 }
 
 /// This document.

@@ -416,6 +416,7 @@ mod tests {
             view: view_rx,
             sequences: Arc::new(Sequences::default()),
             work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
+            store: Arc::default(),
         };
         let router = super::super::router_with_logs(
             handle,

@@ -129,6 +129,7 @@ fn harness() -> Harness {
         view: view_rx,
         sequences: Arc::new(Sequences::default()),
         work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
+        store: Arc::default(),
     };
     let metrics = Arc::new(Metrics::new());
     let router =

@@ -148,6 +148,7 @@ impl Owner {
     }
 
     fn register(&mut self, request: RegisterRequest) -> Result<RegisterReply, Status> {
+        self.check_running_is_known(&request)?;
         let node_id = if request.node_id.is_empty() {
             loop {
                 self.next_node += 1;
@@ -253,6 +254,55 @@ impl Owner {
             heartbeat_interval_ms: self.config.heartbeat_interval.as_millis() as u32,
             stop,
         })
+    }
+
+    /// Refuses a registration whose running work has IDs this head never handed out: the
+    /// store is behind (it lost the records of acknowledged work), and stopping that work, as
+    /// reconciling would, would lose it for good. The head stops instead ("store behind"),
+    /// and the agent keeps running everything until a head with a consistent store answers.
+    /// With `--accept-store-loss` the loss is accepted: the counters move past those IDs (none
+    /// is handed out twice) and the work is stopped as unknown.
+    fn check_running_is_known(&mut self, request: &RegisterRequest) -> Result<(), Status> {
+        let counter = |kind: Kind| match kind {
+            Kind::Actor => &self.sequences.actors,
+            Kind::Task => &self.sequences.tasks,
+            Kind::Group => &self.sequences.groups,
+        };
+        let beyond: Vec<(Kind, u64, &str)> = request
+            .running
+            .iter()
+            .filter_map(|work| {
+                let (kind, seq) = Kind::parse(&work.work_id)?;
+                (seq > counter(kind).load(Ordering::Relaxed)).then_some((
+                    kind,
+                    seq,
+                    work.work_id.as_str(),
+                ))
+            })
+            .collect();
+        let Some(&(_, _, first)) = beyond.first() else { return Ok(()) };
+        let node = &request.node_id;
+        if self.config.accept_store_loss {
+            tracing::warn!(node = %node, work = first, count = beyond.len(), "--accept-store-loss: the node runs work the store does not know; the ID counters move past it and the work is stopped");
+            for (kind, seq, _) in &beyond {
+                counter(*kind).fetch_max(*seq, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
+        let reason = format!(
+            "node {node} runs {first} (and {} more) whose IDs this head never handed out: the \
+             store lost the records of acknowledged work. {}",
+            beyond.len() - 1,
+            crate::stop::BEHIND_ADVICE
+        );
+        tracing::error!("{reason}");
+        if let Some(stopped) = &self.stopped {
+            stopped.send_replace(Some(crate::Stop {
+                kind: crate::StopKind::StoreBehind,
+                reason: reason.clone(),
+            }));
+        }
+        Err(Status::failed_precondition(reason))
     }
 
     /// The work whose current attempt is placed on `node`.

@@ -176,6 +176,21 @@ impl EtcdCluster {
         status.iter().position(|s| s.as_ref().is_some_and(|(me, _)| *me == leader))
     }
 
+    /// Starts killed member `i` again on its ports and data (etcd takes its existing data
+    /// over the initial-cluster flags), and waits until every running member is healthy.
+    pub fn restart(&mut self, i: usize) -> io::Result<()> {
+        if self.members[i].child.is_some() {
+            return Ok(());
+        }
+        let initial: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect();
+        self.spawn(i, &initial.join(","))?;
+        self.wait_healthy()
+    }
+
     /// Kills member `i` (SIGKILL), as a machine lost.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.members[i].child.take() {
