@@ -434,6 +434,13 @@ pub enum ActorState {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActorCreate {
+    /// A key the client chose for this creation (the `Idempotency-Key` header sets it too): a
+    /// second creation with the same key, while the first object is remembered, creates
+    /// nothing and answers with that object, so a client may retry a request cut off before
+    /// its answer. 1 to 255 visible ASCII characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub idempotency_key: Option<Box<str>>,
     /// A name, unique among the namespace's live actors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -616,6 +623,13 @@ impl TaskState {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSubmit {
+    /// A key the client chose for this creation (the `Idempotency-Key` header sets it too): a
+    /// second creation with the same key, while the first object is remembered, creates
+    /// nothing and answers with that object, so a client may retry a request cut off before
+    /// its answer. 1 to 255 visible ASCII characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub idempotency_key: Option<Box<str>>,
     /// A name for people; need not be unique.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -768,6 +782,13 @@ pub enum GroupState {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GroupCreate {
+    /// A key the client chose for this creation (the `Idempotency-Key` header sets it too): a
+    /// second creation with the same key, while the first object is remembered, creates
+    /// nothing and answers with that object, so a client may retry a request cut off before
+    /// its answer. 1 to 255 visible ASCII characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub idempotency_key: Option<Box<str>>,
     /// A name for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -811,6 +832,9 @@ pub struct Bundle {
 pub struct Group {
     /// Its ID (`pg-3`).
     pub group_id: String,
+    /// The client's key of its creation (see [`GroupCreate::idempotency_key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
     /// Its name, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,

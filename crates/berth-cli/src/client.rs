@@ -207,6 +207,19 @@ pub enum ClientError {
     },
 }
 
+impl ClientError {
+    /// Whether a request may have been cut off, or met a head between two states (its store
+    /// away, its lease moving), so that sending it again may succeed: no answer, a broken
+    /// connection, or 503.
+    pub fn may_retry(&self) -> bool {
+        match self {
+            ClientError::TimedOut { .. } | ClientError::Transport { .. } => true,
+            ClientError::Api { status, .. } => *status == 503,
+            _ => false,
+        }
+    }
+}
+
 /// `the head answered 400 (invalid): resources.GPU: 2.5 is not allowed …`.
 fn api_error_text(status: u16, error: &ApiError) -> String {
     let kind = match error.error {
@@ -530,6 +543,18 @@ pub fn normalize_address(text: &str) -> Result<String, String> {
 // ---------------------------------------------------------------------------------------------
 // The client.
 
+/// How many times [`Client::create`] sends a creation at most.
+pub const CREATE_ATTEMPTS: u32 = 6;
+
+/// A fresh idempotency key: `berth-cli-` and 128 random bits.
+fn new_idempotency_key() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("berth-cli-{hex}")
+}
+
 /// No body: `client.post(&path, NO_BODY)`.
 pub const NO_BODY: Option<&()> = None;
 /// No query string.
@@ -638,6 +663,45 @@ impl Client {
         self.call(Method::POST, path, body, NO_QUERY, ANSWER_TIMEOUT)
     }
 
+    /// `POST path` of a creation (an actor, a task, a placement group): sent with a fresh
+    /// `Idempotency-Key`, and sent again with the same key when it was cut off before its
+    /// answer (the connection lost, no answer in time, or the head answered 503 while its
+    /// store or its lease moved), up to [`CREATE_ATTEMPTS`] times over about 5 s (waits of
+    /// 0.2, 0.4, 0.8, 1.6 and 2 s). The head creates the object once whatever reached it.
+    pub fn create<B, T>(&self, path: &str, body: &B) -> Result<T, ClientError>
+    where
+        B: Serialize + ?Sized,
+        T: DeserializeOwned,
+    {
+        let key = new_idempotency_key();
+        let mut delay = Duration::from_millis(200);
+        let mut attempt = 1;
+        loop {
+            let answer = self.call_with(
+                Method::POST,
+                path,
+                Some(body),
+                NO_QUERY,
+                ANSWER_TIMEOUT,
+                Some(&key),
+            );
+            match answer {
+                // A head that went away after the first attempt may be restarting.
+                Err(err)
+                    if attempt < CREATE_ATTEMPTS
+                        && (err.may_retry()
+                            || (attempt > 1 && matches!(err, ClientError::Unreachable { .. }))) =>
+                {
+                    eprintln!("berth: {err}; sending it again ({attempt}/{CREATE_ATTEMPTS}, same idempotency key)");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// `PUT path` with `body` as JSON.
     pub fn put<B, T>(&self, path: &str, body: &B) -> Result<T, ClientError>
     where
@@ -669,6 +733,23 @@ impl Client {
         Q: Serialize + ?Sized,
         T: DeserializeOwned,
     {
+        self.call_with(method, path, body, query, timeout, None)
+    }
+
+    fn call_with<B, Q, T>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        query: Option<&Q>,
+        timeout: Duration,
+        idempotency_key: Option<&str>,
+    ) -> Result<T, ClientError>
+    where
+        B: Serialize + ?Sized,
+        Q: Serialize + ?Sized,
+        T: DeserializeOwned,
+    {
         let call = format!("{method} {path}");
         let mut request: RequestBuilder =
             self.http.request(method, format!("{}{path}", self.base)).timeout(timeout);
@@ -677,6 +758,9 @@ impl Client {
         }
         if let Some(token) = &self.token {
             request = request.header(AUTHORIZATION, format!("Bearer {}", token.secret));
+        }
+        if let Some(key) = idempotency_key {
+            request = request.header("Idempotency-Key", key);
         }
         if let Some(body) = body {
             request = request.json(body);

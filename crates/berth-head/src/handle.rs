@@ -175,6 +175,29 @@ impl Sequences {
     }
 }
 
+/// The longest idempotency key, in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// Checks a creation's `idempotency_key`: 1 to [`MAX_IDEMPOTENCY_KEY`] visible ASCII
+/// characters (as an HTTP header value can carry it).
+pub(crate) fn check_idempotency_key(key: Option<&str>) -> Result<(), HeadError> {
+    let Some(key) = key else { return Ok(()) };
+    let field = "idempotency_key";
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(HeadError::invalid(
+            field,
+            format!("{} bytes long; give 1 to {MAX_IDEMPOTENCY_KEY}", key.len()),
+        ));
+    }
+    if let Some(bad) = key.chars().find(|c| !c.is_ascii_graphic()) {
+        return Err(HeadError::invalid(
+            field,
+            format!("{bad:?} is not a visible ASCII character (use letters, digits, -, _, :, …)"),
+        ));
+    }
+    Ok(())
+}
+
 /// A cheap, clonable handle on a running head.
 #[derive(Clone, Debug)]
 pub struct HeadHandle {
@@ -275,6 +298,7 @@ impl HeadHandle {
         if let Some(name) = &body.name {
             check_name("name", name)?;
         }
+        check_idempotency_key(body.idempotency_key.as_deref())?;
         let seq = self.sequences.next(Kind::Actor);
         let parsed = actor_document(seq, &body)?;
         Ok(Prepared { seq, body: Box::new(body), parsed })
@@ -289,6 +313,7 @@ impl HeadHandle {
         if let Some(ns) = &body.namespace {
             check_name("namespace", ns)?;
         }
+        check_idempotency_key(body.idempotency_key.as_deref())?;
         let seq = self.sequences.next(Kind::Task);
         let parsed = task_document(&body)?;
         Ok(Prepared { seq, body: Box::new(body), parsed })
@@ -375,6 +400,7 @@ impl HeadHandle {
 
     /// Creates a placement group (reserved now, or pending).
     pub async fn create_group(&self, body: GroupCreate) -> Result<Group, HeadError> {
+        check_idempotency_key(body.idempotency_key.as_deref())?;
         let seq = self.sequences.next(Kind::Group);
         let parsed = group_document(seq, &body)?;
         let body = Box::new(body);

@@ -140,6 +140,8 @@ pub(crate) struct Owner {
     /// Keys of records a restore found under an older form of their key: deleted with the
     /// first cycle's writes, which write those objects again under [`records::store_key`].
     pub(crate) stale_keys: Vec<(Table, String)>,
+    /// Creations' idempotency keys: the object each created, while that object is kept.
+    pub(crate) idempotency: HashMap<(Kind, Box<str>), u64>,
     /// The ID counters the handle numbers new work with (the head's own once it starts).
     pub(crate) sequences: Arc<crate::handle::Sequences>,
     /// Where the owner stops the head when an agent's report proves the store behind.
@@ -200,11 +202,30 @@ impl Owner {
             autoscaler,
             keyring: None,
             stale_keys: Vec::new(),
+            idempotency: HashMap::default(),
             sequences: Arc::default(),
             stopped: None,
         };
         owner.show_retention();
         owner
+    }
+
+    /// The object an earlier creation of `kind` with `key` made, if it is still kept.
+    pub(crate) fn created_with(&self, kind: Kind, key: Option<&str>) -> Option<u64> {
+        let seq = *self.idempotency.get(&(kind, Box::from(key?)))?;
+        let kept = match kind {
+            Kind::Actor => self.actors.contains_key(&seq),
+            Kind::Task => self.tasks.contains_key(&seq),
+            Kind::Group => self.groups.contains_key(&seq),
+        };
+        kept.then_some(seq)
+    }
+
+    /// Remembers that the creation with `key` made `seq`.
+    pub(crate) fn remember_key(&mut self, kind: Kind, key: Option<&str>, seq: u64) {
+        if let Some(key) = key {
+            self.idempotency.insert((kind, Box::from(key)), seq);
+        }
     }
 
     /// Records that something changed which waiting requests may wait for.

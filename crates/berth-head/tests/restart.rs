@@ -211,3 +211,49 @@ async fn redis_store_keeps_everything_across_a_crash() {
     config.store = StoreConfig::parse(&server.store_url("restart")).unwrap();
     survives_a_crash(config).await;
 }
+
+/// A creation whose answer a crash cut off, sent again with its idempotency key to the head
+/// started after it, answers with the object the first one made: one actor, one task, one
+/// group, whatever reached the head before the crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_creation_retried_after_a_crash_is_made_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let keyed_actor = || ActorCreate {
+        command: "sleep".into(),
+        resources: serde_json::json!({"CPU": 1}).into(),
+        idempotency_key: Some("retry-1".into()),
+        ..Default::default()
+    };
+    let keyed_task = || TaskSubmit {
+        command: "true".into(),
+        resources: serde_json::json!({"CPU": 1}).into(),
+        idempotency_key: Some("retry-1".into()),
+        ..Default::default()
+    };
+    let keyed_group = || GroupCreate {
+        bundles: serde_json::json!([{"CPU": 1}]).into(),
+        idempotency_key: Some("retry-1".into()),
+        ..Default::default()
+    };
+    let head = boot(&config).await;
+    let actor = head.handle.create_actor(keyed_actor()).await.unwrap();
+    let task = head.handle.submit_task(keyed_task()).await.unwrap();
+    let group = head.handle.create_group(keyed_group()).await.unwrap();
+    head.crash().await;
+
+    let head = boot(&config).await;
+    let again = head.handle.create_actor(keyed_actor()).await.unwrap();
+    assert_eq!(again.actor_id, actor.actor_id);
+    assert_eq!(head.handle.submit_task(keyed_task()).await.unwrap().task_id, task.task_id);
+    assert_eq!(head.handle.create_group(keyed_group()).await.unwrap().group_id, group.group_id);
+    let view = head.handle.view();
+    let all = ListQuery::default();
+    assert_eq!(view.list_actors(&all).unwrap().total, 1);
+    assert_eq!(view.list_tasks(&all).unwrap().total, 1);
+    assert_eq!(view.list_groups(&all).unwrap().total, 1);
+    // Another key is another creation.
+    let other = ActorCreate { idempotency_key: Some("retry-2".into()), ..keyed_actor() };
+    assert_ne!(head.handle.create_actor(other).await.unwrap().actor_id, actor.actor_id);
+    head.shutdown().await;
+}

@@ -91,7 +91,7 @@ pub fn run(args: &ActorArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 fn create(args: &CreateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let body = body(args)?;
     let client = Endpoint::from_args(&args.head)?.client()?;
-    let actor: Actor = client.post(&api_path(&["actors"]), Some(&body))?;
+    let actor: Actor = client.create(&api_path(&["actors"]), &body)?;
     let text = match args.output.output {
         Output::Json => json_text(&actor)?,
         Output::Table => render(&actor),

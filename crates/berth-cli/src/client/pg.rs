@@ -148,7 +148,7 @@ fn create(args: &CreateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let body = body(args)?;
     let wait = wait(args)?;
     let client = Endpoint::from_args(&args.head)?.client()?;
-    let mut group: Group = client.post(&api_path(&["placement_groups"]), Some(&body))?;
+    let mut group: Group = client.create(&api_path(&["placement_groups"]), &body)?;
     let mut failed = None;
     if let Some(seconds) = wait.filter(|_| group.state != GroupState::Created) {
         let path = api_path(&["placement_groups", &group.group_id, "wait"]);

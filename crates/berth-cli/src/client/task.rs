@@ -75,7 +75,7 @@ pub fn run(args: &TaskArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 fn submit(args: &SubmitArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let body = body(args)?;
     let client = Endpoint::from_args(&args.head)?.client()?;
-    let task: Task = client.post(&api_path(&["tasks"]), Some(&body))?;
+    let task: Task = client.create(&api_path(&["tasks"]), &body)?;
     let text = match args.output.output {
         Output::Json => json_text(&task)?,
         Output::Table => render(&task),

@@ -748,6 +748,7 @@ pub mod fixtures {
 
     pub fn group() -> Group {
         Group {
+            idempotency_key: None,
             group_id: "pg-7".into(),
             name: Some("training".into()),
             namespace: "default".into(),

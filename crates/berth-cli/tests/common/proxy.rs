@@ -8,8 +8,9 @@
 //! and new ones are accepted, but no byte passes in either direction, so neither side notices
 //! anything but silence. [`Proxy::heal`] ends either: new connections are forwarded again, and
 //! stalled ones resume where they stopped (what was sent meanwhile arrives late, as TCP does
-//! after a partition heals); cut ones are gone for good. Dropping the proxy cuts everything
-//! and ends its threads.
+//! after a partition heals); cut ones are gone for good. [`Proxy::lose_answers`] cuts the
+//! next connections at the first byte of their answer: the request reached the head, its
+//! answer never reaches the client. Dropping the proxy cuts everything and ends its threads.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -37,6 +38,8 @@ struct Shared {
     forwarded: AtomicUsize,
     /// Connections refused so far (during a cut).
     refused: AtomicUsize,
+    /// Answers still to lose (see [`Proxy::lose_answers`]).
+    to_lose: AtomicUsize,
 }
 
 impl Shared {
@@ -74,6 +77,7 @@ impl Proxy {
             open: Mutex::new(Vec::new()),
             forwarded: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
+            to_lose: AtomicUsize::new(0),
         });
         let accepting = shared.clone();
         let acceptor = thread::Builder::new()
@@ -108,6 +112,12 @@ impl Proxy {
     pub fn heal(&self) {
         self.shared.cut.store(false, Ordering::SeqCst);
         self.shared.stalled.store(false, Ordering::SeqCst);
+    }
+
+    /// Loses the next `n` answers: a connection whose answer starts is cut instead, before a
+    /// byte of it passes (as a head killed, or a network lost, right after it acted).
+    pub fn lose_answers(&self, n: usize) {
+        self.shared.to_lose.store(n, Ordering::SeqCst);
     }
 
     /// True while cut.
@@ -182,21 +192,32 @@ fn forward(client: TcpStream, server: TcpStream, shared: &Arc<Shared>) -> io::Re
     shared.forwarded.fetch_add(1, Ordering::SeqCst);
     let (client_in, server_in) = (client.try_clone()?, server.try_clone()?);
     let (up, down) = (shared.clone(), shared.clone());
-    thread::Builder::new().name("proxy-up".into()).spawn(move || pipe(client_in, server, &up))?;
+    thread::Builder::new()
+        .name("proxy-up".into())
+        .spawn(move || pipe(client_in, server, &up, false))?;
     thread::Builder::new()
         .name("proxy-down".into())
-        .spawn(move || pipe(server_in, client, &down))?;
+        .spawn(move || pipe(server_in, client, &down, true))?;
     Ok(())
 }
 
 /// Copies `from` to `to` until either ends, then shuts both down (a connection is forwarded
 /// whole or not at all: no half-open leftovers). While the proxy is stalled, what was read is
 /// held back (and nothing more is read, so the sender's buffers fill up).
-fn pipe(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
+fn pipe(mut from: TcpStream, mut to: TcpStream, shared: &Shared, answers: bool) {
     let mut buffer = [0u8; 16 * 1024];
     loop {
         match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
+            Ok(_)
+                if answers
+                    && shared
+                        .to_lose
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok() =>
+            {
+                break;
+            }
             Ok(n) => {
                 while shared.stalled.load(Ordering::SeqCst)
                     && !shared.cut.load(Ordering::SeqCst)

@@ -135,6 +135,7 @@ fn task(seq: u64, state: TaskState) -> Task {
 
 fn group(seq: u64, state: GroupState) -> Group {
     Group {
+        idempotency_key: None,
         group_id: format!("pg-{seq}"),
         name: None,
         namespace: "default".into(),

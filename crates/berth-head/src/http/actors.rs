@@ -9,7 +9,7 @@ use berth_api::rest::{
     EndpointRegister, List, ListQuery,
 };
 
-use super::extract::{created, Failure, JsonBody, PathId, Query};
+use super::extract::{created, Failure, IdempotencyKey, JsonBody, PathId, Query};
 use super::groups::wait_timeout;
 use super::Api;
 use crate::error::HeadError;
@@ -17,6 +17,7 @@ use crate::error::HeadError;
 /// Create an actor: checked, placed now or queued, durable, then answered.
 #[utoipa::path(
     post, path = "/api/v1/actors", tag = "actors", operation_id = "create_actor",
+    params(("Idempotency-Key" = Option<String>, Header, description = "A key for this creation: a second request with the same key answers with the first one's object and creates nothing (see `idempotency_key`)")),
     request_body(content = ActorCreate, description = "What to run and where it may go"),
     responses(
         (status = 201, description = "The actor (ALIVE soon, or PENDING with a diagnosis)", body = Actor),
@@ -28,8 +29,10 @@ use crate::error::HeadError;
 )]
 pub(crate) async fn create_actor(
     State(api): State<Api>,
-    JsonBody(body): JsonBody<ActorCreate>,
+    key: IdempotencyKey,
+    JsonBody(mut body): JsonBody<ActorCreate>,
 ) -> Result<Response, Failure> {
+    key.into_body(&mut body.idempotency_key)?;
     let actor = api.handle.create_actor(body).await?;
     Ok(created(format!("/api/v1/actors/{}", actor.actor_id), &actor))
 }
@@ -48,8 +51,10 @@ pub(crate) async fn create_actor(
 )]
 pub(crate) async fn create_actors(
     State(api): State<Api>,
+    key: IdempotencyKey,
     JsonBody(body): JsonBody<Batch<Box<serde_json::value::RawValue>>>,
 ) -> Result<Response, Failure> {
+    key.refuse_for_batch()?;
     let items = super::batch::items::<ActorCreate>(body)?;
     let handle = api.handle.clone();
     let answer =

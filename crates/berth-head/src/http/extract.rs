@@ -279,6 +279,61 @@ pub(crate) fn json_answer<T: serde::Serialize>(
     }
 }
 
+/// The `Idempotency-Key` header of a creation, if given (see `ActorCreate::idempotency_key`).
+pub(crate) struct IdempotencyKey(pub(crate) Option<String>);
+
+/// The header's name.
+pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = Failure;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Failure> {
+        match parts.headers.get(IDEMPOTENCY_KEY) {
+            None => Ok(IdempotencyKey(None)),
+            Some(value) => match value.to_str() {
+                Ok(text) => Ok(IdempotencyKey(Some(text.to_string()))),
+                Err(_) => Err(Failure::invalid(
+                    Some("Idempotency-Key".into()),
+                    "the header is not visible ASCII",
+                )),
+            },
+        }
+    }
+}
+
+impl IdempotencyKey {
+    /// Puts the header's key into the body's `idempotency_key`; both given must agree.
+    pub(crate) fn into_body(self, field: &mut Option<Box<str>>) -> Result<(), Failure> {
+        let Some(header) = self.0 else { return Ok(()) };
+        match field {
+            Some(body) if **body != *header => Err(Failure::invalid(
+                Some("idempotency_key".into()),
+                format!(
+                    "{body:?} differs from the Idempotency-Key header {header:?}; give one, or \
+                     the same in both"
+                ),
+            )),
+            _ => {
+                *field = Some(header.into());
+                Ok(())
+            }
+        }
+    }
+
+    /// A batch takes keys per item only.
+    pub(crate) fn refuse_for_batch(self) -> Result<(), Failure> {
+        match self.0 {
+            None => Ok(()),
+            Some(_) => Err(Failure::invalid(
+                Some("Idempotency-Key".into()),
+                "a batch takes no Idempotency-Key header: give each item its own \
+                 idempotency_key",
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use berth_api::rest::{ApiError, Group, GroupCreate, List, ListQuery, WaitQuery};
 
-use super::extract::{created, Failure, JsonBody, PathId, Query};
+use super::extract::{created, Failure, IdempotencyKey, JsonBody, PathId, Query};
 use super::Api;
 use crate::error::HeadError;
 use crate::handle::MAX_WAIT;
@@ -18,6 +18,7 @@ pub(crate) const DEFAULT_WAIT_S: f64 = 30.0;
 /// Create a placement group: all bundles reserved at once, or it waits.
 #[utoipa::path(
     post, path = "/api/v1/placement_groups", tag = "placement_groups", operation_id = "create_group",
+    params(("Idempotency-Key" = Option<String>, Header, description = "A key for this creation: a second request with the same key answers with the first one's object and creates nothing (see `idempotency_key`)")),
     request_body(content = GroupCreate, description = "The bundles and how to place them"),
     responses(
         (status = 201, description = "The group (CREATED, or PENDING with a diagnosis)", body = Group),
@@ -29,8 +30,10 @@ pub(crate) const DEFAULT_WAIT_S: f64 = 30.0;
 )]
 pub(crate) async fn create_group(
     State(api): State<Api>,
-    JsonBody(body): JsonBody<GroupCreate>,
+    key: IdempotencyKey,
+    JsonBody(mut body): JsonBody<GroupCreate>,
 ) -> Result<Response, Failure> {
+    key.into_body(&mut body.idempotency_key)?;
     let group = api.handle.create_group(body).await?;
     Ok(created(format!("/api/v1/placement_groups/{}", group.group_id), &group))
 }

@@ -7,7 +7,7 @@ use berth_api::rest::{
     ApiError, Batch, BatchAnswer, List, ListQuery, Task, TaskSubmit, TasksEnded, TasksWait,
 };
 
-use super::extract::{created, Failure, JsonBody, PathId, Query};
+use super::extract::{created, Failure, IdempotencyKey, JsonBody, PathId, Query};
 use super::groups::wait_timeout;
 use super::Api;
 use crate::error::HeadError;
@@ -15,6 +15,7 @@ use crate::error::HeadError;
 /// Submit a task: checked, placed now or queued, durable, then answered.
 #[utoipa::path(
     post, path = "/api/v1/tasks", tag = "tasks", operation_id = "submit_task",
+    params(("Idempotency-Key" = Option<String>, Header, description = "A key for this creation: a second request with the same key answers with the first one's object and creates nothing (see `idempotency_key`)")),
     request_body(content = TaskSubmit, description = "What to run and where it may go"),
     responses(
         (status = 201, description = "The task (RUNNING soon, or PENDING with a diagnosis)", body = Task),
@@ -25,8 +26,10 @@ use crate::error::HeadError;
 )]
 pub(crate) async fn submit_task(
     State(api): State<Api>,
-    JsonBody(body): JsonBody<TaskSubmit>,
+    key: IdempotencyKey,
+    JsonBody(mut body): JsonBody<TaskSubmit>,
 ) -> Result<Response, Failure> {
+    key.into_body(&mut body.idempotency_key)?;
     let task = api.handle.submit_task(body).await?;
     Ok(created(format!("/api/v1/tasks/{}", task.task_id), &task))
 }
@@ -45,8 +48,10 @@ pub(crate) async fn submit_task(
 )]
 pub(crate) async fn submit_tasks(
     State(api): State<Api>,
+    key: IdempotencyKey,
     JsonBody(body): JsonBody<Batch<Box<serde_json::value::RawValue>>>,
 ) -> Result<Response, Failure> {
+    key.refuse_for_batch()?;
     let items = super::batch::items::<TaskSubmit>(body)?;
     let handle = api.handle.clone();
     let answer =

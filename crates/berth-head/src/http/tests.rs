@@ -85,6 +85,7 @@ fn task(seq: u64) -> Task {
 
 fn group(seq: u64, state: GroupState) -> Group {
     Group {
+        idempotency_key: None,
         group_id: format!("pg-{seq}"),
         name: None,
         namespace: "default".into(),

@@ -53,10 +53,15 @@ impl Owner {
         body: GroupCreate,
         parsed: &ParsedRequest,
     ) -> Result<Group, HeadError> {
+        if let Some(first) = self.created_with(Kind::Group, body.idempotency_key.as_deref()) {
+            return Ok(self.groups[&first].api.clone());
+        }
         let spec = build_group(self, parsed)?;
         let first = spec.alternatives.first();
         let bundles = first.map(|a| a.bundles.clone()).unwrap_or_default();
+        self.remember_key(Kind::Group, body.idempotency_key.as_deref(), seq);
         let mut api = Group {
+            idempotency_key: body.idempotency_key.as_deref().map(str::to_string),
             group_id: Kind::Group.id(seq),
             name: body.name.clone(),
             namespace: spec.namespace.clone(),

@@ -100,6 +100,7 @@ impl Owner {
         }
         self.note_restored_finished();
         self.show_retention();
+        self.restore_idempotency_keys();
         // IDs continue after the highest ever given, including those forgotten since.
         let ledger = self.finished.ledger;
         let max = |kind: Kind, table: Table| {
@@ -118,6 +119,25 @@ impl Owner {
         sequences.groups.store(max(Kind::Group, Table::Groups), Ordering::Relaxed);
         // Restoring writes nothing new except what changed (work whose node is gone).
         out
+    }
+
+    /// The creations' idempotency keys, from the objects kept.
+    fn restore_idempotency_keys(&mut self) {
+        let actors: Vec<(u64, Option<Box<str>>)> =
+            self.actors.iter().map(|(s, e)| (*s, e.api.spec.idempotency_key.clone())).collect();
+        let tasks: Vec<(u64, Option<Box<str>>)> =
+            self.tasks.iter().map(|(s, e)| (*s, e.api.spec.idempotency_key.clone())).collect();
+        let groups: Vec<(u64, Option<String>)> =
+            self.groups.iter().map(|(s, e)| (*s, e.api.idempotency_key.clone())).collect();
+        for (seq, key) in actors {
+            self.remember_key(Kind::Actor, key.as_deref(), seq);
+        }
+        for (seq, key) in tasks {
+            self.remember_key(Kind::Task, key.as_deref(), seq);
+        }
+        for (seq, key) in groups {
+            self.remember_key(Kind::Group, key.as_deref(), seq);
+        }
     }
 
     fn restore_nodes(&mut self, snapshot: &Snapshot, out: &mut Restored) {

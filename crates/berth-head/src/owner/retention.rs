@@ -203,9 +203,11 @@ impl Owner {
 
     /// Removes one finished object from memory, the view and (in this cycle's batch) the store.
     fn forget(&mut self, kind: Kind, seq: u64) {
+        let key: Option<Box<str>>;
         let present = match kind {
             Kind::Actor => {
                 let entry = self.actors.remove(&seq);
+                key = entry.as_ref().and_then(|e| e.api.spec.idempotency_key.clone());
                 if let Some(api) = entry.as_ref().map(|e| &e.api) {
                     // The name may already belong to a newer actor.
                     if let Some(name) = &api.name {
@@ -224,6 +226,7 @@ impl Owner {
             }
             Kind::Task => {
                 let entry = self.tasks.remove(&seq);
+                key = entry.as_ref().and_then(|e| e.api.spec.idempotency_key.clone());
                 if let Some(last) = self.view.tasks.remove(&seq) {
                     self.view.changes.push(ChangeType::Deleted, Object::Task(last));
                 }
@@ -233,6 +236,7 @@ impl Owner {
             }
             Kind::Group => {
                 let entry = self.groups.remove(&seq);
+                key = entry.as_ref().and_then(|e| e.api.idempotency_key.as_deref().map(Box::from));
                 if let Some(last) = self.view.groups.remove(&seq) {
                     self.view.changes.push(ChangeType::Deleted, Object::Group(last));
                 }
@@ -242,6 +246,11 @@ impl Owner {
             }
         };
         self.view.waiting.remove(&(kind, seq));
+        if let Some(key) = key {
+            if self.idempotency.get(&(kind, key.clone())) == Some(&seq) {
+                self.idempotency.remove(&(kind, key));
+            }
+        }
         if present {
             let key = crate::records::store_key(kind, seq);
             if kind != Kind::Group {

@@ -363,6 +363,10 @@ impl Owner {
         body: ActorCreate,
         parsed: &ParsedRequest,
     ) -> Result<Actor, HeadError> {
+        // A retried creation: the first one's object, as it is now.
+        if let Some(first) = self.created_with(Kind::Actor, body.idempotency_key.as_deref()) {
+            return Ok((*self.actors[&first].api).clone());
+        }
         let namespace = body.namespace.as_deref().unwrap_or("default").to_string();
         if let Some(name) = &body.name {
             // The index may name an actor that died since: its name is free again.
@@ -404,6 +408,7 @@ impl Owner {
         if let Some(name) = &api.name {
             self.names.insert((api.namespace.clone(), name.clone()), seq);
         }
+        self.remember_key(Kind::Actor, api.spec.idempotency_key.as_deref(), seq);
         self.actors.insert(seq, Box::new(Work::new(api)));
         self.submit(WorkKey::Actor(seq), request);
         Ok((*self.actors[&seq].api).clone())
@@ -415,6 +420,9 @@ impl Owner {
         body: TaskSubmit,
         parsed: &ParsedRequest,
     ) -> Result<Task, HeadError> {
+        if let Some(first) = self.created_with(Kind::Task, body.idempotency_key.as_deref()) {
+            return Ok((*self.tasks[&first].api).clone());
+        }
         let request = build(self, parsed)?;
         let mut api = Task {
             work_key: None,
@@ -433,6 +441,7 @@ impl Owner {
             spec: Arc::new(body),
         };
         push_event(&mut api.history, EventKind::Created, None, String::new());
+        self.remember_key(Kind::Task, api.spec.idempotency_key.as_deref(), seq);
         self.tasks.insert(seq, Box::new(Work::new(api)));
         self.submit(WorkKey::Task(seq), request);
         Ok((*self.tasks[&seq].api).clone())
