@@ -13,6 +13,8 @@ import os
 import socket
 import ssl
 import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 from urllib.parse import quote, urlencode
@@ -27,6 +29,9 @@ from .exceptions import (
 DEFAULT_PORT = 8780
 # Long polls ask the head for at most this long, and the socket waits a little longer.
 MAX_POLL_S = 30.0
+# A creation cut off before its answer is sent again, with the same idempotency key, up to this
+# many times in all (waits of 0.2, 0.4, 0.8, 1.6 and 2 s: about 5 s).
+CREATE_ATTEMPTS = 6
 
 
 def data_dir() -> Path:
@@ -165,10 +170,10 @@ class Client:
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 self._drop()
                 if attempt == 1:
-                    raise HeadUnreachableError(f"the head at {self.url} closed the connection: {e}") from None
+                    raise _cut_off(f"the head at {self.url} closed the connection: {e}") from None
             except socket.timeout:
                 self._drop()
-                raise HeadUnreachableError(
+                raise _cut_off(
                     f"the head at {self.url} did not answer {method} {path} within {wait:.0f} s"
                 ) from None
             except ssl.SSLError as e:
@@ -197,9 +202,49 @@ class Client:
         """POST ``path`` with a JSON body; the JSON answer."""
         return self.request("POST", path, body=body)[1]
 
+    def create(self, path: str, body: Dict[str, Any]) -> Any:
+        """POST a creation (an actor, a task, a placement group, or a batch of them) with an
+        idempotency key (one per item of a batch), and send it again with the same key when it
+        was cut off before its answer (the connection lost, no answer in time, or 503 while the
+        head's store or lease moved): the head makes each object once, whatever reached it."""
+        body = dict(body)
+        if isinstance(body.get("items"), list):
+            body["items"] = [_keyed(item) for item in body["items"]]
+        else:
+            body = _keyed(body)
+        delay = 0.2
+        for attempt in range(1, CREATE_ATTEMPTS + 1):
+            try:
+                return self.post(path, body)
+            except HeadUnreachableError as e:
+                # Never reached a head (nothing listens): say so at once.
+                if attempt == CREATE_ATTEMPTS or not (getattr(e, "maybe_sent", False) or attempt > 1):
+                    raise
+            except RequestError as e:
+                if attempt == CREATE_ATTEMPTS or e.status != 503:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
     def delete(self, path: str, body: Any = None) -> Any:
         """DELETE ``path``; the JSON answer."""
         return self.request("DELETE", path, body=body)[1]
+
+
+def _cut_off(message: str) -> HeadUnreachableError:
+    """A request that may have reached the head but whose answer never came."""
+    error = HeadUnreachableError(message)
+    error.maybe_sent = True
+    return error
+
+
+def _keyed(body: Any) -> Any:
+    """``body`` with an ``idempotency_key`` (a fresh one unless it has one)."""
+    if isinstance(body, dict) and not body.get("idempotency_key"):
+        body = dict(body)
+        body["idempotency_key"] = f"berth-py-{uuid.uuid4().hex}"
+    return body
 
 
 def _error(status: int, answer: Any, method: str, path: str) -> RequestError:

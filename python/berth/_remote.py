@@ -168,7 +168,7 @@ class ActorClass:
         body.setdefault("namespace", runtime.namespace)
         runtime.owner.add(call)
         try:
-            actor = runtime.client.post("/api/v1/actors", body)
+            actor = runtime.client.create("/api/v1/actors", body)
         except BaseException:
             runtime.owner.forget(call)
             raise

@@ -218,7 +218,7 @@ class TaskBatcher:
         for call, _ in batch:
             self._owner.add(call)
         try:
-            answer = self._client.post("/api/v1/tasks:batch", {"items": [body for _, body in batch]})
+            answer = self._client.create("/api/v1/tasks:batch", {"items": [body for _, body in batch]})
             items = answer["items"]
             if len(items) != len(batch):
                 raise BerthError(f"the head answered {len(items)} items for a batch of {len(batch)}")

@@ -84,7 +84,7 @@ def placement_group(bundles: List[Dict[str, float]], strategy: str = "PACK", nam
                                fallback_strategy=fallback_strategy, lifetime=lifetime)
     runtime = _runtime.current()
     body.setdefault("namespace", runtime.namespace)
-    record = runtime.client.post("/api/v1/placement_groups", body)
+    record = runtime.client.create("/api/v1/placement_groups", body)
     return PlacementGroup(record["group_id"], [dict(b) for b in bundles], record)
 
 

@@ -62,7 +62,7 @@ public final class ActorCreator<A> extends WorkOptions<ActorCreator<A>> {
       body.put("max_restarts", maxRestarts);
     }
     session.owner.add(call);
-    var actor = session.client.call("POST", "/api/v1/actors", body);
+    var actor = session.client.create("/api/v1/actors", body);
     String id = actor.get("actor_id").asText();
     String key = actor.get("work_key").asText();
     var connection = new ActorConnection(session, id, key);

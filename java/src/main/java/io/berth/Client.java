@@ -10,6 +10,8 @@ import java.net.http.HttpResponse;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.Map;
+import java.util.UUID;
 
 /** The head's REST API; finds the head and token as the CLI does. */
 final class Client {
@@ -96,6 +98,59 @@ final class Client {
     return call(method, path, body, Duration.ofSeconds(60), false);
   }
 
+  /** A creation is sent at most this many times (waits of 0.2, 0.4, 0.8, 1.6 and 2 s). */
+  static final int CREATE_ATTEMPTS = 6;
+
+  /**
+   * POSTs a creation (an actor, a task, a placement group) with an idempotency key, and sends
+   * it again with the same key when it was cut off before its answer (the connection lost, no
+   * answer in time, or 503 while the head's store or lease moved): the head makes the object
+   * once, whatever reached it.
+   */
+  JsonNode create(String path, Map<String, Object> body) {
+    body.putIfAbsent("idempotency_key", "berth-java-" + UUID.randomUUID());
+    long delay = 200;
+    for (int attempt = 1; ; attempt++) {
+      try {
+        return call("POST", path, body);
+      } catch (MaybeSent e) {
+        if (attempt >= CREATE_ATTEMPTS) {
+          throw e;
+        }
+      } catch (Unreachable e) {
+        // Nothing listened at first: said at once. Later, the head may be restarting.
+        if (attempt == 1 || attempt >= CREATE_ATTEMPTS) {
+          throw e;
+        }
+      }
+      try {
+        Thread.sleep(delay);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new BerthException(null, "interrupted", e);
+      }
+      delay = Math.min(delay * 2, 2000);
+    }
+  }
+
+  /** A request that may have reached the head, whose answer never came (or was 503). */
+  static final class MaybeSent extends BerthException {
+    private static final long serialVersionUID = 1L;
+
+    MaybeSent(String field, String message, Throwable cause) {
+      super(field, message, cause);
+    }
+  }
+
+  /** Nothing listened at the head's address. */
+  static final class Unreachable extends BerthException {
+    private static final long serialVersionUID = 1L;
+
+    Unreachable(String message, Throwable cause) {
+      super(null, message, cause);
+    }
+  }
+
   /** Sends one request; a 408 answers null when {@code allowTimeout}. */
   JsonNode call(String method, String path, Object body, Duration timeout, boolean allowTimeout) {
     var request = HttpRequest.newBuilder(URI.create(url + path)).timeout(timeout).header("Accept", "application/json");
@@ -112,10 +167,10 @@ final class Client {
     try {
       response = http.send(request.build(), HttpResponse.BodyHandlers.ofByteArray());
     } catch (ConnectException e) {
-      throw new BerthException(null, "cannot reach the Berth head at " + url + ": " + e.getMessage()
+      throw new Unreachable("cannot reach the Berth head at " + url + ": " + e.getMessage()
           + "; is it running (berth up)?", e);
     } catch (IOException e) {
-      throw new BerthException(null, "the head at " + url + " did not answer " + method + " " + path + ": " + e, e);
+      throw new MaybeSent(null, "the head at " + url + " did not answer " + method + " " + path + ": " + e, e);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       throw new BerthException(null, "interrupted", e);
@@ -137,6 +192,9 @@ final class Client {
     String field = answer != null && answer.hasNonNull("field") ? answer.get("field").asText() : null;
     if (status == 401) {
       message += " (Berth.init(address, token) or $BERTH_TOKEN)";
+    }
+    if (status == 503) {
+      throw new MaybeSent(field, message, null);
     }
     throw new BerthException(field, message, null);
   }

@@ -149,7 +149,7 @@ public final class PlacementGroup {
       if (name != null) {
         body.put("name", name);
       }
-      var group = session.client.call("POST", "/api/v1/placement_groups", body);
+      var group = session.client.create("/api/v1/placement_groups", body);
       return new PlacementGroup(session, group.get("group_id").asText(), bundles.size());
     }
   }

@@ -49,7 +49,7 @@ public final class TaskCaller<R> extends WorkOptions<TaskCaller<R>> {
       body.put("max_retries", maxRetries);
     }
     session.owner.add(call);
-    var task = session.client.call("POST", "/api/v1/tasks", body);
+    var task = session.client.create("/api/v1/tasks", body);
     session.owner.bind(call, task.get("task_id").asText(), task.get("work_key").asText());
     session.watch(call);
     return (ObjectRef<R>) ref;
