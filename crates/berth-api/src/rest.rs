@@ -22,11 +22,13 @@ use thin_vec::ThinVec;
 mod autoscaler;
 mod raw_json;
 mod resource_table;
+mod thin_str;
 pub use autoscaler::{
     AutoscaledNode, AutoscalerDecision, AutoscalerPlan, AutoscalerStatus, NodeTypeStatus, PlanItem,
 };
 pub use raw_json::RawJson;
 pub use resource_table::ResourceTable;
+pub use thin_str::ThinStr;
 use utoipa::{IntoParams, ToSchema};
 
 /// Where the API lives.
@@ -440,7 +442,7 @@ pub struct ActorCreate {
     /// its answer. 1 to 255 visible ASCII characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
-    pub idempotency_key: Option<Box<str>>,
+    pub idempotency_key: Option<ThinStr>,
     /// A name, unique among the namespace's live actors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -469,7 +471,7 @@ pub struct ActorCreate {
     pub fork_server: bool,
     /// How many times it is restarted after its process or node dies; -1 for always.
     #[serde(default)]
-    pub max_restarts: i64,
+    pub max_restarts: i32,
     /// What to reserve: resource name to amount, `{"CPU": 1, "GPU": 0.5}`.
     #[schema(value_type = Object)]
     pub resources: RawJson,
@@ -629,7 +631,7 @@ pub struct TaskSubmit {
     /// its answer. 1 to 255 visible ASCII characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
-    pub idempotency_key: Option<Box<str>>,
+    pub idempotency_key: Option<ThinStr>,
     /// A name for people; need not be unique.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -788,7 +790,7 @@ pub struct GroupCreate {
     /// its answer. 1 to 255 visible ASCII characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
-    pub idempotency_key: Option<Box<str>>,
+    pub idempotency_key: Option<ThinStr>,
     /// A name for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,

@@ -10,6 +10,7 @@ mod api;
 mod api_report;
 mod conn;
 mod cpu;
+mod failover;
 mod retention;
 
 use std::io::Write;
@@ -35,6 +36,11 @@ pub enum Suite {
     /// A head's memory and restart time after many finished tasks, with and without
     /// forgetting them (`--tasks`, default 1,000,000; 20,000 with --quick).
     Retention,
+    /// A standby head taking over from an active head killed with SIGKILL, on `--store`
+    /// (Redis or etcd), with `--actors` actors (default 5,000) in it: the seconds until the
+    /// standby serves, until every node registered again, and until the first creation is
+    /// acknowledged, per round (`--runs`, default 3).
+    Failover,
 }
 
 /// The flags of `berth bench`.
@@ -44,9 +50,20 @@ pub struct BenchArgs {
     #[arg(value_enum, default_value_t = Suite::Decisions)]
     pub suite: Suite,
 
-    /// api: actors created in the throughput phase (default 20000; 2000 with --quick).
+    /// api: actors created in the throughput phase (default 20000; 2000 with --quick);
+    /// failover: actors in the store (default 5000; 500 with --quick).
     #[arg(long, value_name = "N")]
     pub actors: Option<usize>,
+
+    /// failover: the store both heads share (`redis://HOST:PORT/DB?prefix=NAME` with the
+    /// persistence the head requires, or `etcd://HOST:PORT,…?prefix=NAME`). Use a prefix of its
+    /// own: the bench writes there.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+
+    /// failover: the heads' `--lease-ttl`, seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    pub lease_ttl: f64,
 
     /// api: placement groups created (default 5000; 500 with --quick).
     #[arg(long, value_name = "N")]
@@ -151,6 +168,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     match args.suite {
         Suite::Api => return run_api(args, out),
         Suite::Retention => return run_retention(args, out),
+        Suite::Failover => return run_failover(args, out),
         Suite::Decisions => {}
     }
     let options = options(args)?;
@@ -264,6 +282,64 @@ fn table(results: &[BenchResult]) -> String {
 }
 
 /// `berth bench retention`.
+fn run_failover(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let Some(store) = args.store.clone() else {
+        bail!(
+            "bench failover needs --store: a Redis (appendonly yes, appendfsync always) or etcd \
+             URL both heads can share, with a prefix of its own"
+        );
+    };
+    if !(args.lease_ttl.is_finite() && (0.5..=3600.0).contains(&args.lease_ttl)) {
+        bail!("--lease-ttl: {} is not between 0.5 and 3600 seconds", args.lease_ttl);
+    }
+    let settings = failover::FailoverBench {
+        store,
+        actors: args.actors.unwrap_or(if args.quick { 500 } else { 5_000 }),
+        nodes: args.nodes.as_ref().and_then(|n| n.first().copied()).unwrap_or(20),
+        rounds: args.runs.unwrap_or(if args.quick { 1 } else { 3 }),
+        lease_ttl: args.lease_ttl,
+    };
+    let rounds = failover::run(&settings, &mut |step| eprintln!("{step}…"))?;
+    if args.output == BenchOutput::Json {
+        for round in &rounds {
+            writeln!(out, "{}", serde_json::to_string(round)?)?;
+        }
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "A standby taking over from a head killed with SIGKILL: {} actors on {} nodes, \
+         --lease-ttl {} s; seconds from the kill.",
+        settings.actors, settings.nodes, settings.lease_ttl
+    )?;
+    let mut table = Table::new();
+    table.load_style(presets::ASCII_MARKDOWN).set_header(vec![
+        "round",
+        "standby serves",
+        "agents registered",
+        "first creation acknowledged",
+    ]);
+    let row = |name: String, serving: f64, agents: f64, first: f64| {
+        vec![
+            Cell::new(name),
+            Cell::new(format!("{serving:.2}")).set_alignment(CellAlignment::Right),
+            Cell::new(format!("{agents:.2}")).set_alignment(CellAlignment::Right),
+            Cell::new(format!("{first:.2}")).set_alignment(CellAlignment::Right),
+        ]
+    };
+    for r in &rounds {
+        table.add_row(row(r.round.to_string(), r.serving_s, r.agents_s, r.first_creation_s));
+    }
+    table.add_row(row(
+        "median".into(),
+        failover::median(rounds.iter().map(|r| r.serving_s).collect()),
+        failover::median(rounds.iter().map(|r| r.agents_s).collect()),
+        failover::median(rounds.iter().map(|r| r.first_creation_s).collect()),
+    ));
+    writeln!(out, "{table}")?;
+    Ok(())
+}
+
 fn run_retention(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let tasks = args.tasks.unwrap_or(if args.quick { 20_000 } else { 1_000_000 });
     if let Some(case) = &args.case {

@@ -37,7 +37,7 @@ async fn client(head: &RunningHead) -> Client {
     AgentServiceClient::with_interceptor(channel, intercept)
 }
 
-fn actor(max_restarts: i64) -> ActorCreate {
+fn actor(max_restarts: i32) -> ActorCreate {
     ActorCreate {
         command: "sleep".into(),
         args: vec!["1000".into()].into(),

@@ -292,19 +292,20 @@ impl EtcdStore {
             .collect();
         let mut ops = ops;
         ops.push(json!({"request_put": {"key": b64(&self.key("mark")), "value": ""}}));
+        let sent = self.watermark.get();
         let mut compare = vec![self.owner_is(epoch)];
-        compare.extend(self.not_behind());
+        compare.extend(self.not_behind(sent.as_ref()));
         let body = json!({"compare": compare, "success": ops});
         match self.txn(operation, body).await? {
             (true, answer) => {
                 let revision = u64::try_from(int(&answer["header"]["revision"])).unwrap_or(0);
-                let id = self.watermark.get().map(|known| known.id).unwrap_or_default();
+                let id = sent.as_ref().map(|known| known.id.clone()).unwrap_or_default();
                 // The compares held, so only the ID may be unknown (a commit without an
                 // acquisition): then the count alone is taken in.
-                let _ = self.watermark.observe(&Generation { id, commits: revision });
+                let _ = self.watermark.observe(None, &Generation { id, commits: revision });
                 Ok(())
             }
-            (false, _) => Err(self.refused(operation, epoch).await),
+            (false, _) => Err(self.refused(operation, epoch, sent.as_ref()).await),
         }
     }
 
@@ -316,8 +317,8 @@ impl EtcdStore {
 
     /// The comparisons "the store is not behind what was seen": the same `id`, and `mark`
     /// written at the last revision seen or later.
-    fn not_behind(&self) -> Vec<Value> {
-        let Some(known) = self.watermark.get() else { return Vec::new() };
+    fn not_behind(&self, sent: Option<&Generation>) -> Vec<Value> {
+        let Some(known) = sent else { return Vec::new() };
         let mut compares = Vec::new();
         if !known.id.is_empty() {
             compares.push(json!({"key": b64(&self.key("id")), "target": "VALUE",
@@ -340,23 +341,37 @@ impl EtcdStore {
         })
     }
 
-    /// `Behind` if `found` is behind what was seen.
-    fn check_behind(&self, operation: Operation, found: Generation) -> Result<(), StoreError> {
-        self.watermark.check(&found).map_err(|known| StoreError::Behind {
-            location: self.location.clone(),
-            operation,
-            known,
-            found,
-        })
+    /// `Behind` if `found`, read after `sent` was known, is behind it.
+    fn check_behind(
+        &self,
+        operation: Operation,
+        sent: Option<&Generation>,
+        found: Generation,
+    ) -> Result<(), StoreError> {
+        match sent {
+            Some(known) if known.is_ahead_of(&found) => Err(StoreError::Behind {
+                location: self.location.clone(),
+                operation,
+                known: known.clone(),
+                found,
+            }),
+            _ => Ok(()),
+        }
     }
 
-    /// Why a guarded transaction was refused: the store is behind, or `ours` is fenced.
-    async fn refused(&self, operation: Operation, ours: Epoch) -> StoreError {
+    /// Why a guarded transaction sent knowing `sent` was refused: the store is behind, or
+    /// `ours` is fenced.
+    async fn refused(
+        &self,
+        operation: Operation,
+        ours: Epoch,
+        sent: Option<&Generation>,
+    ) -> StoreError {
         let found = match self.read_generation(operation).await {
             Ok(found) => found,
             Err(err) => return err,
         };
-        if let Err(err) = self.check_behind(operation, found) {
+        if let Err(err) = self.check_behind(operation, sent, found) {
             return err;
         }
         match self.get(operation, self.key("owner")).await {
@@ -382,13 +397,14 @@ impl EtcdStore {
         let id = self.grant(operation, ttl).await?;
         let put = json!({"request_put": {"key": b64(&self.key("lease")),
                          "value": b64(holder.as_bytes()), "lease": id.to_string(), "prev_kv": true}});
+        let sent = self.watermark.get();
         let mut compare = vec![self.owner_is(epoch)];
-        compare.extend(self.not_behind());
+        compare.extend(self.not_behind(sent.as_ref()));
         let (held, answer) =
             self.txn(operation, json!({"compare": compare, "success": [put]})).await?;
         if !held {
             self.revoke(id).await;
-            return Err(self.refused(operation, epoch).await);
+            return Err(self.refused(operation, epoch, sent.as_ref()).await);
         }
         let previous = int(&answer["responses"][0]["response_put"]["prev_kv"]["lease"]);
         if previous != id {
@@ -460,6 +476,7 @@ impl Store for EtcdStore {
             reason,
         })?;
         for _ in 0..ACQUIRE_ATTEMPTS {
+            let sent = self.watermark.get();
             let lease = self.get(operation, self.key("lease")).await?;
             let id_kv = self.get(operation, self.key("id")).await?;
             let mark = self.get(operation, self.key("mark")).await?;
@@ -470,7 +487,7 @@ impl Store for EtcdStore {
                     .unwrap_or_default(),
                 commits: mark.as_ref().map_or(0, |kv| u64::try_from(kv.mod_revision).unwrap_or(0)),
             };
-            self.check_behind(operation, found.clone())?;
+            self.check_behind(operation, sent.as_ref(), found.clone())?;
             if let Some(kv) = &lease {
                 if kv.value != holder.as_bytes() {
                     let answer: Value = self
@@ -482,7 +499,7 @@ impl Store for EtcdStore {
                         .await?;
                     let remaining = u64::try_from(int(&answer["TTL"])).unwrap_or(0);
                     // A standby learns the store's history while it waits.
-                    let _ = self.watermark.observe(&found);
+                    let _ = self.watermark.observe(sent.as_ref(), &found);
                     return Err(StoreError::LeaseHeld {
                         location: self.location.clone(),
                         holder: String::from_utf8_lossy(&kv.value).into_owned(),
@@ -533,7 +550,7 @@ impl Store for EtcdStore {
                     if let Some(kv) = &lease {
                         self.revoke(kv.lease).await;
                     }
-                    let _ = self.watermark.observe(&generation);
+                    let _ = self.watermark.observe(sent.as_ref(), &generation);
                     return Ok(Lease::new(holder, epoch, ttl));
                 }
                 // Another writer came in between: look again.
@@ -565,7 +582,7 @@ impl Store for EtcdStore {
                 }
                 Ok(())
             }
-            (false, _) => Err(self.refused(operation, lease.epoch()).await),
+            (false, _) => Err(self.refused(operation, lease.epoch(), None).await),
         }
     }
 }

@@ -131,24 +131,35 @@ impl Watermark {
         *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = known;
     }
 
-    /// Takes in a store's answer: `Err(what was seen)` if the answer is behind it (another
-    /// store ID, or fewer commits), else it becomes the new watermark.
-    pub(crate) fn observe(&self, found: &Generation) -> Result<(), Generation> {
+    /// Takes in a store's answer to a request sent when `sent` was known: `Err(sent)` if the
+    /// answer is behind that, `Err(what was seen)` if it names another store than one seen;
+    /// else the watermark moves to the furthest of both. Answers to concurrent requests may
+    /// arrive in another order than the store executed them, so an answer is compared with
+    /// what was known when it was asked, never with what later answers taught.
+    pub(crate) fn observe(
+        &self,
+        sent: Option<&Generation>,
+        found: &Generation,
+    ) -> Result<(), Generation> {
+        if let Some(sent) = sent.filter(|sent| sent.is_ahead_of(found)) {
+            return Err(sent.clone());
+        }
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        match &*seen {
-            Some(known) if known.is_ahead_of(found) => Err(known.clone()),
-            _ => {
+        match &mut *seen {
+            Some(known) if !known.id.is_empty() && !found.id.is_empty() && known.id != found.id => {
+                Err(known.clone())
+            }
+            Some(known) => {
+                if known.id.is_empty() {
+                    known.id = found.id.clone();
+                }
+                known.commits = known.commits.max(found.commits);
+                Ok(())
+            }
+            None => {
                 *seen = Some(found.clone());
                 Ok(())
             }
-        }
-    }
-
-    /// `Err(what was seen)` if `found` is behind it; the watermark stays as it is.
-    pub(crate) fn check(&self, found: &Generation) -> Result<(), Generation> {
-        match self.get() {
-            Some(known) if known.is_ahead_of(found) => Err(known),
-            _ => Ok(()),
         }
     }
 }
@@ -248,6 +259,29 @@ mod tests {
         }
         let long = "x".repeat(MAX_HOLDER_BYTES + 1);
         assert!(check_lease_request(&long, Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn answers_are_judged_by_what_was_known_when_they_were_asked() {
+        let at = |commits| Generation { id: "s".into(), commits };
+        let watermark = Watermark::default();
+        assert_eq!(watermark.observe(None, &at(3)), Ok(()));
+        // A renewal sent knowing 3 and a commit sent knowing 3: the store ran the renewal
+        // first (3), then the commit (4), but the commit's answer came back first.
+        let sent = watermark.get();
+        assert_eq!(watermark.observe(sent.as_ref(), &at(4)), Ok(()));
+        assert_eq!(watermark.observe(sent.as_ref(), &at(3)), Ok(()), "not behind what was sent");
+        assert_eq!(watermark.get(), Some(at(4)), "the furthest is kept");
+        // Behind what was sent is behind.
+        let sent = watermark.get();
+        assert_eq!(watermark.observe(sent.as_ref(), &at(2)), Err(at(4)));
+        // Another store ID is behind whenever an ID was seen.
+        let other = Generation { id: "t".into(), commits: 9 };
+        assert_eq!(watermark.observe(None, &other), Err(at(4)));
+        // An empty ID seen takes the first one found.
+        watermark.set(Some(Generation { id: String::new(), commits: 1 }));
+        assert_eq!(watermark.observe(None, &at(2)), Ok(()));
+        assert_eq!(watermark.get(), Some(at(2)));
     }
 
     #[test]

@@ -392,11 +392,13 @@ impl Inner {
             }
             None => Generation { id: String::new(), commits: 0 },
         };
-        match self.watermark.check(&found) {
-            Err(known) => {
+        // Inside the write transaction, and the watermark only takes what the file held: no
+        // answer here can race another.
+        match self.watermark.get() {
+            Some(known) if known.is_ahead_of(&found) => {
                 Err(StoreError::Behind { location: self.location.clone(), operation, known, found })
             }
-            Ok(()) => Ok(found),
+            _ => Ok(found),
         }
     }
 
@@ -415,7 +417,7 @@ impl Inner {
     /// Moves the watermark to what a committed transaction wrote or read.
     fn seen(&self, generation: &Generation) {
         // Cannot be behind: the transaction checked it, and nothing else writes the file.
-        let _ = self.watermark.observe(generation);
+        let _ = self.watermark.observe(None, generation);
     }
 
     fn load(&self) -> Result<Snapshot, StoreError> {

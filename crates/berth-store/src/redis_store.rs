@@ -296,7 +296,7 @@ impl RedisStore {
     pub(crate) async fn commit_ref(&self, epoch: Epoch, batch: &Batch) -> Result<(), StoreError> {
         batch.validate()?;
         let operation = Operation::Commit;
-        let (known_id, known_commits) = self.known_args();
+        let (sent, known_id, known_commits) = self.known();
         let mut invocation = COMMIT.prepare_invoke();
         invocation.key(&self.keys.owner).key(&self.keys.id).key(&self.keys.commits);
         for key in &self.keys.tables {
@@ -316,13 +316,13 @@ impl RedisStore {
         let reply = self.invoke(operation, &invocation).await?;
         match reply.as_sequence() {
             Some([status, commits, id]) if int_of(status) == Some(1) => {
-                self.observe(operation, id, commits)
+                self.observe(operation, sent.as_ref(), id, commits)
             }
             Some([status, current]) if int_of(status) == Some(0) => {
                 Err(self.fenced(operation, epoch, current))
             }
             Some([status, id, commits]) if int_of(status) == Some(2) => {
-                Err(self.behind(operation, id, commits))
+                Err(self.behind(operation, sent.as_ref(), id, commits))
             }
             _ => Err(self.unexpected(operation, &reply)),
         }
@@ -358,21 +358,28 @@ impl RedisStore {
         }
     }
 
-    /// The ID and commit counter the caller knows, as script arguments (`''` and 0: nothing).
-    fn known_args(&self) -> (String, u64) {
-        match self.watermark.get() {
-            Some(known) => (known.id, known.commits),
-            None => (String::new(), 0),
-        }
+    /// What is known of the store now (sent with a request, and its answer compared with it),
+    /// and it as script arguments (`''` and 0: nothing).
+    fn known(&self) -> (Option<Generation>, String, u64) {
+        let sent = self.watermark.get();
+        let (id, commits) = sent.as_ref().map_or((String::new(), 0), |g| (g.id.clone(), g.commits));
+        (sent, id, commits)
     }
 
-    /// Takes in the store's generation from an answer: `Behind` if it is behind what was seen.
-    fn observe(&self, operation: Operation, id: &Value, commits: &Value) -> Result<(), StoreError> {
+    /// Takes in the store's generation from the answer to a request sent knowing `sent`:
+    /// `Behind` if it is behind.
+    fn observe(
+        &self,
+        operation: Operation,
+        sent: Option<&Generation>,
+        id: &Value,
+        commits: &Value,
+    ) -> Result<(), StoreError> {
         let (Some(id), Some(commits)) = (text_of(id), int_of(commits)) else {
             return Err(self.unexpected(operation, &Value::Nil));
         };
         let found = Generation { id, commits: u64::try_from(commits).unwrap_or(0) };
-        self.watermark.observe(&found).map_err(|known| StoreError::Behind {
+        self.watermark.observe(sent, &found).map_err(|known| StoreError::Behind {
             location: self.location.clone(),
             operation,
             known,
@@ -380,11 +387,17 @@ impl RedisStore {
         })
     }
 
-    /// The `Behind` error of a `{2, id, commits}` answer.
-    fn behind(&self, operation: Operation, id: &Value, commits: &Value) -> StoreError {
-        match self.observe(operation, id, commits) {
+    /// The `Behind` error of a `{2, id, commits}` answer (the script found the store behind
+    /// what was sent).
+    fn behind(
+        &self,
+        operation: Operation,
+        sent: Option<&Generation>,
+        id: &Value,
+        commits: &Value,
+    ) -> StoreError {
+        match self.observe(operation, sent, id, commits) {
             Err(err) => err,
-            // The script refused against what it was sent; the watermark moved since.
             Ok(()) => self.unexpected(operation, &Value::Nil),
         }
     }
@@ -465,7 +478,7 @@ impl Store for RedisStore {
         let operation = Operation::AcquireLease;
         check_lease_request(holder, ttl)
             .map_err(|reason| self.invalid_lease_request(operation, reason))?;
-        let (known_id, known_commits) = self.known_args();
+        let (sent, known_id, known_commits) = self.known();
         let token = crate::lease::random_u64();
         let mut invocation = ACQUIRE.prepare_invoke();
         invocation
@@ -486,7 +499,7 @@ impl Store for RedisStore {
                 let Some(number) = int_of(number).and_then(|n| u64::try_from(n).ok()) else {
                     return Err(self.unexpected(operation, &reply));
                 };
-                self.observe(operation, id, commits)?;
+                self.observe(operation, sent.as_ref(), id, commits)?;
                 Ok(Lease::new(holder, Epoch::with_token(number, token), ttl))
             }
             Some([status, other, remaining_ms, id, commits]) if int_of(status) == Some(3) => {
@@ -495,7 +508,7 @@ impl Store for RedisStore {
                     return Err(self.unexpected(operation, &reply));
                 };
                 // A standby learns the store's history while it waits.
-                self.observe(operation, id, commits)?;
+                self.observe(operation, sent.as_ref(), id, commits)?;
                 Err(StoreError::LeaseHeld {
                     location: self.location.clone(),
                     holder: other,
@@ -504,7 +517,7 @@ impl Store for RedisStore {
                 })
             }
             Some([status, id, commits]) if int_of(status) == Some(2) => {
-                Err(self.behind(operation, id, commits))
+                Err(self.behind(operation, sent.as_ref(), id, commits))
             }
             _ => Err(self.unexpected(operation, &reply)),
         }
@@ -514,7 +527,7 @@ impl Store for RedisStore {
         let operation = Operation::RenewLease;
         check_lease_request(lease.holder(), ttl)
             .map_err(|reason| self.invalid_lease_request(operation, reason))?;
-        let (known_id, known_commits) = self.known_args();
+        let (sent, known_id, known_commits) = self.known();
         let mut invocation = RENEW.prepare_invoke();
         invocation
             .key(&self.keys.lease)
@@ -529,14 +542,14 @@ impl Store for RedisStore {
         let reply = self.invoke(operation, &invocation).await?;
         match reply.as_sequence() {
             Some([status, id, commits]) if int_of(status) == Some(1) => {
-                self.observe(operation, id, commits)?;
+                self.observe(operation, sent.as_ref(), id, commits)?;
                 Ok(Lease::new(lease.holder(), lease.epoch(), ttl))
             }
             Some([status, current]) if int_of(status) == Some(0) => {
                 Err(self.fenced(operation, lease.epoch(), current))
             }
             Some([status, id, commits]) if int_of(status) == Some(2) => {
-                Err(self.behind(operation, id, commits))
+                Err(self.behind(operation, sent.as_ref(), id, commits))
             }
             _ => Err(self.unexpected(operation, &reply)),
         }

@@ -56,7 +56,7 @@ pub struct CreateArgs {
         allow_negative_numbers = true,
         value_parser = clap::value_parser!(i64).range(-1..)
     )]
-    pub max_restarts: Option<i64>,
+    pub max_restarts: Option<i32>,
 
     #[command(flatten)]
     pub head: HeadArgs,

@@ -522,7 +522,7 @@ pub fn actor_detail(actor: &Actor) -> String {
     out
 }
 
-fn max_restarts(max: i64) -> String {
+fn max_restarts(max: i32) -> String {
     if max < 0 {
         "unlimited".into()
     } else {

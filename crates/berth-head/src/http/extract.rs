@@ -304,10 +304,13 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
 
 impl IdempotencyKey {
     /// Puts the header's key into the body's `idempotency_key`; both given must agree.
-    pub(crate) fn into_body(self, field: &mut Option<Box<str>>) -> Result<(), Failure> {
+    pub(crate) fn into_body(
+        self,
+        field: &mut Option<berth_api::rest::ThinStr>,
+    ) -> Result<(), Failure> {
         let Some(header) = self.0 else { return Ok(()) };
         match field {
-            Some(body) if **body != *header => Err(Failure::invalid(
+            Some(body) if body.as_str() != header => Err(Failure::invalid(
                 Some("idempotency_key".into()),
                 format!(
                     "{body:?} differs from the Idempotency-Key header {header:?}; give one, or \
@@ -315,7 +318,7 @@ impl IdempotencyKey {
                 ),
             )),
             _ => {
-                *field = Some(header.into());
+                *field = Some(header.as_str().into());
                 Ok(())
             }
         }

@@ -123,9 +123,9 @@ impl Owner {
 
     /// The creations' idempotency keys, from the objects kept.
     fn restore_idempotency_keys(&mut self) {
-        let actors: Vec<(u64, Option<Box<str>>)> =
+        let actors: Vec<(u64, Option<berth_api::rest::ThinStr>)> =
             self.actors.iter().map(|(s, e)| (*s, e.api.spec.idempotency_key.clone())).collect();
-        let tasks: Vec<(u64, Option<Box<str>>)> =
+        let tasks: Vec<(u64, Option<berth_api::rest::ThinStr>)> =
             self.tasks.iter().map(|(s, e)| (*s, e.api.spec.idempotency_key.clone())).collect();
         let groups: Vec<(u64, Option<String>)> =
             self.groups.iter().map(|(s, e)| (*s, e.api.idempotency_key.clone())).collect();

@@ -207,7 +207,9 @@ impl Owner {
         let present = match kind {
             Kind::Actor => {
                 let entry = self.actors.remove(&seq);
-                key = entry.as_ref().and_then(|e| e.api.spec.idempotency_key.clone());
+                key = entry
+                    .as_ref()
+                    .and_then(|e| e.api.spec.idempotency_key.as_deref().map(Box::from));
                 if let Some(api) = entry.as_ref().map(|e| &e.api) {
                     // The name may already belong to a newer actor.
                     if let Some(name) = &api.name {
@@ -226,7 +228,9 @@ impl Owner {
             }
             Kind::Task => {
                 let entry = self.tasks.remove(&seq);
-                key = entry.as_ref().and_then(|e| e.api.spec.idempotency_key.clone());
+                key = entry
+                    .as_ref()
+                    .and_then(|e| e.api.spec.idempotency_key.as_deref().map(Box::from));
                 if let Some(last) = self.view.tasks.remove(&seq) {
                     self.view.changes.push(ChangeType::Deleted, Object::Task(last));
                 }

@@ -672,7 +672,7 @@ impl Owner {
                     text.clone(),
                 );
                 let restart_allowed = e.api.spec.max_restarts < 0
-                    || (e.api.restarts as i64) < e.api.spec.max_restarts;
+                    || i64::from(e.api.restarts) < i64::from(e.api.spec.max_restarts);
                 let resubmit = match &ending {
                     Ending::FailedToStart(_) => false,
                     Ending::Moved(_) => true,
@@ -980,7 +980,7 @@ fn event_kind(ending: &Ending) -> EventKind {
     }
 }
 
-fn max_text(max: i64) -> String {
+fn max_text(max: i32) -> String {
     if max < 0 {
         "unlimited".to_string()
     } else {
