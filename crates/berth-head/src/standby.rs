@@ -2,11 +2,13 @@
 //! failing. Meanwhile it serves `GET /healthz` (`"status": "standby"`, naming the active head
 //! while that head's lease is live, by the lease holder's name: machine and a digest, no
 //! paths) and answers everything else 503 (gRPC: UNAVAILABLE), so agents and clients given
-//! several head addresses move on to the next. It keeps the store mark up to date with what
-//! it watches, so it refuses a store that loses writes meanwhile. It tries the lease every fifth of its ttl (at most every
-//! second); once the active head has gone a ttl without renewing it, this head takes it, stops
-//! the standby server and starts as the active head on the same socket: connections that
-//! arrive in between wait in the socket's backlog rather than being refused.
+//! several head addresses move on to the next. It keeps the store mark up to date with what it
+//! watches, so it refuses a store that loses writes meanwhile.
+//!
+//! It tries the lease every fifth of its ttl (at most every second), or when the store said it
+//! runs out if that is sooner; once the active head has gone a ttl without renewing it, this
+//! head takes it, stops the standby server and starts as the active head on the same socket:
+//! connections that arrive in between wait in the socket's backlog rather than being refused.
 
 use std::time::Duration;
 
@@ -58,8 +60,12 @@ pub(crate) async fn acquire(
     let server = tokio::spawn(crate::serve(served, router(active_rx), tls, stop_rx));
     let poll = (ttl / 5).clamp(Duration::from_millis(100), Duration::from_secs(1));
     let mut marked = None;
+    // The first wait: the lease was held a moment ago. Later ones end when the store said it
+    // runs out (if sooner than a poll), so a takeover does not wait a poll beyond the expiry.
+    let mut wait = poll;
     loop {
-        tokio::time::sleep(poll).await;
+        tokio::time::sleep(wait).await;
+        wait = poll;
         match store.acquire_lease(holder, ttl).await {
             Ok(lease) => {
                 tracing::warn!(epoch = %lease.epoch(), "took the store's lease over: starting as the active head");
@@ -69,7 +75,9 @@ pub(crate) async fn acquire(
                 }
                 return Ok((lease, listener));
             }
-            Err(StoreError::LeaseHeld { holder, .. }) => {
+            Err(StoreError::LeaseHeld { holder, remaining, .. }) => {
+                wait =
+                    (remaining + Duration::from_millis(5)).clamp(Duration::from_millis(20), poll);
                 active_tx.send_if_modified(|a| {
                     let changed = *a != holder;
                     *a = holder;

@@ -129,14 +129,14 @@ pub fn run(settings: &FailoverBench, progress: &mut dyn FnMut(&str)) -> anyhow::
     let root = tempfile::Builder::new().prefix("berth-bench-failover-").tempdir()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
-        let mut heads = [
-            Head::start(&exe, settings, root.path().join("a"), free_port()?)?,
-            Head::start(&exe, settings, root.path().join("b"), free_port()?)?,
-        ];
         let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
+        // One after the other: the first takes the lease, the second stands by.
+        let first = Head::start(&exe, settings, root.path().join("a"), free_port()?)?;
+        wait_health(&http, &first, "ok").await?;
+        let second = Head::start(&exe, settings, root.path().join("b"), free_port()?)?;
+        wait_health(&http, &second, "standby").await?;
+        let mut heads = [first, second];
         let mut active = 0;
-        wait_health(&http, &heads[0], "ok").await?;
-        wait_health(&http, &heads[1], "standby").await?;
         let token = std::fs::read_to_string(heads[0].dir.join("token"))?.trim().to_string();
         let agent_token = std::fs::read_to_string(heads[0].dir.join("agent-token"))?;
         let both = format!("{},{}", heads[0].address(), heads[1].address());
