@@ -266,3 +266,91 @@ async fn a_head_rides_out_an_etcd_quorum_loss() {
     )
     .await;
 }
+
+/// A Redis that can lose acknowledged writes (its default persistence) is refused at start,
+/// naming both settings and the way to run on it anyway; with that, the head runs and says so
+/// in the cluster status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_without_durable_persistence_is_refused_unless_relaxed() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let data = tempfile::tempdir().unwrap();
+    let strict = config(data.path(), &server.store_url("durability"));
+    match berth_head::start(strict).await {
+        Err(err @ StartError::Config(_)) => {
+            let message = err.to_string();
+            for needed in ["appendonly", "appendfsync always", "--store-durability relaxed"] {
+                assert!(message.contains(needed), "{needed}: {message}");
+            }
+        }
+        other => panic!("a forgetful Redis accepted: {other:?}"),
+    }
+    let head = berth_head::start(forgetful(data.path(), &server)).await.unwrap();
+    let status = head.handle.view().status();
+    assert!(status.warnings.is_empty(), "the view alone knows nothing of the store");
+    let url = format!("http://{}/api/v1/cluster/status", head.address);
+    let answer: serde_json::Value = reqwest::Client::new()
+        .get(url)
+        .bearer_auth(head.token.as_str())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let warning = answer["warnings"][0].as_str().unwrap_or_default();
+    assert!(warning.contains("durability relaxed") && warning.contains("appendonly"), "{answer}");
+    head.shutdown().await;
+}
+
+/// A head whose store stays away longer than its retry window steps down instead of exiting:
+/// `run` starts it again on the same socket once the store answers, and it serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_whose_store_stays_away_steps_down_and_comes_back() {
+    berth_head::tls::install_crypto_provider();
+    let server = std::sync::Arc::new(std::sync::Mutex::new(
+        RedisServer::start_durable().unwrap_or_else(|e| panic!("{e}")),
+    ));
+    let data = tempfile::tempdir().unwrap();
+    let mut config = config(data.path(), &server.lock().unwrap().store_url("away"));
+    config.store_retry = Some(Duration::from_millis(500));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (served_tx, mut served) = tokio::sync::mpsc::unbounded_channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(berth_head::run(
+        config,
+        listener,
+        async move {
+            let _ = stopped.await;
+        },
+        move |head| {
+            let _ = served_tx.send((head.handle.clone(), head.token.as_str().to_string()));
+        },
+    ));
+    let (handle, _) = tokio::time::timeout(PATIENCE, served.recv()).await.unwrap().unwrap();
+    handle.create_actor(sleeper()).await.expect("serving");
+    server.lock().unwrap().kill().unwrap();
+    // A write during the outage makes a commit wait: the window runs out and the head steps
+    // down (the write is not acknowledged).
+    let refused = handle.create_actor(sleeper()).await;
+    assert!(matches!(refused, Err(HeadError::Unavailable(_))), "{refused:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.lock().unwrap().restart().unwrap();
+    let (again, token) = tokio::time::timeout(PATIENCE, served.recv())
+        .await
+        .expect("it served again")
+        .expect("still running");
+    again.create_actor(sleeper()).await.expect("serving again");
+    let health: serde_json::Value = reqwest::Client::new()
+        .get(format!("http://{address}/healthz"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "ok", "{health}");
+    stop.send(()).unwrap();
+    running.await.unwrap().expect("a clean stop");
+}
