@@ -633,7 +633,7 @@ impl Client {
 
     /// `GET path` (a path from the server's root: `/api/v1/nodes`; see [`api_path`]).
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        self.call(Method::GET, path, NO_BODY, NO_QUERY, ANSWER_TIMEOUT)
+        self.call(Method::GET, path, NO_BODY, NO_QUERY, ANSWER_TIMEOUT, None)
     }
 
     /// `GET path?query`, the query serialized from `query` (`None` fields are left out).
@@ -642,7 +642,7 @@ impl Client {
         Q: Serialize + ?Sized,
         T: DeserializeOwned,
     {
-        self.call(Method::GET, path, NO_BODY, Some(query), ANSWER_TIMEOUT)
+        self.call(Method::GET, path, NO_BODY, Some(query), ANSWER_TIMEOUT, None)
     }
 
     /// `GET path?query` for a call that waits on purpose up to `wait` before answering.
@@ -651,7 +651,7 @@ impl Client {
         Q: Serialize + ?Sized,
         T: DeserializeOwned,
     {
-        self.call(Method::GET, path, NO_BODY, Some(query), ANSWER_TIMEOUT + wait)
+        self.call(Method::GET, path, NO_BODY, Some(query), ANSWER_TIMEOUT + wait, None)
     }
 
     /// `POST path` with `body` as JSON (or no body).
@@ -660,7 +660,7 @@ impl Client {
         B: Serialize + ?Sized,
         T: DeserializeOwned,
     {
-        self.call(Method::POST, path, body, NO_QUERY, ANSWER_TIMEOUT)
+        self.call(Method::POST, path, body, NO_QUERY, ANSWER_TIMEOUT, None)
     }
 
     /// `POST path` of a creation (an actor, a task, a placement group): sent with a fresh
@@ -677,14 +677,8 @@ impl Client {
         let mut delay = Duration::from_millis(200);
         let mut attempt = 1;
         loop {
-            let answer = self.call_with(
-                Method::POST,
-                path,
-                Some(body),
-                NO_QUERY,
-                ANSWER_TIMEOUT,
-                Some(&key),
-            );
+            let answer =
+                self.call(Method::POST, path, Some(body), NO_QUERY, ANSWER_TIMEOUT, Some(&key));
             match answer {
                 // A head that went away after the first attempt may be restarting.
                 Err(err)
@@ -708,7 +702,7 @@ impl Client {
         B: Serialize + ?Sized,
         T: DeserializeOwned,
     {
-        self.call(Method::PUT, path, Some(body), NO_QUERY, ANSWER_TIMEOUT)
+        self.call(Method::PUT, path, Some(body), NO_QUERY, ANSWER_TIMEOUT, None)
     }
 
     /// `DELETE path` with `body` as JSON (or no body).
@@ -717,26 +711,10 @@ impl Client {
         B: Serialize + ?Sized,
         T: DeserializeOwned,
     {
-        self.call(Method::DELETE, path, body, NO_QUERY, ANSWER_TIMEOUT)
+        self.call(Method::DELETE, path, body, NO_QUERY, ANSWER_TIMEOUT, None)
     }
 
     fn call<B, Q, T>(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&B>,
-        query: Option<&Q>,
-        timeout: Duration,
-    ) -> Result<T, ClientError>
-    where
-        B: Serialize + ?Sized,
-        Q: Serialize + ?Sized,
-        T: DeserializeOwned,
-    {
-        self.call_with(method, path, body, query, timeout, None)
-    }
-
-    fn call_with<B, Q, T>(
         &self,
         method: Method,
         path: &str,

@@ -52,45 +52,41 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many times a lost connection is retried (with exponential backoff) before an error.
 const CONNECT_RETRIES: usize = 2;
 
-/// The first lines of every script that writes: refuses a store behind what the caller knows
-/// (another ID, fewer commits) with `{2, id, commits}`. `ID` and `COMMITS` are the Lua
-/// variables holding the store's; `KNOWN_ID` and `KNOWN_COMMITS` the caller's arguments.
-macro_rules! behind_check {
-    ($id:literal, $commits:literal, $known_id:literal, $known_commits:literal) => {
-        concat!(
-            "local id = redis.call('GET', ",
-            $id,
-            ") or ''\n",
-            "local commits = tonumber(redis.call('GET', ",
-            $commits,
-            ") or '0')\n",
-            "if (",
-            $known_id,
-            " ~= '' and id ~= ",
-            $known_id,
-            ") or commits < tonumber(",
-            $known_commits,
-            ") then\n",
-            "  return {2, id, commits}\n",
-            "end\n"
-        )
-    };
+/// Lua that refuses a store behind what the caller knows (another ID, fewer commits) with
+/// `{2, id, commits}`, leaving the store's ID and count in the locals `id` and `commits`: the
+/// keys of the ID and the counter, and the arguments holding what the caller knows.
+fn behind_check(id: &str, commits: &str, known_id: &str, known_commits: &str) -> String {
+    format!(
+        "local id = redis.call('GET', {id}) or ''\n\
+         local commits = tonumber(redis.call('GET', {commits}) or '0')\n\
+         if ({known_id} ~= '' and id ~= {known_id}) or commits < tonumber({known_commits}) then\n\
+         \x20 return {{2, id, commits}}\n\
+         end\n"
+    )
+}
+
+/// Lua that refuses a caller whose epoch (`NUMBER:TOKEN`, in `epoch`) is not the owner's (in
+/// the key `owner`) with `{0, current_epoch}`.
+fn owner_check(owner: &str, epoch: &str) -> String {
+    format!(
+        "local owner = redis.call('GET', {owner}) or ''\n\
+         if owner ~= {epoch} then\n\
+         \x20 return {{0, owner}}\n\
+         end\n"
+    )
 }
 
 /// Applies a batch if the writer holds the current epoch (number and token) and the store is
 /// not behind. Returns `{1, commits, id}`, `{0, current_epoch}` or `{2, id, commits}`.
 static COMMIT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        "-- KEYS[1]: the owner (the current epoch, NUMBER:TOKEN); KEYS[2]: the store's ID;\n",
-        "-- KEYS[3]: its commit counter; KEYS[4..]: the table hashes, in Table::ALL order.\n",
-        "-- ARGV[1]: the writer's epoch; ARGV[2], ARGV[3]: the ID and commits it knows; then\n",
-        "-- per op 'P', table index (from 0), key, value or 'D', table index, key.\n",
-        behind_check!("KEYS[2]", "KEYS[3]", "ARGV[2]", "ARGV[3]"),
+    Script::new(&[
+        "-- KEYS[1]: the owner (the current epoch, NUMBER:TOKEN); KEYS[2]: the store's ID;\n\
+         -- KEYS[3]: its commit counter; KEYS[4..]: the table hashes, in Table::ALL order.\n\
+         -- ARGV[1]: the writer's epoch; ARGV[2], ARGV[3]: the ID and commits it knows; then\n\
+         -- per op 'P', table index (from 0), key, value or 'D', table index, key.\n",
+        &behind_check("KEYS[2]", "KEYS[3]", "ARGV[2]", "ARGV[3]"),
+        &owner_check("KEYS[1]", "ARGV[1]"),
         r"
-local owner = redis.call('GET', KEYS[1]) or ''
-if owner ~= ARGV[1] then
-  return {0, owner}
-end
 -- Check every table before writing any, so a wrong type fails the whole batch.
 for i = 4, #KEYS do
   local kind = redis.call('TYPE', KEYS[i]).ok
@@ -110,19 +106,20 @@ while i <= #ARGV do
   end
 end
 return {1, redis.call('INCR', KEYS[3]), id}
-"
-    ))
+",
+    ]
+    .concat())
 });
 
 /// Takes the lease if it is free, expired or the caller's, and the store is not behind.
 /// Returns `{1, new_epoch_number, id, commits}`, `{3, holder, remaining_ms, id, commits}` or
 /// `{2, id, commits}`.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        "-- KEYS: the lease, the epoch counter, the owner, the store's ID, its commit counter.\n",
-        "-- ARGV: the holder, ttl in ms, the new token (hex), an ID for a store without one,\n",
-        "-- the ID and commits the caller knows.\n",
-        behind_check!("KEYS[4]", "KEYS[5]", "ARGV[5]", "ARGV[6]"),
+    Script::new(&[
+        "-- KEYS: the lease, the epoch counter, the owner, the store's ID, its commit counter.\n\
+         -- ARGV: the holder, ttl in ms, the new token (hex), an ID for a store without one,\n\
+         -- the ID and commits the caller knows.\n",
+        &behind_check("KEYS[4]", "KEYS[5]", "ARGV[5]", "ARGV[6]"),
         r"
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then
@@ -136,42 +133,35 @@ if id == '' then
   redis.call('SET', KEYS[4], id)
 end
 return {1, epoch, id, commits}
-"
-    ))
+",
+    ]
+    .concat())
 });
 
 /// Extends the lease if the caller holds the current epoch and the store is not behind.
 /// Returns `{1, id, commits}`, `{0, current_epoch}` or `{2, id, commits}`.
 static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        "-- KEYS: the lease, the owner, the store's ID, its commit counter.\n",
-        "-- ARGV: the holder, its epoch (NUMBER:TOKEN), ttl in ms, the ID and commits it knows.\n",
-        behind_check!("KEYS[3]", "KEYS[4]", "ARGV[4]", "ARGV[5]"),
-        r"
-local owner = redis.call('GET', KEYS[2]) or ''
-if owner ~= ARGV[2] then
-  return {0, owner}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-return {1, id, commits}
-"
-    ))
+    Script::new(
+        &[
+            "-- KEYS: the lease, the owner, the store's ID, its commit counter.\n\
+         -- ARGV: the holder, its epoch (NUMBER:TOKEN), ttl in ms, the ID and commits it knows.\n",
+            &behind_check("KEYS[3]", "KEYS[4]", "ARGV[4]", "ARGV[5]"),
+            &owner_check("KEYS[2]", "ARGV[2]"),
+            "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])\nreturn {1, id, commits}\n",
+        ]
+        .concat(),
+    )
 });
 
 /// Deletes the lease if the caller holds the current epoch. Returns `{1}` or
 /// `{0, current_epoch}`.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
--- KEYS[1]: the lease; KEYS[2]: the owner. ARGV[1]: the holder's epoch (NUMBER:TOKEN).
-local owner = redis.call('GET', KEYS[2]) or ''
-if owner ~= ARGV[1] then
-  return {0, owner}
-end
-redis.call('DEL', KEYS[1])
-return {1}
-",
-    )
+    Script::new(&[
+        "-- KEYS[1]: the lease; KEYS[2]: the owner. ARGV[1]: the holder's epoch (NUMBER:TOKEN).\n",
+        &owner_check("KEYS[2]", "ARGV[1]"),
+        "redis.call('DEL', KEYS[1])\nreturn {1}\n",
+    ]
+    .concat())
 });
 
 /// A Redis server's persistence settings, as `CONFIG GET` reports them.
