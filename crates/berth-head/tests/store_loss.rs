@@ -70,6 +70,17 @@ fn sleeper() -> ActorCreate {
     }
 }
 
+/// `GET http://ADDRESS PATH` with `token`: the JSON answer.
+async fn get_json(address: &str, token: &str, path: &str) -> serde_json::Value {
+    let answer = reqwest::Client::new()
+        .get(format!("http://{address}{path}"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    answer.json().await.unwrap()
+}
+
 /// Waits for `stopped` with [`PATIENCE`].
 async fn stop_of(head: &mut RunningHead) -> berth_head::Stop {
     tokio::time::timeout(PATIENCE, head.stopped()).await.expect("the head stopped")
@@ -287,16 +298,8 @@ async fn a_redis_without_durable_persistence_is_refused_unless_relaxed() {
     let head = berth_head::start(forgetful(data.path(), &server)).await.unwrap();
     let status = head.handle.view().status();
     assert!(status.warnings.is_empty(), "the view alone knows nothing of the store");
-    let url = format!("http://{}/api/v1/cluster/status", head.address);
-    let answer: serde_json::Value = reqwest::Client::new()
-        .get(url)
-        .bearer_auth(head.token.as_str())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer =
+        get_json(&head.address.to_string(), head.token.as_str(), "/api/v1/cluster/status").await;
     let warning = answer["warnings"][0].as_str().unwrap_or_default();
     assert!(warning.contains("durability relaxed") && warning.contains("appendonly"), "{answer}");
     head.shutdown().await;
@@ -341,15 +344,7 @@ async fn a_head_whose_store_stays_away_steps_down_and_comes_back() {
         .expect("it served again")
         .expect("still running");
     again.create_actor(sleeper()).await.expect("serving again");
-    let health: serde_json::Value = reqwest::Client::new()
-        .get(format!("http://{address}/healthz"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = get_json(&address.to_string(), &token, "/healthz").await;
     assert_eq!(health["status"], "ok", "{health}");
     stop.send(()).unwrap();
     running.await.unwrap().expect("a clean stop");
