@@ -54,7 +54,7 @@ pub struct CreateArgs {
         long,
         value_name = "N",
         allow_negative_numbers = true,
-        value_parser = clap::value_parser!(i64).range(-1..)
+        value_parser = clap::value_parser!(i32).range(-1..)
     )]
     pub max_restarts: Option<i32>,
 
