@@ -165,6 +165,22 @@ pub(crate) struct Sequences {
 }
 
 impl Sequences {
+    /// The highest numbers handed out.
+    pub(crate) fn ids(&self) -> crate::store_mark::Ids {
+        crate::store_mark::Ids {
+            actors: self.actors.load(Ordering::Relaxed),
+            tasks: self.tasks.load(Ordering::Relaxed),
+            groups: self.groups.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Numbers new work after `ids` too.
+    pub(crate) fn raise(&self, ids: crate::store_mark::Ids) {
+        self.actors.fetch_max(ids.actors, Ordering::Relaxed);
+        self.tasks.fetch_max(ids.tasks, Ordering::Relaxed);
+        self.groups.fetch_max(ids.groups, Ordering::Relaxed);
+    }
+
     fn next(&self, kind: Kind) -> u64 {
         let counter = match kind {
             Kind::Actor => &self.actors,

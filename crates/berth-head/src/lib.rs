@@ -290,10 +290,11 @@ pub async fn start_on(
         })?;
     let store = config.store.open().await?;
     let durability = check_durability(&store, config.store_durability).await?;
+    let seen = store_mark::read(&config.data_dir, store.location());
     if config.accept_store_loss {
         tracing::warn!(store = %store.location(), "--accept-store-loss: the store is taken as it is, whatever this data directory saw of it");
     } else {
-        store.expect(store_mark::read(&config.data_dir, store.location()));
+        store.expect(seen.as_ref().map(|seen| seen.generation.clone()));
     }
     let holder = holder_name(&config.data_dir);
     let (lease, listener) = standby::acquire(
@@ -326,6 +327,11 @@ pub async fn start_on(
     let mut owner = Owner::new(config.clone(), metrics.clone(), work_keys.clone());
     owner.stopped = Some(stopped_tx.clone());
     let restored = owner.restore(&snapshot, &sequences);
+    // IDs go on after the highest this data directory handed out, even over a store that lost
+    // them and was accepted as it is.
+    if let Some(seen) = &seen {
+        sequences.raise(seen.ids);
+    }
     owner.sequences = sequences.clone();
     for skipped in &restored.skipped {
         tracing::warn!(record = %skipped, "not reloaded");
@@ -365,7 +371,7 @@ pub async fn start_on(
         })?;
     }
     if let Some(generation) = store.generation() {
-        store_mark::write(&config.data_dir, store.location(), &generation);
+        store_mark::write(&config.data_dir, store.location(), &generation, sequences.ids());
     }
     let (view_tx, view_rx) = watch::channel(first_view);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -406,7 +412,7 @@ pub async fn start_on(
         config.lease_ttl,
         stopped_tx.clone(),
         release_rx,
-        config.data_dir.clone(),
+        (config.data_dir.clone(), handle.sequences.clone()),
     ));
 
     // The agent protocol shares the port: its routes join the REST router (whose fallback
@@ -501,11 +507,11 @@ async fn renew(
     ttl: Duration,
     stopped: watch::Sender<Option<Stop>>,
     mut shutdown: watch::Receiver<bool>,
-    data_dir: std::path::PathBuf,
+    (data_dir, sequences): (std::path::PathBuf, Arc<Sequences>),
 ) {
     let mark = |store: &AnyStore| {
         if let Some(generation) = store.generation() {
-            store_mark::write(&data_dir, store.location(), &generation);
+            store_mark::write(&data_dir, store.location(), &generation, sequences.ids());
         }
     };
     let mut tick = tokio::time::interval(ttl / 3);

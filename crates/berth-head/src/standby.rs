@@ -85,7 +85,8 @@ pub(crate) async fn acquire(
                 });
                 if let Some(generation) = store.generation() {
                     if marked.as_ref() != Some(&generation) {
-                        crate::store_mark::write(data_dir, store.location(), &generation);
+                        let ids = crate::store_mark::Ids::default();
+                        crate::store_mark::write(data_dir, store.location(), &generation, ids);
                         marked = Some(generation);
                     }
                 }

@@ -102,6 +102,13 @@ async fn a_redis_that_forgot_is_refused_and_no_agent_is_told_to_stop_its_work() 
     for _ in 0..3 {
         acknowledged.push(head.handle.create_actor(sleeper()).await.unwrap().actor_id.to_string());
     }
+    // The mark follows with the next lease renewal (a third of the ttl).
+    let mark = data.path().join(berth_head::store_mark::MARK_FILE);
+    let deadline = Instant::now() + PATIENCE;
+    while !std::fs::read_to_string(&mark).unwrap_or_default().contains(r#""actors":3"#) {
+        assert!(Instant::now() < deadline, "the mark never caught up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     head.crash().await;
     server.kill_and_restart().unwrap();
 
@@ -114,6 +121,16 @@ async fn a_redis_that_forgot_is_refused_and_no_agent_is_told_to_stop_its_work() 
         }
         other => panic!("a head went on over a store that lost its writes: {other:?}"),
     }
+
+    // Accepted as it is, on the same data directory: new work is numbered after what the mark
+    // says was handed out.
+    let mut accepting = forgetful(data.path(), &server);
+    accepting.accept_store_loss = true;
+    let head = berth_head::start(accepting).await.unwrap();
+    let next = head.handle.create_actor(sleeper()).await.unwrap().actor_id.to_string();
+    assert!(!acknowledged.contains(&next), "{next} was handed out before");
+    head.shutdown().await;
+    server.kill_and_restart().unwrap();
 
     // A head with a new data directory cannot know, until an agent reports the lost work.
     let fresh = tempfile::tempdir().unwrap();
