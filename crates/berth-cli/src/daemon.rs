@@ -222,7 +222,8 @@ pub struct UpArgs {
 /// Options of `berth stop`.
 #[derive(Debug, Args)]
 pub struct StopArgs {
-    /// The data directory of the head or agent to stop [default: $BERTH_DATA_DIR, else ~/.berth].
+    /// The data directory whose head (or `berth up`) and agents to stop [default:
+    /// $BERTH_DATA_DIR, else ~/.berth].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 }
@@ -528,6 +529,10 @@ async fn run_agent(
         ProcessRunner::new(work_dir.clone(), process_options).map_err(|e| anyhow!("{e}"))?,
     );
     let adopted = runner.running().len();
+    // Its own pid file (the runner's lock makes it the only agent of that directory), so that
+    // `berth stop --data-dir` finds it beside the head's.
+    write_pid(&work_dir)?;
+    let _pid = RemovePid(work_dir.join(PID_FILE));
     let agent = Agent::new(config, runner.clone()).map_err(|e| anyhow!("{e}"))?;
     let handle = agent.spawn();
     let status = tokio::select! {
@@ -678,43 +683,75 @@ fn nodes_file(path: &Path) -> anyhow::Result<Vec<SimNode>> {
         .collect())
 }
 
-/// `berth stop`: SIGTERM to the foreground `berth start` / `berth up` of the data directory.
+/// `berth stop`: SIGTERM to what runs from the data directory: its head or `berth up`
+/// (`DATA_DIR/berth.pid`) and its agents (`DATA_DIR/agents/<node>/berth.pid`); waits until each
+/// has gone (10 s at most).
 pub fn stop(args: &StopArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
-    let path = data_dir.join(PID_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(_) => {
-            println!(
-                "nothing to stop: no {} (is Berth running with this data directory?)",
-                path.display()
-            );
-            return Ok(());
-        }
-    };
-    let pid: i32 = text
-        .trim()
-        .parse()
-        .map_err(|_| anyhow!("{} does not hold a process ID", path.display()))?;
-    let pid = nix::unistd::Pid::from_raw(pid);
-    match nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
-        Ok(()) => {}
-        Err(nix::errno::Errno::ESRCH) => {
-            println!("process {pid} is not running; removing the stale {}", path.display());
-            cleanup(&data_dir);
-            return Ok(());
-        }
-        Err(err) => bail!("cannot signal process {pid}: {err}"),
+    let mut pid_files = vec![data_dir.join(PID_FILE)];
+    if let Ok(agents) = std::fs::read_dir(data_dir.join("agents")) {
+        let mut found: Vec<PathBuf> =
+            agents.flatten().map(|e| e.path().join(PID_FILE)).filter(|p| p.exists()).collect();
+        found.sort();
+        pid_files.extend(found);
     }
-    // Bounded wait for it to go.
+    let mut signalled = Vec::new();
+    for path in &pid_files {
+        let Ok(text) = std::fs::read_to_string(path) else { continue };
+        let pid: i32 = text
+            .trim()
+            .parse()
+            .map_err(|_| anyhow!("{} does not hold a process ID", path.display()))?;
+        let pid = nix::unistd::Pid::from_raw(pid);
+        match nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
+            Ok(()) => signalled.push((pid, path.clone())),
+            Err(nix::errno::Errno::ESRCH) => {
+                println!("process {pid} is not running; removing the stale {}", path.display());
+                let _ = std::fs::remove_file(path);
+                if path.parent() == Some(data_dir.as_path()) {
+                    cleanup(&data_dir);
+                }
+            }
+            Err(err) => bail!("cannot signal process {pid} ({}): {err}", path.display()),
+        }
+    }
+    if signalled.is_empty() && !pid_files.iter().any(|p| p.exists()) {
+        println!(
+            "nothing to stop: no {} (is Berth running with this data directory?)",
+            pid_files[0].display()
+        );
+        return Ok(());
+    }
+    // Bounded wait for each to go.
     for _ in 0..200 {
-        if nix::sys::signal::kill(pid, None).is_err() {
-            println!("stopped Berth (process {pid})");
+        signalled.retain(|(pid, path)| {
+            let running = nix::sys::signal::kill(*pid, None).is_ok();
+            if !running {
+                let what =
+                    if path.parent() == Some(data_dir.as_path()) { "Berth" } else { "an agent" };
+                println!("stopped {what} (process {pid})");
+            }
+            running
+        });
+        if signalled.is_empty() {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    bail!("process {pid} did not stop within 10 s; it may still be shutting down")
+    let left: Vec<String> = signalled.iter().map(|(pid, _)| pid.to_string()).collect();
+    bail!(
+        "process(es) {} did not stop within 10 s; they may still be shutting down",
+        left.join(", ")
+    )
+}
+
+/// Removes a pid file when dropped (the agent's, at its end).
+struct RemovePid(PathBuf);
+
+impl Drop for RemovePid {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 fn write_pid(data_dir: &Path) -> anyhow::Result<()> {

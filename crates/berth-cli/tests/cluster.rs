@@ -152,6 +152,30 @@ fn up_then_every_day_commands_then_stop() {
     assert!(again.contains("nothing to stop"), "{again}");
 }
 
+/// `berth stop --data-dir` ends what runs from that directory: its head and its agents (each
+/// agent writes its pid file in its own directory under `agents/`).
+#[test]
+fn berth_stop_ends_the_head_and_its_agents() {
+    let cluster = Cluster::new();
+    let (mut head, address) = cluster.head(&[]);
+    let token = std::fs::read_to_string(cluster.file("agent-token")).unwrap();
+    let mut agent = cluster.agent_of(&address, "n1", token.trim());
+    cluster.wait_node("n1", "ALIVE");
+    let pid_file = cluster.data_dir().join("agents/n1/berth.pid");
+    wait_for("the agent's pid file", WAIT, || {
+        let text = std::fs::read_to_string(&pid_file).map_err(|e| e.to_string())?;
+        (text.trim() == agent.pid().to_string()).then_some(()).ok_or(text)
+    });
+    // The test is the daemons' parent: it reaps them while `berth stop` waits for them to go.
+    let stop = cluster.start(&["stop"]);
+    let (head_exit, agent_exit) = (head.wait_exit(WAIT), agent.wait_exit(WAIT));
+    assert!(head_exit.success() && agent_exit.success(), "{head_exit} {agent_exit}");
+    let stopped = stop.finish(WAIT).ok();
+    assert!(stopped.contains(&format!("stopped an agent (process {})", agent.pid())), "{stopped}");
+    assert!(stopped.contains(&format!("stopped Berth (process {})", head.pid())), "{stopped}");
+    assert!(!pid_file.exists(), "the agent removed its pid file");
+}
+
 /// The errors a user meets, each with its exit status and a message that says what is wrong.
 #[test]
 fn errors_exit_statuses_and_messages() {
