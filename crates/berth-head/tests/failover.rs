@@ -103,6 +103,16 @@ fn processes(root: &std::path::Path) -> Vec<(String, u32, u32)> {
     all
 }
 
+/// IDs acknowledged more than once: a head that handed an ID out again.
+fn repeated(acknowledged: &[String]) -> Vec<String> {
+    let mut sorted = acknowledged.to_vec();
+    sorted.sort();
+    let mut twice: Vec<String> =
+        sorted.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0].clone()).collect();
+    twice.dedup();
+    twice
+}
+
 fn missing(head: &RunningHead, acknowledged: &[String]) -> Vec<String> {
     let view = head.handle.view();
     acknowledged
@@ -171,6 +181,8 @@ async fn the_active_head_killed_under_load_loses_nothing_five_times() {
         let seen = std::mem::take(&mut *seen.lock().unwrap());
         let lost = missing(&second, &seen.acknowledged);
         assert!(lost.is_empty(), "round {round}: acknowledged but lost: {lost:?}");
+        let twice = repeated(&seen.acknowledged);
+        assert!(twice.is_empty(), "round {round}: IDs handed out twice: {twice:?}");
         let takeover = seen.gap;
         println!(
             "round {round}: {} acknowledged, 0 lost, 8 processes on 2 agents kept (0 restarted), \
@@ -215,6 +227,8 @@ async fn the_etcd_leader_killed_under_load_loses_nothing_five_times() {
         let seen = std::mem::take(&mut *seen.lock().unwrap());
         let lost = missing(&head, &seen.acknowledged);
         assert!(lost.is_empty(), "round {round}: acknowledged but lost: {lost:?}");
+        let twice = repeated(&seen.acknowledged);
+        assert!(twice.is_empty(), "round {round}: IDs handed out twice: {twice:?}");
         println!(
             "round {round}: {} acknowledged, 0 lost, {} failed requests, no actor accepted for {:?}",
             seen.acknowledged.len(),
