@@ -46,7 +46,7 @@ pub enum Suite {
 /// The flags of `berth bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// What to measure: `decisions` (default) or `api`.
+    /// What to measure: `decisions` (default), `api`, `retention` or `failover`.
     #[arg(value_enum, default_value_t = Suite::Decisions)]
     pub suite: Suite,
 
@@ -91,7 +91,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
 
-    /// Cluster sizes, comma-separated (default 1000,10000,100000; 1000 with --quick).
+    /// Cluster sizes, comma-separated (default 1000,10000,100000; 1000 with --quick);
+    /// failover: the simulated nodes (default 20).
     #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
     pub nodes: Option<Vec<usize>>,
 
@@ -101,7 +102,8 @@ pub struct BenchArgs {
     pub workload: Option<Vec<String>>,
 
     /// Runs per case, the median reported (default 5; 1 with --quick); `api`: full runs, each
-    /// figure the median run's (default 3; 1 with --quick).
+    /// figure the median run's (default 3; 1 with --quick); `failover`: takeovers (default 3;
+    /// 1 with --quick).
     #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::{free_port, read_log, PORT_ATTEMPTS};
+use super::{read_log, PORT_ATTEMPTS};
 
 /// How long the cluster may take to elect a leader and answer.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -63,13 +63,23 @@ impl EtcdCluster {
 
     fn try_start(n: usize, also: Option<&str>) -> io::Result<EtcdCluster> {
         let dir = tempfile::Builder::new().prefix("berth-etcd-").tempdir()?;
+        // Every port held open until all are chosen: one at a time, the kernel may hand the same
+        // free port out twice (etcd then refuses an initial cluster with a duplicate URL).
+        let held = (0..2 * n)
+            .map(|_| std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
+            .collect::<io::Result<Vec<_>>>()?;
+        let ports = held
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.port()))
+            .collect::<io::Result<Vec<u16>>>()?;
+        drop(held);
         let mut members = Vec::new();
         for i in 0..n {
             members.push(Member {
                 name: format!("m{i}"),
                 child: None,
-                client: free_port()?,
-                peer: free_port()?,
+                client: ports[2 * i],
+                peer: ports[2 * i + 1],
             });
         }
         let initial: Vec<String> =
