@@ -24,6 +24,7 @@ mod tasks;
 #[cfg(test)]
 mod tests;
 mod tokens;
+mod unique_keys;
 mod watch;
 
 use std::sync::Arc;

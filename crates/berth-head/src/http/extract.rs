@@ -167,7 +167,16 @@ fn parse_text<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, Failur
     // good: parsed without it first, and only a body that fails is parsed again to name the
     // field at fault (the same parser, so it fails the same way).
     if let Ok(value) = serde_json::from_slice::<T>(bytes) {
-        return Ok(value);
+        return match super::unique_keys::first_repeated_key(bytes) {
+            None => Ok(value),
+            Some(path) => {
+                let key = path.rsplit('.').next().unwrap_or(&path).to_string();
+                Err(Failure::invalid(
+                    Some(path),
+                    format!("{what}: the key {key:?} is given twice; give each key once"),
+                ))
+            }
+        };
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
