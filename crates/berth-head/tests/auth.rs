@@ -139,3 +139,68 @@ async fn each_role_does_only_its_part() {
     assert_eq!(register(&head, &rack.secret).await, Ok(()));
     head.shutdown().await;
 }
+
+/// A read token is refused on every route that changes something: every write operation of
+/// the OpenAPI document (read from the head, so a route added later is covered by itself) and
+/// the dashboard's, each a 403 naming the method and path, and nothing changed.
+#[tokio::test]
+async fn a_read_token_is_refused_on_every_write_route() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let head = berth_head::start(config(dir.path())).await.unwrap();
+    let rest = Rest::new(&head);
+    let admin = head.token.as_str().to_string();
+    let (status, made) =
+        rest.call(Method::POST, "/api/v1/tokens", &admin, Some(json!({"role": "read"}))).await;
+    assert_eq!(status, 201, "{made}");
+    let read = made["secret"].as_str().unwrap().to_string();
+    let (status, document) = rest.call(Method::GET, "/api/v1/openapi.json", &read, None).await;
+    assert_eq!(status, 200);
+    // What a read token may do besides GET: dry runs and waits, which change nothing; and an
+    // actor's endpoint, which its worker registers with the work's own key, whatever token.
+    let allowed = [
+        "/api/v1/explain",
+        "/api/v1/tasks:wait",
+        "/api/v1/autoscaler/plan",
+        "/api/v1/actors/{id}/endpoint",
+    ];
+    let mut routes: Vec<(Method, String)> = Vec::new();
+    for (path, operations) in document["paths"].as_object().expect("paths") {
+        for method in operations.as_object().expect("operations").keys() {
+            let method: Method = method.to_uppercase().parse().expect("a method");
+            if method == Method::GET || method == Method::HEAD || allowed.contains(&path.as_str()) {
+                continue;
+            }
+            // Path parameters: any value; the refusal comes before the route looks at it.
+            let concrete = path
+                .split('/')
+                .map(|part| if part.starts_with('{') { "x" } else { part })
+                .collect::<Vec<_>>()
+                .join("/");
+            routes.push((method, concrete));
+        }
+    }
+    for (method, path) in [
+        (Method::POST, "/ui/nodes/x/taints"),
+        (Method::DELETE, "/ui/nodes/x/taints"),
+        (Method::POST, "/ui/nodes/x/drain"),
+    ] {
+        routes.push((method, path.to_string()));
+    }
+    assert!(routes.len() >= 15, "the document lists the write routes: {routes:?}");
+    let before = rest.call(Method::GET, "/api/v1/cluster/status", &admin, None).await.1;
+    for (method, path) in &routes {
+        let (status, body) = rest.call(method.clone(), path, &read, Some(json!({}))).await;
+        assert_eq!(status, 403, "{method} {path}: {body}");
+        if path.starts_with("/ui/") {
+            continue; // The dashboard answers its pages' refusals as HTML.
+        }
+        assert_eq!(error_kind(&body), ErrorKind::Forbidden, "{method} {path}: {body}");
+        let message = body["message"].as_str().unwrap_or_default();
+        let named = message.contains(&format!("{method} {path}")) || path.contains("/tokens");
+        assert!(message.contains("read-only token") && named, "{method} {path}: {body}");
+    }
+    let after = rest.call(Method::GET, "/api/v1/cluster/status", &admin, None).await.1;
+    assert_eq!(before, after, "nothing changed");
+    head.shutdown().await;
+}
