@@ -335,16 +335,19 @@ impl RedisStore {
     }
 
     fn fenced(&self, operation: Operation, ours: Epoch, current: &Value) -> StoreError {
-        let current = match text_of(current) {
+        let parsed = match text_of(current) {
             Some(text) if text.is_empty() => Some(Epoch::new(0)),
             Some(text) => Epoch::parse_stored(&text),
             None => None,
         };
-        match current {
-            Some(current) => {
-                StoreError::Fenced { location: self.location.clone(), operation, ours, current }
-            }
-            None => self.unexpected(operation, &Value::Nil),
+        match parsed {
+            Some(parsed) => StoreError::Fenced {
+                location: self.location.clone(),
+                operation,
+                ours,
+                current: parsed,
+            },
+            None => self.unexpected(operation, current),
         }
     }
 
@@ -365,9 +368,12 @@ impl RedisStore {
         id: &Value,
         commits: &Value,
     ) -> Result<(), StoreError> {
-        let (Some(id), Some(commits)) = (text_of(id), int_of(commits)) else {
-            return Err(self.unexpected(operation, &Value::Nil));
+        let (Some(id_text), Some(count)) = (text_of(id), int_of(commits)) else {
+            return Err(
+                self.unexpected(operation, &Value::Array(vec![id.clone(), commits.clone()]))
+            );
         };
+        let (id, commits) = (id_text, count);
         let found = Generation { id, commits: u64::try_from(commits).unwrap_or(0) };
         self.watermark.observe(sent, &found).map_err(|known| StoreError::Behind {
             location: self.location.clone(),
@@ -388,7 +394,9 @@ impl RedisStore {
     ) -> StoreError {
         match self.observe(operation, sent, id, commits) {
             Err(err) => err,
-            Ok(()) => self.unexpected(operation, &Value::Nil),
+            // The script judged against what was sent, as `observe` does: they cannot disagree
+            // unless the script and this build differ; say what the server answered.
+            Ok(()) => self.unexpected(operation, &Value::Array(vec![id.clone(), commits.clone()])),
         }
     }
 
