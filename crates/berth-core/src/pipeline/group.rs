@@ -31,7 +31,9 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use super::explain::AttemptExplanation;
-use super::stage::{DecisionContext, GroupContext, Preference, Prepared, Scorer, Weighted};
+use super::stage::{
+    DecisionContext, GroupContext, Preference, Prepared, RestBundles, Scorer, Weighted,
+};
 use super::{candidates, run_filters, NodeSource, Ranking, Scheduler, Scope, Visit};
 use crate::cluster::{Cluster, ClusterError, NamedInstances};
 use crate::diagnosis::{AttemptDiagnosis, AttemptKind, ReasonKind};
@@ -419,6 +421,27 @@ impl Scheduler {
         // the group, so groups spread); only if that plan fails, visit every node, so that a
         // group is never pending while a full plan exists and the diagnosis counts every node.
         // An explanation visits every node, as for any request.
+        // A plan needs at least the bundles' sum free on the alive nodes together: when that
+        // is missing, no plan is tried (a waiting group of many bundles is retried after
+        // every release, and planning it costs a ranking per bundle). An explanation still
+        // visits every node for each bundle, and decides the same.
+        let demand = total_of(&requests, &order);
+        let short_of_free = demand.first_shortfall(&alive_sum(cluster, Node::available));
+        let short_of_free = short_of_free.map(|short| AlternativeDiagnosis {
+            alternative: 0,
+            planned: Vec::new(),
+            failed: Vec::new(),
+            could_fit_later: self.could_ever_fit(cluster, spec.strategy, &requests, fixed, &order),
+            note: Some(format!(
+                "the bundles to place ask for {} {} in all; the alive nodes have {} free together",
+                short.requested,
+                cluster.registry().name(short.resource),
+                short.have
+            )),
+        });
+        if let (Some(found), false) = (&short_of_free, explaining) {
+            return (Err(found.clone()), Vec::new());
+        }
         let bounded = cluster.alive().len() > 512
             && spec.strategy != GroupStrategy::StrictPack
             && !explaining;
@@ -449,11 +472,14 @@ impl Scheduler {
                 attempt.chosen = placed.iter().find(|(i, _)| *i == index).map(|(_, n)| *n);
             }
         }
-        let result = result.map_err(|mut found| {
-            found.could_fit_later =
-                self.could_ever_fit(cluster, spec.strategy, &requests, fixed, &order);
-            found
-        });
+        let result = match short_of_free {
+            Some(found) => Err(found),
+            None => result.map_err(|mut found| {
+                found.could_fit_later =
+                    self.could_ever_fit(cluster, spec.strategy, &requests, fixed, &order);
+                found
+            }),
+        };
         (result, attempts)
     }
 
@@ -559,14 +585,16 @@ impl Scheduler {
     ) -> Result<GroupPlan, AlternativeDiagnosis> {
         let mut used: NodeSet = fixed.iter().map(|(_, n)| *n).collect();
         let mut plan = GroupPlan::new();
+        let all = match pack {
+            true => RestBundles::new(
+                order.iter().map(|&b| requests[b].resources().clone()).collect(),
+                overlay.cluster.registry(),
+            ),
+            false => RestBundles::default(),
+        };
         for (position, &i) in order.iter().enumerate() {
             let request = &requests[i];
-            let rest = match pack {
-                true => {
-                    order[position..].iter().map(|&b| requests[b].resources().clone()).collect()
-                }
-                false => Vec::new(),
-            };
+            let rest = all.starting_at(position);
             let group = GroupContext { used: used.clone(), prefer_used: Some(pack), rest };
             let (ranked, found) = self.rank_bundle(overlay, i, request, group);
             let Some(&node) = ranked.first() else {
@@ -704,7 +732,8 @@ impl Scheduler {
         order: &[usize],
     ) -> bool {
         let prepared = Prepared::default();
-        let eligible = |i: usize| -> Vec<NodeIndex> {
+        // The nodes bundle `i` passes the static filters on; with `first`, only the first.
+        let eligible = |i: usize, first: bool| -> Vec<NodeIndex> {
             let request = &requests[i];
             let cx = DecisionContext { cluster, request, prepared: &prepared };
             let candidates = candidates(cluster, request, Scope::Alive, Some(0), false);
@@ -713,17 +742,36 @@ impl Scheduler {
                     .node(*n)
                     .is_some_and(|node| run_filters(&self.filters, &cx, node, None, true).is_none())
             };
-            candidates.include.iter().filter(passes).collect()
+            let passing = candidates.include.iter().filter(passes);
+            passing.take(if first { 1 } else { usize::MAX }).collect()
         };
-        let options: Vec<Vec<NodeIndex>> = order.iter().map(|&i| eligible(i)).collect();
+        // However work ends, the alive nodes cannot hold more than their totals together.
+        let demand = total_of(requests, order);
+        if demand.first_shortfall(&alive_sum(cluster, Node::total)).is_some() {
+            return false;
+        }
         match strategy {
-            GroupStrategy::Pack | GroupStrategy::Spread => options.iter().all(|o| !o.is_empty()),
+            GroupStrategy::Pack | GroupStrategy::Spread => {
+                // Each bundle needs one eligible node; a bundle like the one before it
+                // (bundles are ordered by hardness, so equal ones are neighbours) has the same
+                // answer.
+                let mut previous: Option<&Request> = None;
+                order.iter().all(|&i| {
+                    let request = &requests[i];
+                    if previous.is_some_and(|p| same_bundle(p, request)) {
+                        return true;
+                    }
+                    previous = Some(request);
+                    !eligible(i, true).is_empty()
+                })
+            }
             GroupStrategy::StrictPack => {
-                let total = total_of(requests, order);
+                let options = order.iter().map(|&i| eligible(i, false));
+                let total = demand;
                 let mut common: Option<NodeSet> =
                     fixed.first().map(|(_, n)| [*n].into_iter().collect());
-                for o in &options {
-                    let o: NodeSet = o.iter().copied().collect();
+                for o in options {
+                    let o: NodeSet = o.into_iter().collect();
                     common = Some(match common {
                         None => o,
                         Some(c) => c.intersection(&o),
@@ -735,9 +783,11 @@ impl Scheduler {
             }
             GroupStrategy::StrictSpread => {
                 let taken: NodeSet = fixed.iter().map(|(_, n)| *n).collect();
-                let options: Vec<Vec<NodeIndex>> = options
-                    .into_iter()
-                    .map(|o| o.into_iter().filter(|&n| !taken.contains(n)).collect())
+                let options: Vec<Vec<NodeIndex>> = order
+                    .iter()
+                    .map(|&i| {
+                        eligible(i, false).into_iter().filter(|&n| !taken.contains(n)).collect()
+                    })
                     .collect();
                 matching::match_bundles(&options).is_some()
             }
@@ -748,6 +798,24 @@ impl Scheduler {
 /// The ranking context of a bundle of a strict strategy: no preference, least waste only.
 fn strict() -> GroupContext {
     GroupContext::default()
+}
+
+/// The sum over the alive nodes of `amounts` (their totals, or what they have free).
+fn alive_sum(cluster: &Cluster, amounts: fn(&Node) -> &ResourceSet) -> ResourceSet {
+    let mut sum = ResourceSet::new();
+    for index in cluster.alive().iter() {
+        if let Some(node) = cluster.node(index) {
+            sum.add(amounts(node));
+        }
+    }
+    sum
+}
+
+/// True when two bundle requests ask for the same resources on the same nodes.
+fn same_bundle(a: &Request, b: &Request) -> bool {
+    a.resources() == b.resources()
+        && a.label_selector() == b.label_selector()
+        && a.tolerations() == b.tolerations()
 }
 
 /// The sum of the bundles in `order`.

@@ -129,7 +129,8 @@ fn strict_spread_finds_a_matching_greedy_would_miss() {
 fn a_group_that_fits_partially_reserves_nothing() {
     let mut c = four_nodes();
     let before: Vec<ResourceSet> = c.nodes().map(|(_, n)| n.available().clone()).collect();
-    let spec = group(&mut c, "g", GroupStrategy::Spread, &["CPU=4", "CPU=4", "CPU=8", "CPU=8"]);
+    // 18 CPUs of 20 in all, but the nodes hold five bundles of 3, not six.
+    let spec = group(&mut c, "g", GroupStrategy::Spread, &["CPU=3"; 6]);
     let decision = place(&mut c, &spec);
     let (GroupDecision::Pending(d) | GroupDecision::Infeasible(d)) = &decision else {
         panic!("{decision:?}")
@@ -537,4 +538,26 @@ fn a_group_explanation_records_every_bundle_attempt_as_the_stages_ran_it() {
         assert_eq!(attempt.chosen, Some(nodes[bundle]));
     }
     assert_eq!(names(&c, &decision), ["c", "c"]);
+}
+
+#[test]
+fn a_group_asking_more_than_the_cluster_has_free_is_not_planned() {
+    // 20 CPUs in all, 8 of them busy: 16 asked is more than is free (pending, no bundle
+    // ranked), 24 more than there is (infeasible, for the autoscaler).
+    let mut c = four_nodes();
+    let busy = resources(c.registry_mut(), "CPU=8");
+    c.reserve(index(&c, "n4"), &busy).unwrap();
+    let spec = group(&mut c, "g", GroupStrategy::Pack, &["CPU=1"; 16]);
+    let GroupDecision::Pending(d) = place(&mut c, &spec) else { panic!("busy, not too big") };
+    assert!(d.alternatives[0].planned.is_empty() && d.alternatives[0].failed.is_empty());
+    let text = d.describe(&c);
+    assert!(
+        text.contains("ask for 16 CPU in all; the alive nodes have 12 free together"),
+        "{text}"
+    );
+    for strategy in [GroupStrategy::Pack, GroupStrategy::Spread, GroupStrategy::StrictSpread] {
+        let spec = group(&mut c, "h", strategy, &["CPU=1"; 24]);
+        assert!(matches!(place(&mut c, &spec), GroupDecision::Infeasible(_)), "{strategy:?}");
+    }
+    assert!(c.group("g").is_none() && c.group("h").is_none());
 }

@@ -48,7 +48,77 @@ pub struct GroupContext {
     /// are; the strict strategies: `None`.
     pub prefer_used: Option<bool>,
     /// PACK: the bundles still to place, this one first, in planning order; else empty.
-    pub rest: Vec<ResourceSet>,
+    pub rest: RestBundles,
+}
+
+/// The bundles of a PACK plan still to place, this one first: a window on the plan's whole
+/// order, shared between its steps so that a step costs nothing per bundle left.
+#[derive(Clone, Debug, Default)]
+pub struct RestBundles {
+    /// Every bundle of the plan, in planning order.
+    order: std::sync::Arc<[ResourceSet]>,
+    /// `sums[i]`: the sum of `order[..i]`; `None` when some bundle names a unit-instance
+    /// resource (which instances are free decides what fits, not amounts alone) or a sum
+    /// reaches the largest amount any node can have.
+    sums: Option<std::sync::Arc<[ResourceSet]>>,
+    /// Where the rest starts in `order`.
+    from: usize,
+}
+
+impl RestBundles {
+    /// The plan's bundles in planning order; the rest starts at the first.
+    pub fn new(
+        order: Vec<ResourceSet>,
+        registry: &crate::resource::ResourceRegistry,
+    ) -> RestBundles {
+        let unit_instance =
+            order.iter().any(|b| b.iter().any(|(r, _)| registry.is_unit_instance(r)));
+        let sums = (!unit_instance).then(|| {
+            let mut sums = Vec::with_capacity(order.len() + 1);
+            let mut sum = ResourceSet::new();
+            sums.push(sum.clone());
+            for bundle in &order {
+                sum.add(bundle);
+                sums.push(sum.clone());
+            }
+            sums
+        });
+        let sums = sums.filter(|s| {
+            s.last().is_none_or(|total| total.iter().all(|(_, q)| q <= crate::Quantity::MAX))
+        });
+        RestBundles { order: order.into(), sums: sums.map(Into::into), from: 0 }
+    }
+
+    /// The same bundles, starting `position` bundles into the order.
+    pub fn starting_at(&self, position: usize) -> RestBundles {
+        RestBundles { from: position.min(self.order.len()), ..self.clone() }
+    }
+
+    /// How many bundles are left.
+    pub fn len(&self) -> usize {
+        self.order.len() - self.from
+    }
+
+    /// True when none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many of the rest, in order, fit on `node` one after another: by the amounts'
+    /// running sums against what the node has free (a binary search, since sums only grow),
+    /// or, when instances decide, by reserving them on a copy of the node.
+    pub fn held_by(&self, node: &Node, registry: &crate::resource::ResourceRegistry) -> usize {
+        let Some(sums) = &self.sums else {
+            let mut copy = node.clone();
+            let rest = &self.order[self.from..];
+            return rest.iter().take_while(|b| copy.reserve(b, registry).is_ok()).count();
+        };
+        // `sums[from + k] − sums[from] ≤ available` ⇔ `sums[from + k] ≤ sums[from] + available`.
+        let mut room = sums[self.from].clone();
+        room.add(node.available());
+        let window = &sums[self.from + 1..];
+        window.partition_point(|sum| sum.is_subset_of(&room))
+    }
 }
 
 /// A filter's answer for one node.

@@ -68,16 +68,12 @@ impl Scorer for HoldsRest {
         group(cx).is_some_and(|g| g.prefer_used == Some(true) && !g.rest.is_empty())
     }
 
-    /// Copies the node (a few hundred bytes) once per unused node visited: PACK groups are
-    /// few and small.
     fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
         let Some(group) = group(cx) else { return Score::MIN };
         if group.used.contains(node.index()) {
             return Score::MIN;
         }
-        let mut copy = node.clone();
-        let registry = cx.cluster.registry();
-        let holds = group.rest.iter().take_while(|b| copy.reserve(b, registry).is_ok()).count();
+        let holds = group.rest.held_by(node, cx.cluster.registry());
         Score::from_ratio(holds as u128, group.rest.len() as u128)
     }
 }
@@ -118,4 +114,48 @@ pub(crate) fn left_after(node: &Node, bundle: &ResourceSet) -> u64 {
             (left * 1_000_000 / total) as u64
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::super::super::stage::RestBundles;
+    use crate::testutil::{cluster, index, resources};
+
+    /// Bundles of scalar resources, as amounts of CPU and memory in tenths.
+    fn bundles() -> impl Strategy<Value = Vec<(u32, u32)>> {
+        proptest::collection::vec((0u32..30, 0u32..30), 0..40)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// The running sums count what reserving one bundle after another on a copy counts,
+        /// from every position of the plan.
+        #[test]
+        fn sums_count_what_reserving_counts(
+            bundles in bundles(),
+            (cpu, mem, used_cpu) in (0u32..100, 0u32..100, 0u32..50),
+        ) {
+            let mut c = cluster(&[("n", &format!("CPU={cpu},memory={mem}"))]);
+            let node = index(&c, "n");
+            let used = resources(c.registry_mut(), &format!("CPU={}", used_cpu.min(cpu)));
+            c.reserve(node, &used).unwrap();
+            let order: Vec<_> = bundles
+                .iter()
+                .map(|(a, b)| {
+                    resources(c.registry_mut(), &format!("CPU={}.{},memory={}.{}", a / 10, a % 10, b / 10, b % 10))
+                })
+                .collect();
+            let rest = RestBundles::new(order.clone(), c.registry());
+            let n = c.node(node).unwrap();
+            for from in 0..=order.len() {
+                let mut copy = n.clone();
+                let simulated =
+                    order[from..].iter().take_while(|b| copy.reserve(b, c.registry()).is_ok()).count();
+                prop_assert_eq!(rest.starting_at(from).held_by(n, c.registry()), simulated, "from {}", from);
+            }
+        }
+    }
 }
