@@ -4,6 +4,8 @@
 //!   conversion into core types. A REST body that creates an actor, a task or a placement group
 //!   is a request document in this format, so `berth explain`, the CLI and the REST API accept
 //!   exactly the same thing and reject it with the same field paths.
+//! - [`limits`]: the most of each kind of thing (labels, bundles, batch items…) one request
+//!   may hold.
 //! - [`local`]: the data directory, token and address files a local head shares with the CLI.
 //! - [`rest`]: the REST API's bodies and answers (serde + OpenAPI schemas).
 //! - [`text`]: how times are shown to people (CLI, dashboard, log headers).
@@ -13,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod codec;
+pub mod limits;
 pub mod local;
 pub mod rest;
 pub mod spec;

@@ -282,15 +282,12 @@ fn is_empty_text(text: &str) -> bool {
     text.is_empty()
 }
 
-/// The most items one batch (`POST /api/v1/actors:batch`, `/api/v1/tasks:batch`) may hold.
-pub const MAX_BATCH_ITEMS: usize = 10_000;
-
 /// A batch of creations: each item is what the single endpoint takes, checked and answered
 /// on its own.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Batch<T> {
-    /// 1 to 10,000 items.
+    /// At least one item, at most the head's `batch-items` limit (default 10,000).
     pub items: Vec<T>,
 }
 
@@ -737,9 +734,6 @@ pub struct Task {
     #[schema(value_type = Option<String>)]
     pub work_key: Option<Box<str>>,
 }
-
-/// The most task IDs one `POST /api/v1/tasks:wait` may name.
-pub const MAX_WAIT_IDS: usize = 10_000;
 
 /// `POST /api/v1/tasks:wait`: wait until one of these tasks has ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -121,6 +121,17 @@ pub struct HeadOptions {
     /// no ID is handed out twice. Without it such a head refuses to serve, and says why.
     #[arg(long)]
     pub accept_store_loss: bool,
+    /// Change one of the most a request may hold, NAME=N (repeat the flag for more): labels
+    /// (64 per object), expressions (32 per selector), values (256 per expression),
+    /// tolerations (32), fallbacks (16), bundles (1024 per placement group), resources (64),
+    /// env (256), args (1024), batch-items (10000), wait-ids (10000). More is refused with
+    /// 400 before any work (docs/limits.md).
+    #[arg(long = "limit", value_name = "NAME=N")]
+    pub limits: Vec<berth_api::limits::LimitSetting>,
+    /// The most connections served at once (REST, dashboard and agents together); more are
+    /// closed as they arrive, and the head raises its open-file limit to hold them
+    #[arg(long, default_value_t = berth_head::config::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    pub max_connections: usize,
 }
 
 /// `--store-durability`.
@@ -322,6 +333,16 @@ fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
         config.store_retry = Some(Duration::from_secs_f64(seconds));
     }
     config.accept_store_loss = options.accept_store_loss;
+    for setting in &options.limits {
+        config.limits.set(setting.limit, setting.most);
+    }
+    if options.max_connections < 16 {
+        bail!(
+            "--max-connections: {} is below 16 (the CLI, a dashboard and agents each hold some)",
+            options.max_connections
+        );
+    }
+    config.max_connections = options.max_connections;
     if let Some(path) = &options.autoscaler {
         let settings = berth_api::spec::node_types::load_autoscaler(path)?;
         let program = std::env::current_exe()

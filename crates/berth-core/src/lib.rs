@@ -90,7 +90,7 @@ pub use diagnosis::{AttemptDiagnosis, AttemptKind, Diagnosis, Reason, ReasonKind
 pub use instances::InstanceId;
 pub use node::{Node, NodeError, NodeId, NodeIndex, NodeState};
 pub use nodeset::NodeSet;
-pub use pending::{PendingQueue, Trigger, Waiting};
+pub use pending::{group_may_help, PendingQueue, Trigger, Waiting};
 pub use pipeline::profile::Profile;
 pub use pipeline::{ConfigError, Decision, Scheduler, SchedulerConfig};
 pub use quantity::{Quantity, QuantityError};

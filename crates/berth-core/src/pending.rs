@@ -23,7 +23,9 @@ use rand::Rng;
 use crate::cluster::{Allocation, Cluster};
 use crate::diagnosis::Diagnosis;
 use crate::node::NodeIndex;
+use crate::pipeline::group::bundle_request;
 use crate::pipeline::{Decision, Scheduler};
+use crate::placement_group::{BundleSet, GroupSpec, PlacedGroup};
 use crate::request::Request;
 
 /// What changed in the cluster.
@@ -41,6 +43,9 @@ pub enum Trigger {
     /// An actor was placed, moved or removed: requests waiting on actor affinity (or kept away
     /// by an actor's anti-affinity) may now be placed.
     ActorsChanged,
+    /// A placement group got its bundles: requests waiting to go into a group may now be
+    /// placed (groups waiting themselves are not helped).
+    GroupReserved,
     /// Anything may have changed (a configuration reload): retry everything.
     Everything,
 }
@@ -177,6 +182,9 @@ fn may_help<K>(
     match (trigger, entry.waiting) {
         (Trigger::Everything | Trigger::NodeChanged(_), _) => true,
         (Trigger::NodeLost(_), waiting) => waiting == Waiting::Pending,
+        (Trigger::GroupReserved, _) => {
+            matches!(entry.request.strategy(), crate::request::Strategy::PlacementGroup(_))
+        }
         (Trigger::ActorsChanged, Waiting::Infeasible) => false,
         (Trigger::ActorsChanged, Waiting::Pending) => {
             entry.request.actor().is_some()
@@ -186,6 +194,47 @@ fn may_help<K>(
         (Trigger::NodeJoined(_), Waiting::Infeasible) => true,
         (Trigger::Released(node) | Trigger::NodeJoined(node), Waiting::Pending) => {
             scheduler.fits_now(cluster, &entry.request, node)
+        }
+    }
+}
+
+/// Whether `trigger` may let a waiting placement group be reserved, by the rules for requests
+/// with the group's bundles still to place as its requests: a release on (or the arrival of)
+/// node `n` helps a pending group only when one of those bundles fits on `n` now, and changes
+/// to actors or other groups never help one. `placed` is the group's reservation when it lost
+/// bundles with a node (only those are placed again); `None` while it waits whole.
+pub fn group_may_help(
+    trigger: Trigger,
+    waiting: Waiting,
+    spec: &GroupSpec,
+    placed: Option<&PlacedGroup>,
+    scheduler: &Scheduler,
+    cluster: &Cluster,
+) -> bool {
+    match (trigger, waiting) {
+        (Trigger::Everything | Trigger::NodeChanged(_), _) => true,
+        (Trigger::NodeLost(_), waiting) => waiting == Waiting::Pending,
+        (Trigger::ActorsChanged | Trigger::GroupReserved, _) => false,
+        (Trigger::Released(_), Waiting::Infeasible) => false,
+        (Trigger::NodeJoined(_), Waiting::Infeasible) => true,
+        (Trigger::Released(node) | Trigger::NodeJoined(node), Waiting::Pending) => {
+            let fits = |set: &BundleSet, i: usize| {
+                bundle_request(cluster, spec, set, i)
+                    .is_some_and(|request| scheduler.fits_now(cluster, &request, node))
+            };
+            match placed {
+                Some(group) => group.lost().into_iter().any(|i| fits(group.bundle_set(), i)),
+                // A bundle like the one before it fits where that one does.
+                None => spec.alternatives.iter().any(|set| {
+                    (0..set.bundles.len())
+                        .filter(|&i| {
+                            i == 0
+                                || set.bundles[i] != set.bundles[i - 1]
+                                || set.selector(i) != set.selector(i - 1)
+                        })
+                        .any(|i| fits(set, i))
+                }),
+            }
         }
     }
 }

@@ -170,12 +170,14 @@ fn parse_values(inner: &str) -> Result<Vec<String>, String> {
         return Err("in() needs at least one value".to_string());
     }
     let mut values = Vec::new();
+    // Values repeated are kept once, in the order first given.
+    let mut seen = std::collections::HashSet::new();
     for value in inner.split(',').map(str::trim) {
         if value.is_empty() {
             return Err("an empty value in in(…)".to_string());
         }
         check_value(value)?;
-        if !values.iter().any(|v| v == value) {
+        if seen.insert(value) {
             values.push(value.to_string());
         }
     }

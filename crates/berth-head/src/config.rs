@@ -56,6 +56,11 @@ pub struct HeadConfig {
     /// Take the store as it is at start, even if it is behind what this data directory last
     /// saw of it (it lost acknowledged writes): the operator's decision after a store loss.
     pub accept_store_loss: bool,
+    /// The most of each kind of thing one request may hold (labels, bundles, batch items…).
+    pub limits: berth_api::limits::Limits,
+    /// The most connections served at once (REST, dashboard and agents together); more are
+    /// closed as they arrive.
+    pub max_connections: usize,
 }
 
 /// What the head demands of its store's durability (`--store-durability`).
@@ -129,6 +134,10 @@ pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
 /// heartbeat here is a few bytes on a stream, not a polled RPC).
 pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The default most connections at once: far above what a cluster's agents, CLIs and
+/// dashboards open, and within the open-file limit the head raises itself to at start.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
+
 impl HeadConfig {
     /// Defaults: redb in `data_dir`, 127.0.0.1 on the default port.
     pub fn new(data_dir: impl Into<PathBuf>) -> HeadConfig {
@@ -152,6 +161,8 @@ impl HeadConfig {
             store_retry: None,
             store_durability: StoreDurability::Strict,
             accept_store_loss: false,
+            limits: berth_api::limits::Limits::default(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use berth_api::limits::Limit;
 use berth_api::rest::{
     Actor, ActorCreate, ActorEndpoint, ActorState, DryRun, Endpoint, EndpointRegister, Group,
-    GroupCreate, Node, RawJson, StringMap, Task, TaskSubmit, TasksEnded, MAX_WAIT_IDS,
+    GroupCreate, Node, RawJson, StringMap, Task, TaskSubmit, TasksEnded,
 };
 use berth_api::spec::{FileKind, InputError, ParsedRequest};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -222,6 +223,8 @@ pub struct HeadHandle {
     pub(crate) sequences: Arc<Sequences>,
     pub(crate) work_keys: Arc<WorkKeys>,
     pub(crate) store: Arc<StoreHealth>,
+    /// The most of each kind of thing one request may hold.
+    pub(crate) limits: Arc<berth_api::limits::Limits>,
 }
 
 /// Whether the store answers, as the committer finds it: while a commit is being retried,
@@ -449,13 +452,23 @@ impl HeadHandle {
 
     /// Adds taints to a node (by ID or address).
     pub async fn add_taints(&self, node: &str, taints: StringMap) -> Result<Node, HeadError> {
+        self.within(Limit::Labels, taints.len())?;
         check_taints(&taints)?;
         let node = node.to_string();
         self.ask(|reply| Command::Taints { node, taints, add: true, reply }).await
     }
 
+    /// Refuses a body of more than `limit` allows (the whole body is the map counted).
+    fn within(&self, limit: Limit, count: usize) -> Result<(), HeadError> {
+        match count > self.limits.get(limit) {
+            true => Err(HeadError::invalid("", self.limits.refusal(limit, "the body"))),
+            false => Ok(()),
+        }
+    }
+
     /// Removes taints from a node (by ID or address); waiting work is re-decided.
     pub async fn remove_taints(&self, node: &str, taints: StringMap) -> Result<Node, HeadError> {
+        self.within(Limit::Labels, taints.len())?;
         check_taints(&taints)?;
         let node = node.to_string();
         self.ask(|reply| Command::Taints { node, taints, add: false, reply }).await
@@ -467,6 +480,7 @@ impl HeadHandle {
         if labels.is_empty() {
             return Err(HeadError::invalid("", "give at least one label: {\"key\": \"value\"}"));
         }
+        self.within(Limit::Labels, labels.len())?;
         let node = node.to_string();
         self.ask(|reply| Command::Labels { node, set: labels, remove: Vec::new(), reply }).await
     }
@@ -476,6 +490,7 @@ impl HeadHandle {
         if keys.is_empty() {
             return Err(HeadError::invalid("", "give at least one label key: [\"key\"]"));
         }
+        self.within(Limit::Labels, keys.len())?;
         let node = node.to_string();
         self.ask(|reply| Command::Labels { node, set: StringMap::new(), remove: keys, reply }).await
     }
@@ -486,6 +501,7 @@ impl HeadHandle {
         if resources.is_empty() {
             return Err(HeadError::invalid("", "give at least one resource: {\"GPU\": \"4\"}"));
         }
+        self.within(Limit::Resources, resources.len())?;
         let node = node.to_string();
         self.ask(|reply| Command::Resources { node, resources, reply }).await
     }
@@ -612,10 +628,11 @@ impl HeadHandle {
         ids: &[String],
         timeout: Duration,
     ) -> Result<TasksEnded, HeadError> {
-        if ids.is_empty() || ids.len() > MAX_WAIT_IDS {
+        let most = self.limits.get(berth_api::limits::Limit::WaitIds);
+        if ids.is_empty() || ids.len() > most {
             return Err(HeadError::invalid(
                 "task_ids",
-                format!("give 1 to {MAX_WAIT_IDS} task IDs, not {}", ids.len()),
+                format!("give 1 to {most} task IDs, not {}", ids.len()),
             ));
         }
         let answer = self

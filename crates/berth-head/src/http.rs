@@ -13,6 +13,7 @@
 mod actors;
 mod autoscaler;
 mod batch;
+mod body_scan;
 mod cluster;
 mod explain;
 mod extract;
@@ -24,7 +25,6 @@ mod tasks;
 #[cfg(test)]
 mod tests;
 mod tokens;
-mod unique_keys;
 mod watch;
 
 use std::sync::Arc;

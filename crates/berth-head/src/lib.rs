@@ -383,6 +383,7 @@ pub async fn start_on(
         sequences,
         work_keys,
         store: store_health.clone(),
+        limits: Arc::new(config.limits.clone()),
     };
 
     let epoch = lease.epoch();

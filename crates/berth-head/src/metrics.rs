@@ -4,6 +4,9 @@
 //! Families (names as scraped):
 //! - `berth_decisions_total{outcome}`: placement decisions by outcome (`placed`, `pending`,
 //!   `infeasible`), and `berth_decision_seconds`: how long each took (1 µs to 1 s buckets).
+//! - `berth_group_bundles_ranked_total`: bundles of placement groups ranked on the nodes while
+//!   planning them, the unit of a group plan's cost (a group too big for what is free is not
+//!   planned, so a waiting group adds nothing here until room could exist).
 //! - `berth_pending{kind,waiting}`: requests waiting now, by kind (`actor`, `task`,
 //!   `placement_group`) and why (`pending`, `infeasible`).
 //! - `berth_nodes{state}`: nodes by state (`alive`, `draining`, `dead`).
@@ -82,6 +85,7 @@ pub(crate) struct Metrics {
     registry: Registry,
     decisions: Family<OutcomeLabels, Counter>,
     decision_seconds: Histogram,
+    bundles_ranked: Counter,
     pending: Family<PendingLabels, Gauge>,
     nodes: Family<StateLabels, Gauge>,
     commit_seconds: Histogram,
@@ -121,6 +125,12 @@ impl Metrics {
             "Time to decide one placement",
             Unit::Seconds,
             decision_seconds.clone(),
+        );
+        let bundles_ranked = Counter::default();
+        registry.register(
+            "berth_group_bundles_ranked",
+            "Bundles of placement groups ranked on the nodes while planning them",
+            bundles_ranked.clone(),
         );
         let pending = Family::<PendingLabels, Gauge>::default();
         registry.register(
@@ -178,6 +188,7 @@ impl Metrics {
             registry,
             decisions,
             decision_seconds,
+            bundles_ranked,
             pending,
             nodes,
             commit_seconds,
@@ -195,6 +206,11 @@ impl Metrics {
     pub(crate) fn decision(&self, outcome: &str, seconds: f64) {
         self.decisions.get_or_create(&OutcomeLabels { outcome: outcome.to_string() }).inc();
         self.decision_seconds.observe(seconds);
+    }
+
+    /// Bundles ranked by group plans since the last call.
+    pub(crate) fn bundles_ranked(&self, bundles: u64) {
+        self.bundles_ranked.inc_by(bundles);
     }
 
     /// Sets the gauges that count what `view` holds (nodes by state, what waits), at a scrape:

@@ -62,6 +62,10 @@ pub(crate) use work::WorkKey;
 /// cycle of 44 ms, then their commit of 28 ms, then the next four).
 const MAX_CYCLE_WORK: usize = 1024;
 
+/// The most bundles of waiting groups planned again in one cycle (the first group is planned
+/// whatever its size); the other groups a change helped wait for the next cycle.
+pub(crate) const MAX_GROUP_WORK: usize = 4096;
+
 /// More distinct triggers than this in one cycle are retried as one `Everything`.
 const MAX_TRIGGERS: usize = 64;
 
@@ -113,6 +117,13 @@ pub(crate) struct Owner {
     pub(crate) groups: HashMap<u64, groups::GroupEntry>,
     /// Groups waiting to be reserved (or re-planned), oldest first.
     pub(crate) waiting_groups: BTreeSet<u64>,
+    /// Waiting groups a change may have helped, to be planned again: at most
+    /// [`MAX_GROUP_WORK`] bundles a cycle, so that what waits never holds up what arrives.
+    pub(crate) groups_to_retry: BTreeSet<u64>,
+    /// The last group planned from `groups_to_retry`: the next cycle goes on after it.
+    pub(crate) group_cursor: u64,
+    /// The scheduler's [`Scheduler::bundles_ranked`] as last counted into the metrics.
+    pub(crate) bundles_ranked: u64,
     pub(crate) nodes: HashMap<String, nodes::NodeEntry>,
     pub(crate) links: HashMap<String, AgentLink>,
     pub(crate) view: View,
@@ -183,6 +194,9 @@ impl Owner {
             tasks: HashMap::new(),
             groups: HashMap::new(),
             waiting_groups: BTreeSet::new(),
+            groups_to_retry: BTreeSet::new(),
+            group_cursor: 0,
+            bundles_ranked: 0,
             nodes: HashMap::new(),
             links: HashMap::new(),
             view: View::default(),
@@ -345,17 +359,19 @@ impl Owner {
 
     /// Retries what waits, for every change this cycle made.
     fn retry_waiting(&mut self) {
-        if self.triggers.is_empty() {
-            return;
-        }
-        let mut triggers = std::mem::take(&mut self.triggers);
-        if triggers.len() > MAX_TRIGGERS {
-            triggers = vec![Trigger::Everything];
+        if self.triggers.len() > MAX_TRIGGERS {
+            self.triggers = vec![Trigger::Everything];
         }
         // Groups first: a whole reservation is harder to find room for than one request.
         if !self.waiting_groups.is_empty() {
-            self.retry_groups();
+            let triggers = self.triggers.clone();
+            self.retry_groups(&triggers);
         }
+        if self.triggers.is_empty() {
+            return;
+        }
+        // With what the groups' reservations changed (work waiting to go into them).
+        let triggers = std::mem::take(&mut self.triggers);
         for trigger in triggers {
             if self.queue.is_empty() {
                 break;
@@ -506,6 +522,7 @@ pub(crate) async fn run(
     let mut stopping = false;
     loop {
         let first = tokio::select! {
+            biased;
             command = commands.recv() => match command {
                 Some(command) => command,
                 None => break,
@@ -518,6 +535,9 @@ pub(crate) async fn run(
                 commands.close();
                 Command::Tick
             }
+            // Groups a change helped that the last cycle's budget left: a cycle of their own
+            // once no command waits.
+            () = std::future::ready(()), if !owner.groups_to_retry.is_empty() => Command::Tick,
         };
         let busy = Instant::now();
         let mut work = first.work();

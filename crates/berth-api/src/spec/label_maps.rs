@@ -116,10 +116,11 @@ impl<'de, T: LabelText> Visitor<'de> for ByLabelKeyVisitor<T> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ByLabelKey<T>, A::Error> {
         let mut entries: Vec<(String, String)> = Vec::new();
+        let mut seen = HashSet::new();
         while let Some(key) = map.next_key::<String>()? {
             // The YAML parser rejects duplicate keys already; this keeps the rule if its
             // policy ever changes.
-            if entries.iter().any(|(k, _)| *k == key) {
+            if !seen.insert(key.clone()) {
                 return Err(de::Error::custom(format!("{key:?} is given twice")));
             }
             let value = map.next_value_seed(LabelTextSeed::<T>(&key, PhantomData))?;

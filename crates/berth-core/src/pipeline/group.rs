@@ -514,6 +514,7 @@ impl Scheduler {
         request: &Request,
         group: GroupContext,
     ) -> (Vec<NodeIndex>, AttemptDiagnosis) {
+        self.bundles_ranked.set(self.bundles_ranked.get() + 1);
         let cluster = overlay.cluster;
         let kind = AttemptKind::Bundle { index };
         let mut found = AttemptDiagnosis::new(kind.clone(), None);

@@ -298,6 +298,9 @@ pub struct Scheduler {
     filters_memoized: bool,
     /// True when the filters are the built-in ones alone ([`FilterStage::are_builtin`]).
     builtin_filters: bool,
+    /// How many bundle attempts (one bundle ranked on the nodes) planning groups has made: the
+    /// unit of a group plan's cost ([`Scheduler::bundles_ranked`]).
+    bundles_ranked: std::cell::Cell<u64>,
 }
 
 impl Scheduler {
@@ -328,6 +331,7 @@ impl Scheduler {
             group_ranking: group::ranking::stages(),
             spread_cursor: 0,
             scan_cursor: 0,
+            bundles_ranked: std::cell::Cell::new(0),
             ranked: Vec::new(),
         }
     }
@@ -357,6 +361,12 @@ impl Scheduler {
         let mut explanation = Explanation::default();
         let decision = self.run(cluster, request, rng, Some(&mut explanation));
         (decision, explanation)
+    }
+
+    /// How many bundles the group plans of this scheduler have ranked on the nodes so far:
+    /// what planning placement groups has cost, counted in operations rather than time.
+    pub fn bundles_ranked(&self) -> u64 {
+        self.bundles_ranked.get()
     }
 
     /// True when `request` may be placed on `node` now, by the checks that place it: every

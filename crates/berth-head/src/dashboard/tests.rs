@@ -215,6 +215,7 @@ fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
         sequences: Arc::new(Sequences::default()),
         work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
         store: Arc::default(),
+        limits: Arc::default(),
     };
     let asked: Asked = Arc::default();
     let record = asked.clone();

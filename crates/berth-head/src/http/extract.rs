@@ -9,10 +9,12 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use berth_api::limits::Limits;
 use berth_api::rest::{ApiError, ErrorKind};
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
+use super::{body_scan, Api};
 use crate::error::HeadError;
 use crate::view::QueryError;
 
@@ -151,14 +153,20 @@ async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Fa
     Ok(bytes)
 }
 
-/// Reads one batch item (kept as its JSON text) as `T`, naming the field at fault.
+/// Reads one batch item (kept as its JSON text) as `T`, naming the field at fault. The batch's
+/// scan ([`parse_json`]) has checked its keys and counts already.
 pub(crate) fn parse_item<T: DeserializeOwned>(item: &RawValue) -> Result<T, Failure> {
     parse_text(item.get().as_bytes(), "not valid")
 }
 
-/// Parses `bytes` as one JSON value of type `T`, naming the field at fault.
-pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Failure> {
-    parse_text(bytes, "the body is not valid")
+/// Parses `bytes` as one JSON value of type `T`, naming the field at fault; first refuses a
+/// key given twice or more of something than `limits` allow (see [`body_scan`]).
+pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8], limits: &Limits) -> Result<T, Failure> {
+    let what = "the body is not valid";
+    if let Some(refusal) = body_scan::scan(bytes, limits) {
+        return Err(Failure::invalid(Some(refusal.path), format!("{what}: {}", refusal.message)));
+    }
+    parse_text(bytes, what)
 }
 
 /// Parses `bytes` as one `T`; an error is `{what}: {serde's message}` at the field at fault.
@@ -167,16 +175,7 @@ fn parse_text<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, Failur
     // good: parsed without it first, and only a body that fails is parsed again to name the
     // field at fault (the same parser, so it fails the same way).
     if let Ok(value) = serde_json::from_slice::<T>(bytes) {
-        return match super::unique_keys::first_repeated_key(bytes) {
-            None => Ok(value),
-            Some(path) => {
-                let key = path.rsplit('.').next().unwrap_or(&path).to_string();
-                Err(Failure::invalid(
-                    Some(path),
-                    format!("{what}: the key {key:?} is given twice; give each key once"),
-                ))
-            }
-        };
+        return Ok(value);
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
@@ -191,24 +190,24 @@ fn parse_text<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, Failur
 /// A JSON body of type `T`. The content type is not checked: any body is parsed as JSON.
 pub(crate) struct JsonBody<T>(pub(crate) T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+impl<T: DeserializeOwned> FromRequest<Api> for JsonBody<T> {
     type Rejection = Failure;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Failure> {
+    async fn from_request(req: Request, state: &Api) -> Result<Self, Failure> {
         let bytes = body_bytes(req, state).await?;
-        parse_json(&bytes).map(JsonBody)
+        parse_json(&bytes, &state.handle.limits).map(JsonBody)
     }
 }
 
 /// A body that must be one JSON object, kept as its text.
 pub(crate) struct JsonObjectText(pub(crate) String);
 
-impl<S: Send + Sync> FromRequest<S> for JsonObjectText {
+impl FromRequest<Api> for JsonObjectText {
     type Rejection = Failure;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Failure> {
+    async fn from_request(req: Request, state: &Api) -> Result<Self, Failure> {
         let bytes = body_bytes(req, state).await?;
-        let value: serde_json::Value = parse_json(&bytes)?;
+        let value: serde_json::Value = parse_json(&bytes, &state.handle.limits)?;
         if !value.is_object() {
             return Err(Failure::invalid(
                 None,
@@ -364,7 +363,9 @@ mod tests {
         struct Outer {
             inner: Vec<Inner>,
         }
-        let field = |text: &str| parse_json::<Outer>(text.as_bytes()).unwrap_err().body.field;
+        let field = |text: &str| {
+            parse_json::<Outer>(text.as_bytes(), &Limits::default()).unwrap_err().body.field
+        };
         assert_eq!(field(r#"{"inner": [{"a": "x"}]}"#).as_deref(), Some("inner[0].a"));
         assert_eq!(field(r#"{"inner": [{"b": 1}]}"#).as_deref(), Some("inner[0].b"));
         assert_eq!(field(r#"{"inner": [{}]}"#).as_deref(), Some("inner[0].a"));

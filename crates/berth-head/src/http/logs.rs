@@ -417,6 +417,7 @@ mod tests {
             sequences: Arc::new(Sequences::default()),
             work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
             store: Arc::default(),
+            limits: Arc::default(),
         };
         let router = super::super::router_with_logs(
             handle,

@@ -131,6 +131,7 @@ fn harness() -> Harness {
         sequences: Arc::new(Sequences::default()),
         work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
         store: Arc::default(),
+        limits: Arc::default(),
     };
     let metrics = Arc::new(Metrics::new());
     let router =

@@ -8,11 +8,11 @@ use berth_api::spec::{LoadedRequest, ParsedRequest};
 use berth_core::cluster::AllocationSource;
 use berth_core::pipeline::group::GroupDecision;
 use berth_core::placement_group::GroupSpec;
-use berth_core::{Allocation, Trigger};
+use berth_core::{group_may_help, Allocation, Trigger};
 
 use super::convert;
 use super::work::{push_event, WorkKey};
-use super::Owner;
+use super::{Owner, MAX_GROUP_WORK};
 use crate::agents::now_ms;
 use crate::error::HeadError;
 use crate::handle::input_error;
@@ -24,9 +24,16 @@ pub(crate) struct GroupEntry {
     pub(crate) api: Group,
     pub(crate) spec: GroupSpec,
     pub(crate) bundle_instances: Vec<std::collections::BTreeMap<String, Vec<u32>>>,
+    /// While it waits: whether it could be reserved once work ends (as of the last plan).
+    pub(crate) waiting: berth_core::Waiting,
 }
 
 impl GroupEntry {
+    /// What planning it costs, in bundles: those of every alternative.
+    fn planning_work(&self) -> usize {
+        self.spec.alternatives.iter().map(|a| a.bundles.len()).sum::<usize>().max(1)
+    }
+
     pub(crate) fn record(&self) -> GroupRecord<&Group, &[BTreeMap<String, Vec<u32>>]> {
         GroupRecord { group: &self.api, bundle_instances: &self.bundle_instances }
     }
@@ -87,7 +94,8 @@ impl Owner {
             spec: body,
         };
         push_event(&mut api.history, EventKind::Created, None, String::new());
-        self.groups.insert(seq, GroupEntry { api, spec, bundle_instances: Vec::new() });
+        let waiting = berth_core::Waiting::Pending;
+        self.groups.insert(seq, GroupEntry { api, spec, bundle_instances: Vec::new(), waiting });
         self.try_group(seq);
         Ok(self.groups[&seq].api.clone())
     }
@@ -112,6 +120,10 @@ impl Owner {
             GroupState::Created | GroupState::Removed => return,
         };
         let seconds = started.elapsed().as_secs_f64();
+        // A scheduler made anew (a profile reload) counts from 0 again.
+        let ranked = self.scheduler.bundles_ranked();
+        let before = std::mem::replace(&mut self.bundles_ranked, ranked);
+        self.metrics.bundles_ranked(ranked.checked_sub(before).unwrap_or(ranked));
         match decision {
             GroupDecision::Created { alternative, nodes, .. } => {
                 self.metrics.decision("placed", seconds);
@@ -167,7 +179,7 @@ impl Owner {
                     .join(", ");
                 push_event(&mut e.api.history, verb, None, format!("bundles on {where_}"));
                 // Requests waiting for this group's bundles can go now.
-                self.trigger(Trigger::Everything);
+                self.trigger(Trigger::GroupReserved);
                 self.mark_group(seq);
             }
             GroupDecision::Pending(d) | GroupDecision::Infeasible(d) => {
@@ -176,6 +188,10 @@ impl Owner {
                 self.waiting_groups.insert(seq);
                 let diagnosis = convert::group_diagnosis(&self.cluster, &d, infeasible);
                 let e = self.groups.get_mut(&seq).expect("known");
+                e.waiting = match infeasible {
+                    true => berth_core::Waiting::Infeasible,
+                    false => berth_core::Waiting::Pending,
+                };
                 let changed = e.api.diagnosis.as_ref() != Some(&diagnosis);
                 e.api.diagnosis = Some(diagnosis.clone());
                 let waiting = Waiting {
@@ -196,11 +212,48 @@ impl Owner {
         }
     }
 
-    pub(crate) fn retry_groups(&mut self) {
-        let waiting: Vec<u64> = self.waiting_groups.iter().copied().collect();
-        for seq in waiting {
+    /// Plans again the waiting groups that `triggers` may help (see [`group_may_help`]), and
+    /// those an earlier cycle left for later: at most [`MAX_GROUP_WORK`] bundles, from the
+    /// group after the last one planned, so that every helped group has its turn.
+    pub(crate) fn retry_groups(&mut self, triggers: &[Trigger]) {
+        for &seq in &self.waiting_groups {
+            let Some(entry) = self.groups.get(&seq) else { continue };
+            if self.groups_to_retry.contains(&seq) {
+                continue;
+            }
+            let placed = match entry.api.state {
+                GroupState::Rescheduling => self.cluster.group(&entry.api.group_id),
+                _ => None,
+            };
+            let helped = triggers.iter().any(|&t| {
+                group_may_help(
+                    t,
+                    entry.waiting,
+                    &entry.spec,
+                    placed,
+                    &self.scheduler,
+                    &self.cluster,
+                )
+            });
+            if helped {
+                self.groups_to_retry.insert(seq);
+            }
+        }
+        let mut work = 0;
+        while work < MAX_GROUP_WORK {
+            let next = self.groups_to_retry.range(self.group_cursor + 1..).next();
+            let Some(&seq) = next.or_else(|| self.groups_to_retry.iter().next()) else { break };
+            self.groups_to_retry.remove(&seq);
+            self.group_cursor = seq;
+            work += self.groups.get(&seq).map_or(1, |g| g.planning_work());
             self.try_group(seq);
         }
+    }
+
+    /// Plans group `seq` again in the next cycles' retries, whatever changed (it started
+    /// waiting, or was restored waiting).
+    pub(crate) fn retry_group_soon(&mut self, seq: u64) {
+        self.groups_to_retry.insert(seq);
     }
 
     pub(crate) fn mark_group(&mut self, seq: u64) {
@@ -299,6 +352,7 @@ impl Owner {
             format!("node {node} died"),
         );
         self.waiting_groups.insert(seq);
+        self.retry_group_soon(seq);
         self.mark_group(seq);
     }
 }

@@ -13,10 +13,10 @@ use berth_core::instances::MAX_INSTANCES;
 use berth_core::labels::Labels;
 use berth_core::{NodeIndex, NodeState, Quantity, Trigger};
 
-use super::nodes::MAX_ENTRIES;
 use super::work::{Ending, WorkKey};
 use super::Owner;
 use crate::error::HeadError;
+use berth_api::limits::Limit;
 
 impl Owner {
     /// The node named `id_or_ip` (an ID, else the one live node with that address).
@@ -115,8 +115,17 @@ impl Owner {
             user.remove(key);
         }
         user.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
-        if user.len() > MAX_ENTRIES {
-            return Err(HeadError::invalid("", format!("a node has at most {MAX_ENTRIES} labels")));
+        let most = self.config.limits.get(Limit::Labels);
+        if user.len() > most {
+            return Err(HeadError::invalid(
+                "",
+                format!(
+                    "a node has at most {most} labels of its own ({}), and this change would \
+                     leave {}",
+                    Limit::Labels.counts(),
+                    user.len()
+                ),
+            ));
         }
         let mut labels = Labels::new();
         for (key, value) in &user {
@@ -145,10 +154,14 @@ impl Owner {
         // change that is refused whole).
         let names: std::collections::BTreeSet<&String> =
             record.resources.keys().chain(resources.keys()).collect();
-        if names.len() > MAX_ENTRIES {
+        let most = self.config.limits.get(Limit::Resources);
+        if names.len() > most {
             return Err(HeadError::invalid(
                 "",
-                format!("a node has at most {MAX_ENTRIES} resources"),
+                format!(
+                    "a node has at most {most} resources, and this change would leave {}",
+                    names.len()
+                ),
             ));
         }
         let mut changes = Vec::with_capacity(resources.len());

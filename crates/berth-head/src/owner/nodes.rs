@@ -9,6 +9,7 @@ use berth_api::agent::{
     status_report, RegisterReply, RegisterRequest, StatusReplies, StatusReply, StatusReport,
     StatusReports,
 };
+use berth_api::limits::Limit;
 use berth_api::rest::{self, NodeState as ApiNodeState, StringMap};
 use berth_api::spec::{check_taint, label_error_text, parse_labels_text};
 use berth_core::cluster::NodeSpec;
@@ -23,9 +24,6 @@ use super::{AgentLink, Owner};
 use crate::agents::{now_ms, AgentCommand, Liveness};
 use crate::records::NodeRecord;
 use crate::view::Kind;
-
-/// Most resources, labels or taints one registration may carry.
-pub(crate) const MAX_ENTRIES: usize = 1024;
 
 /// A node as the owner holds it.
 pub(crate) struct NodeEntry {
@@ -83,14 +81,15 @@ impl Owner {
         node_id: &str,
     ) -> Result<Registration, Status> {
         let id = NodeId::new(node_id).map_err(|e| invalid("node_id", e))?;
-        if request.resources.len() > MAX_ENTRIES
-            || request.labels.len() > MAX_ENTRIES
-            || request.taints.len() > MAX_ENTRIES
-        {
-            return Err(invalid(
-                "",
-                format!("at most {MAX_ENTRIES} resources, labels and taints each"),
-            ));
+        let limits = &self.config.limits;
+        let counted = [
+            ("resources", Limit::Resources, request.resources.len()),
+            ("labels", Limit::Labels, request.labels.len()),
+            ("taints", Limit::Labels, request.taints.len()),
+            ("facts", Limit::Labels, request.facts.len()),
+        ];
+        if let Some((field, limit, _)) = counted.iter().find(|(_, l, n)| *n > limits.get(*l)) {
+            return Err(invalid(*field, limits.refusal(*limit, field)));
         }
         let mut total = ResourceSet::new();
         let mut resources = StringMap::new();
@@ -121,6 +120,10 @@ impl Owner {
             labels
                 .insert(key, value)
                 .map_err(|e| invalid(format!("labels.{key}"), label_error_text("label", &e)))?;
+        }
+        if labels.len() > limits.get(Limit::Labels) {
+            let field = "labels and labels_file together";
+            return Err(invalid("labels_file", limits.refusal(Limit::Labels, field)));
         }
         let mut facts = NodeFacts::default();
         let mut fact_map = StringMap::new();

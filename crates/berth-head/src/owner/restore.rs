@@ -211,8 +211,12 @@ impl Owner {
                     continue;
                 }
             };
-            let mut entry =
-                GroupEntry { api: record.group, spec, bundle_instances: record.bundle_instances };
+            let mut entry = GroupEntry {
+                api: record.group,
+                spec,
+                bundle_instances: record.bundle_instances,
+                waiting: berth_core::Waiting::Pending,
+            };
             match entry.api.state {
                 GroupState::Created => {
                     if let Err(err) = self.rereserve_group(&entry) {
@@ -236,9 +240,7 @@ impl Owner {
             }
             out.groups += 1;
         }
-        if !self.waiting_groups.is_empty() {
-            self.retry_groups();
-        }
+        self.groups_to_retry.extend(self.waiting_groups.iter().copied());
     }
 
     fn rereserve_group(&mut self, entry: &GroupEntry) -> Result<(), String> {
