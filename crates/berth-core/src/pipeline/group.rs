@@ -423,10 +423,14 @@ impl Scheduler {
         // An explanation visits every node, as for any request.
         // A plan needs at least the bundles' sum free on the alive nodes together: when that
         // is missing, no plan is tried (a waiting group of many bundles is retried after
-        // every release, and planning it costs a ranking per bundle). An explanation still
+        // every release that may help it, and planning it costs a ranking per bundle). An explanation still
         // visits every node for each bundle, and decides the same.
+        // Below [`PLANNED_WHATEVER_IS_FREE`] bundles a plan costs little, and its diagnosis
+        // says more (which bundle found no node, and why, node by node).
         let demand = total_of(&requests, &order);
-        let short_of_free = demand.first_shortfall(&alive_sum(cluster, Node::available));
+        let short_of_free = (order.len() > PLANNED_WHATEVER_IS_FREE)
+            .then(|| demand.first_shortfall(&alive_sum(cluster, Node::available)))
+            .flatten();
         let short_of_free = short_of_free.map(|short| AlternativeDiagnosis {
             alternative: 0,
             planned: Vec::new(),
@@ -800,6 +804,10 @@ impl Scheduler {
 fn strict() -> GroupContext {
     GroupContext::default()
 }
+
+/// Groups of more bundles to place than this are not planned while the alive nodes have less
+/// free in all than they ask for.
+pub const PLANNED_WHATEVER_IS_FREE: usize = 64;
 
 /// The sum over the alive nodes of `amounts` (their totals, or what they have free).
 fn alive_sum(cluster: &Cluster, amounts: fn(&Node) -> &ResourceSet) -> ResourceSet {
