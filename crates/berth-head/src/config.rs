@@ -61,6 +61,10 @@ pub struct HeadConfig {
     /// The most connections served at once (REST, dashboard and agents together); more are
     /// closed as they arrive.
     pub max_connections: usize,
+    /// How long a connection may stay with no request in flight before it is closed.
+    pub idle_timeout: Duration,
+    /// How long an HTTP/1 request's headers may take to arrive.
+    pub header_timeout: Duration,
 }
 
 /// What the head demands of its store's durability (`--store-durability`).
@@ -138,6 +142,13 @@ pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
 /// dashboards open, and within the open-file limit the head raises itself to at start.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
 
+/// The default idle timeout: above the 90 s for which HTTP client pools (reqwest, hyper) keep
+/// an idle connection, so that a client's pool drops it before the head does.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The default time an HTTP/1 request's headers may take (a slow-sending client is cut off).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl HeadConfig {
     /// Defaults: redb in `data_dir`, 127.0.0.1 on the default port.
     pub fn new(data_dir: impl Into<PathBuf>) -> HeadConfig {
@@ -163,6 +174,8 @@ impl HeadConfig {
             accept_store_loss: false,
             limits: berth_api::limits::Limits::default(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
         }
     }
 }

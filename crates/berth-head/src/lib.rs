@@ -18,6 +18,7 @@ mod agents;
 mod autoscaler;
 pub mod changes;
 pub mod config;
+mod connections;
 mod dashboard;
 pub mod error;
 pub mod handle;
@@ -297,12 +298,17 @@ pub async fn start_on(
         store.expect(seen.as_ref().map(|seen| seen.generation.clone()));
     }
     let holder = holder_name(&config.data_dir);
+    let connection_settings = connections::Settings {
+        max: connections::raise_open_files(config.max_connections),
+        header_timeout: config.header_timeout,
+        idle_timeout: config.idle_timeout,
+    };
     let (lease, listener) = standby::acquire(
         &store,
         &holder,
         config.lease_ttl,
         listener,
-        tls.clone(),
+        (tls.clone(), connection_settings),
         &config.data_dir,
     )
     .await
@@ -437,7 +443,14 @@ pub async fn start_on(
     );
     let tls_served = tls.is_some();
     let url = format!("{}://{address}", if tls_served { "https" } else { "http" });
-    let server = tokio::spawn(serve(listener, router, tls, shutdown_rx.clone()));
+    let server = tokio::spawn(connections::serve(
+        listener,
+        router,
+        tls,
+        connection_settings,
+        Some(metrics.clone()),
+        shutdown_rx.clone(),
+    ));
     let autoscaler = config.autoscaler.as_ref().map(|a| {
         let join = autoscaler::Join {
             url: url.clone(),
@@ -473,31 +486,6 @@ pub async fn start_on(
         tasks: Tasks { server, owner, committer, renewer, autoscaler },
         stopped: stopped_rx,
     })
-}
-
-/// Serves `router` on `listener` (over TLS with `tls`) until `shutdown` turns true.
-pub(crate) async fn serve(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    if let Some(acceptor) = tls {
-        return tls::serve(listener, router, acceptor, shutdown).await;
-    }
-    let stop = async move {
-        let _ = shutdown.wait_for(|stop| *stop).await;
-    };
-    // Without TCP_NODELAY a small write (an agent's assignment, a REST answer) that follows an
-    // unacknowledged one waits for the peer's delayed ACK: ~40 ms each.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %err, "cannot set TCP_NODELAY");
-        }
-    });
-    if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(stop).await {
-        tracing::error!(error = %err, "the server stopped");
-    }
 }
 
 /// Keeps the store lease, and the store mark with it; a lease lost to another head, or a store

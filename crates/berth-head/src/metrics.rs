@@ -18,6 +18,9 @@
 //!   the head is bound by it.
 //! - `berth_http_requests_total{method,route,status}` (status as a class, `2xx`) and
 //!   `berth_http_request_seconds{method,route}`: the REST API, by route template.
+//! - `berth_connections`: connections served now; `berth_connections_evicted_total`: idle ones
+//!   closed to make room at the cap; `berth_connections_refused_total`: new ones closed at
+//!   once because every connection had a request in flight (`--max-connections`).
 //! - `berth_autoscaler_nodes{state}`: autoscaled nodes now (`launching`, `alive`, `idle`,
 //!   `removing`), and `berth_autoscaler_events_total{event}`: `launched`, `registered`,
 //!   `failed` (the provider failed), `given_up` (never registered), `removed`.
@@ -96,6 +99,9 @@ pub(crate) struct Metrics {
     http_seconds: HistogramFamily<RouteLabels>,
     autoscaler_nodes: Family<StateLabels, Gauge>,
     autoscaler_events: Family<EventLabels, Counter>,
+    connections: Gauge,
+    connections_evicted: Counter,
+    connections_refused: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -184,7 +190,24 @@ impl Metrics {
             "Autoscaler events (launched, registered, failed, given_up, removed)",
             autoscaler_events.clone(),
         );
+        let connections = Gauge::default();
+        registry.register("berth_connections", "Connections served now", connections.clone());
+        let connections_evicted = Counter::default();
+        registry.register(
+            "berth_connections_evicted",
+            "Idle connections closed to make room for new ones at --max-connections",
+            connections_evicted.clone(),
+        );
+        let connections_refused = Counter::default();
+        registry.register(
+            "berth_connections_refused",
+            "New connections closed at once: every one served had a request in flight",
+            connections_refused.clone(),
+        );
         Metrics {
+            connections,
+            connections_evicted,
+            connections_refused,
             registry,
             decisions,
             decision_seconds,
@@ -206,6 +229,26 @@ impl Metrics {
     pub(crate) fn decision(&self, outcome: &str, seconds: f64) {
         self.decisions.get_or_create(&OutcomeLabels { outcome: outcome.to_string() }).inc();
         self.decision_seconds.observe(seconds);
+    }
+
+    /// A connection is served.
+    pub(crate) fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    /// A served connection ended.
+    pub(crate) fn connection_closed(&self) {
+        self.connections.dec();
+    }
+
+    /// An idle connection was closed to make room.
+    pub(crate) fn connection_evicted(&self) {
+        self.connections_evicted.inc();
+    }
+
+    /// A new connection was closed at once.
+    pub(crate) fn connection_refused(&self) {
+        self.connections_refused.inc();
     }
 
     /// Bundles ranked by group plans since the last call.

@@ -33,7 +33,7 @@ pub(crate) async fn acquire(
     holder: &str,
     ttl: Duration,
     listener: TcpListener,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    (tls, settings): (Option<tokio_rustls::TlsAcceptor>, crate::connections::Settings),
     data_dir: &std::path::Path,
 ) -> Result<(Lease, TcpListener), StartError> {
     let active = match store.acquire_lease(holder, ttl).await {
@@ -57,7 +57,14 @@ pub(crate) async fn acquire(
         TcpListener::from_std(twin).map_err(|source| StartError::Bind { address, source })?;
     let (active_tx, active_rx) = watch::channel(active);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let server = tokio::spawn(crate::serve(served, router(active_rx), tls, stop_rx));
+    let server = tokio::spawn(crate::connections::serve(
+        served,
+        router(active_rx),
+        tls,
+        settings,
+        None,
+        stop_rx,
+    ));
     let poll = (ttl / 5).clamp(Duration::from_millis(100), Duration::from_secs(1));
     let mut marked = None;
     // The first wait: the lease was held a moment ago. Later ones end when the store said it

@@ -4,24 +4,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
-
-/// A client that connects and never finishes its handshake is dropped after this.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// The pause after a failed accept (EMFILE and the like), as axum's own server does.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// The head's certificate chain and key, PEM files.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,62 +62,6 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
         .map_err(|e| error(&files.key, format!("does not go with the certificate: {e}")))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
-}
-
-/// Serves `router` on `listener` over TLS until `shutdown` turns true, then lets the open
-/// connections finish (the caller bounds that wait). A failed handshake (a plain-HTTP client,
-/// an unknown CA on the other side) ends that connection only.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    acceptor: TlsAcceptor,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let graceful = GracefulShutdown::new();
-    let builder = Builder::new(TokioExecutor::new());
-    let stop = async move {
-        let _ = shutdown.wait_for(|stop| *stop).await;
-    };
-    tokio::pin!(stop);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    // Out of file descriptors, mostly: pause rather than spin on the error.
-                    tracing::warn!(error = %err, "accepting a connection failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
-            () = &mut stop => break,
-        };
-        // As on the plain port: small writes must not wait for a delayed ACK.
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!(%peer, error = %err, "cannot set TCP_NODELAY");
-        }
-        let (acceptor, router, builder) = (acceptor.clone(), router.clone(), builder.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(err)) => {
-                    tracing::debug!(%peer, error = %err, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let service = TowerToHyperService::new(router);
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-            if let Err(err) = watcher.watch(connection.into_owned()).await {
-                tracing::debug!(%peer, error = %err, "connection ended with an error");
-            }
-        });
-    }
-    graceful.shutdown().await;
 }
 
 #[cfg(test)]

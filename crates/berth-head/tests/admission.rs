@@ -163,3 +163,88 @@ async fn a_big_waiting_group_costs_nothing_until_room_for_it_could_exist() {
     .await;
     assert!(f.bundles_ranked().await >= ranked + 20_000, "reserving it planned every bundle");
 }
+
+/// `name` from `/metrics` (a counter or gauge without labels).
+async fn metric(f: &Fixture, name: &str) -> f64 {
+    let text = f.http.get(format!("{}/metrics", f.base)).bearer_auth(&f.token).send().await;
+    let text = text.unwrap().text().await.unwrap();
+    let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| {
+        panic!("no {name} in:\n{text}");
+    });
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Reads from `stream` until the head closes it; panics if it sends anything first.
+async fn closed_by_the_head(stream: &mut tokio::net::TcpStream, what: &str) {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = [0u8; 256];
+    let read = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buffer)).await;
+    match read.unwrap_or_else(|_| panic!("{what}: still open")) {
+        Ok(0) | Err(_) => {}
+        Ok(n) => panic!("{what}: answered {:?}", String::from_utf8_lossy(&buffer[..n])),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slow_connections_never_keep_the_head_from_serving() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = HeadConfig::new(dir.path());
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.max_connections = 64;
+    config.header_timeout = Duration::from_millis(500);
+    let head = berth_head::start(config).await.unwrap();
+    let token = head.token.as_str().to_string();
+    let sim = SimCluster::start(
+        &head.address.to_string(),
+        head.agent_token.as_str(),
+        vec![SimNode::new("n1").resource("CPU", "4")],
+    )
+    .unwrap();
+    sim.wait_registered(Duration::from_secs(20)).await.unwrap();
+    let base = format!("http://{}", head.address);
+    let f = Fixture { head, _sim: sim, http: reqwest::Client::new(), base, token, _dir: dir };
+
+    // 300 connections that never send a byte, then 20 that send half a request's headers:
+    // far past the cap of 64. Each new one takes the place of the one idle longest.
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(tokio::net::TcpStream::connect(f.head.address).await.unwrap());
+    }
+    let mut slow = Vec::new();
+    for _ in 0..20 {
+        let mut stream = tokio::net::TcpStream::connect(f.head.address).await.unwrap();
+        stream.write_all(b"POST /api/v1/tasks HTTP/1.1\r\nHost: head\r\nX-Slow: ").await.unwrap();
+        slow.push(stream);
+    }
+    // The head still serves, a fresh connection each (reqwest's pool would keep one open).
+    for _ in 0..5 {
+        let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+        let status = client
+            .get(format!("{}/api/v1/cluster/status", f.base))
+            .bearer_auth(&f.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(status.status(), 200);
+        let created = client
+            .post(format!("{}/api/v1/tasks", f.base))
+            .bearer_auth(&f.token)
+            .json(&json!({"command": "true", "resources": {"CPU": 1}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 201);
+    }
+    assert!(metric(&f, "berth_connections").await <= 64.0);
+    // Past the cap each one took an idle one's place, or (while 64 others waited for room)
+    // was closed at once.
+    let evicted = metric(&f, "berth_connections_evicted_total").await;
+    let refused = metric(&f, "berth_connections_refused_total").await;
+    assert!(evicted + refused >= 320.0 - 64.0, "{evicted} evicted, {refused} refused");
+    // The first idle ones made room; the slow ones are cut off by the header timeout.
+    closed_by_the_head(&mut idle[0], "the idlest connection").await;
+    for (i, stream) in slow.iter_mut().enumerate() {
+        closed_by_the_head(stream, &format!("slow connection {i}")).await;
+    }
+}

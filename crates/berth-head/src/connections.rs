@@ -1,0 +1,572 @@
+//! Serving connections: REST, the dashboard and the agent protocol on one port, plain or TLS,
+//! with what each connection may hold of the head bounded.
+//!
+//! Rules:
+//! - **A cap** ([`Settings::max`]): at most that many connections are served at once. At the
+//!   cap, a new connection takes the place of the one idle longest (no request in flight),
+//!   preferring one that never carried a request: a client's keep-alive connection goes only
+//!   when no connection is doing nothing, and the client then reconnects (an idempotent
+//!   request sent as it closes is retried by the HTTP clients the SDKs use). When every
+//!   connection has a request in flight, the new one is closed at once, before anything is
+//!   read from it. So idle and
+//!   slow clients can never keep others out, however many they open.
+//! - **Header timeout** ([`Settings::header_timeout`]): an HTTP/1 request's headers must
+//!   arrive within it (a client sending a byte every few seconds is cut off).
+//! - **Idle timeout** ([`Settings::idle_timeout`]): a connection with no request in flight for
+//!   that long is closed. A request in flight (an agent's heartbeat stream, a watch, a
+//!   group's wait) keeps its connection, however quiet.
+//! - **File descriptors**: [`raise_open_files`] lifts the process's soft limit to what the cap
+//!   needs at start; when the hard limit is lower, the cap is lowered to fit and a warning
+//!   says so, so that accepting never fails for want of a descriptor.
+//!
+//! Shutdown: every connection is asked to finish gracefully (requests in flight are answered);
+//! [`serve`] returns when all have ended.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::Router;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+
+use crate::metrics::Metrics;
+
+/// How connections are bounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Settings {
+    /// The most connections served at once.
+    pub(crate) max: usize,
+    /// How long an HTTP/1 request's headers may take to arrive.
+    pub(crate) header_timeout: Duration,
+    /// How long a connection may stay with no request in flight.
+    pub(crate) idle_timeout: Duration,
+}
+
+/// How long a TLS handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a failed accept (out of descriptors despite the cap: another part of the process
+/// holds them), a pause rather than a spin on the error.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Connections past the cap that may wait at once for an idle one to make room: each holds a
+/// descriptor while it waits.
+const ADMITTING: usize = 64;
+/// How long such a connection waits for the room.
+const ADMIT_WAIT: Duration = Duration::from_secs(1);
+/// At most one warning about refused connections per this long.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Descriptors the head needs besides its connections: the store, logs, the listener, its
+/// data files, the agents' log streams it relays.
+const OTHER_DESCRIPTORS: u64 = 256;
+
+/// Raises the soft open-file limit to what `max` connections need (at most the hard limit);
+/// returns the cap that fits, `max` or less, warning when it is less.
+pub(crate) fn raise_open_files(max: usize) -> usize {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let wanted = max as u64 + OTHER_DESCRIPTORS;
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return max };
+    let target = wanted.min(hard);
+    let soft = if soft < target {
+        match setrlimit(Resource::RLIMIT_NOFILE, target, hard) {
+            Ok(()) => target,
+            Err(err) => {
+                tracing::warn!(error = %err, soft, "cannot raise the open-file limit");
+                soft
+            }
+        }
+    } else {
+        soft
+    };
+    let fits = soft.saturating_sub(OTHER_DESCRIPTORS).max(16) as usize;
+    if fits < max {
+        tracing::warn!(
+            max_connections = max,
+            serving_at_most = fits,
+            open_file_limit = soft,
+            hard_limit = hard,
+            "the open-file limit is too low for --max-connections; raise the hard limit \
+             (ulimit -Hn, LimitNOFILE= in a systemd unit) to serve more at once"
+        );
+        return fits;
+    }
+    max
+}
+
+/// One connection's requests: how many are in flight, and since when none has been.
+#[derive(Debug)]
+struct Activity {
+    in_flight: AtomicUsize,
+    /// Requests it has carried: a connection that never carried one (a client that opened it
+    /// and sent nothing, or half a header) is the first to go at the cap.
+    requests: AtomicU64,
+    /// Milliseconds since `epoch` when the last request ended (or the connection opened).
+    quiet_since: AtomicU64,
+    epoch: Instant,
+    /// Told to close (another connection needs the room, or the head stops).
+    close: Notify,
+}
+
+impl Activity {
+    fn new(epoch: Instant) -> Activity {
+        Activity {
+            in_flight: AtomicUsize::new(0),
+            requests: AtomicU64::new(0),
+            quiet_since: AtomicU64::new(epoch.elapsed().as_millis() as u64),
+            epoch,
+            close: Notify::new(),
+        }
+    }
+
+    /// How long it has been idle; `None` while a request is in flight.
+    fn idle_for(&self) -> Option<Duration> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let since = Duration::from_millis(self.quiet_since.load(Ordering::Acquire));
+        Some(self.epoch.elapsed().saturating_sub(since))
+    }
+
+    fn started(self: &Arc<Self>) -> InFlight {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(self.clone())
+    }
+}
+
+/// One request in flight, until its answer's body is sent or dropped.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let now = self.0.epoch.elapsed().as_millis() as u64;
+        self.0.quiet_since.store(now, Ordering::Release);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The connections being served, to find the one idle longest.
+#[derive(Debug, Default)]
+struct Registry {
+    next: AtomicU64,
+    open: Mutex<HashMap<u64, Arc<Activity>>>,
+}
+
+impl Registry {
+    fn add(&self, activity: Arc<Activity>) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).insert(id, activity);
+        id
+    }
+
+    fn remove(&self, id: u64) {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    }
+
+    /// Tells the connection idle longest to close (one that never carried a request first: a
+    /// client's pooled connection is kept over one that does nothing), and forgets it so
+    /// that the next room is made by another; false when every one has a request in flight.
+    fn evict_idlest(&self) -> bool {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let idlest = open
+            .iter()
+            .filter_map(|(id, a)| {
+                let unused = a.requests.load(Ordering::Relaxed) == 0;
+                // Among equals, the oldest.
+                Some(((unused, a.idle_for()?, std::cmp::Reverse(*id)), *id))
+            })
+            .max_by_key(|(rank, _)| *rank)
+            .map(|(_, id)| id);
+        match idlest.and_then(|id| open.remove(&id)) {
+            Some(activity) => {
+                activity.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn close_all(&self) {
+        for activity in self.open.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            activity.close.notify_one();
+        }
+    }
+}
+
+/// Serves `router` on `listener` (over TLS with `tls`) by `settings` until `shutdown` turns
+/// true; returns once every connection has ended.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<TlsAcceptor>,
+    settings: Settings,
+    metrics: Option<Arc<Metrics>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_timeout);
+    // Pings find a peer that vanished (its machine lost) on an HTTP/2 connection (agents).
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(20)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    let served = Arc::new(Semaphore::new(settings.max));
+    let admitting = Arc::new(Semaphore::new(ADMITTING));
+    let registry = Arc::new(Registry::default());
+    let epoch = Instant::now();
+    let (mut refused, mut warned) = (0u64, None::<Instant>);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    tracing::warn!(error = %err, "accepting a connection failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = stopped(&mut shutdown) => break,
+        };
+        let permit = match served.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => match admitting.clone().try_acquire_owned() {
+                // At the cap: an idle connection makes room, if there is one.
+                Ok(waiting) if registry.evict_idlest() => {
+                    if let Some(m) = &metrics {
+                        m.connection_evicted();
+                    }
+                    let (served, registry, router, builder, metrics) = (
+                        served.clone(),
+                        registry.clone(),
+                        router.clone(),
+                        builder.clone(),
+                        metrics.clone(),
+                    );
+                    let (tls, shutdown) = (tls.clone(), shutdown.clone());
+                    tokio::spawn(async move {
+                        let permit = tokio::time::timeout(ADMIT_WAIT, served.acquire_owned()).await;
+                        drop(waiting);
+                        match permit {
+                            Ok(Ok(permit)) => {
+                                let connection =
+                                    Connection { settings, registry, router, builder, metrics };
+                                connection.run(tcp, tls, epoch, shutdown, permit).await;
+                            }
+                            // The room went to another: refused after all.
+                            _ => {
+                                if let Some(m) = &metrics {
+                                    m.connection_refused();
+                                }
+                            }
+                        }
+                    });
+                    continue;
+                }
+                _ => None,
+            },
+        };
+        let Some(permit) = permit else {
+            // Every connection busy: closed before anything is read.
+            drop(tcp);
+            refused += 1;
+            if let Some(m) = &metrics {
+                m.connection_refused();
+            }
+            if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                tracing::warn!(%peer, refused, max_connections = settings.max, "connections refused: every one served has a request in flight (--max-connections)");
+                warned = Some(Instant::now());
+                refused = 0;
+            }
+            continue;
+        };
+        let connection = Connection {
+            settings,
+            registry: registry.clone(),
+            router: router.clone(),
+            builder: builder.clone(),
+            metrics: metrics.clone(),
+        };
+        let (tls, shutdown) = (tls.clone(), shutdown.clone());
+        tokio::spawn(connection.run(tcp, tls, epoch, shutdown, permit));
+    }
+    registry.close_all();
+    // Every connection returns its permit when it ends.
+    let _ = served.acquire_many(settings.max as u32).await;
+}
+
+/// What serving one connection needs.
+struct Connection {
+    settings: Settings,
+    registry: Arc<Registry>,
+    router: Router,
+    builder: Builder<TokioExecutor>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Connection {
+    async fn run(
+        self,
+        tcp: TcpStream,
+        tls: Option<TlsAcceptor>,
+        epoch: Instant,
+        shutdown: watch::Receiver<bool>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let _permit = permit;
+        // Small writes (an agent's assignment, a REST answer) must not wait for the peer's
+        // delayed ACK: ~40 ms each without TCP_NODELAY.
+        let _ = tcp.set_nodelay(true);
+        let activity = Arc::new(Activity::new(epoch));
+        let id = self.registry.add(activity.clone());
+        if let Some(m) = &self.metrics {
+            m.connection_opened();
+        }
+        match tls {
+            None => self.http(tcp, activity, shutdown).await,
+            Some(acceptor) => {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => self.http(stream, activity, shutdown).await,
+                    Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
+                    Err(_) => tracing::debug!("TLS handshake timed out"),
+                }
+            }
+        }
+        self.registry.remove(id);
+        if let Some(m) = &self.metrics {
+            m.connection_closed();
+        }
+    }
+
+    /// Serves HTTP on `io` until the peer closes, the connection idles out, room is needed
+    /// for another, or the head stops.
+    async fn http<I>(&self, io: I, activity: Arc<Activity>, mut shutdown: watch::Receiver<bool>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let router = self.router.clone();
+        let counted = activity.clone();
+        let service = tower::service_fn(move |request: hyper::Request<Incoming>| {
+            let in_flight = counted.started();
+            let router = router.clone();
+            async move {
+                let response = router.oneshot(request).await?;
+                // The request stays in flight while its answer's body streams.
+                Ok::<_, std::convert::Infallible>(response.map(|body| {
+                    Body::new(body.map_frame(move |frame| {
+                        let _ = &in_flight;
+                        frame
+                    }))
+                }))
+            }
+        });
+        let connection = self
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service));
+        tokio::pin!(connection);
+        let stopping = tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(err) = result {
+                    tracing::debug!(error = %err, "connection ended with an error");
+                }
+                return;
+            }
+            () = activity.close.notified() => false,
+            () = idled(&activity, self.settings.idle_timeout) => false,
+            () = stopped(&mut shutdown) => true,
+        };
+        connection.as_mut().graceful_shutdown();
+        if stopping {
+            // Requests in flight are answered before the head stops.
+            let _ = connection.await;
+        } else {
+            // Idle: nothing to answer. A client in the middle of its headers is cut off.
+            let _ = tokio::time::timeout(IDLE_GRACE, connection).await;
+        }
+    }
+}
+
+/// How long an idle connection told to close may take to do so.
+const IDLE_GRACE: Duration = Duration::from_millis(500);
+
+/// Returns once `shutdown` says stop.
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// Returns once `activity` has had no request in flight for `timeout`.
+async fn idled(activity: &Activity, timeout: Duration) {
+    loop {
+        let wait = match activity.idle_for() {
+            Some(idle) if idle >= timeout => return,
+            Some(idle) => timeout - idle,
+            None => timeout,
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A server with `/hold` (answered once `release` is notified; `held` counts those in
+    /// flight) and `/` (answered at once).
+    struct Server {
+        address: std::net::SocketAddr,
+        metrics: Arc<Metrics>,
+        held: Arc<AtomicUsize>,
+        release: Arc<Notify>,
+        stop: watch::Sender<bool>,
+    }
+
+    async fn server(settings: Settings) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (held, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
+        let (h, r) = (held.clone(), release.clone());
+        let router = Router::new().route("/", get(|| async { "ok" })).route(
+            "/hold",
+            get(move || {
+                let (h, r) = (h.clone(), r.clone());
+                async move {
+                    let released = r.notified();
+                    h.fetch_add(1, Ordering::SeqCst);
+                    released.await;
+                    "released"
+                }
+            }),
+        );
+        let metrics = Arc::new(Metrics::new());
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(serve(listener, router, None, settings, Some(metrics.clone()), stopped));
+        Server { address, metrics, held, release, stop }
+    }
+
+    fn settings(max: usize) -> Settings {
+        Settings {
+            max,
+            header_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Sends `GET path` on a new connection; returns the connection and what was read first
+    /// (empty when the server closed it unanswered).
+    async fn get_on_new(address: std::net::SocketAddr, path: &str) -> (TcpStream, String) {
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: head\r\n\r\n");
+        let _ = stream.write_all(request.as_bytes()).await;
+        let answer = read_some(&mut stream).await;
+        (stream, answer)
+    }
+
+    async fn read_some(stream: &mut TcpStream) -> String {
+        let mut buffer = [0u8; 512];
+        let read = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buffer));
+        match read.await.expect("an answer or a close") {
+            Ok(n) => String::from_utf8_lossy(&buffer[..n]).into_owned(),
+            Err(_) => String::new(),
+        }
+    }
+
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while !done() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting until {what}"));
+    }
+
+    fn metric(server: &Server, name: &str) -> String {
+        let text = server.metrics.render();
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} ")));
+        line.unwrap_or_default().rsplit(' ').next().unwrap_or_default().to_string()
+    }
+
+    #[tokio::test]
+    async fn past_the_cap_a_connection_is_refused_only_when_every_one_is_busy() {
+        let s = server(settings(4)).await;
+        let holds: Vec<_> = (0..4)
+            .map(|_| {
+                let address = s.address;
+                tokio::spawn(async move { get_on_new(address, "/hold").await.1 })
+            })
+            .collect();
+        until("four requests in flight", || s.held.load(Ordering::SeqCst) == 4).await;
+        let (_, answer) = get_on_new(s.address, "/").await;
+        assert_eq!(answer, "", "closed unanswered, not queued");
+        assert_eq!(metric(&s, "berth_connections_refused_total"), "1");
+        s.release.notify_waiters();
+        for hold in holds {
+            assert!(hold.await.unwrap().contains("released"), "the busy ones were kept");
+        }
+        // Now they idle: a new connection takes the place of one of them.
+        let (_, answer) = get_on_new(s.address, "/").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let _ = s.stop.send(true);
+    }
+
+    #[tokio::test]
+    async fn at_the_cap_an_unused_connection_makes_room_before_a_used_one() {
+        let mut patient = settings(3);
+        patient.header_timeout = Duration::from_secs(60);
+        let s = server(patient).await;
+        // A used connection (kept alive after its answer), then two that send nothing.
+        let (mut used, answer) = get_on_new(s.address, "/").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let mut silent = Vec::new();
+        for _ in 0..2 {
+            silent.push(TcpStream::connect(s.address).await.unwrap());
+        }
+        until("three connections", || metric(&s, "berth_connections") == "3").await;
+        let (fourth, answer) = get_on_new(s.address, "/").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert_eq!(metric(&s, "berth_connections_evicted_total"), "1");
+        // A silent one went; the used one still serves.
+        until("a silent one closed", || metric(&s, "berth_connections") == "3").await;
+        used.write_all(b"GET / HTTP/1.1\r\nHost: head\r\n\r\n").await.unwrap();
+        assert!(read_some(&mut used).await.starts_with("HTTP/1.1 200"));
+        drop((fourth, silent));
+        let _ = s.stop.send(true);
+    }
+
+    #[tokio::test]
+    async fn slow_headers_and_idle_connections_are_closed() {
+        let mut quick = settings(16);
+        quick.idle_timeout = Duration::from_millis(300);
+        let s = server(quick).await;
+        let mut slow = TcpStream::connect(s.address).await.unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\nHost: he").await.unwrap();
+        let (mut idle, answer) = get_on_new(s.address, "/").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert_eq!(read_some(&mut slow).await, "", "cut off in its headers");
+        assert_eq!(read_some(&mut idle).await, "", "closed once idle");
+        until("none open", || metric(&s, "berth_connections") == "0").await;
+        // A request in flight keeps its connection past the idle timeout.
+        let address = s.address;
+        let hold = tokio::spawn(async move { get_on_new(address, "/hold").await.1 });
+        until("one in flight", || s.held.load(Ordering::SeqCst) == 1).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        s.release.notify_waiters();
+        assert!(hold.await.unwrap().contains("released"));
+        let _ = s.stop.send(true);
+    }
+}
