@@ -376,6 +376,31 @@ impl Cluster {
         Daemon { name: name.to_string(), child, log, exited: None }
     }
 
+    /// As [`Cluster::spawn`], with the open-file limit (soft and hard) at `files`, as a
+    /// machine with that limit would start it.
+    pub fn spawn_with_open_files(&self, name: &str, args: &[&str], files: u64) -> Daemon {
+        let n = self.runs.fetch_add(1, Ordering::Relaxed);
+        let log = self.root.path().join("logs").join(format!("{n:02}-{name}.log"));
+        let file = File::create(&log).expect("a log file");
+        let berth = self.command(args);
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {files} && exec \"$0\" \"$@\""))
+            .arg(berth.get_program())
+            .args(berth.get_args())
+            .envs(berth.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .env_remove("BERTH_TOKEN")
+            .env_remove("BERTH_ADDRESS")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("the log file, twice"))
+            .stderr(file);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("`berth {}` cannot start: {e}", args.join(" ")));
+        Daemon { name: name.to_string(), child, log, exited: None }
+    }
+
     /// Waits until `daemon` (a head, or `berth up`) serves: its process ID is in the pid
     /// file, the address it wrote answers `GET /healthz`. Returns the address.
     pub fn wait_head(&self, daemon: &mut Daemon) -> String {
