@@ -15,6 +15,7 @@ import ssl
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 from urllib.parse import quote, urlencode
@@ -215,7 +216,9 @@ class Client:
         delay = 0.2
         for attempt in range(1, CREATE_ATTEMPTS + 1):
             try:
-                return self.post(path, body)
+                answer = self.post(path, body)
+                _warn_hints(answer)
+                return answer
             except HeadUnreachableError as e:
                 # Never reached a head (nothing listens): say so at once.
                 if attempt == CREATE_ATTEMPTS or not (getattr(e, "maybe_sent", False) or attempt > 1):
@@ -230,6 +233,25 @@ class Client:
     def delete(self, path: str, body: Any = None) -> Any:
         """DELETE ``path``; the JSON answer."""
         return self.request("DELETE", path, body=body)[1]
+
+
+class BerthHintWarning(UserWarning):
+    """A creation was accepted but waits, naming something no node has that looks like a
+    name the cluster does have (``market-type`` for ``berth.io/market-type``, ``cpu`` for
+    ``CPU``)."""
+
+
+def _warn_hints(answer: Any) -> None:
+    """Warns of the hints in a creation's answer (each item's, for a batch)."""
+    if not isinstance(answer, dict):
+        return
+    created = [item.get("created") for item in answer.get("items", [])] or [answer]
+    for obj in created:
+        if not isinstance(obj, dict):
+            continue
+        name = obj.get("actor_id") or obj.get("task_id") or obj.get("group_id") or "request"
+        for hint in (obj.get("diagnosis") or {}).get("hints", []):
+            warnings.warn(f"{name}: {hint}", BerthHintWarning, stacklevel=4)
 
 
 def _cut_off(message: str) -> HeadUnreachableError:

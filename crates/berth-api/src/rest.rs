@@ -145,6 +145,11 @@ pub struct Diagnosis {
     pub summary: String,
     /// Rejections per reason, most frequent first.
     pub reasons: Vec<ReasonCount>,
+    /// Names the request gives that no node has, next to one the cluster has that differs only
+    /// in its case or its `berth.io/` prefix: `no node has the label market-type; did you mean
+    /// berth.io/market-type?`. The SDKs print them as warnings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<String>,
 }
 
 /// One entry of an object's history.

@@ -98,3 +98,43 @@ mod tests {
         assert!(utc(u64::MAX, 'T').ends_with('Z'));
     }
 }
+
+/// The first character of `text` that changes how text around it is shown without being
+/// seen itself (Unicode's format characters, category Cf: bidirectional overrides such as
+/// U+202E, zero-width spaces and joiners, the byte-order mark), or a control character. A name
+/// holding one can pass for another on the dashboard and in the CLI's tables.
+pub fn hidden_character(text: &str) -> Option<char> {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    text.chars().find(|c| c.is_control() || c.general_category() == GeneralCategory::Format)
+}
+
+/// The message refusing `c` in a name: "holds U+202E, a character that is not shown but
+/// changes how the text around it is (…)".
+pub fn hidden_character_rule(c: char) -> String {
+    format!(
+        "holds U+{:04X}, a character that is not shown but changes how the text around it \
+         is (a control or format character, such as a right-to-left override); names may \
+         not hold one",
+        c as u32
+    )
+}
+
+#[cfg(test)]
+mod hidden_tests {
+    use super::*;
+
+    #[test]
+    fn format_and_control_characters_are_found() {
+        for (text, found) in [
+            ("db", None),
+            ("naïve-日本", None),
+            ("a\u{202e}b", Some('\u{202e}')),
+            ("\u{200b}x", Some('\u{200b}')),
+            ("x\u{feff}", Some('\u{feff}')),
+            ("tab\there", Some('\t')),
+        ] {
+            assert_eq!(hidden_character(text), found, "{text:?}");
+        }
+        assert!(hidden_character_rule('\u{202e}').contains("U+202E"));
+    }
+}

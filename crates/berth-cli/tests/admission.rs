@@ -33,7 +33,14 @@ fn two_thousand_idle_connections_under_a_1024_file_limit_leave_the_head_serving(
         let status = cluster.ok(&["status"]);
         assert!(status.contains("Nodes:"), "round {round}: {status}");
         let created = cluster.ok(&[
-            "task", "submit", "--command", "true", "--resources", "CPU=1", "--output", "json",
+            "task",
+            "submit",
+            "--command",
+            "true",
+            "--resources",
+            "CPU=1",
+            "--output",
+            "json",
         ]);
         assert!(created.contains("\"task_id\""), "round {round}: {created}");
     }

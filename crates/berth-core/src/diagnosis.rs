@@ -371,11 +371,15 @@ impl AttemptDiagnosis {
     /// `0/5 nodes: 3 too little GPU in total, 2 draining`.
     pub fn describe(&self, cluster: &Cluster) -> String {
         let rejected: u64 = self.rejected.iter().map(|(_, n)| n).sum();
+        // A note with no node rejected says why none was looked at (a resource no node has,
+        // a group not reserved): then none can take it, for that reason.
+        let only_note = self.rejected.is_empty() && self.note.is_some();
+        let can = if only_note { 0 } else { self.nodes - rejected };
         let mut text = format!(
             "{}{}: {}/{} {} can take it now",
             self.kind,
             alternative_suffix(self.alternative),
-            self.nodes - rejected,
+            can,
             self.nodes,
             if matches!(self.kind, AttemptKind::PlacementGroup { .. }) {
                 "bundles"
@@ -387,8 +391,10 @@ impl AttemptDiagnosis {
             text.push_str(if i == 0 { ": " } else { ", " });
             text.push_str(&format!("{n} {}", kind.describe(cluster)));
         }
-        if let Some(note) = &self.note {
-            text.push_str(&format!(" ({note})"));
+        match &self.note {
+            Some(note) if only_note => text.push_str(&format!(": {note}")),
+            Some(note) => text.push_str(&format!(" ({note})")),
+            None => {}
         }
         text
     }

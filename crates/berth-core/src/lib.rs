@@ -69,6 +69,7 @@ pub mod actors;
 pub mod cluster;
 pub mod diagnosis;
 pub mod feed;
+pub mod hints;
 pub mod instances;
 pub mod label_index;
 pub mod labels;

@@ -317,6 +317,9 @@ impl HeadHandle {
         if let Some(name) = &body.name {
             check_name("name", name)?;
         }
+        if let Some(ns) = &body.namespace {
+            check_name("namespace", ns)?;
+        }
         check_idempotency_key(body.idempotency_key.as_deref())?;
         let seq = self.sequences.next(Kind::Actor);
         let parsed = actor_document(seq, &body)?;
@@ -419,6 +422,12 @@ impl HeadHandle {
 
     /// Creates a placement group (reserved now, or pending).
     pub async fn create_group(&self, body: GroupCreate) -> Result<Group, HeadError> {
+        if let Some(name) = body.name.as_deref().filter(|n| !n.is_empty()) {
+            check_name("name", name)?;
+        }
+        if let Some(ns) = &body.namespace {
+            check_name("namespace", ns)?;
+        }
         check_idempotency_key(body.idempotency_key.as_deref())?;
         let seq = self.sequences.next(Kind::Group);
         let parsed = group_document(seq, &body)?;
@@ -820,10 +829,10 @@ fn check_name(field: &str, name: &str) -> Result<(), HeadError> {
     if name.is_empty() || name.len() > 253 {
         return Err(HeadError::invalid(field, "must be 1 to 253 characters"));
     }
-    if name.chars().any(|c| c.is_control()) {
-        return Err(HeadError::invalid(field, "must not contain control characters"));
+    match berth_api::text::hidden_character(name) {
+        Some(c) => Err(HeadError::invalid(field, berth_api::text::hidden_character_rule(c))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// `HOST:PORT`: a host name or IP address (IPv6 in brackets) and a port from 1 to 65535.

@@ -272,8 +272,8 @@ impl Keyring {
         if name.chars().count() > MAX_NAME_LEN {
             return Err(KeyringError::Name(format!("at most {MAX_NAME_LEN} characters")));
         }
-        if name.chars().any(char::is_control) {
-            return Err(KeyringError::Name("no control characters".to_string()));
+        if let Some(c) = berth_api::text::hidden_character(name) {
+            return Err(KeyringError::Name(berth_api::text::hidden_character_rule(c)));
         }
         let secret = random_secret();
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());

@@ -248,3 +248,77 @@ async fn idle_and_slow_connections_never_keep_the_head_from_serving() {
         closed_by_the_head(stream, &format!("slow connection {i}")).await;
     }
 }
+
+/// A 400 whose `field` is `field` and whose message holds `says`.
+async fn refused(f: &Fixture, path: &str, body: Value, field: &str, says: &str) {
+    let (status, answer) = f.call(Method::POST, path, Some(body)).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["field"], json!(field), "{answer}");
+    let message = answer["message"].as_str().unwrap_or_default();
+    assert!(message.contains(says), "{field}: {message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_a_limit_or_with_a_trap_are_refused_or_hinted() {
+    let f =
+        fixture(vec![SimNode::new("n1").resource("CPU", "4").fact("market-type", "spot")]).await;
+    let labels = |n: usize| -> Value {
+        Value::Object((0..n).map(|i| (format!("k{i}"), json!("v"))).collect())
+    };
+    let task = |extra: Value| -> Value {
+        let mut body = json!({"command": "true", "resources": {"CPU": 1}});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    // Counts past the limits, named with the limit.
+    refused(&f, "/api/v1/actors", task(json!({"labels": labels(65)})), "labels", "more than 64")
+        .await;
+    let values: Vec<String> = (0..140_000).map(|i| format!("v{i}")).collect();
+    let selector = json!({"label_selector": {"zone": format!("in({})", values.join(","))}});
+    refused(&f, "/api/v1/tasks", task(selector), "label_selector.zone", "values per expression")
+        .await;
+    let group = json!({"bundles": vec![json!({"CPU": 0.001}); 60_000]});
+    refused(&f, "/api/v1/placement_groups", group, "bundles", "bundles per placement group").await;
+    // A million labels in one batch item (15 MiB): refused at the 65th.
+    let batch = json!({"items": [task(json!({"labels": labels(1_000_000)}))]});
+    refused(&f, "/api/v1/actors:batch", batch, "items.0.labels", "more than 64").await;
+    // The dry run counts against the same limits.
+    refused(&f, "/api/v1/explain", task(json!({"labels": labels(65)})), "labels", "more than 64")
+        .await;
+
+    // Traps: an amount that reads as 0, a name that displays as another.
+    let (status, answer) = f
+        .http
+        .post(format!("{}/api/v1/tasks", f.base))
+        .bearer_auth(&f.token)
+        .body(r#"{"command": "true", "resources": {"CPU": 1e-400}}"#)
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .map(|answer| (answer["field"].clone(), answer))
+        .unwrap();
+    assert_eq!(status, json!("resources.CPU"), "1e-400 reads as 0: {answer}");
+    refused(&f, "/api/v1/tasks", task(json!({"name": "db\u{202e}gpj"})), "name", "U+202E").await;
+    refused(&f, "/api/v1/actors", task(json!({"namespace": "a\u{200b}"})), "namespace", "U+200B")
+        .await;
+
+    // Slips accepted (a node may join) but hinted, and said without contradiction.
+    let slip: Task =
+        f.created("/api/v1/tasks", json!({"command": "true", "resources": {"cpu": 1}})).await;
+    let why = slip.diagnosis.expect("it waits");
+    assert!(
+        why.summary.contains("0/1 nodes can take it now: no node has the resource"),
+        "{}",
+        why.summary
+    );
+    assert!(why.hints.iter().any(|h| h.contains("did you mean \"CPU\"")), "{:?}", why.hints);
+    let prefix: Task =
+        f.created("/api/v1/tasks", task(json!({"label_selector": {"market-type": "spot"}}))).await;
+    let hints = prefix.diagnosis.expect("it waits").hints;
+    assert!(
+        hints.iter().any(|h| h.contains("label market-type; did you mean berth.io/market-type?")),
+        "{hints:?}"
+    );
+}

@@ -81,6 +81,9 @@ pub fn request_document(path: &Path) -> Result<Value, InputError> {
 
 /// The reasons of a diagnosis, most frequent first.
 fn reasons(out: &mut String, diagnosis: &Diagnosis) {
+    for hint in &diagnosis.hints {
+        let _ = writeln!(out, "hint: {hint}");
+    }
     if diagnosis.reasons.is_empty() {
         return;
     }
@@ -162,6 +165,7 @@ mod tests {
             diagnosis: Some(Diagnosis {
                 infeasible: true,
                 summary: "0/3 nodes can take it now: 3 too little GPU in total".into(),
+                hints: Vec::new(),
                 reasons: vec![ReasonCount {
                     code: "insufficient_total:GPU".into(),
                     text: "too little GPU in total".into(),

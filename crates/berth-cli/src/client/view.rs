@@ -234,6 +234,9 @@ pub fn diagnosis(diagnosis: &Diagnosis) -> String {
         "pending (waiting for resources or peers)"
     };
     let mut out = format!("{head}: {}\n", diagnosis.summary);
+    for hint in &diagnosis.hints {
+        out.push_str(&format!("hint: {hint}\n"));
+    }
     if !diagnosis.reasons.is_empty() {
         let rows: Vec<Vec<String>> = diagnosis
             .reasons
@@ -640,6 +643,7 @@ pub mod fixtures {
             summary: "0/2 nodes can take it now: 1 too little GPU free, 1 untolerated taint \
                       gpu_node=true"
                 .into(),
+            hints: Vec::new(),
             reasons: vec![
                 ReasonCount {
                     code: "insufficient_free:GPU".into(),

@@ -64,6 +64,7 @@ fn gpu_diagnosis() -> Diagnosis {
         summary: "0/3 nodes can take it now: 2 too little GPU in total, 1 untolerated taint \
                   gpu_node=true"
             .into(),
+        hints: Vec::new(),
         reasons: vec![
             ReasonCount {
                 code: "insufficient_total:GPU".into(),

@@ -4,7 +4,9 @@
 //!   without a word, `{"labels": {"app": "a", "app": "b"}}` taken as `app=b`;
 //! - more entries than the head's [`Limits`] allow where a key holds counted things (`labels`,
 //!   `bundles`, `label_selector`, `items`… at any depth, batch items included), and more values
-//!   in one selector expression than allowed.
+//!   in one selector expression than allowed;
+//! - a number written as not zero that reads as 0 (`1e-400` underflows a double): it would be
+//!   taken as no amount at all.
 //!
 //! The scan stops at the first refusal, so a body of a million labels costs the first few
 //! dozen: the cost of a refused request never grows with what it holds beyond the limit.
@@ -28,11 +30,60 @@ pub(crate) struct Refusal {
 /// body keeps every rule (or is not JSON: its parse says why elsewhere).
 pub(crate) fn scan(bytes: &[u8], limits: &Limits) -> Option<Refusal> {
     let mut path = Vec::new();
-    let mut found = None;
+    let (mut found, mut zeros) = (None, Vec::new());
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let root = Scan { path: &mut path, found: &mut found, limits, holds: Holds::Any };
+    let root =
+        Scan { path: &mut path, found: &mut found, zeros: &mut zeros, limits, holds: Holds::Any };
     let _ = root.deserialize(&mut de);
+    if found.is_none() && !zeros.is_empty() {
+        found = underflow(bytes, &zeros);
+    }
     found
+}
+
+/// The first number of `bytes` written as not zero that reads as 0, at its path: `zeros` are
+/// the paths of the floating-point zeros the scan met, in text order, as the numbers with a
+/// fraction or an exponent that read as 0 are found here.
+fn underflow(bytes: &[u8], zeros: &[String]) -> Option<Refusal> {
+    let mut zero = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                // Past the string, escapes included.
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < bytes.len()
+                    && matches!(bytes[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                let token = std::str::from_utf8(&bytes[start..i]).unwrap_or_default();
+                let float = token.contains(['.', 'e', 'E']);
+                if float && token.parse::<f64>().is_ok_and(|v| v == 0.0) {
+                    let mantissa = token.split(['e', 'E']).next().unwrap_or_default();
+                    if mantissa.bytes().any(|b| matches!(b, b'1'..=b'9')) {
+                        return Some(Refusal {
+                            path: zeros.get(zero).cloned().unwrap_or_default(),
+                            message: format!(
+                                "{token} is not 0 but too small to be told from 0; give 0, or a \
+                                 number of at least 0.0001"
+                            ),
+                        });
+                    }
+                    zero += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
 }
 
 /// What a value holds, by the key it is under.
@@ -71,6 +122,8 @@ impl Holds {
 struct Scan<'a> {
     path: &'a mut Vec<String>,
     found: &'a mut Option<Refusal>,
+    /// The paths of the floating-point zeros met, in order (see [`underflow`]).
+    zeros: &'a mut Vec<String>,
     limits: &'a Limits,
     holds: Holds,
 }
@@ -124,7 +177,13 @@ impl<'de> Visitor<'de> for Scan<'_> {
             }
             let holds = if expressions { Holds::Expression } else { Holds::of_key(&key) };
             self.path.push(key);
-            let child = Scan { path: self.path, found: self.found, limits: self.limits, holds };
+            let child = Scan {
+                path: self.path,
+                found: self.found,
+                zeros: self.zeros,
+                limits: self.limits,
+                holds,
+            };
             map.next_value_seed(child)?;
             self.path.pop();
         }
@@ -136,7 +195,13 @@ impl<'de> Visitor<'de> for Scan<'_> {
         let mut index = 0usize;
         loop {
             self.path.push(index.to_string());
-            let child = Scan { path: self.path, found: self.found, limits: self.limits, holds };
+            let child = Scan {
+                path: self.path,
+                found: self.found,
+                zeros: self.zeros,
+                limits: self.limits,
+                holds,
+            };
             let more = seq.next_element_seed(child)?;
             self.path.pop();
             if more.is_none() {
@@ -171,7 +236,10 @@ impl<'de> Visitor<'de> for Scan<'_> {
         Ok(())
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+    fn visit_f64<E>(self, value: f64) -> Result<(), E> {
+        if value == 0.0 {
+            self.zeros.push(self.path.join("."));
+        }
         Ok(())
     }
 
@@ -258,6 +326,19 @@ mod tests {
         let within = r#"{"labels": {"a": "1", "b": "2"}, "label_selector": {"z": "in(a,b)"},
             "bundles": [{"CPU": 1, "GPU": 1}, {"CPU": 1}], "items": [{}, {}]}"#;
         assert_eq!(scan(within.as_bytes(), &limits), None);
+    }
+
+    #[test]
+    fn a_number_that_reads_as_zero_but_is_not_is_refused_at_its_path() {
+        let limits = Limits::default();
+        let body = r#"{"name": "1e-400", "resources": {"CPU": 0.0, "GPU": -0e5, "x": 1e-400}}"#;
+        let refusal = scan(body.as_bytes(), &limits).expect("refused");
+        assert_eq!(refusal.path, "resources.x");
+        assert!(refusal.message.starts_with("1e-400 is not 0"), "{}", refusal.message);
+        let fine = r#"{"a": 0.0, "b": 0e10, "c": 1e-5, "d": [0.0, "2.5e-999"], "e": 0}"#;
+        assert_eq!(scan(fine.as_bytes(), &limits), None);
+        let escaped = r#"{"k\"1e-400": 0.0, "v": [1e-400]}"#;
+        assert_eq!(scan(escaped.as_bytes(), &limits).map(|r| r.path).as_deref(), Some("v.0"));
     }
 
     #[test]

@@ -85,11 +85,17 @@ fn reasons(cluster: &Cluster, totals: Vec<(ReasonKind, u64)>) -> Vec<ReasonCount
 }
 
 /// A request's diagnosis.
-pub(crate) fn diagnosis(cluster: &Cluster, d: &Diagnosis, infeasible: bool) -> rest::Diagnosis {
+pub(crate) fn diagnosis(
+    cluster: &Cluster,
+    d: &Diagnosis,
+    infeasible: bool,
+    request: &berth_core::Request,
+) -> rest::Diagnosis {
     rest::Diagnosis {
         infeasible,
         summary: d.describe(cluster),
         reasons: reasons(cluster, d.totals()),
+        hints: berth_core::hints::request_hints(cluster, request),
     }
 }
 
@@ -98,6 +104,7 @@ pub(crate) fn group_diagnosis(
     cluster: &Cluster,
     d: &GroupDiagnosis,
     infeasible: bool,
+    spec: &berth_core::placement_group::GroupSpec,
 ) -> rest::Diagnosis {
     let mut totals: Vec<(ReasonKind, u64)> = Vec::new();
     for alternative in &d.alternatives {
@@ -110,7 +117,12 @@ pub(crate) fn group_diagnosis(
             }
         }
     }
-    rest::Diagnosis { infeasible, summary: d.describe(cluster), reasons: reasons(cluster, totals) }
+    rest::Diagnosis {
+        infeasible,
+        summary: d.describe(cluster),
+        reasons: reasons(cluster, totals),
+        hints: berth_core::hints::group_hints(cluster, spec),
+    }
 }
 
 /// The API's picture of a node: the core's ledger plus what only the head knows. The labels

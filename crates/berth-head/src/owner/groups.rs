@@ -186,7 +186,8 @@ impl Owner {
                 let infeasible = d.alternatives.iter().all(|a| !a.could_fit_later);
                 self.metrics.decision(if infeasible { "infeasible" } else { "pending" }, seconds);
                 self.waiting_groups.insert(seq);
-                let diagnosis = convert::group_diagnosis(&self.cluster, &d, infeasible);
+                let spec = &self.groups[&seq].spec;
+                let diagnosis = convert::group_diagnosis(&self.cluster, &d, infeasible, spec);
                 let e = self.groups.get_mut(&seq).expect("known");
                 e.waiting = match infeasible {
                     true => berth_core::Waiting::Infeasible,

@@ -463,7 +463,8 @@ impl Owner {
                 let infeasible = matches!(last.waiting, berth_core::Waiting::Infeasible);
                 self.metrics.decision(if infeasible { "infeasible" } else { "pending" }, seconds);
                 let (diagnosis, shape) = (last.diagnosis.clone(), self.shape(&last.request));
-                self.set_waiting(key, diagnosis, infeasible, shape);
+                let api = convert::diagnosis(&self.cluster, &diagnosis, infeasible, &last.request);
+                self.set_waiting(key, diagnosis, api, shape);
                 self.mark(key);
             }
         }
@@ -517,10 +518,9 @@ impl Owner {
         &mut self,
         key: WorkKey,
         diagnosis: berth_core::Diagnosis,
-        infeasible: bool,
+        api_diagnosis: berth_api::rest::Diagnosis,
         shape: StringMap,
     ) {
-        let api_diagnosis = convert::diagnosis(&self.cluster, &diagnosis, infeasible);
         let (label_selector, tolerations) = with_work!(self, key, |e| {
             e.api_mut().set_diagnosis(Some(api_diagnosis.clone()));
             e.last_diagnosis = Some(Box::new(diagnosis));
@@ -543,23 +543,25 @@ impl Owner {
 
     /// After a retry: refresh the diagnosis of everything still queued whose diagnosis changed.
     pub(crate) fn refresh_waiting(&mut self) {
-        let changed: Vec<(WorkKey, berth_core::Diagnosis, bool, StringMap)> = self
-            .queue
-            .iter()
-            .filter(|q| {
-                let last = match q.key {
-                    WorkKey::Actor(seq) => self.actors.get(&seq).map(|e| &e.last_diagnosis),
-                    WorkKey::Task(seq) => self.tasks.get(&seq).map(|e| &e.last_diagnosis),
-                };
-                last.is_none_or(|last| last.as_deref() != Some(&q.diagnosis))
-            })
-            .map(|q| {
-                let infeasible = matches!(q.waiting, berth_core::Waiting::Infeasible);
-                (q.key, q.diagnosis.clone(), infeasible, self.shape(&q.request))
-            })
-            .collect();
-        for (key, diagnosis, infeasible, shape) in changed {
-            self.set_waiting(key, diagnosis, infeasible, shape);
+        let changed: Vec<(WorkKey, berth_core::Diagnosis, berth_api::rest::Diagnosis, StringMap)> =
+            self.queue
+                .iter()
+                .filter(|q| {
+                    let last = match q.key {
+                        WorkKey::Actor(seq) => self.actors.get(&seq).map(|e| &e.last_diagnosis),
+                        WorkKey::Task(seq) => self.tasks.get(&seq).map(|e| &e.last_diagnosis),
+                    };
+                    last.is_none_or(|last| last.as_deref() != Some(&q.diagnosis))
+                })
+                .map(|q| {
+                    let infeasible = matches!(q.waiting, berth_core::Waiting::Infeasible);
+                    let api =
+                        convert::diagnosis(&self.cluster, &q.diagnosis, infeasible, &q.request);
+                    (q.key, q.diagnosis.clone(), api, self.shape(&q.request))
+                })
+                .collect();
+        for (key, diagnosis, api, shape) in changed {
+            self.set_waiting(key, diagnosis, api, shape);
             // The diagnosis is derived state: shown, not stored.
             match key {
                 WorkKey::Actor(seq) => self.dirty.shown_actors.insert(seq),
@@ -942,11 +944,11 @@ impl Owner {
                     }
                     Decision::Pending(d) => {
                         out.outcome = "pending".into();
-                        out.diagnosis = Some(convert::diagnosis(cluster, &d, false));
+                        out.diagnosis = Some(convert::diagnosis(cluster, &d, false, &request));
                     }
                     Decision::Infeasible(d) => {
                         out.outcome = "infeasible".into();
-                        out.diagnosis = Some(convert::diagnosis(cluster, &d, true));
+                        out.diagnosis = Some(convert::diagnosis(cluster, &d, true, &request));
                     }
                 }
             }
@@ -959,11 +961,11 @@ impl Owner {
                 }
                 berth_core::pipeline::group::GroupDecision::Pending(d) => {
                     out.outcome = "pending".into();
-                    out.diagnosis = Some(convert::group_diagnosis(cluster, &d, false));
+                    out.diagnosis = Some(convert::group_diagnosis(cluster, &d, false, &spec));
                 }
                 berth_core::pipeline::group::GroupDecision::Infeasible(d) => {
                     out.outcome = "infeasible".into();
-                    out.diagnosis = Some(convert::group_diagnosis(cluster, &d, true));
+                    out.diagnosis = Some(convert::group_diagnosis(cluster, &d, true, &spec));
                 }
             },
         }

@@ -107,12 +107,28 @@ final class Client {
    * answer in time, or 503 while the head's store or lease moved): the head makes the object
    * once, whatever reached it.
    */
+  /**
+   * Logs (as a warning, on the {@code io.berth} logger) the hints of a creation's answer: a
+   * name no node has that looks like one the cluster has ({@code cpu} for {@code CPU}).
+   */
+  static void warnHints(JsonNode answer) {
+    if (answer == null) {
+      return;
+    }
+    for (JsonNode hint : answer.path("diagnosis").path("hints")) {
+      String id = answer.path("actor_id").asText(answer.path("task_id").asText(answer.path("group_id").asText("request")));
+      System.getLogger("io.berth").log(System.Logger.Level.WARNING, id + ": " + hint.asText());
+    }
+  }
+
   JsonNode create(String path, Map<String, Object> body) {
     body.putIfAbsent("idempotency_key", "berth-java-" + UUID.randomUUID());
     long delay = 200;
     for (int attempt = 1; ; attempt++) {
       try {
-        return call("POST", path, body);
+        JsonNode answer = call("POST", path, body);
+        warnHints(answer);
+        return answer;
       } catch (MaybeSent e) {
         if (attempt >= CREATE_ATTEMPTS) {
           throw e;
