@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional, Tuple
 from urllib.parse import quote, urlencode
 
 from .exceptions import (
+    BerthHintWarning,
     ConflictError,
     HeadUnreachableError,
     NotFoundError,
@@ -233,12 +234,6 @@ class Client:
     def delete(self, path: str, body: Any = None) -> Any:
         """DELETE ``path``; the JSON answer."""
         return self.request("DELETE", path, body=body)[1]
-
-
-class BerthHintWarning(UserWarning):
-    """A creation was accepted but waits, naming something no node has that looks like a
-    name the cluster does have (``market-type`` for ``berth.io/market-type``, ``cpu`` for
-    ``CPU``)."""
 
 
 def _warn_hints(answer: Any) -> None:

@@ -125,3 +125,10 @@ __all__ = [
     "HeadUnreachableError", "InvalidRequestError", "NotFoundError", "NotInitializedError",
     "PlacementGroupError", "RequestError", "TaskCancelledError", "TaskError", "WorkerCrashedError",
 ]
+
+
+class BerthHintWarning(UserWarning):
+    """A creation was accepted but waits, naming something no node has that looks like a name
+    the cluster does have: ``market-type`` where the nodes have ``berth.io/market-type``,
+    ``cpu`` where they have ``CPU``. Turn it into an error with
+    ``warnings.simplefilter("error", BerthHintWarning)``."""

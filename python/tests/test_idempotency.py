@@ -87,3 +87,13 @@ def test_the_cluster_makes_one_object_per_key(cluster):
     again = client.create("/api/v1/actors", body)
     assert first["actor_id"] == again["actor_id"]
     client.request("DELETE", f"/api/v1/actors/{first['actor_id']}")
+
+
+def test_a_creation_naming_a_slip_warns_with_the_hint(cluster):
+    """A resource in another case is accepted (a node may bring it) and warned about."""
+    from berth.exceptions import BerthHintWarning
+
+    client = Client(f"http://{cluster.address}", cluster.token, None, timeout=10)
+    with pytest.warns(BerthHintWarning, match='did you mean "CPU"'):
+        task = client.create("/api/v1/tasks", {"command": "true", "resources": {"cpu": 1}})
+    client.request("POST", f"/api/v1/tasks/{task['task_id']}/cancel")

@@ -60,6 +60,9 @@ pub enum ErrorKind {
     Conflict,
     /// 408: waited as long as asked, and the object is not there yet.
     Timeout,
+    /// 429: a read token ran more dry runs than its rate allows; `Retry-After` says when to
+    /// try again.
+    TooManyRequests,
     /// 503: the head cannot make the change durable (its store failed); nothing changed.
     Unavailable,
     /// 410: a watch resumed from a version the head no longer keeps (too old, or from an
@@ -293,6 +296,7 @@ fn is_empty_text(text: &str) -> bool {
 #[serde(deny_unknown_fields)]
 pub struct Batch<T> {
     /// At least one item, at most the head's `batch-items` limit (default 10,000).
+    #[schema(min_items = 1, max_items = 10000)]
     pub items: Vec<T>,
 }
 
@@ -453,17 +457,18 @@ pub struct ActorCreate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub namespace: Option<Box<str>>,
-    /// Actor labels (what other actors' affinity matches).
+    /// Actor labels (what other actors' affinity matches); at most 64 (the head's `labels`
+    /// limit).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: StringMap,
     /// The program to run.
     #[schema(value_type = String)]
     pub command: Box<str>,
-    /// Its arguments.
+    /// Its arguments; at most 1,024 (the `args` limit).
     #[serde(default, skip_serializing_if = "<[String]>::is_empty")]
-    #[schema(value_type = Vec<String>)]
+    #[schema(value_type = Vec<String>, max_items = 1024)]
     pub args: Box<[String]>,
-    /// Extra environment variables.
+    /// Extra environment variables; at most 256 (the `env` limit).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: StringMap,
     /// The command speaks the fork-server protocol (`docs/worker-protocol.md`): the agent may
@@ -474,7 +479,8 @@ pub struct ActorCreate {
     /// How many times it is restarted after its process or node dies; -1 for always.
     #[serde(default)]
     pub max_restarts: i32,
-    /// What to reserve: resource name to amount, `{"CPU": 1, "GPU": 0.5}`.
+    /// What to reserve: resource name to amount, `{"CPU": 1, "GPU": 0.5}`; at most 64
+    /// resources (the `resources` limit).
     #[schema(value_type = Object)]
     pub resources: RawJson,
     /// DEFAULT, SPREAD, RANDOM, or a map (NODE_AFFINITY, NODE_LABEL, ACTOR_AFFINITY,
@@ -482,15 +488,17 @@ pub struct ActorCreate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub scheduling_strategy: Option<RawJson>,
-    /// Label key to expression (`"in(a,b)"`, `"!gpu"`, `"exists()"`).
+    /// Label key to expression (`"in(a,b)"`, `"!gpu"`, `"exists()"`); at most 32 expressions
+    /// (the `expressions` limit) of at most 256 values each (`values`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub label_selector: Option<RawJson>,
-    /// Alternatives to `label_selector`: `[{"label_selector": {...}}]`.
+    /// Alternatives to `label_selector`: `[{"label_selector": {...}}]`; at most 16 (the
+    /// `fallbacks` limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(value_type = Option<Vec<Object>>, max_items = 16)]
     pub fallback_strategy: Option<RawJson>,
-    /// Taint key to expression: the taints it accepts.
+    /// Taint key to expression: the taints it accepts; at most 32 (the `tolerations` limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub tolerations: Option<RawJson>,
@@ -645,11 +653,11 @@ pub struct TaskSubmit {
     /// The program to run.
     #[schema(value_type = String)]
     pub command: Box<str>,
-    /// Its arguments.
+    /// Its arguments; at most 1,024 (the `args` limit).
     #[serde(default, skip_serializing_if = "<[String]>::is_empty")]
-    #[schema(value_type = Vec<String>)]
+    #[schema(value_type = Vec<String>, max_items = 1024)]
     pub args: Box<[String]>,
-    /// Extra environment variables.
+    /// Extra environment variables; at most 256 (the `env` limit).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: StringMap,
     /// As for actors.
@@ -671,7 +679,7 @@ pub struct TaskSubmit {
     pub label_selector: Option<RawJson>,
     /// As for actors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(value_type = Option<Vec<Object>>, max_items = 16)]
     pub fallback_strategy: Option<RawJson>,
     /// As for actors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -744,7 +752,8 @@ pub struct Task {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TasksWait {
-    /// The tasks (1 to 10,000 IDs).
+    /// The tasks: 1 to 10,000 IDs (the head's `wait-ids` limit).
+    #[schema(min_items = 1, max_items = 10000)]
     pub task_ids: Vec<String>,
     /// Seconds to wait at most (default 30, at most 600).
     #[serde(default)]
@@ -799,20 +808,21 @@ pub struct GroupCreate {
     /// PACK (default), SPREAD, STRICT_PACK or STRICT_SPREAD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
-    /// Resource maps, one per bundle: `[{"GPU": 1}, {"GPU": 1}]`.
-    #[schema(value_type = Vec<Object>)]
+    /// Resource maps, one per bundle: `[{"GPU": 1}, {"GPU": 1}]`; at most 1,024 bundles (the
+    /// head's `bundles` limit) of at most 64 resources each.
+    #[schema(value_type = Vec<Object>, max_items = 1024)]
     pub bundles: RawJson,
-    /// One selector per bundle, or none.
+    /// One selector per bundle (at most 32 expressions each), or none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(value_type = Option<Vec<Object>>, max_items = 1024)]
     pub bundle_label_selector: Option<RawJson>,
-    /// Taint key to expression, for every bundle.
+    /// Taint key to expression, for every bundle; at most 32.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub tolerations: Option<RawJson>,
-    /// Alternatives: `[{"bundles": [...], "bundle_label_selector": [...]}]`.
+    /// Alternatives: `[{"bundles": [...], "bundle_label_selector": [...]}]`; at most 16.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(value_type = Option<Vec<Object>>, max_items = 16)]
     pub fallback_strategy: Option<RawJson>,
 }
 

@@ -231,6 +231,7 @@ fn api_error_text(status: u16, error: &ApiError) -> String {
         ErrorKind::Timeout => "timed out",
         ErrorKind::Unavailable => "unavailable",
         ErrorKind::Expired => "expired",
+        ErrorKind::TooManyRequests => "too many requests",
     };
     match &error.field {
         Some(field) if !field.is_empty() => {

@@ -13,7 +13,7 @@
 mod actors;
 mod autoscaler;
 mod batch;
-mod body_scan;
+pub(crate) mod body_scan;
 mod cluster;
 mod explain;
 mod extract;

@@ -20,6 +20,8 @@
 
 mod autoscale;
 mod convert;
+#[cfg(test)]
+mod cost_tests;
 mod groups;
 mod node_edits;
 mod nodes;

@@ -97,7 +97,26 @@ async fn each_role_does_only_its_part() {
     let read = made.secret.clone();
     assert_eq!(rest.call(Method::GET, "/api/v1/cluster/status", &read, None).await.0, 200);
     let dry = json!({"resources": {"CPU": 1}});
-    assert_eq!(rest.call(Method::POST, "/api/v1/explain", &read, Some(dry)).await.0, 200);
+    assert_eq!(rest.call(Method::POST, "/api/v1/explain", &read, Some(dry.clone())).await.0, 200);
+    // A read token's dry runs are bounded (a burst of 20, then 10 a second); an admin's not.
+    let mut limited = None;
+    for _ in 0..200 {
+        let (status, body) =
+            rest.call(Method::POST, "/api/v1/explain", &read, Some(dry.clone())).await;
+        if status != 200 {
+            limited = Some((status, body));
+            break;
+        }
+    }
+    let (status, body) = limited.expect("a read token's dry runs are rate-limited");
+    assert_eq!((status, error_kind(&body)), (429, ErrorKind::TooManyRequests), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("10 dry runs a second"), "{body}");
+    for _ in 0..40 {
+        assert_eq!(
+            rest.call(Method::POST, "/api/v1/explain", &admin, Some(dry.clone())).await.0,
+            200
+        );
+    }
     let actor = json!({"command": "sleep", "resources": {"CPU": 1}});
     let (status, body) = rest.call(Method::POST, "/api/v1/actors", &read, Some(actor)).await;
     assert_eq!((status, error_kind(&body)), (403, ErrorKind::Forbidden));

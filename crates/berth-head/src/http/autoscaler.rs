@@ -29,6 +29,7 @@ pub(crate) async fn status(State(api): State<Api>) -> Json<AutoscalerStatus> {
     responses(
         (status = 200, description = "The plan", body = AutoscalerPlan),
         (status = 400, description = "A bad field of the file; `field` names it", body = ApiError),
+        (status = 429, description = "A read token ran more dry runs than 10 a second (20 at once); `Retry-After` says when to try again", body = ApiError),
         (status = 409, description = "No body, and the head runs without an autoscaler", body = ApiError),
     )
 )]

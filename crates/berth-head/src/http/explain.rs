@@ -40,6 +40,7 @@ pub(crate) async fn explain(
         (status = 200, description = "Where it would go, or why not", body = DryRun),
         (status = 400, description = "A bad field; `field` names it", body = ApiError),
         (status = 413, description = "The body is over 1 MiB", body = ApiError),
+        (status = 429, description = "A read token ran more dry runs than 10 a second (20 at once); `Retry-After` says when to try again", body = ApiError),
         (status = 503, description = "The head is shutting down", body = ApiError),
     )
 )]

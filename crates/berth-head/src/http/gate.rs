@@ -127,11 +127,12 @@ fn method_label(method: &Method) -> &'static str {
 #[derive(Clone)]
 pub(crate) struct TokenLayer {
     keyring: Keyring,
+    dry_runs: Arc<DryRunRates>,
 }
 
 impl TokenLayer {
     pub(crate) fn new(keyring: Keyring) -> TokenLayer {
-        TokenLayer { keyring }
+        TokenLayer { keyring, dry_runs: Arc::default() }
     }
 }
 
@@ -139,7 +140,7 @@ impl<S> Layer<S> for TokenLayer {
     type Service = TokenCheck<S>;
 
     fn layer(&self, inner: S) -> TokenCheck<S> {
-        TokenCheck { inner, keyring: self.keyring.clone() }
+        TokenCheck { inner, keyring: self.keyring.clone(), dry_runs: self.dry_runs.clone() }
     }
 }
 
@@ -148,6 +149,7 @@ impl<S> Layer<S> for TokenLayer {
 pub(crate) struct TokenCheck<S> {
     inner: S,
     keyring: Keyring,
+    dry_runs: Arc<DryRunRates>,
 }
 
 impl<S> Service<Request> for TokenCheck<S>
@@ -163,7 +165,7 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        match refusal(&self.keyring, &req) {
+        match refusal(&self.keyring, &self.dry_runs, &req) {
             None => Either::Left(self.inner.call(req)),
             Some(answer) => Either::Right(futures::future::ready(Ok(answer))),
         }
@@ -171,13 +173,29 @@ where
 }
 
 /// The answer to a request its token does not allow, if it does not.
-fn refusal(keyring: &Keyring, req: &Request) -> Option<Response> {
+fn refusal(keyring: &Keyring, dry_runs: &DryRunRates, req: &Request) -> Option<Response> {
     // An actor's process registers with its work key, which the handler checks.
     if req.method() == Method::PUT && is_endpoint_path(req.uri().path()) {
         return None;
     }
     let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let refused = match keyring.check(presented) {
+        Ok(Role::Read) if is_dry_run(req.method(), req.uri().path()) => {
+            let wait = dry_runs.take(presented.unwrap_or_default())?;
+            let seconds = wait.as_secs_f64();
+            let body = ApiError {
+                error: ErrorKind::TooManyRequests,
+                field: None,
+                message: format!(
+                    "a read token may run {DRY_RUNS_PER_SECOND} dry runs a second ({DRY_RUN_BURST} \
+                     at once); try again in {seconds:.1} s, or use an admin token"
+                ),
+            };
+            let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+            let after = HeaderValue::from(wait.as_secs_f64().ceil().max(1.0) as u64);
+            response.headers_mut().insert(header::RETRY_AFTER, after);
+            return Some(response);
+        }
         Ok(role) => {
             let message = forbidden(role, req.method(), req.uri().path())?;
             let body = ApiError { error: ErrorKind::Forbidden, field: None, message };
@@ -197,6 +215,48 @@ fn refusal(keyring: &Keyring, req: &Request) -> Option<Response> {
     let mut response = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
     response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     Some(response)
+}
+
+/// A read token's dry runs a second, on average.
+pub(crate) const DRY_RUNS_PER_SECOND: u32 = 10;
+/// How many it may run at once before the rate applies.
+pub(crate) const DRY_RUN_BURST: u32 = 20;
+
+/// A dry run (`POST /api/v1/explain`, `/api/v1/autoscaler/plan`): it costs the owner what a
+/// creation does, and a read token may run it, so its rate is bounded per token.
+fn is_dry_run(method: &Method, path: &str) -> bool {
+    *method == Method::POST && matches!(path, "/api/v1/explain" | "/api/v1/autoscaler/plan")
+}
+
+/// Per read token, a bucket of [`DRY_RUN_BURST`] dry runs refilled at
+/// [`DRY_RUNS_PER_SECOND`]. Keyed by a digest of the token (never the secret itself); only
+/// tokens the keyring knows get a bucket, so the map is as small as the keyring.
+#[derive(Debug, Default)]
+pub(crate) struct DryRunRates {
+    buckets: std::sync::Mutex<std::collections::HashMap<[u8; 32], (f64, std::time::Instant)>>,
+}
+
+impl DryRunRates {
+    /// Takes one dry run from `presented`'s bucket; `Some(wait)` when it is empty.
+    fn take(&self, presented: &str) -> Option<std::time::Duration> {
+        self.take_at(presented, std::time::Instant::now())
+    }
+
+    fn take_at(&self, presented: &str, now: std::time::Instant) -> Option<std::time::Duration> {
+        use sha2::Digest;
+        let key: [u8; 32] = sha2::Sha256::digest(presented.as_bytes()).into();
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let (tokens, at) = buckets.entry(key).or_insert((f64::from(DRY_RUN_BURST), now));
+        let rate = f64::from(DRY_RUNS_PER_SECOND);
+        *tokens =
+            (*tokens + now.duration_since(*at).as_secs_f64() * rate).min(f64::from(DRY_RUN_BURST));
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            return None;
+        }
+        Some(std::time::Duration::from_secs_f64((1.0 - *tokens) / rate))
+    }
 }
 
 /// `/api/v1/actors/{id}/endpoint`.
@@ -230,5 +290,26 @@ pub(crate) fn forbidden(role: Role, method: &Method, path: &str) -> Option<Strin
         Role::Read => {
             Some(format!("a read-only token cannot {method} {path}: it needs an admin token"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    #[test]
+    fn a_read_tokens_dry_runs_are_bounded_per_token() {
+        let rates = DryRunRates::default();
+        let start = Instant::now();
+        for _ in 0..DRY_RUN_BURST {
+            assert_eq!(rates.take_at("a", start), None);
+        }
+        let wait = rates.take_at("a", start).expect("the burst is spent");
+        assert_eq!(wait, Duration::from_millis(100), "one more in 1/10 s");
+        assert_eq!(rates.take_at("b", start), None, "another token has its own bucket");
+        assert_eq!(rates.take_at("a", start + Duration::from_millis(100)), None, "refilled");
+        assert!(rates.take_at("a", start + Duration::from_millis(100)).is_some());
     }
 }
