@@ -27,6 +27,7 @@ use crate::pipeline::group::bundle_request;
 use crate::pipeline::{Decision, Scheduler};
 use crate::placement_group::{BundleSet, GroupSpec, PlacedGroup};
 use crate::request::Request;
+use crate::resource::ResourceSet;
 
 /// What changed in the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,16 +201,20 @@ fn may_help<K>(
 
 /// Whether `trigger` may let a waiting placement group be reserved, by the rules for requests
 /// with the group's bundles still to place as its requests: a release on (or the arrival of)
-/// node `n` helps a pending group only when one of those bundles fits on `n` now, and changes
-/// to actors or other groups never help one. `placed` is the group's reservation when it lost
-/// bundles with a node (only those are placed again); `None` while it waits whole.
+/// node `n` helps a pending group only when one of those bundles fits on `n` now and, for one
+/// alternative, the bundles ask no more in all than the alive nodes have free together; changes
+/// to actors or other groups never help one. Both conditions are needed for any plan, so no
+/// group that could be reserved is left waiting. `placed` is the group's reservation when it
+/// lost bundles with a node (only those are placed again); `None` while it waits whole. `free`
+/// is what the alive nodes have free together, summed on first use: the caller keeps it for
+/// the groups it asks about at once.
 pub fn group_may_help(
     trigger: Trigger,
     waiting: Waiting,
-    spec: &GroupSpec,
-    placed: Option<&PlacedGroup>,
+    (spec, placed): (&GroupSpec, Option<&PlacedGroup>),
     scheduler: &Scheduler,
     cluster: &Cluster,
+    free: &mut Option<ResourceSet>,
 ) -> bool {
     match (trigger, waiting) {
         (Trigger::Everything | Trigger::NodeChanged(_), _) => true,
@@ -218,22 +223,36 @@ pub fn group_may_help(
         (Trigger::Released(_), Waiting::Infeasible) => false,
         (Trigger::NodeJoined(_), Waiting::Infeasible) => true,
         (Trigger::Released(node) | Trigger::NodeJoined(node), Waiting::Pending) => {
-            let fits = |set: &BundleSet, i: usize| {
-                bundle_request(cluster, spec, set, i)
-                    .is_some_and(|request| scheduler.fits_now(cluster, &request, node))
+            let free = free.get_or_insert_with(|| {
+                let mut sum = ResourceSet::new();
+                for index in cluster.alive().iter() {
+                    if let Some(n) = cluster.node(index) {
+                        sum.add(n.available());
+                    }
+                }
+                sum
+            });
+            let room = |set: &BundleSet, todo: &mut dyn Iterator<Item = usize>| {
+                let mut demand = ResourceSet::new();
+                let mut fits_one = false;
+                let mut previous: Option<usize> = None;
+                for i in todo {
+                    demand.add(&set.bundles[i]);
+                    // A bundle like the one before it fits where that one does.
+                    let same = previous.is_some_and(|p| {
+                        set.bundles[i] == set.bundles[p] && set.selector(i) == set.selector(p)
+                    });
+                    if !fits_one && !same {
+                        fits_one = bundle_request(cluster, spec, set, i)
+                            .is_some_and(|request| scheduler.fits_now(cluster, &request, node));
+                    }
+                    previous = Some(i);
+                }
+                fits_one && demand.is_subset_of(free)
             };
             match placed {
-                Some(group) => group.lost().into_iter().any(|i| fits(group.bundle_set(), i)),
-                // A bundle like the one before it fits where that one does.
-                None => spec.alternatives.iter().any(|set| {
-                    (0..set.bundles.len())
-                        .filter(|&i| {
-                            i == 0
-                                || set.bundles[i] != set.bundles[i - 1]
-                                || set.selector(i) != set.selector(i - 1)
-                        })
-                        .any(|i| fits(set, i))
-                }),
+                Some(group) => room(group.bundle_set(), &mut group.lost().into_iter()),
+                None => spec.alternatives.iter().any(|set| room(set, &mut (0..set.bundles.len()))),
             }
         }
     }

@@ -565,3 +565,38 @@ fn a_group_asking_more_than_the_cluster_has_free_is_not_planned() {
     assert!(!d.alternatives[0].failed.is_empty(), "{d:?}");
     assert!(c.group("g").is_none() && c.group("h").is_none() && c.group("s").is_none());
 }
+
+#[test]
+fn a_waiting_group_is_retried_only_by_changes_that_may_help_it() {
+    use crate::pending::{group_may_help, Trigger, Waiting};
+    let mut c = labelled_cluster(&[("cpu", "CPU=4", "", ""), ("gpu", "CPU=4,GPU=1", "", "")]);
+    let scheduler = Scheduler::new(SchedulerConfig::default());
+    let spec = group(&mut c, "g", GroupStrategy::Pack, &["CPU=1,GPU=1"]);
+    let (cpu, gpu) = (index(&c, "cpu"), index(&c, "gpu"));
+    let helps = |spec: &GroupSpec, t: Trigger, w: Waiting, c: &Cluster| {
+        group_may_help(t, w, (spec, None), &scheduler, c, &mut None)
+    };
+    // A release where no bundle fits (no GPU there) cannot help; one where a bundle fits can.
+    assert!(!helps(&spec, Trigger::Released(cpu), Waiting::Pending, &c));
+    assert!(helps(&spec, Trigger::Released(gpu), Waiting::Pending, &c));
+    let busy = resources(c.registry_mut(), "GPU=1");
+    c.reserve(gpu, &busy).unwrap();
+    assert!(!helps(&spec, Trigger::Released(gpu), Waiting::Pending, &c), "still busy");
+    // A bundle fits, but the three together ask more than is free in all: no plan exists.
+    let big = group(&mut c, "big", GroupStrategy::Pack, &["CPU=3", "CPU=3", "CPU=3"]);
+    assert!(!helps(&big, Trigger::Released(cpu), Waiting::Pending, &c), "9 CPUs asked, 8 free");
+    let fits = group(&mut c, "fits", GroupStrategy::Pack, &["CPU=3", "CPU=3"]);
+    assert!(helps(&fits, Trigger::Released(cpu), Waiting::Pending, &c));
+    // Actors and other groups never help; releases never help what can never fit; a node's
+    // change, a new node and a lost one (which can make it infeasible) always may.
+    for t in [Trigger::ActorsChanged, Trigger::GroupReserved] {
+        assert!(
+            !helps(&spec, t, Waiting::Pending, &c) && !helps(&spec, t, Waiting::Infeasible, &c)
+        );
+    }
+    assert!(!helps(&spec, Trigger::Released(gpu), Waiting::Infeasible, &c));
+    assert!(helps(&spec, Trigger::NodeJoined(cpu), Waiting::Infeasible, &c));
+    assert!(helps(&spec, Trigger::NodeChanged(cpu), Waiting::Pending, &c));
+    assert!(helps(&spec, Trigger::NodeLost(cpu), Waiting::Pending, &c));
+    assert!(!helps(&spec, Trigger::NodeLost(cpu), Waiting::Infeasible, &c));
+}

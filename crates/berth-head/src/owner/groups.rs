@@ -194,6 +194,10 @@ impl Owner {
                     false => berth_core::Waiting::Pending,
                 };
                 let changed = e.api.diagnosis.as_ref() != Some(&diagnosis);
+                if !changed && self.view.waiting.contains_key(&(Kind::Group, seq)) {
+                    // As shown already (its bundles' shapes are as many as its bundles).
+                    return;
+                }
                 e.api.diagnosis = Some(diagnosis.clone());
                 let waiting = Waiting {
                     item: berth_api::rest::PendingItem {
@@ -217,6 +221,8 @@ impl Owner {
     /// those an earlier cycle left for later: at most [`MAX_GROUP_WORK`] bundles, from the
     /// group after the last one planned, so that every helped group has its turn.
     pub(crate) fn retry_groups(&mut self, triggers: &[Trigger]) {
+        // What the alive nodes have free together, summed once for every group asked about.
+        let mut free = None;
         for &seq in &self.waiting_groups {
             let Some(entry) = self.groups.get(&seq) else { continue };
             if self.groups_to_retry.contains(&seq) {
@@ -227,14 +233,8 @@ impl Owner {
                 _ => None,
             };
             let helped = triggers.iter().any(|&t| {
-                group_may_help(
-                    t,
-                    entry.waiting,
-                    &entry.spec,
-                    placed,
-                    &self.scheduler,
-                    &self.cluster,
-                )
+                let group = (&entry.spec, placed);
+                group_may_help(t, entry.waiting, group, &self.scheduler, &self.cluster, &mut free)
             });
             if helped {
                 self.groups_to_retry.insert(seq);
