@@ -10,8 +10,10 @@ ended children through ``SIGCHLD`` written to a wake-up pipe. Each child becomes
 spawned worker would be: its own process group, its log files as stdout and stderr, its working
 directory, its environment, and then the worker's ``run``.
 
-A child whose ``run`` returns ``True`` may be *reused*: if it is still alone (one thread, no
-child processes) and ran no GPU attempt, it tells the server it is done instead of exiting,
+A child whose ``run`` returns ``True`` may be *reused*, for an attempt of the same driver only
+(``BERTH_DRIVER``: no driver's globals, modules or caches reach another's work): if it is still
+alone (one thread, no child processes) and ran no GPU attempt, it tells the server it is done
+instead of exiting,
 the server reports the attempt as ended with code 0, and once the agent releases it, the
 child waits (its stdio on ``/dev/null``) for the server to hand it the next attempt. Reuse
 saves the fork, the exit and the copy-on-write faults of a fresh child: most of a small
@@ -60,12 +62,22 @@ class _Child:
     """The server's view of one child: its socket (None: it cannot be reused), and whether it
     runs an attempt, has said it is done (waiting for the agent's release) or is idle."""
 
-    def __init__(self, pid: int, sock: Optional[socket.socket]) -> None:
+    def __init__(self, pid: int, sock: Optional[socket.socket], driver: Optional[str]) -> None:
         self.pid = pid
         self.sock = sock
         self.state = "running"
         self.idle_since = 0.0
         self.pending = b""
+        # Whose attempts it runs: a child is reused only for the same driver's.
+        self.driver = driver
+
+
+def _driver(request: dict) -> Optional[str]:
+    """The driver an attempt's work belongs to (``BERTH_DRIVER``, set by the SDK's driver; else
+    the address of its owner service); ``None`` when it names neither (a program of its own
+    speaking the protocol: its attempts share idle children among themselves)."""
+    env = request.get("env") or {}
+    return env.get("BERTH_DRIVER") or env.get("BERTH_OWNER") or None
 
 
 def _child(request: dict, sock: Optional[socket.socket], run: Callable[[], object]) -> None:
@@ -215,8 +227,15 @@ class _Server:
     def fork(self, request: dict) -> None:
         number = request.get("request")
         line = (json.dumps(request, separators=(",", ":")) + "\n").encode()
-        while self.idle:
-            child = self.idle.pop()
+        driver = _driver(request)
+        while True:
+            # The warmest idle child of the same driver: a process never carries one driver's
+            # state (globals, modules, caches) into another's work.
+            same = [c for c in self.idle if c.driver == driver]
+            if not same:
+                break
+            child = same[-1]
+            self.idle.remove(child)
             try:
                 child.sock.sendall(line)
             except OSError:
@@ -253,7 +272,7 @@ class _Server:
             os.setpgid(pid, pid)
         except OSError:
             pass  # the child did it first, or already ended (its exit is reported)
-        child = _Child(pid, ours)
+        child = _Child(pid, ours, driver)
         self.children[pid] = child
         if ours is not None:
             self.selector.register(ours, selectors.EVENT_READ, child)

@@ -27,7 +27,11 @@ WORKER_ARGS = ["-m", "berth.worker"]
 
 
 def _worker_env(runtime, call: Call) -> Dict[str, str]:
-    return {"BERTH_OWNER": runtime.owner.address, "BERTH_CALL": call.id}
+    return {
+        "BERTH_OWNER": runtime.owner.address,
+        "BERTH_CALL": call.id,
+        "BERTH_DRIVER": runtime.driver_id,
+    }
 
 
 def _has_refs(args: tuple, kwargs: dict) -> bool:

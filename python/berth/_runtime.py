@@ -7,6 +7,7 @@ import atexit
 import json
 import logging
 import os
+import uuid
 import sys
 import threading
 import time
@@ -40,6 +41,9 @@ class Runtime:
         self.client = client
         self.namespace = namespace
         self.owner = OwnerServer(_protocol.outward_ip(client.url))
+        # Who this driver is, for its workers' environment: a worker process is reused only
+        # for the same driver's work (a later driver on the same port is another).
+        self.driver_id = uuid.uuid4().hex
         # The worker runs the driver's Python unless told otherwise (another path on the nodes).
         self.python = os.environ.get("BERTH_WORKER_PYTHON") or sys.executable
         # Workers are forked from a warm copy on each node (the agent's fork servers) unless

@@ -98,6 +98,37 @@ def test_a_reused_process_keeps_nothing_of_the_last_tasks_environment(berth_sess
     assert [seen for _, seen in answers] == [None] * 6
 
 
+def _leave_and_read(tag):
+    """Reads what an earlier task left in a module and a global, then leaves its own."""
+    import json
+
+    global _left
+    seen = (getattr(json, "_berth_left", None), globals().get("_left"))
+    json._berth_left = _left = tag
+    return os.getpid(), seen
+
+
+def test_a_later_driver_never_sees_what_an_earlier_one_left(cluster):
+    """Within one driver a reused process keeps its modules' state (as Ray's workers do); a
+    driver's work never runs in a process another driver's work ran in."""
+    seen_by = {}
+    for driver in ("first", "second"):
+        berth.init(address=cluster.address, token=cluster.token)
+        try:
+            task = berth.remote(num_cpus=0.1, label_selector={"instance_type": "m5.16xlarge"})(
+                _leave_and_read
+            )
+            _until_forked(whoami)
+            seen_by[driver] = [berth.get(task.remote(driver), timeout=60) for _ in range(6)]
+        finally:
+            berth.shutdown()
+    first_pids = {pid for pid, _ in seen_by["first"]}
+    assert len(first_pids) < 6, f"not reused within a driver: {seen_by['first']}"
+    assert not first_pids & {pid for pid, _ in seen_by["second"]}, seen_by
+    for _, (module, global_) in seen_by["second"]:
+        assert module in (None, "second") and global_ in (None, "second"), seen_by["second"]
+
+
 def test_environments_that_differ_get_their_own_server_and_are_applied(berth_session):
     with_x = whoami.options(runtime_env={"env_vars": {"X": "one"}})
     answers = _until_forked(with_x)

@@ -62,9 +62,11 @@ class Server:
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
 
-    def fork(self, task: str, reuse: bool = True) -> int:
+    def fork(self, task: str, reuse: bool = True, driver: str = "") -> int:
         self.request += 1
         env = dict(os.environ, TASK=task, REUSE="1" if reuse else "0")
+        if driver:
+            env["BERTH_DRIVER"] = driver
         self.send({"type": "fork", "request": self.request, "env": env, "cwd": str(self.tmp),
                    "stdout": str(self.tmp / f"{task}.out"), "stderr": str(self.tmp / f"{task}.err")})
         while True:
@@ -108,6 +110,22 @@ def test_a_done_child_is_reused_only_after_its_release(server):
     out = (s.tmp / "c.out").read_text()
     assert out == f"pid {first} task c\n"
     assert "task c" not in (s.tmp / "a.out").read_text()
+
+
+def test_a_child_is_reused_only_for_the_same_drivers_work(server):
+    s = server()
+    first = s.fork("a", driver="d1")
+    assert s.read() == {"type": "done", "pid": first, "code": 0}
+    s.send({"type": "release", "pid": first})
+    # Another driver's attempt never gets the first driver's process.
+    other = s.fork("b", driver="d2")
+    assert other != first
+    assert s.read() == {"type": "done", "pid": other, "code": 0}
+    s.send({"type": "release", "pid": other})
+    assert s.fork("c", driver="d1") == first
+    assert s.read() == {"type": "done", "pid": first, "code": 0}
+    s.send({"type": "release", "pid": first})
+    assert s.fork("d", driver="d2") == other
 
 
 def test_a_child_that_is_not_reusable_exits_and_its_exit_is_reported(server):
