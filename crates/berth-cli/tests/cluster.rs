@@ -193,7 +193,8 @@ fn errors_exit_statuses_and_messages() {
     assert!(err.contains("wants a token and none was sent"), "{err}");
 
     // Nothing listening: 1, "no head at".
-    let port = closed_port();
+    let closed = closed_port();
+    let port = closed.port;
     let err = cluster.run(&["status", "--address", &format!("127.0.0.1:{port}")]).fails(1);
     assert!(err.contains(&format!("no head at 127.0.0.1:{port}")), "{err}");
 

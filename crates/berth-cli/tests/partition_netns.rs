@@ -446,7 +446,7 @@ fn head_partition(netns: &Netns, round: usize) -> Duration {
     let etcd = berth_store::testutil::EtcdCluster::start_also_on(3, Some(&netns.root_ip))
         .unwrap_or_else(|e| panic!("etcd (scripts/test installs etcd-server): {e}"));
     let (a, b) = (Cluster::new(), Cluster::new());
-    let port_a = common::cluster::closed_port().to_string();
+    let port_a = common::cluster::free_port().to_string();
     let store_a = format!("etcd://{}?prefix=p", etcd.endpoints_on(&netns.root_ip));
     let mut head_a = in_netns(
         &a,
@@ -471,7 +471,7 @@ fn head_partition(netns: &Netns, round: usize) -> Duration {
         common::cluster::healthy(&address_a)
     });
     let (mut head_b, port_b) = {
-        let port = common::cluster::closed_port().to_string();
+        let port = common::cluster::free_port().to_string();
         let store_b = etcd.store_url("p");
         let args = ["start", "--head", "--port", &port, "--store", &store_b, "--lease-ttl", "1"];
         (b.spawn("head-b", &args), port)

@@ -8,7 +8,7 @@ use std::time::Instant;
 use berth_store::testutil::RedisServer;
 
 mod common;
-use common::cluster::{closed_port, healthy, wait_for, Cluster, WAIT};
+use common::cluster::{free_port, healthy, wait_for, Cluster, WAIT};
 
 #[test]
 fn the_standby_takes_over_and_the_agent_and_cli_follow() {
@@ -17,7 +17,7 @@ fn the_standby_takes_over_and_the_agent_and_cli_follow() {
     let (a, b) = (Cluster::new(), Cluster::new());
     let (mut active, address_a) = a.head(&["--store", &store, "--lease-ttl", "1"]);
     // The standby has tokens of its own; it learns the active head's from the store.
-    let port_b = closed_port().to_string();
+    let port_b = free_port().to_string();
     let mut standby = b.spawn(
         "standby",
         &["start", "--head", "--port", &port_b, "--store", &store, "--lease-ttl", "1"],

@@ -49,8 +49,33 @@ pub fn wait_for<T>(
     }
 }
 
-/// A port nothing listens on (it was free a moment ago).
-pub fn closed_port() -> u16 {
+/// A port on 127.0.0.1 that nothing listens on for as long as this lives: a socket bound to it
+/// and never listening holds it (connections to it are refused), so no other test can take it
+/// meanwhile, as one could take a port merely found free.
+pub struct ClosedPort {
+    /// The port.
+    pub port: u16,
+    _held: std::os::fd::OwnedFd,
+}
+
+/// See [`ClosedPort`].
+pub fn closed_port() -> ClosedPort {
+    use nix::sys::socket::{
+        bind, getsockname, socket, AddressFamily, SockFlag, SockType, SockaddrIn,
+    };
+    let held = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)
+        .expect("a socket");
+    bind(std::os::fd::AsRawFd::as_raw_fd(&held), &SockaddrIn::new(127, 0, 0, 1, 0))
+        .expect("bound to a free port");
+    let bound: SockaddrIn =
+        getsockname(std::os::fd::AsRawFd::as_raw_fd(&held)).expect("its address");
+    ClosedPort { port: bound.port(), _held: held }
+}
+
+/// A port that was free a moment ago, for a daemon to bind (`--port`) when the test needs to
+/// know it in advance. Another process may take it in between: the daemon then fails to start
+/// and says the address is in use.
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     let port = listener.local_addr().expect("its address").port();
     drop(listener);
