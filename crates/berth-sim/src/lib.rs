@@ -50,6 +50,7 @@ pub mod replay;
 pub mod report;
 pub mod run;
 pub mod shapes;
+pub mod synthetic;
 pub mod trace;
 pub mod workload;
 
