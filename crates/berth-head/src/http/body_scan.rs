@@ -132,6 +132,11 @@ struct Scan<'a> {
 const FOUND: &str = "refused";
 
 impl Scan<'_> {
+    /// The scan of a value inside this one, which holds `holds`.
+    fn child(&mut self, holds: Holds) -> Scan<'_> {
+        Scan { path: self.path, found: self.found, zeros: self.zeros, limits: self.limits, holds }
+    }
+
     fn refuse<E: serde::de::Error>(&mut self, message: String) -> E {
         *self.found = Some(Refusal { path: self.path.join("."), message });
         E::custom(FOUND)
@@ -177,14 +182,7 @@ impl<'de> Visitor<'de> for Scan<'_> {
             }
             let holds = if expressions { Holds::Expression } else { Holds::of_key(&key) };
             self.path.push(key);
-            let child = Scan {
-                path: self.path,
-                found: self.found,
-                zeros: self.zeros,
-                limits: self.limits,
-                holds,
-            };
-            map.next_value_seed(child)?;
+            map.next_value_seed(self.child(holds))?;
             self.path.pop();
         }
         Ok(())
@@ -195,14 +193,7 @@ impl<'de> Visitor<'de> for Scan<'_> {
         let mut index = 0usize;
         loop {
             self.path.push(index.to_string());
-            let child = Scan {
-                path: self.path,
-                found: self.found,
-                zeros: self.zeros,
-                limits: self.limits,
-                holds,
-            };
-            let more = seq.next_element_seed(child)?;
+            let more = seq.next_element_seed(self.child(holds))?;
             self.path.pop();
             if more.is_none() {
                 return Ok(());
