@@ -53,6 +53,41 @@ class IdempotencyTest {
   }
 
   @Test
+  void aCreationsHintsAreLoggedAsWarnings() throws Exception {
+    HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
+    server.createContext("/api/v1/tasks", exchange -> {
+      exchange.getRequestBody().readAllBytes();
+      byte[] answer = ("{\"task_id\": \"task-1\", \"diagnosis\": {\"hints\": "
+          + "[\"no node has the resource \\\"cpu\\\"; did you mean \\\"CPU\\\"?\"]}}")
+          .getBytes(StandardCharsets.UTF_8);
+      exchange.getResponseHeaders().add("Content-Type", "application/json");
+      exchange.sendResponseHeaders(201, answer.length);
+      exchange.getResponseBody().write(answer);
+      exchange.close();
+    });
+    List<java.util.logging.LogRecord> logged = new ArrayList<>();
+    var handler = new java.util.logging.Handler() {
+      @Override public void publish(java.util.logging.LogRecord record) { logged.add(record); }
+      @Override public void flush() {}
+      @Override public void close() {}
+    };
+    var logger = java.util.logging.Logger.getLogger("io.berth");
+    logger.addHandler(handler);
+    server.start();
+    try {
+      var client = new Client("http://127.0.0.1:" + server.getAddress().getPort(), "t");
+      client.create("/api/v1/tasks", new LinkedHashMap<>());
+      assertEquals(1, logged.size(), logged.toString());
+      assertEquals(java.util.logging.Level.WARNING, logged.get(0).getLevel());
+      assertTrue(logged.get(0).getMessage().contains("task-1: no node has the resource \"cpu\"; did you mean \"CPU\"?"),
+          logged.get(0).getMessage());
+    } finally {
+      logger.removeHandler(handler);
+      server.stop(0);
+    }
+  }
+
+  @Test
   void nothingListeningIsSaidAtOnce() throws Exception {
     int port;
     try (var socket = new ServerSocket(0)) {
