@@ -80,3 +80,20 @@ pub fn selector(pairs: &[(&str, &str)]) -> crate::selector::LabelSelector {
 pub fn tolerations(pairs: &[(&str, &str)]) -> crate::selector::Tolerations {
     crate::selector::Tolerations::parse(pairs.iter().copied()).expect("valid tolerations")
 }
+
+/// The seed a model-based property test runs with, for proptest's `RngSeed::Fixed`; `None`
+/// when `PROPTEST_RNG_SEED` is set (proptest reads it itself). In CI (`CI` set) it is `fixed`,
+/// so that a failure there replays exactly; elsewhere a fresh one each run, printed with how to
+/// replay it, so that runs keep covering new cases (a failure is also saved under
+/// `proptest-regressions/`, as proptest does).
+pub fn model_seed(test: &str, fixed: u64) -> Option<u64> {
+    if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
+        return None;
+    }
+    if std::env::var_os("CI").is_some() {
+        return Some(fixed);
+    }
+    let seed = rand::random::<u64>();
+    eprintln!("{test}: seed {seed} (PROPTEST_RNG_SEED={seed} replays this run)");
+    Some(seed)
+}

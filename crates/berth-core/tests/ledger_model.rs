@@ -918,19 +918,15 @@ fn annotate(error: TestCaseError, step: usize, op: &Op) -> TestCaseError {
     TestCaseError::fail(format!("after op {step} {op:?}: {error}"))
 }
 
-/// At least 256 cases (more if `PROPTEST_CASES` says so), a fixed seed unless
-/// `PROPTEST_RNG_SEED` is set, and no regression files (regressions found are written out as
-/// plain tests below).
+/// At least 256 cases (more if `PROPTEST_CASES` says so), seeded by
+/// [`berth_core::testutil::model_seed`] (fixed in CI, fresh and printed elsewhere); regressions
+/// found are also written out as plain tests below.
 fn config() -> Config {
     let default = Config::default();
+    let seed = berth_core::testutil::model_seed("ledger_model", 0x6265_7274_6800);
     Config {
         cases: default.cases.max(256),
-        rng_seed: if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
-            default.rng_seed
-        } else {
-            RngSeed::Fixed(0x6265_7274_6800)
-        },
-        failure_persistence: None,
+        rng_seed: seed.map_or(default.rng_seed, RngSeed::Fixed),
         ..default
     }
 }

@@ -10,7 +10,7 @@
 //! change a decision. (A placement-group bundle freed by finished work was the case the
 //! triggers missed.)
 //!
-//! Deterministic: a fixed seed unless `PROPTEST_RNG_SEED` is set.
+//! Seeded by `testutil::model_seed`: a fixed seed in CI, a fresh one (printed) elsewhere.
 
 use berth_core::cluster::NodeSpec;
 use berth_core::placement_group::{BundleSet, GroupId, GroupSpec, GroupStrategy};
@@ -264,17 +264,14 @@ impl Run {
     }
 }
 
-/// At least 256 cases, a fixed seed unless `PROPTEST_RNG_SEED` is set, no regression files.
+/// At least 256 cases, seeded by [`berth_core::testutil::model_seed`] (fixed in CI, fresh and
+/// printed elsewhere).
 fn config() -> ProptestConfig {
     let default = ProptestConfig::default();
+    let seed = berth_core::testutil::model_seed("pending_model", 0x7065_6e64);
     ProptestConfig {
         cases: default.cases.max(256),
-        rng_seed: if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
-            default.rng_seed
-        } else {
-            proptest::test_runner::RngSeed::Fixed(0x7065_6e64)
-        },
-        failure_persistence: None,
+        rng_seed: seed.map_or(default.rng_seed, proptest::test_runner::RngSeed::Fixed),
         ..default
     }
 }

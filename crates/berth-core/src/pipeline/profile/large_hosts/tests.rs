@@ -183,8 +183,8 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 256,
-        rng_seed: proptest::test_runner::RngSeed::Fixed(0x686f_7374),
-        failure_persistence: None,
+        rng_seed: crate::testutil::model_seed("large_hosts", 0x686f_7374)
+            .map_or(ProptestConfig::default().rng_seed, proptest::test_runner::RngSeed::Fixed),
         ..ProptestConfig::default()
     })]
 
