@@ -24,6 +24,7 @@ from .exceptions import (
     BerthHintWarning,
     ConflictError,
     HeadUnreachableError,
+    InvalidRequestError,
     NotFoundError,
     RequestError,
 )
@@ -117,14 +118,20 @@ class Client:
         self.url, self.scheme, self.host = url, scheme, host
         self.token = token
         self.timeout = timeout
+        self.ca = ca
         self._ssl: Optional[ssl.SSLContext] = None
         if scheme == "https":
+            # Refused before any connection: without the CA nothing can prove the head's identity.
             if not ca:
-                raise ValueError(
-                    f"address: {url} serves TLS: give the CA that signed its certificate "
-                    "(berth.init(ca=FILE) or $BERTH_CA)"
+                raise InvalidRequestError(
+                    "ca", f"the head at {url} serves TLS: give the CA file (PEM) that signed its "
+                    "certificate (berth.init(ca=FILE) or $BERTH_CA)"
                 )
-            self._ssl = ssl.create_default_context(cafile=ca)
+            # Trusts this CA and no other (the system's CAs are not loaded); hostnames are checked.
+            try:
+                self._ssl = ssl.create_default_context(cafile=ca)
+            except OSError as e:  # a missing file, or one that holds no PEM certificate (SSLError)
+                raise InvalidRequestError("ca", f"cannot read {ca} as a CA certificate (PEM): {e}") from None
         self._local = threading.local()
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
@@ -177,6 +184,12 @@ class Client:
                 self._drop()
                 raise _cut_off(
                     f"the head at {self.url} did not answer {method} {path} within {wait:.0f} s"
+                ) from None
+            except ssl.SSLCertVerificationError as e:
+                self._drop()
+                raise HeadUnreachableError(
+                    f"the certificate of the head at {self.url} could not be verified with the CA file "
+                    f"{self.ca} (ca): {e.verify_message}; give the CA that signed it"
                 ) from None
             except ssl.SSLError as e:
                 self._drop()
