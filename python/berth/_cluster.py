@@ -11,7 +11,7 @@ from . import _options, _runtime
 from ._client import path_id
 from ._objects import ObjectRef, resolved_ref
 from ._remote import ActorHandle
-from .exceptions import BerthError, GetTimeoutError, InvalidRequestError, NotFoundError, RequestError
+from .exceptions import GetTimeoutError, InvalidRequestError, NotFoundError
 
 _SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}

@@ -7,11 +7,11 @@ import atexit
 import json
 import logging
 import os
-import uuid
+import queue
 import sys
 import threading
 import time
-import queue
+import uuid
 from typing import Dict, List, Optional
 
 from . import _protocol

@@ -15,7 +15,7 @@ import pytest
 
 import berth
 from berth import DoesNotExist, Exists, In, NotIn
-from berth.util.placement_group import placement_group, remove_placement_group
+from berth.util.placement_group import remove_placement_group
 from berth.util.scheduling_strategies import (
     ActorAffinityMatchExpression,
     ActorAffinityOperator,
