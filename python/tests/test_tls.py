@@ -129,17 +129,17 @@ def tls_cluster(tmp_path_factory):
     logs = tmp_path_factory.mktemp("tls-logs")
     procs: Dict[Path, subprocess.Popen] = {}
 
-    def spawn(name: str, args: List[str], extra_env: Dict[str, str]) -> None:
+    def spawn(name: str, args: List[str], extra_env: Dict[str, str], cwd: Path) -> None:
         log = logs / f"{name}.log"
         with open(log, "w") as out:
             procs[log] = subprocess.Popen(
                 [berth_binary(), *args, "--log-level", "warn"], stdout=out, stderr=subprocess.STDOUT,
-                env={**env, **extra_env}, start_new_session=True,
+                env={**env, **extra_env}, cwd=cwd, start_new_session=True,
             )
 
     try:
         spawn("head", ["start", "--head", "--port", "0", "--data-dir", str(head_dir),
-                       "--tls-cert", str(pki / "head.pem"), "--tls-key", str(pki / "head.key")], {})
+                       "--tls-cert", str(pki / "head.pem"), "--tls-key", str(pki / "head.key")], {}, pki)
 
         def address():
             text = (head_dir / "head-address").read_text().strip()
@@ -148,10 +148,12 @@ def tls_cluster(tmp_path_factory):
         url = poll("https:// address in head-address", address, procs)
         token = (head_dir / "token").read_text().strip()
         agent_token = (head_dir / "agent-token").read_text().strip()
-        # The token by environment, not argument: it stays out of the process list.
-        spawn("agent", ["start", "--address", url, "--ca", str(ca), "--node-id", "tls-node", "--num-cpus", "2",
+        # The token by environment, not argument: it stays out of the process list. The CA as
+        # the CLI's help shows it, a path relative to where the agent starts: its workers, each
+        # in its own directory, must still find it.
+        spawn("agent", ["start", "--address", url, "--ca", ca.name, "--node-id", "tls-node", "--num-cpus", "2",
                         "--data-dir", str(agent_dir), "--stop-work-on-exit"],
-              {"BERTH_AGENT_TOKEN": agent_token})
+              {"BERTH_AGENT_TOKEN": agent_token}, pki)
         client = Client(url, token, str(ca), timeout=10)
 
         def alive():

@@ -156,7 +156,10 @@ fn head_env(options: &ProcessOptions) -> Vec<(&'static str, std::ffi::OsString)>
         env.push(("BERTH_ADDRESS", urls.join(",").into()));
     }
     if let Some(ca) = &options.ca_file {
-        env.push(("BERTH_CA", ca.clone().into_os_string()));
+        // Absolute: each process runs in its own directory, where a path relative to the
+        // agent's (`berth start --ca ca.pem`) names nothing.
+        let ca = std::path::absolute(ca).unwrap_or_else(|_| ca.clone());
+        env.push(("BERTH_CA", ca.into_os_string()));
     }
     env
 }
@@ -1139,6 +1142,22 @@ mod tests {
         start.instances.insert("GPU".into(), InstanceIds { ids: vec![1, 3] });
         start.instances.insert("TPU".into(), InstanceIds { ids: vec![7] });
         assert_eq!(visible_devices(&start), "1,3");
+    }
+
+    #[test]
+    fn processes_get_the_head_and_an_absolute_ca_path() {
+        let options = ProcessOptions {
+            head: Some("https://h:1, h2:2".into()),
+            ca_file: Some(PathBuf::from("ca.pem")),
+            ..ProcessOptions::default()
+        };
+        let env: BTreeMap<_, _> = head_env(&options).into_iter().collect();
+        assert_eq!(env["BERTH_ADDRESS"], "https://h:1,http://h2:2");
+        // Processes run in their own directories: the agent's relative path is made absolute.
+        assert_eq!(
+            PathBuf::from(&env["BERTH_CA"]),
+            std::env::current_dir().unwrap().join("ca.pem")
+        );
     }
 
     #[test]
