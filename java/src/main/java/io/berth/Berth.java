@@ -124,22 +124,36 @@ public final class Berth {
     }
   }
 
-  /** Connects to the local head (as the CLI finds it: $BERTH_ADDRESS, $BERTH_TOKEN, ~/.berth). */
+  /**
+   * Connects to the local head (as the CLI finds it: $BERTH_ADDRESS, $BERTH_TOKEN, $BERTH_CA,
+   * ~/.berth).
+   */
   public static synchronized void init() {
-    init(null, null);
+    init(null, null, null);
   }
 
   /** Connects to the head at {@code address} ({@code HOST:PORT}), with the token found as the CLI finds it. */
   public static synchronized void init(String address) {
-    init(address, null);
+    init(address, null, null);
   }
 
   /** Connects to the head at {@code address} ({@code HOST:PORT}) with {@code token}. */
   public static synchronized void init(String address, String token) {
+    init(address, token, null);
+  }
+
+  /**
+   * Connects to the head at {@code address} ({@code HOST:PORT}, {@code http://HOST:PORT} or
+   * {@code https://HOST:PORT}) with {@code token}. A head serving TLS ({@code https://}) is
+   * trusted when the CA file {@code ca} (PEM; default $BERTH_CA) signed its certificate for the
+   * address's host: no CA, or one that did not sign it, is a {@link BerthException} on the field
+   * {@code ca}. A null argument is found as the CLI finds it.
+   */
+  public static synchronized void init(String address, String token, String ca) {
     if (session != null) {
       throw new IllegalStateException("Berth.init was called already; call Berth.shutdown first");
     }
-    Client client = new Client(address, token);
+    Client client = new Client(address, token, ca);
     client.call("GET", "/api/v1/cluster/status", null);
     try {
       session = new Session(client, "default");

@@ -2,29 +2,48 @@ package io.berth;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.IOException;
+import java.io.InputStream;
 import java.net.ConnectException;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.security.GeneralSecurityException;
+import java.security.KeyStore;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateException;
+import java.security.cert.CertificateFactory;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.List;
 import java.util.Map;
 import java.util.UUID;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLHandshakeException;
+import javax.net.ssl.TrustManagerFactory;
 
-/** The head's REST API; finds the head and token as the CLI does. */
+/** The head's REST API; finds the head, token and CA file as the CLI does. */
 final class Client {
   final String url;
   private final String token;
-  private final HttpClient http =
-      HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).version(HttpClient.Version.HTTP_1_1).build();
-
-  /** Asks each of several head addresses whether it is the active head. */
-  private static final HttpClient PROBE =
-      HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(2)).version(HttpClient.Version.HTTP_1_1).build();
+  /** The CA file that verifies an https:// head, or null. */
+  private final String ca;
+  private final HttpClient http;
 
   Client(String address, String token) {
+    this(address, token, null);
+  }
+
+  /**
+   * A client of the head at {@code address} (else $BERTH_ADDRESS, else the data directory's
+   * head-address) with {@code token} (else $BERTH_TOKEN, else the data directory's token) and,
+   * for an https:// head, the CA file {@code ca} (else $BERTH_CA).
+   */
+  Client(String address, String token, String ca) {
     Path dir = dataDir();
     if (address == null || address.isEmpty()) {
       address = System.getenv("BERTH_ADDRESS");
@@ -47,16 +66,20 @@ final class Client {
         token = null;
       }
     }
-    this.url = active(address);
+    if (ca == null || ca.isEmpty()) {
+      ca = System.getenv("BERTH_CA");
+    }
+    List<String> urls = urls(address);
+    SSLContext tls = tls(urls, ca);
+    this.ca = tls == null ? null : ca;
+    this.http = http(tls, Duration.ofSeconds(10));
+    this.url = active(urls, tls);
     this.token = token;
   }
 
-  /**
-   * Of a head's addresses (comma-separated: itself and its standbys), the first whose head is
-   * active: its /healthz says "ok" (a standby says "standby"); the first when none answers.
-   */
-  static String active(String addresses) {
-    var urls = new java.util.ArrayList<String>();
+  /** Each of a head's addresses (comma-separated: itself and its standbys) as a URL, in order. */
+  static List<String> urls(String addresses) {
+    var urls = new ArrayList<String>();
     for (String a : addresses.split(",")) {
       String t = a.trim();
       if (!t.isEmpty()) {
@@ -66,11 +89,75 @@ final class Client {
     if (urls.isEmpty()) {
       throw new BerthException("address " + addresses + " names no head");
     }
+    return urls;
+  }
+
+  /**
+   * What verifies the heads at {@code urls}: null when none is https://, else the CA file
+   * {@code ca}'s certificates (PEM) and nothing else. An https:// head without a CA file is
+   * refused before any connection: nothing could prove its identity.
+   */
+  static SSLContext tls(List<String> urls, String ca) {
+    String https = urls.stream().filter(u -> u.startsWith("https://")).findFirst().orElse(null);
+    if (https == null) {
+      return null;
+    }
+    if (ca == null || ca.isEmpty()) {
+      throw new BerthException("ca", "the head at " + https + " serves TLS: give the CA file (PEM) that signed its "
+          + "certificate (Berth.init(address, token, ca) or $BERTH_CA)", null);
+    }
+    Collection<? extends Certificate> certificates;
+    try (InputStream in = Files.newInputStream(Path.of(ca))) {
+      certificates = CertificateFactory.getInstance("X.509").generateCertificates(in);
+    } catch (NoSuchFileException e) {
+      throw new BerthException("ca", "cannot read " + ca + ": no such file", e);
+    } catch (IOException | CertificateException e) {
+      throw new BerthException("ca", "cannot read " + ca + " as a CA certificate (PEM): " + e.getMessage(), e);
+    }
+    if (certificates.isEmpty()) {
+      throw new BerthException("ca", ca + " holds no certificate (PEM: -----BEGIN CERTIFICATE-----)", null);
+    }
+    try {
+      KeyStore trusted = KeyStore.getInstance(KeyStore.getDefaultType());
+      trusted.load(null, null);
+      int n = 0;
+      for (Certificate certificate : certificates) {
+        trusted.setCertificateEntry("berth-ca-" + n++, certificate);
+      }
+      TrustManagerFactory trust = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+      trust.init(trusted);
+      SSLContext context = SSLContext.getInstance("TLS");
+      context.init(null, trust.getTrustManagers(), null);
+      return context;
+    } catch (GeneralSecurityException | IOException e) {
+      throw new BerthException("ca", "cannot trust the certificates of " + ca + ": " + e.getMessage(), e);
+    }
+  }
+
+  /**
+   * An HTTP/1.1 client, over TLS with {@code tls} when it is not null. java.net.http checks the
+   * head's hostname (or IP) against its certificate: that stays on.
+   */
+  static HttpClient http(SSLContext tls, Duration connectTimeout) {
+    var builder = HttpClient.newBuilder().connectTimeout(connectTimeout).version(HttpClient.Version.HTTP_1_1);
+    if (tls != null) {
+      builder.sslContext(tls);
+    }
+    return builder.build();
+  }
+
+  /**
+   * Of a head's URLs (itself and its standbys), the first whose head is active: its /healthz
+   * says "ok" (a standby says "standby"); the first when none answers. {@code tls} verifies the
+   * https:// ones.
+   */
+  static String active(List<String> urls, SSLContext tls) {
     if (urls.size() > 1) {
+      HttpClient probe = http(tls, Duration.ofSeconds(2));
       for (String candidate : urls) {
         try {
           var request = HttpRequest.newBuilder(URI.create(candidate + "/healthz")).timeout(Duration.ofSeconds(2)).build();
-          var response = PROBE.send(request, HttpResponse.BodyHandlers.ofByteArray());
+          var response = probe.send(request, HttpResponse.BodyHandlers.ofByteArray());
           if (response.statusCode() == 200 && "ok".equals(Frames.JSON.readTree(response.body()).path("status").asText())) {
             return candidate;
           }
@@ -102,12 +189,6 @@ final class Client {
   static final int CREATE_ATTEMPTS = 6;
 
   /**
-   * POSTs a creation (an actor, a task, a placement group) with an idempotency key, and sends
-   * it again with the same key when it was cut off before its answer (the connection lost, no
-   * answer in time, or 503 while the head's store or lease moved): the head makes the object
-   * once, whatever reached it.
-   */
-  /**
    * Logs (as a warning, on the {@code io.berth} logger) the hints of a creation's answer: a
    * name no node has that looks like one the cluster has ({@code cpu} for {@code CPU}).
    */
@@ -121,6 +202,12 @@ final class Client {
     }
   }
 
+  /**
+   * POSTs a creation (an actor, a task, a placement group) with an idempotency key, and sends
+   * it again with the same key when it was cut off before its answer (the connection lost, no
+   * answer in time, or 503 while the head's store or lease moved): the head makes the object
+   * once, whatever reached it.
+   */
   JsonNode create(String path, Map<String, Object> body) {
     body.putIfAbsent("idempotency_key", "berth-java-" + UUID.randomUUID());
     long delay = 200;
@@ -185,6 +272,13 @@ final class Client {
     } catch (ConnectException e) {
       throw new Unreachable("cannot reach the Berth head at " + url + ": " + e.getMessage()
           + "; is it running (berth up)?", e);
+    } catch (SSLHandshakeException e) {
+      // Before any request went out: nothing to send again.
+      if (causedBy(e, CertificateException.class)) {
+        throw new BerthException("ca", "the certificate of the head at " + url + " could not be verified with the CA "
+            + "file " + ca + ": " + rootMessage(e) + "; give the CA that signed it", e);
+      }
+      throw new BerthException(null, "the TLS handshake with the head at " + url + " failed: " + e.getMessage(), e);
     } catch (IOException e) {
       throw new MaybeSent(null, "the head at " + url + " did not answer " + method + " " + path + ": " + e, e);
     } catch (InterruptedException e) {
@@ -213,5 +307,24 @@ final class Client {
       throw new MaybeSent(field, message, null);
     }
     throw new BerthException(field, message, null);
+  }
+
+  /** The message of the innermost cause (the JDK's outer ones repeat it with class names). */
+  private static String rootMessage(Throwable error) {
+    Throwable root = error;
+    while (root.getCause() != null) {
+      root = root.getCause();
+    }
+    return root.getMessage() != null ? root.getMessage() : error.getMessage();
+  }
+
+  /** Whether {@code error} or one of its causes is a {@code kind}. */
+  private static boolean causedBy(Throwable error, Class<? extends Throwable> kind) {
+    for (Throwable t = error; t != null; t = t.getCause()) {
+      if (kind.isInstance(t)) {
+        return true;
+      }
+    }
+    return false;
   }
 }

@@ -18,13 +18,15 @@ import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
 import java.net.URI;
-import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.time.Duration;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import javax.net.ssl.SSLContext;
 
 /**
  * The JVM worker the agents start for Java actors: {@code java -cp CLASSPATH io.berth.Worker}.
@@ -80,9 +82,19 @@ public final class Worker {
     }
     ServerSocket server = new ServerSocket();
     server.bind(new InetSocketAddress("0.0.0.0", 0), 512);
-    // With standby heads the variable lists every address: register with the active one.
-    String head = Client.active(env("BERTH_ADDRESS"));
-    register(head, actorId, attempt, key, Berth.outwardIp(head) + ":" + server.getLocalPort());
+    // With standby heads the variable lists every address: register with the active one, over
+    // TLS with the CA the agent gives as $BERTH_CA when the head serves https://.
+    List<String> heads = Client.urls(env("BERTH_ADDRESS"));
+    SSLContext tls;
+    try {
+      tls = Client.tls(heads, System.getenv("BERTH_CA"));
+    } catch (BerthException e) {
+      System.err.println("berth worker: cannot reach the head: " + e.getMessage());
+      System.exit(EXIT_SETUP);
+      return;
+    }
+    String head = Client.active(heads, tls);
+    register(head, tls, actorId, attempt, key, Berth.outwardIp(head) + ":" + server.getLocalPort());
     ExecutorService calls = Executors.newSingleThreadExecutor();
     while (true) {
       Socket socket = server.accept();
@@ -124,13 +136,21 @@ public final class Worker {
     return value;
   }
 
-  private static void register(String head, String actorId, int attempt, String key, String address)
-      throws IOException, InterruptedException {
+  /** Tells the head where this actor's process listens; without it no caller can reach it: exits. */
+  private static void register(String head, SSLContext tls, String actorId, int attempt, String key, String address)
+      throws InterruptedException {
     var body = Frames.json(Map.of("attempt", attempt, "address", address));
     var request = HttpRequest.newBuilder(URI.create(head.replaceAll("/+$", "") + "/api/v1/actors/" + actorId + "/endpoint"))
         .header("Authorization", "Bearer " + key).header("Content-Type", "application/json")
-        .PUT(HttpRequest.BodyPublishers.ofByteArray(body)).build();
-    var response = HttpClient.newHttpClient().send(request, HttpResponse.BodyHandlers.ofString());
+        .timeout(Duration.ofSeconds(30)).PUT(HttpRequest.BodyPublishers.ofByteArray(body)).build();
+    HttpResponse<String> response;
+    try {
+      response = Client.http(tls, Duration.ofSeconds(10)).send(request, HttpResponse.BodyHandlers.ofString());
+    } catch (IOException e) {
+      System.err.println("berth worker: cannot register " + actorId + "'s endpoint with the head at " + head + ": " + e);
+      System.exit(EXIT_SETUP);
+      return;
+    }
     if (response.statusCode() != 200) {
       System.err.println("berth worker: the head refused the endpoint: " + response.body());
       System.exit(EXIT_SETUP);
