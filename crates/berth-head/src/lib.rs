@@ -21,6 +21,7 @@ pub mod config;
 mod connections;
 mod dashboard;
 pub mod error;
+mod failpoint;
 pub mod handle;
 mod http;
 pub mod keyring;
@@ -186,6 +187,7 @@ pub async fn run(
     // One descriptor of the socket stays here: each head (after a step-down, the next) serves
     // on a duplicate, and connections that arrive in between wait in the backlog.
     let socket = listener.into_std().map_err(bind_error)?;
+    failpoint::configure();
     let mut shutdown = std::pin::pin!(shutdown);
     let mut stepped_down = false;
     let mut backoff = Duration::from_millis(200);

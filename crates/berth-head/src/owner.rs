@@ -281,9 +281,17 @@ impl Owner {
                 self.reply(reply, answer);
             }
             Command::CreateActors { items, reply } => {
+                let half = items.len() / 2;
                 let answers = items
                     .into_iter()
-                    .map(|item| self.create_actor(item.seq, *item.body, &item.parsed))
+                    .enumerate()
+                    .map(|(i, item)| {
+                        if i == half {
+                            // A stall here would hold the owner; only a kill is meaningful.
+                            let _ = crate::failpoint::reach(crate::failpoint::BATCH_MID);
+                        }
+                        self.create_actor(item.seq, *item.body, &item.parsed)
+                    })
                     .collect();
                 self.reply(reply, Ok(answers));
             }
@@ -652,6 +660,9 @@ pub(crate) async fn commit_loop(
             pending.merge(next);
         }
         if !pending.batch.is_empty() {
+            if let Some(stall) = crate::failpoint::reach(crate::failpoint::COMMIT_BEFORE) {
+                tokio::time::sleep(stall).await;
+            }
             let started = Instant::now();
             if let Err(err) = commit(&store, epoch, &mut pending, &mut cycles, &settings).await {
                 tracing::error!(error = %err, "store commit failed; stopping the head");
@@ -662,6 +673,9 @@ pub(crate) async fn commit_loop(
                 return Err(crate::Stop::from_store(&err));
             }
             metrics.commit(started.elapsed().as_secs_f64(), pending.batch.len() as u64);
+            if let Some(stall) = crate::failpoint::reach(crate::failpoint::COMMIT_AFTER) {
+                tokio::time::sleep(stall).await;
+            }
         }
         view.send_replace(pending.view);
         for effect in pending.effects {

@@ -389,15 +389,19 @@ impl Cluster {
 
     /// Starts a daemon (`up`, `start --head`, `start --address …`); `name` names its log.
     pub fn spawn(&self, name: &str, args: &[&str]) -> Daemon {
+        self.spawn_command(name, self.command(args))
+    }
+
+    /// Starts `command` (made by [`Cluster::command`], then given more) as a daemon.
+    pub fn spawn_command(&self, name: &str, mut command: Command) -> Daemon {
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
         let log = self.root.path().join("logs").join(format!("{n:02}-{name}.log"));
         let file = File::create(&log).expect("a log file");
-        let child = self
-            .command(args)
+        let child = command
             .stdout(file.try_clone().expect("the log file, twice"))
             .stderr(file)
             .spawn()
-            .unwrap_or_else(|e| panic!("`berth {}` cannot start: {e}", args.join(" ")));
+            .unwrap_or_else(|e| panic!("`{command:?}` cannot start: {e}"));
         Daemon { name: name.to_string(), child, log, exited: None }
     }
 

@@ -96,6 +96,8 @@ impl Owner {
         push_event(&mut api.history, EventKind::Created, None, String::new());
         let waiting = berth_core::Waiting::Pending;
         self.groups.insert(seq, GroupEntry { api, spec, bundle_instances: Vec::new(), waiting });
+        // Durable from its creation, whether it is reserved now or waits.
+        self.mark_group(seq);
         self.try_group(seq);
         Ok(self.groups[&seq].api.clone())
     }
