@@ -399,7 +399,7 @@ pub struct Node {
     pub dead_reason: Option<String>,
 }
 
-/// Taints to add or remove, key to value (seed 004's dashboard API body):
+/// Taints to add or remove, key to value (the body of the taint routes and the dashboard's):
 /// `{"gpu_node": "true"}`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(transparent)]
@@ -1015,7 +1015,7 @@ pub struct ClusterStatus {
     pub pending_total: u64,
     /// Waiting requests grouped by shape, selector and tolerations, largest first.
     pub demand: Vec<Demand>,
-    /// Resources under rare-resource isolation (seed 004): their nodes carry the taint
+    /// Resources under rare-resource isolation: their nodes carry the taint
     /// `berth.io/rare-NAME=true`.
     #[serde(default)]
     pub rare_resources: Vec<String>,

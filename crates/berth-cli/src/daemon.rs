@@ -81,7 +81,7 @@ pub struct HeadOptions {
     /// Finished objects kept per kind at most; the oldest-finished are forgotten first.
     #[arg(long, default_value_t = berth_head::config::DEFAULT_KEEP_FINISHED, value_name = "N")]
     pub keep_finished: usize,
-    /// Rare-resource isolation (seed 004): nodes with any of these resources get the taint
+    /// Rare-resource isolation: nodes with any of these resources get the taint
     /// `berth.io/rare-NAME=true`, so only work that asks for the resource (or tolerates the
     /// taint) goes there. Kept in the store: a later start without the flag keeps the list;
     /// `--rare-resource-isolation ''` turns it off.
@@ -183,7 +183,7 @@ pub struct AgentOptions {
     /// A YAML file of labels (--labels wins on conflicts).
     #[arg(long, value_name = "FILE")]
     pub labels_file: Option<PathBuf>,
-    /// Static taints: k=v,k2=v2 (seed 004: `--taints gpu_node=true`).
+    /// Static taints: k=v,k2=v2 (`--taints gpu_node=true`).
     #[arg(long, value_name = "K=V,...")]
     pub taints: Option<String>,
     /// The accelerator model, shown as the label berth.io/accelerator-type [default: the first

@@ -1,10 +1,12 @@
 //! `berth`, the command line of the Berth scheduler.
 //!
-//! Layout: this file parses the command line and maps errors to exit statuses; each command
-//! lives in its own module (`explain`, `validate`); `snapshot` turns the input files into core
-//! types and `render` prints results. The commands that talk to a running head (`status`,
-//! `list`, `get`, `taint`, `actor`, `task`, `pg`, `kill`, `logs`, and `explain` with an ID or
-//! without `--cluster`) are under `client`, with the REST client they share.
+//! Layout: this file parses the command line and maps errors to exit statuses; the offline
+//! commands live in their own modules (`explain`, `validate`, `sim`, `bench`), the long-running
+//! ones (`up`, `start`, `stop`) in `daemon`, with `logging` for their logs. The input files are
+//! read into core types by `berth_api::spec`, and `render` prints results. The commands that
+//! talk to a running head (`status`, `list`, `get`, `taint`, `label`, `node`, `actor`, `task`,
+//! `pg`, `kill`, `drain`, `autoscaler`, `token`, `logs`, and `explain` with an ID or without
+//! `--cluster`) are under `client`, with the REST client they share.
 //!
 //! Exit statuses: 0 when the command did its job (for `explain`, any decision: placed, pending
 //! and infeasible are all answers), 2 for bad input (command line or files; the message names

@@ -283,7 +283,7 @@ impl ResourceSet {
     /// The first resource where `self` asks more than `other` has, if any.
     // Inlined into the filters (as are the node's two callers): returned through memory, the
     // shortfall was copied into the verdict piece by piece and read back whole, a stall on
-    // every node that failed (8% of the openb replay's time).
+    // every node that failed (8% of the trace replay's time).
     #[inline]
     pub fn first_shortfall(&self, other: &ResourceSet) -> Option<Shortfall> {
         // One merge walk over both sorted sets (this runs for every node a decision visits).

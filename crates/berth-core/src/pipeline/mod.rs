@@ -7,7 +7,8 @@
 //! filter, ranks what passed and selects one node; if it cannot, the strategy says whether to
 //! wait (pending), fail (infeasible) or try the next attempt. DEFAULT, SPREAD and RANDOM are one
 //! attempt each; soft node affinity is "the node, then DEFAULT". The same mechanism carries
-//! label-selector fallbacks later: one attempt per alternative.
+//! label-selector fallbacks: the request's `label_selector`, then each `fallback_strategy`
+//! selector, one attempt per alternative, in order.
 
 #[cfg(test)]
 mod actor_tests;

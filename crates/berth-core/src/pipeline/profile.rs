@@ -3,7 +3,7 @@
 //!
 //! The default profile is the hybrid pack-then-spread policy with weight 1, the behaviour of
 //! the DEFAULT strategy without a profile file. A profile file (read by `berth-api`'s
-//! `spec::profile`; the format is in `docs/file-formats.md`) replaces it with the stages of seed 001:
+//! `spec::profile`; the format is in `docs/file-formats.md`) replaces it with its own stages:
 //!
 //! - [`strategy_fit::ResourceStrategyFit`], a scorer: per resource, pack (`MostAllocated`) or
 //!   spread (`LeastAllocated`), weighted;
@@ -27,10 +27,10 @@
 //!
 //! Scorers rank nodes only in attempts that pick by score (DEFAULT and the strategies that
 //! rank like it; not SPREAD, RANDOM or the one node of node affinity); filters run in every
-//! attempt. A scorer's *plugin weight* (the seed's
+//! attempt. A scorer's *plugin weight* (Volcano's
 //! `resourceStrategyFitWeight`, `sra.retention.weight`) is its [`Weighted::weight`]: `berth
 //! explain` then shows the raw score (0..=100), the weight and their product, and the product
-//! is the seed's number.
+//! is the plugin's number.
 //!
 //! Stages name resources as the profile does, by name, and are built without a cluster: they
 //! resolve names against the cluster's [`ResourceRegistry`](crate::ResourceRegistry) as they
@@ -234,7 +234,7 @@ pub struct ResourceStrategy {
     pub weight: u32,
 }
 
-/// Pack or spread, the seed's `type`.
+/// Pack or spread, the plugin's `type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StrategyKind {
     /// `requested / allocatable`: the fuller node scores higher (pack).
@@ -260,70 +260,47 @@ pub const BYTES_PER_GB: i64 = 1_000_000_000;
 pub const DEFAULT_FRAGMENTATION_WEIGHT: u32 = 30;
 
 /// The weight of the capacity scorer beside it: a fifth, so that GPUs stranded behind used-up
-/// CPU count without outweighing the FGD measure. On the openb traces (10 seeds, k = 100), at
-/// the fragmentation scorer's weight it cost 0.1–0.2 points where multi-GPU pods are many
-/// (`multigpu30` 96.11 against 96.28 at a sixth, both without best fit); at a fifteenth,
-/// `cpu235` (a quarter of the pods CPU-only) lost 0.4 (94.74 against 95.18). With share
-/// packing beside them, a fifth rather than a sixth: `multigpu20` 95.86 against 95.82, the
-/// other traces within ±0.04.
+/// CPU count without outweighing the FGD measure. Measurements: `docs/placement-log.md`.
 pub const DEFAULT_CAPACITY_WEIGHT: u32 = 6;
 
 /// The weight of the share packing scorer in the default profile on clusters with GPUs: the
-/// fragmentation scorer's. On the openb traces (10 seeds, k = 100) at 10, `gpushare60` gained
-/// 0.2 instead of 0.34 and `gpushare100` 0.49 instead of 0.81; at 60, `multigpu50` lost 0.05
-/// more (96.92 against 96.97).
+/// fragmentation scorer's, which gained most where shares are many. Measurements: `docs/placement-log.md`.
 pub const DEFAULT_PACKING_WEIGHT: u32 = 30;
 
-/// The weight of the balance scorer in the default profile on clusters with GPUs. On the openb
-/// traces (10 seeds, k = 100, beside the three others) it lifted `multigpu50` from 0.13 points
-/// below FGD to 0.42 above (+0.28 at 30, +0.32 at 40) and `multigpu30` from −0.08 to +0.47;
-/// above it, the runs fell below best fit earlier on (at 70: `multigpu50` 0.64 points below at
-/// k = 95, `multigpu20` 0.20 at k = 93; at 50, 0.14 on `multigpu20`, 0.04 at 30).
+/// The weight of the balance scorer in the default profile on clusters with GPUs: high enough
+/// to lift the multi-GPU workloads above FGD, low enough to stay at or above best fit early on.
+/// Measurements: `docs/placement-log.md`.
 pub const DEFAULT_BALANCE_WEIGHT: u32 = 50;
 
 /// The weight of best fit on CPU in the default profile, for requests without GPUs while the
-/// cluster's CPU runs out before its GPUs ([`Clusters::CpuShort`]). On the openb traces (10
-/// seeds) it cut `cpu300`'s shortfall below best fit at k = 85 from 0.14 to 0.07 points and
-/// raised k = 100 on `cpu250` and `cpu300` by 0.09, the other 18 traces unchanged. With the
-/// condition at equal shares (not nine tenths): at 10, 0.07; at 20, 0.05; at 30, 0.05, but
-/// `cpu250` fell 0.20 below best fit at k = 91. Without the condition (every request without
-/// GPUs), at weight 1 the shortfall stayed 0.13 and the traces of GPU models and multi-GPU
-/// pods lost up to 0.10 at k = 100.
+/// cluster's CPU runs out before its GPUs ([`Clusters::CpuShort`]): packing CPU-only work by CPU
+/// keeps the large CPU holes that CPU-heavy GPU requests need. Measurements: `docs/placement-log.md`.
 pub const DEFAULT_CPU_FIT_WEIGHT: u32 = 20;
 
 /// The weight of the CPU-fragment scorer in the default profile, for requests with GPUs while
-/// the cluster's CPU runs out before its GPUs ([`Clusters::CpuShort`]). On the openb traces
-/// (10 seeds, with `keep_large_hosts`' margin of 3 while the CPU runs short) it lifted
-/// `cpu300` at k = 100 from 85.81 to 86.50 and ended its shortfall below best fit (0.07 points
-/// at k = 85); `cpu250` 93.99 → 93.84; the other 18 traces allocate as before at every k. At
-/// 50, `cpu300` stayed 0.005 below best fit at k = 85 (an 8-GPU pod on one seed of ten), as at
-/// 80 with 12 CPUs per GPU; at 200, `cpu250` fell to 93.65. For requests without GPUs too
-/// (measured before the margin changed, at 100): 0.05 points below best fit at k = 85, against
-/// 0.03 for requests with GPUs only; for those without GPUs alone, `cpu300` at k = 100 fell.
+/// the cluster's CPU runs out before its GPUs ([`Clusters::CpuShort`]): the lowest weight that
+/// kept the default at or above best fit on the CPU-heavy workloads. Measurements: `docs/placement-log.md`.
 pub const DEFAULT_CPU_FRAGMENT_WEIGHT: u32 = 100;
 
 impl Default for Profile {
-    /// Berth's default placement.
+    /// Berth's default placement (described for users in `docs/profiles.md`).
     ///
     /// Assumptions: on a cluster without GPUs, spreading after a pack threshold is what
     /// services want (Ray's hybrid policy); on a cluster with GPUs, the costly failure is a
-    /// GPU request that finds its GPUs scattered in pieces no node can serve, and work arrives
-    /// in a handful of typical shapes. Rules: without GPU nodes, the hybrid score alone,
-    /// random among the best 20% (exactly the policy before GPU clusters had their own);
-    /// with GPU nodes, `fragmentation` (weight 30) and `capacity` (weight 6) with shapes
-    /// learned from the requests ranked so far, `balance` (weight 50, same shapes) for requests
-    /// with GPUs, `packing` (weight 30) for shares of one GPU, and the best node every time,
-    /// ties at random
-    /// ([`Pick::Auto`]); above the scores, the preference [`LargeHosts`]: while few nodes are
-    /// left that could take the largest shapes seen, other work goes elsewhere; and while the
-    /// cluster's CPU runs out before its GPUs ([`Clusters::CpuShort`]), for work without GPUs
-    /// best fit on CPU (weight 20), for work with GPUs `cpu-fragmentation` (weight 100, same
-    /// shapes). Otherwise no best fit between nodes they rank alike: on
-    /// the openb traces it cost 0.4–0.5 points at k = 100 at weight 1 (`default`, `gpuspec25`)
-    /// and 0.1–0.3 as a pure tie-break. Behaviour: on the openb traces, more GPUs allocated
-    /// than with the trace's shapes given up front (`examples/profile-fragmentation.yaml`, at
-    /// the weights this had before) on 18 of 20 traces, without having to describe the
-    /// workload; a cluster that gains its first GPU node switches.
+    /// GPU request that finds the free GPUs scattered in pieces no node can serve, and work
+    /// arrives in a handful of typical shapes. Rules: without GPU nodes, the hybrid score alone,
+    /// random among the best 20%; with GPU nodes, `fragmentation` (weight 30) and `capacity`
+    /// (weight 6) with shapes learned from the requests ranked so far, `balance` (weight 50,
+    /// same shapes) for requests with GPUs, `packing` (weight 30) for shares of one GPU, and
+    /// the best node every time, ties at random ([`Pick::Auto`]); above the scores, the
+    /// preference [`LargeHosts`]: while few nodes are left that could take the largest shapes
+    /// seen, other requests go elsewhere; and while the cluster's CPU runs out before its GPUs
+    /// ([`Clusters::CpuShort`]), best fit on CPU (weight 20) for requests without GPUs and
+    /// `cpu-fragmentation` (weight 100, same shapes) for requests with GPUs. No best fit
+    /// between nodes they rank alike: it cost placement quality. Behaviour: more GPUs allocated
+    /// than FGD on the published traces, without describing the workload
+    /// (`docs/placement-quality.md`; why each weight: `docs/placement-log.md`); a cluster that gains
+    /// its first GPU node switches.
     fn default() -> Self {
         let on_gpus =
             |scorer| ScorerSpec::Only { clusters: Clusters::WithGpus, scorer: Box::new(scorer) };
@@ -660,7 +637,7 @@ mod tests {
         let whole = applying(&profile, &mut gpus, "CPU=1,GPU=1");
         assert_eq!(whole, ["fragmentation", "capacity", "balance", "cpu-fragmentation"]);
 
-        // And a preference keeping the hosts of the largest shapes (none on a CPU-only cluster).
+        // And a preference keeping whole the nodes that can take the largest shapes (none on a CPU-only cluster).
         assert_eq!(profile.preferences, [PreferenceSpec::LargeHosts]);
         let names: Vec<_> = profile.preferences().iter().map(|p| p.name()).collect();
         assert_eq!(names, ["keep_large_hosts"]);

@@ -271,8 +271,8 @@ pub fn points_text(micros: u64) -> String {
 ///
 /// `Send` but not `Sync`: a scheduler decides one request at a time (`&mut`), and scorers
 /// that keep what they learned or computed between calls (shapes, memos, counts) keep it in
-/// plain cells. Locks there cost the openb replay about 7% of its time: an uncontended
-/// lock and unlock per scorer and node, a dozen million times per replay.
+/// plain cells. Locks there cost the trace replay (`berth sim`) about 7% of its time: an
+/// uncontended lock and unlock per scorer and node, a dozen million times per replay.
 pub trait Scorer: Send {
     /// A short stable name, shown by `berth explain`.
     fn name(&self) -> &'static str;

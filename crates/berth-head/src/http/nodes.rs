@@ -65,7 +65,7 @@ pub(crate) async fn drain_node(
     Ok(Json(api.handle.drain_node(&node).await?))
 }
 
-/// Add taints to a node (seed 004): `{"gpu_node": "true"}`.
+/// Add taints to a node: `{"gpu_node": "true"}`.
 #[utoipa::path(
     post, path = "/api/v1/nodes/{node}/taints", tag = "nodes", operation_id = "add_taints",
     params(("node" = String, Path, description = "The node's ID, or its address")),
@@ -153,7 +153,7 @@ pub(crate) async fn remove_labels(
     Ok(Json(api.handle.remove_labels(&node, keys).await?))
 }
 
-/// Set resource totals of a node (seed 002's dynamic resources): `{"GPU": "2", "my_res":
+/// Set resource totals of a node at run time: `{"GPU": "2", "my_res":
 /// "0"}`. The named resources get these totals, the others stay; `"0"` deletes one. GPUs
 /// shrink from the highest instance. Work waiting for capacity is decided again; work already
 /// running stays, and a total below what it holds leaves nothing available until it ends.

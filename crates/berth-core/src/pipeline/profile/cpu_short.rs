@@ -1,17 +1,14 @@
 //! Whether a cluster's CPU runs out before its GPUs: its free CPU is less than nine tenths as
 //! large a share of its CPU as its free GPU is of its GPUs (alive nodes). While that holds,
 //! the default profile packs work without GPUs by CPU, ranks work with GPUs by the CPU
-//! fragment ([`Clusters::CpuShort`](super::Clusters::CpuShort)), and keeps hosts for the
-//! largest pods with a wider margin (`large_hosts`).
+//! fragment ([`Clusters::CpuShort`](super::Clusters::CpuShort)), and keeps nodes whole for the
+//! largest requests with a wider margin (`large_hosts`).
 //!
-//! Why: where the pods ask much CPU per GPU (the `cpu300` trace, 30% of its pods CPU-only), the
-//! cluster's CPU is used up first, and GPU pods of 18 to 24 CPUs or 8 GPUs then fail for want
-//! of a node with that much CPU left beside free GPUs; best fit, which packs CPU tightly, still
-//! has such holes, and the default fell behind it there (k = 84–86). Packing CPU-only work by
-//! CPU keeps the holes; doing it only while CPU is the scarcer leaves the GPU-bound traces as
-//! they were. Nine tenths rather than equal shares: at equal shares `gpushare20`, whose CPU and
-//! GPU run out together, fell 0.01 below best fit at k = 93 (and `cpu300`'s shortfall was 0.05
-//! instead of 0.07).
+//! Why: where the requests ask much CPU per GPU, the cluster's CPU is used up first, and GPU
+//! requests with much CPU then fail for want of a node with that CPU left beside free GPUs;
+//! packing by CPU keeps such holes. Only while CPU is the scarcer, at nine tenths rather than
+//! equal shares, so that clusters whose CPU and GPU run out together are left as they were
+//! (measurements: `docs/placement-log.md`).
 //!
 //! Cost: the sums are kept from the cluster's change feed ([`crate::feed`]): per decision, the
 //! nodes changed since the last one.

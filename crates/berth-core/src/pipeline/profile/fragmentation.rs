@@ -25,12 +25,10 @@
 //! more, where `C` is the GPUs of the cluster's alive nodes and `S` the GPUs of the nodes that
 //! could ever take it: of a type it accepts, with at least as many GPUs and as much CPU in all
 //! as it asks (a shape no node could take is left out). Why: by frequency alone, work goes
-//! where the fewest shapes are counted, and on the openb traces those are the nodes only rare
-//! shapes can use: the rare types (V100, P100, G3) that shapes naming them cannot do without,
-//! and the 39 nodes with 8 GPUs and 128 CPUs that alone can take a pod of 8 GPUs and 120 CPUs;
-//! measured against what can take them, those shapes weigh what they stand to lose
-//! (`gpuspec25`: 90.8% of the GPUs allocated at k = 100 by frequency, 95.1% weighed by type;
-//! `multigpu50`: 78.8% at k = 80, where best fit has 80.0, 80.0% weighed by capacity too).
+//! where the fewest shapes are counted, which are the nodes only rare shapes can use (rare
+//! accelerator types, the few nodes that alone can take the largest requests); measured
+//! against what can take them, those shapes weigh what they stand to lose
+//! (measurements: `docs/placement-log.md`).
 //! Shapes that every GPU node could take score exactly as before. Learned shapes are cut to
 //! those covering 95% of the weight after this weighing, not before ([`learn`]), so that such
 //! a shape stays although it is rare. The fragmentation *metric* (`berth sim`) keeps the
@@ -52,11 +50,9 @@
 //! the shapes with GPUs ask for, each times its weight as counted (not weighed by supply). It
 //! is one number for the whole mix where lost capacity asks shape by shape, so it sees a node
 //! drifting towards CPU used up long before any one shape stops fitting, and it rewards work
-//! that asks little CPU for its GPUs on nodes whose CPU others took. Why: on the openb traces
-//! at k = 100, most idle GPUs that are not slivers of shares sat on nodes whose CPU (or
-//! memory) had run out (`multigpu30`, seeds 42 and 43: about 40 of 230 idle GPUs, most of
-//! the rest slivers of 0.19 beside shares of 0.81); with it, the default went from 0.08 and
-//! 0.13 points below FGD on `multigpu30` and `multigpu50` to 0.47 and 0.42 above. It ranks
+//! that asks little CPU for its GPUs on nodes whose CPU others took. Why: where multi-GPU
+//! requests are many, most idle GPUs that are not slivers of shares sat on nodes whose CPU had
+//! run out; it lifted those workloads above FGD (measurements: `docs/placement-log.md`). It ranks
 //! requests that ask for GPUs only (see `applies` below). Placing `g` GPUs lowers it by at most
 //! `g`, as for the other two measures.
 //!
@@ -66,11 +62,11 @@
 //! placed there (too little CPU free, or not the GPUs it needs, as for the fragment), weighted
 //! over the shapes as above, CPU-only shapes included with the CPU they ask: the FGD fragment
 //! with the roles of CPU and GPU swapped, in CPU units. Placing `c` CPU lowers it by at most
-//! `c`. Why: where the CPU runs out before the GPUs (`cpu300`, `cpu250`), what fails is GPU
-//! work that finds its GPUs beside too little CPU; the GPU measures see a node's CPU only
-//! through the GPU it strands, and GPU work scattered the CPU holes that the CPU-heavy shapes
-//! (1 GPU with 18 to 24 CPUs, 8 GPUs with 64 to 120) and the CPU-only ones need. The default
-//! profile ranks GPU work by it while the CPU runs short (see `Clusters::CpuShort`).
+//! `c`. Why: where the CPU runs out before the GPUs, what fails is GPU work that finds its GPUs
+//! beside too little CPU; the GPU measures see a node's CPU only through the GPU it strands,
+//! and GPU work scattered the CPU holes that the CPU-heavy shapes and the CPU-only ones need.
+//! The default profile ranks GPU work by it while the CPU runs short (see
+//! `Clusters::CpuShort`; measurements: `docs/placement-log.md`).
 //!
 //! ## The scorer
 //!
@@ -280,10 +276,7 @@ impl ShapeTable {
             },
             total_weight: self.no_gpu_weight * no_gpu,
             // The mix as the shapes come, not as weighed: weighing by supply multiplies the
-            // rare shapes (8 GPUs and 120 CPUs: about 20 times), and a mix of that much CPU per
-            // GPU counted most nodes as stranded (`multigpu30` at k = 100, balance beside
-            // fragmentation and packing only: 96.50 against 96.67 at weight 15, 95.00 against
-            // 96.82 at 30).
+            // rare shapes, and a mix of that much CPU per GPU counted most nodes as stranded.
             gpu_per_cpu: self.gpu_per_cpu,
         };
         for (g, group) in self.groups.iter().enumerate() {
@@ -634,7 +627,7 @@ pub struct Fragmentation {
     /// What it measures.
     pub measure: Measure,
     /// The share of the weight the shapes are cut to once weighed by supply, in percent:
-    /// learned shapes are all the shapes seen, given ones are what the user or the trace chose.
+    /// learned shapes are all the shapes seen, given ones are what the profile or the simulator chose.
     cover: Option<u64>,
     /// The table the scores read. Recomputed once per attempt at most, when the cluster's
     /// nodes or the shapes change, so the per-node work reads a ready table.
@@ -770,12 +763,10 @@ impl Fragmentation {
 /// The learned shapes, and two expected from the start, each weighing one in
 /// [`learn::WHOLE_NODE_SHARE`] of the requests seen (at least 1): a whole node of each of the
 /// largest kinds (the most GPUs), and one whole GPU. The largest requests fit only the largest
-/// nodes, and a learner cannot keep those whole for a shape it has not seen yet: on the Alibaba
-/// traces, pods of 8 GPUs came after small ones had broken the 8-GPU nodes, and the default
-/// fell behind best-fit early in the run. Likewise a share of a GPU goes to a GPU already
-/// split rather than to a whole one while nothing asked for whole GPUs yet (on the traces,
-/// where whole GPUs are asked for anyway, within ±0.06 points at k = 100). Small, so that what
-/// the requests show soon outweighs them.
+/// nodes, and a learner cannot keep those whole for a shape it has not seen yet; likewise a
+/// share of a GPU goes to a GPU already split rather than to a whole one while nothing asked
+/// for whole GPUs yet. Small, so that what the requests show soon outweighs them
+/// (measurements: `docs/placement-log.md`).
 fn learned_table(learner: &learn::Learner, supply: &Supply) -> ShapeTable {
     let mut shapes = learner.built().to_vec();
     let seen: u64 = shapes.iter().map(|shape| u64::from(shape.weight)).sum();
@@ -821,8 +812,7 @@ impl Scorer for Fragmentation {
         // Balance ranks GPU work only. For work without GPUs it scores alike every node whose
         // CPU stays enough for its GPUs, and lower the partly used ones near that line: it
         // pushed such work onto whole nodes, which the largest GPU shapes then could not use;
-        // fragmentation and capacity, shape by shape, keep those whole (`cpu300` at weight 30
-        // beside capacity: 0.64 points below best fit at k = 85, 0.38 with GPU work only).
+        // fragmentation and capacity, shape by shape, keep those whole.
         if self.measure == Measure::Balance && cx.request.resources().get(ResourceId::GPU).is_zero()
         {
             return false;
@@ -918,11 +908,8 @@ impl Fragmentation {
     }
 }
 
-/// CPUs of excess that score as one GPU's in the CPU-fragment scorer: what a GPU comes with
-/// on the largest GPU nodes of the openb cluster (128 CPUs beside 8 GPUs) and on common
-/// 8-GPU servers. On `cpu300` and `cpu250` (10 seeds, weight 100 in the default profile), 8
-/// and 16 alike keep the default from falling below best fit; at k = 100, 16 is 0.02 to 0.03
-/// higher on both.
+/// CPUs of excess that score as one GPU's in the CPU-fragment scorer: what a GPU comes with on
+/// common 8-GPU servers of 128 CPUs (8 and 16 measured alike: `docs/placement-log.md`).
 const CPUS_PER_GPU: u128 = 16;
 
 /// `(cpu units, weight)` pairs as steps: sorted by amount, equal amounts merged, each with the

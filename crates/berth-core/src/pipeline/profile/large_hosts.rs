@@ -1,34 +1,30 @@
-//! Keeping hosts for the largest pods: while few nodes are left that could take the largest
-//! shapes seen, other work goes elsewhere (the default profile's preference on clusters with
-//! GPUs).
+//! Keeping whole the nodes the largest requests need: while few nodes are left that could take
+//! the largest shapes seen, other requests go elsewhere (the default profile's preference on
+//! clusters with GPUs, `keep_large_hosts`).
 //!
 //! Assumptions: the requests seen so far are a fair sample of those to come (as for the learned
-//! shapes, [`learn`](super::fragmentation::learn)); the largest requests (the most whole GPUs) are rare by count but fit
-//! only nodes with that many GPUs wholly free and enough CPU, and once small work has broken
-//! those nodes the large pods fail although the cluster has room. Frequency weights in the
-//! fragmentation measures let a rare shape lose such nodes: on the `cpu300` trace pods of 8
-//! GPUs are 0.4% of the pods (5.8% of the GPU demand), and the default broke idle 8-GPU nodes
-//! for pods of 1 GPU while it kept 2-GPU nodes idle, and fell up to 0.4 points behind best fit
-//! where those pods began to fail.
+//! shapes, [`learn`](super::fragmentation::learn)); the largest requests (the most whole GPUs)
+//! are rare by count but fit only nodes with that many GPUs wholly free and enough CPU, and
+//! once small requests have broken those nodes the large ones fail although the cluster has
+//! room. Weights by frequency in the fragmentation measures let a rare shape lose such nodes.
 //!
 //! Rules: the *large shapes* are the learned shapes asking the most whole GPUs (`g`, at least
-//! 2), one per CPU amount `c` they ask. For each, the *hosts* are the alive nodes with `g` GPUs
-//! wholly free and `c` CPU free now, and the pods *expected* are those counted of that shape
-//! or of `g` GPUs and more CPU, times the cluster's idle GPU, divided by the GPU all requests
-//! counted asked for: the share of what is still to come that those pods are, if the cluster
-//! fills at the pace seen. A shape is *kept* while its hosts are no more than [`MARGIN`] times
-//! the pods expected ([`MARGIN_CPU_SHORT`] while the cluster's CPU runs out before its GPUs).
-//! A request that is not itself one of a kept shape's pods (`g` GPUs and at least `c` CPU)
-//! prefers the nodes that are no host of any kept shape: a tier, so it goes to a host only
-//! when no other node can take it.
+//! 2), one per CPU amount `c` they ask. For each, its *hosts* are the alive nodes with `g` GPUs
+//! wholly free and `c` CPU free now, and the requests *expected* are those counted (`pods`) of
+//! that shape or of `g` GPUs and more CPU, times the cluster's idle GPU, divided by
+//! the GPU all requests counted asked for: the share of what is still to come that those
+//! requests are, if the cluster fills at the pace seen. A shape is *kept* while its hosts are
+//! no more than [`MARGIN`] times the requests expected ([`MARGIN_CPU_SHORT`] while the
+//! cluster's CPU runs out before its GPUs). A request that is not itself of a kept shape (`g`
+//! GPUs and at least `c` CPU) prefers the nodes that can take no kept shape: a tier, so it goes
+//! to such a node only when no other node can take it.
 //!
-//! Behaviour: early on, hosts are many and nothing is kept; as the cluster fills, the nodes
-//! the large pods need stop taking small work once they are about as few as those pods. Over
-//! the 20 openb traces (10 seeds; the README has the table) it removed the dips below best fit
-//! on `cpu235`, `cpu250` and `multigpu20`. Accelerator types are not looked at: on the traces
-//! the largest pods accept any type.
+//! Behaviour: early on, such nodes are many and nothing is kept; as the cluster fills, the
+//! nodes the large requests need stop taking small ones once they are about as few as those
+//! requests. Accelerator types are not looked at (the largest requests measured accept any).
+//! Measurements: `docs/placement-log.md`.
 //!
-//! Cost: the hosts are counted once and then kept up to date from the cluster's change feed
+//! Cost: the nodes are counted once and then kept up to date from the cluster's change feed
 //! ([`crate::feed`]): per decision, the nodes changed since the last one (usually one); per
 //! node ranked, one comparison of the node's idle GPU, and a pass over its GPUs when that is
 //! enough for a kept shape. Counted again in full when the large shapes change (a learned
@@ -48,20 +44,15 @@ use crate::node::{Node, NodeState};
 use crate::quantity::UNITS_PER_WHOLE;
 use crate::resource::ResourceId;
 
-/// Hosts kept while they are no more than this many times the pods expected. On the openb
-/// traces (10 seeds) at 1, `cpu250` and `multigpu20` stayed below best fit; at 3, 4 and 6,
-/// `cpu300`'s dip grew (0.19, 0.29, 0.34 points) and its k = 100 fell further.
+/// A shape is kept while the nodes that can take it are no more than this many times the
+/// requests expected: at 1 some dips below best fit stayed, above 2 others grew
+/// (`docs/placement-log.md`).
 pub const MARGIN: u64 = 2;
 
 /// [`MARGIN`] while the cluster's CPU runs out before its GPUs
-/// ([`Clusters::CpuShort`](super::Clusters::CpuShort)): CPU-only work and GPU work with much CPU
-/// then take the CPU the hosts need, and a host is lost to a single placement. On `cpu300`,
-/// beside `cpu-fragmentation` (10 seeds), an 8-GPU pod of 64 CPUs failed at k = 85 on one seed
-/// with 2 (six nodes had 8 GPUs free, none more than 19 CPUs) and best fit kept one; at 3
-/// none failed.
-/// At 3 on every cluster, `multigpu50` fell 0.24 points at k = 100 (97.46 → 97.22, 0.13 above
-/// FGD) and `cpu235` 0.12; while the CPU runs short only, the other 18 traces allocate as
-/// before at every k.
+/// ([`Clusters::CpuShort`](super::Clusters::CpuShort)): CPU-only and CPU-heavy requests then
+/// take the CPU those nodes need, so one placement can cost a node; wider only then, since on
+/// every cluster it cost placement quality (`docs/placement-log.md`).
 pub const MARGIN_CPU_SHORT: u64 = 3;
 
 /// The preference. See the module documentation.
@@ -142,7 +133,7 @@ fn whole_free(node: &Node) -> u32 {
 }
 
 impl State {
-    /// The large shapes from the learner's last rebuild; the hosts counted again when they
+    /// The large shapes from the learner's last rebuild; the nodes counted again when they
     /// are other shapes than before.
     fn take_shapes(&mut self) {
         let built = self.learner.built();
@@ -171,7 +162,7 @@ impl State {
             }
         }
         shapes.sort_unstable_by_key(|s| s.cpu);
-        // Each counts the pods of more CPU too: a node kept for them is kept for it.
+        // Each counts the requests of more CPU too: a node kept for them is kept for it.
         let mut more = 0;
         for shape in shapes.iter_mut().rev() {
             more += shape.pods;

@@ -5,7 +5,7 @@
 //!
 //! Assumptions: shares come in a handful of sizes, again and again; a partly used GPU whose
 //! free part matches a size that keeps coming will be filled, while many GPUs with the same
-//! free part compete for the same pods and some stay partly idle.
+//! free part compete for the same requests and some stay partly idle.
 //!
 //! Rules: `N(g)` is the number of the cluster's partly used GPUs with `g` free (in thousandths
 //! of a GPU; wholly free and wholly used GPUs do not count, and neither do free parts smaller
@@ -18,12 +18,9 @@
 //! costs. It applies to requests for a share of one GPU only.
 //!
 //! Behaviour: a share fills a GPU whose free part is common before one whose free part is
-//! rare, and leaves behind a free part that few GPUs have. On the Alibaba traces (10 seeds,
-//! k = 100, beside the default's other scorers at the same weight): `gpushare100` 86.90 →
-//! 87.70% of the GPUs allocated, `gpushare60` 91.41 → 91.75, `gpushare40` 94.27 → 94.39; the
-//! table of every trace is in the README. Counting the idle free parts (below the smallest
-//! share) too, as the original rule does, gained less on `gpushare100` (87.40) and lost 0.1–0.5
-//! points elsewhere: those GPUs are not bins any size can go to.
+//! rare, and leaves behind a free part that few GPUs have. Idle free parts (below the smallest
+//! share) are not counted, unlike the original rule: those GPUs are not bins any size can go
+//! to. It gains most where shares are many (measurements: `docs/placement-log.md`).
 //!
 //! Cost: the counts are kept from decision to decision, brought up to date from the cluster's
 //! change feed ([`crate::feed`]): each decision counts again the GPUs of the nodes changed since

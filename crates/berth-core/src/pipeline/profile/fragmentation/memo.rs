@@ -3,7 +3,7 @@
 //! Assumptions: a decision changes one node, so nearly every node a decision visits is
 //! unchanged since its last visit; a cluster's nodes come in a few types and many are in the
 //! same state at once (idle ones especially); requests come in a few shapes, though more than a
-//! handful (the openb traces ask for dozens of CPU amounts); the learned shapes, so the table,
+//! handful (a production trace asks for dozens of CPU amounts); the learned shapes, so the table,
 //! change every few hundred requests.
 //!
 //! Rules:
@@ -31,8 +31,8 @@
 //! (again only after its shape lost its vector to another), whichever node is in that state.
 //!
 //! Why a vector per shape, not one map by (state, shape): a decision asks for one shape, so
-//! its vector (4 bytes per state: 14 KB on the openb cluster) stays in the first-level cache
-//! through the decision, where the map (up to 65,536 scores, 1 MB) missed it on most visits:
+//! its vector (4 bytes per state: 14 KB on a cluster of 1,213 nodes) stays in the first-level
+//! cache through the decision, where the map (up to 65,536 scores, 1 MB) missed it on most visits:
 //! a tenth of a replay's time went to that one load (`perf annotate`).
 //!
 //! Why this layout: the memo it replaces kept, per node and scorer, the state, its measure and

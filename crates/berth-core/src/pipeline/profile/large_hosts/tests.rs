@@ -16,7 +16,7 @@ use crate::pipeline::{Decision, Scheduler, SchedulerConfig};
 use crate::request::Strategy;
 use crate::testutil::{cluster, index, request, resources};
 
-/// Two nodes that can take a pod of 8 GPUs and 32 CPUs, and a small one.
+/// Two nodes that can take a request of 8 GPUs and 32 CPUs, and a small one.
 fn three_nodes() -> Cluster {
     cluster(&[("big-a", "CPU=64,GPU=8"), ("big-b", "CPU=64,GPU=8"), ("small", "CPU=16,GPU=2")])
 }
@@ -52,7 +52,7 @@ fn place(s: &mut Scheduler, c: &mut Cluster, ask: &str) -> (String, Allocation) 
 fn small_work_keeps_off_the_large_hosts_while_they_are_few_but_is_not_refused() {
     for keep in [true, false] {
         let (mut s, mut c) = (scheduler(keep), three_nodes());
-        // Seen: one pod of 8 GPUs (placed and gone), then pods of 1 GPU.
+        // Seen: one request of 8 GPUs (placed and gone), then requests of 1 GPU.
         let (_, large) = place(&mut s, &mut c, "CPU=32,GPU=8");
         c.release(&large);
         // Learned after the 2nd request: (8 GPUs, 32 CPUs) once, (1, 4) once; 9 GPUs asked.
@@ -68,8 +68,8 @@ fn small_work_keeps_off_the_large_hosts_while_they_are_few_but_is_not_refused() 
         // "small" is full: a host takes the third (a tier, not a filter).
         let (third, _) = place(&mut s, &mut c, "CPU=4,GPU=1");
         assert!(third.starts_with("big"), "{third}");
-        // The host left still takes a pod of the kept shape (that the preference does not
-        // apply to its own pods is checked in the next test).
+        // The host left still takes a request of the kept shape (that the preference does not
+        // apply to its own requests is checked in the next test).
         let (large, _) = place(&mut s, &mut c, "CPU=32,GPU=8");
         assert!(large.starts_with("big") && large != third, "{large} after {third}");
     }
@@ -94,31 +94,31 @@ fn hosts_are_kept_only_while_they_are_no_more_than_the_pods_expected_times_the_m
     let keep = LargeHosts::default();
     let mut c = three_nodes();
     assert!(!view(&keep, &mut c, "CPU=32,GPU=8").0, "its own pods are not kept off");
-    // After 2 requests: 9 GPUs asked, 18 idle, 1 large pod: 2 hosts ≤ 2 × 1 × 18 / 9.
+    // After 2 requests: 9 GPUs asked, 18 idle, 1 large request: 2 hosts ≤ 2 × 1 × 18 / 9.
     let (applies, preferred) = view(&keep, &mut c, "CPU=4,GPU=1");
     assert!(applies);
     assert_eq!(preferred, ["small"]);
-    // A pod of 8 GPUs and less CPU than the shape is not one of its pods.
+    // A request of 8 GPUs and less CPU than the shape is not one of its requests.
     assert!(view(&keep, &mut c, "CPU=16,GPU=8").0);
     // A node with 8 GPUs idle but not all wholly free is no host: one GPU of "big-a" half
     // used leaves it 7.
     let share = resources(c.registry_mut(), "GPU=0.5");
     c.reserve(index(&c, "big-a"), &share).unwrap();
     // Rebuilt at the 4th request: (8, 32) once, (8, 16) once, (1, 4) twice, 18 GPUs asked,
-    // 17.5 idle. (8, 16) counts the pods of both: 1 host ≤ 2 × 2 × 17.5 / 18; (8, 32): 1 ≤
+    // 17.5 idle. (8, 16) counts the requests of both: 1 host ≤ 2 × 2 × 17.5 / 18; (8, 32): 1 ≤
     // 2 × 1 × 17.5 / 18. Both kept, and "big-b" is the only host of either.
     let (applies, preferred) = view(&keep, &mut c, "CPU=4,GPU=1");
     assert!(applies);
     assert_eq!(preferred, ["big-a", "small"]);
-    // Sixty small pods later (78 GPUs asked at the rebuild of the 64th request), the host is
-    // more than twice the large pods expected (2 × 2 × 17.5 / 78 < 1): nothing is kept.
+    // Sixty small requests later (78 GPUs asked at the rebuild of the 64th request), the host is
+    // more than twice the large requests expected (2 × 2 × 17.5 / 78 < 1): nothing is kept.
     for _ in 0..60 {
         view(&keep, &mut c, "CPU=1,GPU=1");
     }
     assert!(!view(&keep, &mut c, "CPU=1,GPU=1").0);
 }
 
-/// While the cluster's CPU runs out before its GPUs, hosts are kept up to three times the pods
+/// While the cluster's CPU runs out before its GPUs, hosts are kept up to three times the requests
 /// expected, not two.
 #[test]
 fn while_the_cpu_runs_short_the_margin_is_three() {
@@ -129,7 +129,7 @@ fn while_the_cpu_runs_short_the_margin_is_three() {
         ("big-c", "CPU=64,GPU=8"),
         ("small", "CPU=16,GPU=2"),
     ]);
-    // Rebuilt at the 16th request: one pod of 8 GPUs and 32 CPUs, fifteen of 1 GPU: 23 GPUs
+    // Rebuilt at the 16th request: one request of 8 GPUs and 32 CPUs, fifteen of 1 GPU: 23 GPUs
     // asked, 26 idle, 3 hosts. 3 × 23 = 69 is above 2 × 1 × 26 = 52 and not above 3 × 26 = 78.
     view(&keep, &mut c, "CPU=32,GPU=8");
     for _ in 0..14 {
