@@ -17,13 +17,18 @@ struct Pki {
 }
 
 fn pki() -> Pki {
+    pki_for(&["localhost", "127.0.0.1"])
+}
+
+/// A CA, and a head certificate it signed for `names`.
+fn pki_for(names: &[&str]) -> Pki {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca_key = KeyPair::generate().unwrap();
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca_params, ca_key);
     let leaf_params =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
     let leaf_key = KeyPair::generate().unwrap();
     let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
     Pki { ca: ca.pem(), cert: leaf.pem(), key: leaf_key.serialize_pem() }
@@ -147,5 +152,88 @@ fn a_tls_head_serves_the_cli_and_agents_and_refuses_what_cannot_verify_it() {
     let run = cluster.run(&["start", "--address", &url, "--node-id", "no-ca"]);
     assert_eq!(run.code, Some(1), "{run}");
     assert!(run.stderr.contains("ca") && run.stderr.contains("https://"), "{run}");
+    head.assert_running();
+}
+
+/// Two ways a certificate that verifies against its CA is still not the head's: the head's
+/// certificate names another host (the CLI and an agent refuse it), and an agent trusts another
+/// CA (it never registers, and says why).
+#[test]
+fn a_certificate_for_another_host_or_from_another_ca_is_refused() {
+    let cluster = Cluster::new();
+    let dir = cluster.data_dir().parent().unwrap().to_path_buf();
+    let write = |name: &str, text: &str| {
+        let file = dir.join(name);
+        std::fs::write(&file, text).unwrap();
+        file
+    };
+    // Signed by our CA, for a name that is not the address the clients use (127.0.0.1).
+    let elsewhere = pki_for(&["head.elsewhere.example"]);
+    let (ca, cert, key) = (
+        write("ca.pem", &elsewhere.ca),
+        write("head.pem", &elsewhere.cert),
+        write("head.key", &elsewhere.key),
+    );
+    let mut head = cluster.spawn(
+        "head",
+        &["start", "--head", "--port", "0", "--tls-cert", path(&cert), "--tls-key", path(&key)],
+    );
+    let url = wait_for("the head writes its https:// address", WAIT, || {
+        head.assert_running();
+        let text = std::fs::read_to_string(cluster.file("head-address")).unwrap_or_default();
+        text.starts_with("https://").then(|| text.trim().to_string()).ok_or(text)
+    });
+    let err = cluster.run(&["status", "--address", &url, "--ca", path(&ca)]).fails(1);
+    assert!(err.contains("could not prove it is the head") && err.contains("certificate"), "{err}");
+    assert!(err.contains("NotValidForName") || err.contains("not valid for"), "{err}");
+
+    let agent_token = std::fs::read_to_string(cluster.file("agent-token")).unwrap();
+    let mut wrong_name = cluster.spawn(
+        "agent-wrong-name",
+        &[
+            "start",
+            "--address",
+            &url,
+            "--ca",
+            path(&ca),
+            "--node-id",
+            "wrong-name",
+            "--token",
+            agent_token.trim(),
+        ],
+    );
+    let other = pki();
+    let other_ca = write("other-ca.pem", &other.ca);
+    let mut wrong_ca = cluster.spawn(
+        "agent-wrong-ca",
+        &[
+            "start",
+            "--address",
+            &url,
+            "--ca",
+            path(&other_ca),
+            "--node-id",
+            "wrong-ca",
+            "--token",
+            agent_token.trim(),
+        ],
+    );
+    let refusals = [
+        (&mut wrong_name, "certificate not valid for name \"127.0.0.1\""),
+        // Both CAs have the same (empty) name: the chain is found, its signature is not ours.
+        (&mut wrong_ca, "invalid peer certificate: BadSignature"),
+    ];
+    for (agent, why) in refusals {
+        let log = wait_for("the agent says why it cannot register", WAIT, || {
+            let log = agent.log();
+            log.contains(why).then_some(log.clone()).ok_or(log)
+        });
+        assert!(log.contains("Register failed"), "{log}");
+    }
+    // Neither ever registered: the head knows no node.
+    let env = [("BERTH_CA", path(&ca))];
+    let nodes = cluster.run_env(&["list", "nodes", "--address", &url, "--output", "json"], &env);
+    assert_ne!(nodes.code, Some(0), "the CLI refuses this head's name too: {nodes}");
+    assert!(!head.log().contains("registered"), "{}", head.log());
     head.assert_running();
 }

@@ -39,3 +39,16 @@ pub fn report(cluster: &Path, request: &Path) -> Value {
     assert!(output.stderr.is_empty(), "{}", stderr(&output));
     serde_json::from_slice(&output.stdout).expect("one JSON object")
 }
+
+/// The node a placed decision took among `tied`, nodes that score the same: asserted to be one
+/// of them, on the attempt's shortlist and the attempt's pick, but not which one, since that is
+/// the seeded RNG's stream and no rule's (a different stream picks another, equally right).
+pub fn tie_pick(report: &serde_json::Value, attempt: usize, tied: &[&str]) -> String {
+    let node = report["decision"]["node"].as_str().unwrap_or_else(|| panic!("placed: {report}"));
+    assert!(tied.contains(&node), "{node} is one of the tied {tied:?}");
+    let attempt = &report["attempts"][attempt];
+    assert_eq!(attempt["chosen"], node, "the attempt's pick is the decision: {attempt}");
+    let shortlist = attempt["shortlist"].as_array().expect("a shortlist");
+    assert!(shortlist.iter().any(|n| n == node), "{node} is on the shortlist {shortlist:?}");
+    node.to_string()
+}
