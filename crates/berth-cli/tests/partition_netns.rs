@@ -313,6 +313,11 @@ fn net_namespace(pid: i32) -> Option<PathBuf> {
 /// restarts its actor on `b` while `a`'s copy still runs; the link comes up, `a` registers
 /// again by itself, is told to stop its copy and does: one copy remains, on `b`.
 ///
+/// The promise this asserts (operations docs): a partition of N seconds lets two copies run for
+/// about N − timeout + 1 seconds (the restart elsewhere comes a heartbeat timeout after the cut;
+/// the stale copy ends after the heal, a reconnection backoff of at most 1 s and a SIGTERM).
+/// Two values of N, each overlap within [`OVERLAP_TOLERANCE`] of it.
+///
 /// Ignored by a plain `cargo test` (it needs root); `scripts/test` runs it explicitly with
 /// `--ignored` as root (CI is root), and there it fails when it cannot run instead of passing
 /// without having tested anything.
@@ -321,11 +326,37 @@ fn net_namespace(pid: i32) -> Option<PathBuf> {
 fn netns_partition_then_heal_fences_the_stale_copy() {
     // Declared first, dropped last: after the agents and their processes.
     let netns = netns_or_fail();
+    let timeout: f64 = HEARTBEAT_TIMEOUT.parse().expect("seconds");
+    for n in PARTITIONS_S {
+        let overlap = partition_then_heal(&netns, Duration::from_secs(n)).as_secs_f64();
+        let expected = n as f64 - timeout + 1.0;
+        let tolerance = OVERLAP_TOLERANCE.as_secs_f64();
+        println!(
+            "netns partition of {n} s: two copies for {overlap:.2} s; N - timeout + 1 = {expected:.2} s"
+        );
+        assert!(
+            (overlap - expected).abs() <= tolerance,
+            "a partition of {n} s let two copies run for {overlap:.2} s, not N - timeout + 1 = \
+             {expected:.2} s within {tolerance} s"
+        );
+    }
+}
+
+/// How long each partition of [`netns_partition_then_heal_fences_the_stale_copy`] lasts, in
+/// seconds: the overlap must follow N.
+const PARTITIONS_S: [u64; 2] = [4, 12];
+/// How far an overlap may be from N − timeout + 1: ten times the typical distance (about 0.4 s:
+/// when the restart and the reconnection come within their bounds).
+const OVERLAP_TOLERANCE: Duration = Duration::from_secs(4);
+
+/// One partition of `hold` (from the cut to the heal); how long two copies ran (from the
+/// restart on `b` seen to the stale copy gone).
+fn partition_then_heal(netns: &Netns, hold: Duration) -> Duration {
     let cluster = Cluster::new();
     let (_head, address) =
         cluster.head(&["--bind", "0.0.0.0", "--heartbeat-timeout", HEARTBEAT_TIMEOUT]);
     let port = address.rsplit_once(':').expect("HOST:PORT").1.to_string();
-    let mut a = agent_in(&cluster, &netns, &format!("{}:{port}", netns.root_ip), "a");
+    let mut a = agent_in(&cluster, netns, &format!("{}:{port}", netns.root_ip), "a");
     let _b = agent(&cluster, &format!("127.0.0.1:{port}"), "b");
     let before = wait_for("node a is ALIVE", WAIT, || {
         a.assert_running();
@@ -375,7 +406,14 @@ fn netns_partition_then_heal_fences_the_stale_copy() {
     );
     a.assert_running();
 
-    // Healed: `a` comes back by itself and stops its copy.
+    // Healed after `hold`: `a` comes back by itself and stops its copy.
+    let heal_at = cut_at + hold;
+    assert!(
+        Instant::now() < heal_at,
+        "both copies seen {:?} after the cut: hold longer",
+        cut_at.elapsed()
+    );
+    thread::sleep(heal_at - Instant::now());
     let healed_at = Instant::now();
     netns.heal();
     wait_for(&format!("the partitioned copy of {actor} is stopped"), STOP_BOUND, || {
@@ -424,6 +462,7 @@ fn netns_partition_then_heal_fences_the_stale_copy() {
     assert_eq!(back["actors"], 0, "{back}");
     assert_eq!(recorded_pid(&cluster, "a", &actor), None, "a no longer records the copy");
     a.assert_running();
+    overlap
 }
 
 /// The active head in a network namespace, its store (etcd) and a standby outside: the head's
