@@ -5,7 +5,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
-/** One expression of an {@link ActorAffinitySchedulingStrategy} (seed 000's Java API). */
+/** One expression of an {@link ActorAffinitySchedulingStrategy} (actor affinity). */
 public final class ActorAffinityMatchExpression {
   private final String key;
   private final ActorAffinityOperator operator;

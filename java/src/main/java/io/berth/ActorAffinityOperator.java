@@ -1,6 +1,6 @@
 package io.berth;
 
-/** How an expression matches actor labels (seed 000): IN and EXISTS attract, NOT_IN and DOES_NOT_EXIST repel. */
+/** How an expression matches actor labels (actor affinity): IN and EXISTS attract, NOT_IN and DOES_NOT_EXIST repel. */
 public enum ActorAffinityOperator {
   /** Actors whose label has one of the values. */
   IN,

@@ -4,7 +4,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 
-/** Place an actor with or away from other actors, by their labels (seed 000). */
+/** Place an actor with or away from other actors, by their labels (actor affinity). */
 public final class ActorAffinitySchedulingStrategy implements SchedulingStrategy {
   private final List<ActorAffinityMatchExpression> expressions;
 

@@ -12,7 +12,7 @@ import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 
 /**
- * Berth's Java API (seed 000's, {@code Ray} read as {@code Berth}): create actors whose objects
+ * Berth's Java API (Ray's Java API, {@code Ray} read as {@code Berth}): create actors whose objects
  * live in JVM workers the agents start on the nodes the head chose, and call their methods.
  *
  * <pre>{@code

@@ -108,7 +108,7 @@ public final class PlacementGroup {
       return this;
     }
 
-    /** One node-label selector per bundle (seed 003). */
+    /** One node-label selector per bundle (Ray-style label selectors). */
     public Creator setBundleLabelSelector(List<Map<String, String>> selectors) {
       if (selectors.size() != bundles.size()) {
         throw new BerthException("bundle_label_selector", selectors.size() + " selectors for " + bundles.size()
@@ -121,7 +121,7 @@ public final class PlacementGroup {
       return this;
     }
 
-    /** Taints the bundles accept (seed 004). */
+    /** Taints the bundles accept (tolerations). */
     public Creator setTolerations(Map<String, String> tolerations) {
       Labels.checkSelector("tolerations", tolerations);
       this.tolerations = tolerations;

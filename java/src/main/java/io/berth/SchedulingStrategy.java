@@ -12,7 +12,7 @@ public interface SchedulingStrategy {
   /** Round-robin over the nodes that can take the work now. */
   SchedulingStrategy SPREAD = () -> "SPREAD";
 
-  /** Seed 003's node-label strategy: {@code hard} must hold, {@code soft} is preferred. */
+  /** The node-label strategy (Ray-style label selectors): {@code hard} must hold, {@code soft} is preferred. */
   static SchedulingStrategy nodeLabels(Map<String, String> hard, Map<String, String> soft) {
     Labels.checkSelector("scheduling_strategy.hard", hard);
     Labels.checkSelector("scheduling_strategy.soft", soft);
