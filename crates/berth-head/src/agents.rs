@@ -10,9 +10,8 @@
 //! and their bytes never pass through the owner.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use berth_api::agent::agent_service_server::{AgentService, AgentServiceServer};
 use berth_api::agent::{
@@ -25,7 +24,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::handle::Command;
+use crate::clock::now_ms;
+use crate::command::{AgentCommand, Command, Liveness};
 use crate::keyring::Keyring;
 use crate::logs::LogStreams;
 use berth_api::rest::Role;
@@ -34,47 +34,6 @@ use berth_api::rest::Role;
 pub(crate) const LOG_NODE_METADATA: &str = "berth-node-id";
 /// The request metadata naming the session of a `Logs` stream (decimal).
 pub(crate) const LOG_SESSION_METADATA: &str = "berth-session";
-
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-/// When a node's session last showed life.
-#[derive(Debug)]
-pub(crate) struct Liveness {
-    pub(crate) session: u64,
-    pub(crate) last_seen_ms: AtomicU64,
-    /// Set by the owner when the session ends (node dead, re-registered): the heartbeat
-    /// stream then tells the agent to register again.
-    pub(crate) ended: std::sync::atomic::AtomicBool,
-}
-
-/// The sending half of a node's assignment stream.
-pub(crate) type AssignmentSender = mpsc::UnboundedSender<Result<Assignment, Status>>;
-
-/// A call from an agent, for the owner.
-#[derive(Debug)]
-pub(crate) enum AgentCommand {
-    Register {
-        request: Box<RegisterRequest>,
-        reply: oneshot::Sender<Result<RegisterReply, Status>>,
-    },
-    OpenAssignments {
-        node_id: String,
-        session: u64,
-        reply: oneshot::Sender<Result<mpsc::UnboundedReceiver<Result<Assignment, Status>>, Status>>,
-    },
-    Heartbeat {
-        node_id: String,
-        session: u64,
-        reply: oneshot::Sender<Result<Arc<Liveness>, Status>>,
-    },
-    Report {
-        reports: StatusReports,
-        reply: oneshot::Sender<Result<StatusReplies, Status>>,
-    },
-}
 
 /// The gRPC service.
 #[derive(Clone)]

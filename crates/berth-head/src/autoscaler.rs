@@ -16,8 +16,8 @@ use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
-use crate::handle::Command;
-use crate::owner::AutoscaleOutcome;
+use crate::command::AutoscaleOutcome;
+use crate::command::Command;
 
 /// The most of a provider's output kept per node.
 const MAX_OUTPUT: usize = 2048;

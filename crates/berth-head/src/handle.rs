@@ -5,192 +5,27 @@
 //! request document's parse (every rule one value can check alone). Only the checks that need
 //! the cluster (resource names, group specs) run on the owner task.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use berth_api::limits::Limit;
 use berth_api::rest::{
     Actor, ActorCreate, ActorEndpoint, ActorState, DryRun, Endpoint, EndpointRegister, Group,
-    GroupCreate, Node, RawJson, StringMap, Task, TaskSubmit, TasksEnded,
+    GroupCreate, Node, StringMap, Task, TaskSubmit, TasksEnded,
 };
-use berth_api::spec::{FileKind, InputError, ParsedRequest};
+use berth_api::spec::{FileKind, ParsedRequest};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::command::{Command, Prepared, Reply};
+use crate::documents::{actor_document, group_document, input_error, task_document};
 use crate::error::HeadError;
+use crate::ids::Sequences;
+use crate::store_health::StoreHealth;
 use crate::view::{Kind, View};
 use crate::work_keys::WorkKeys;
 
 /// The longest a `wait` may ask for.
 pub const MAX_WAIT: Duration = Duration::from_secs(600);
-
-/// A change for the owner task to apply. Each carries where to send its answer.
-#[derive(Debug)]
-pub(crate) enum Command {
-    CreateActor {
-        seq: u64,
-        body: Box<ActorCreate>,
-        parsed: ParsedRequest,
-        reply: Reply<Actor>,
-    },
-    SubmitTask {
-        seq: u64,
-        body: Box<TaskSubmit>,
-        parsed: ParsedRequest,
-        reply: Reply<Task>,
-    },
-    /// A batch: each item applied as its single command would be, answered together.
-    CreateActors {
-        items: Vec<Prepared<ActorCreate>>,
-        reply: Reply<Vec<Result<Actor, HeadError>>>,
-    },
-    SubmitTasks {
-        items: Vec<Prepared<TaskSubmit>>,
-        reply: Reply<Vec<Result<Task, HeadError>>>,
-    },
-    CreateGroup {
-        seq: u64,
-        body: Box<GroupCreate>,
-        parsed: ParsedRequest,
-        reply: Reply<Group>,
-    },
-    KillActor {
-        id: String,
-        reply: Reply<Actor>,
-    },
-    RegisterEndpoint {
-        id: String,
-        endpoint: Endpoint,
-        reply: Reply<Actor>,
-    },
-    CancelTask {
-        id: String,
-        reply: Reply<Task>,
-    },
-    RemoveGroup {
-        id: String,
-        reply: Reply<Group>,
-    },
-    DrainNode {
-        node: String,
-        reply: Reply<Node>,
-    },
-    Taints {
-        node: String,
-        taints: StringMap,
-        add: bool,
-        reply: Reply<Node>,
-    },
-    Labels {
-        node: String,
-        set: StringMap,
-        remove: Vec<String>,
-        reply: Reply<Node>,
-    },
-    Resources {
-        node: String,
-        resources: StringMap,
-        reply: Reply<Node>,
-    },
-    DryRun {
-        parsed: ParsedRequest,
-        reply: Reply<DryRun>,
-    },
-    Agent(crate::agents::AgentCommand),
-    Tick,
-    /// An autoscaler round; answered once its records are durable.
-    Autoscale {
-        reply: oneshot::Sender<crate::owner::AutoscaleActions>,
-    },
-    /// What the autoscaler's provider answered.
-    AutoscaleOutcome(crate::owner::AutoscaleOutcome),
-    /// Keep the token hashes in the store (a standby that takes over knows them).
-    StoreKeyring {
-        stored: crate::keyring::StoredKeyring,
-        reply: Reply<()>,
-    },
-    /// A dry-run plan, with these settings or the configured ones.
-    AutoscalePlan {
-        settings: Option<Box<berth_api::spec::node_types::AutoscalerSettings>>,
-        reply: Reply<berth_api::rest::AutoscalerPlan>,
-    },
-}
-
-impl Command {
-    /// Whether it asks for a change the store must keep: refused at once while the store is
-    /// down. Dry runs, plans, agents' reports and the autoscaler's rounds go on from memory.
-    pub(crate) fn writes(&self) -> bool {
-        !matches!(
-            self,
-            Command::DryRun { .. }
-                | Command::Agent(_)
-                | Command::Tick
-                | Command::Autoscale { .. }
-                | Command::AutoscaleOutcome(_)
-                | Command::AutoscalePlan { .. }
-        )
-    }
-
-    /// How much work the command is for the owner, in single creations: a batch's items, an
-    /// agent's reports, 1 for anything else.
-    pub(crate) fn work(&self) -> usize {
-        match self {
-            Command::CreateActors { items, .. } => items.len(),
-            Command::SubmitTasks { items, .. } => items.len(),
-            Command::Agent(crate::agents::AgentCommand::Report { reports, .. }) => {
-                reports.reports.len()
-            }
-            _ => 1,
-        }
-        .max(1)
-    }
-}
-
-pub(crate) type Reply<T> = oneshot::Sender<Result<T, HeadError>>;
-
-/// A create body checked at the edge: its sequence number, the body and its parsed document.
-#[derive(Debug)]
-pub(crate) struct Prepared<T> {
-    pub(crate) seq: u64,
-    pub(crate) body: Box<T>,
-    pub(crate) parsed: ParsedRequest,
-}
-
-/// Sequence numbers for IDs, shared by every handle so IDs are unique without asking the
-/// owner. A create refused later leaves a gap, which is harmless.
-#[derive(Debug, Default)]
-pub(crate) struct Sequences {
-    pub(crate) actors: AtomicU64,
-    pub(crate) tasks: AtomicU64,
-    pub(crate) groups: AtomicU64,
-}
-
-impl Sequences {
-    /// The highest numbers handed out.
-    pub(crate) fn ids(&self) -> crate::store_mark::Ids {
-        crate::store_mark::Ids {
-            actors: self.actors.load(Ordering::Relaxed),
-            tasks: self.tasks.load(Ordering::Relaxed),
-            groups: self.groups.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Numbers new work after `ids` too.
-    pub(crate) fn raise(&self, ids: crate::store_mark::Ids) {
-        self.actors.fetch_max(ids.actors, Ordering::Relaxed);
-        self.tasks.fetch_max(ids.tasks, Ordering::Relaxed);
-        self.groups.fetch_max(ids.groups, Ordering::Relaxed);
-    }
-
-    fn next(&self, kind: Kind) -> u64 {
-        let counter = match kind {
-            Kind::Actor => &self.actors,
-            Kind::Task => &self.tasks,
-            Kind::Group => &self.groups,
-        };
-        counter.fetch_add(1, Ordering::Relaxed) + 1
-    }
-}
 
 /// The longest idempotency key, in bytes.
 pub const MAX_IDEMPOTENCY_KEY: usize = 255;
@@ -225,56 +60,6 @@ pub struct HeadHandle {
     pub(crate) store: Arc<StoreHealth>,
     /// The most of each kind of thing one request may hold.
     pub(crate) limits: Arc<berth_api::limits::Limits>,
-}
-
-/// Whether the store answers, as the committer finds it: while a commit is being retried,
-/// new writes are refused at once (503) rather than queued behind it, and reads go on from
-/// memory.
-#[derive(Debug, Default)]
-pub(crate) struct StoreHealth {
-    /// Why the store does not answer; `None` while it does.
-    down: std::sync::Mutex<Option<String>>,
-    /// Set when the committer marks the store down, so the write path reads one atomic.
-    is_down: std::sync::atomic::AtomicBool,
-    /// A standing warning: the store's durability relaxed.
-    durability: Option<String>,
-}
-
-impl StoreHealth {
-    pub(crate) fn new(durability: Option<String>) -> StoreHealth {
-        StoreHealth { durability, ..StoreHealth::default() }
-    }
-
-    /// The store failed: `cause`.
-    pub(crate) fn mark_down(&self, cause: String) {
-        *self.down.lock().unwrap_or_else(|e| e.into_inner()) = Some(cause);
-        self.is_down.store(true, Ordering::Release);
-    }
-
-    /// The store answers again.
-    pub(crate) fn mark_up(&self) {
-        self.is_down.store(false, Ordering::Release);
-        *self.down.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    }
-
-    /// The refusal of a write while the store is down.
-    fn refusal(&self) -> Option<HeadError> {
-        if !self.is_down.load(Ordering::Acquire) {
-            return None;
-        }
-        let cause = self.down.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
-        Some(HeadError::Unavailable(format!(
-            "the store is unavailable; nothing was acknowledged (retry later): {cause}"
-        )))
-    }
-
-    /// What `berth status` warns about.
-    pub(crate) fn warnings(&self) -> Vec<String> {
-        let down = self.down.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let down =
-            down.map(|cause| format!("the store does not answer; writes are refused: {cause}"));
-        self.durability.iter().cloned().chain(down).collect()
-    }
 }
 
 impl HeadHandle {
@@ -677,148 +462,6 @@ impl HeadHandle {
                 timeout.as_secs_f64()
             ))
         })
-    }
-}
-
-/// An actor's body as a request document (`actor:` carries its ID, namespace and labels).
-pub(crate) fn actor_document(seq: u64, body: &ActorCreate) -> Result<ParsedRequest, HeadError> {
-    let mut actor = Document::default();
-    actor.json("id", &Kind::Actor.id(seq));
-    if let Some(ns) = &body.namespace {
-        actor.json("namespace", ns);
-    }
-    actor.json("labels", &body.labels);
-    let mut doc = Document::default();
-    doc.request(
-        &body.resources,
-        [
-            &body.scheduling_strategy,
-            &body.label_selector,
-            &body.fallback_strategy,
-            &body.tolerations,
-        ],
-    )
-    .nested("actor", actor);
-    doc.parse("POST /api/v1/actors", &[("actor.", "")])
-}
-
-/// A task's body as a request document.
-pub(crate) fn task_document(body: &TaskSubmit) -> Result<ParsedRequest, HeadError> {
-    let mut doc = Document::default();
-    doc.request(
-        &body.resources,
-        [
-            &body.scheduling_strategy,
-            &body.label_selector,
-            &body.fallback_strategy,
-            &body.tolerations,
-        ],
-    );
-    doc.parse("POST /api/v1/tasks", &[])
-}
-
-/// A group's body as a request document (`placement_group:` with its ID).
-pub(crate) fn group_document(seq: u64, body: &GroupCreate) -> Result<ParsedRequest, HeadError> {
-    let mut group = Document::default();
-    group
-        .raw("bundles", Some(&body.bundles))
-        .raw("bundle_label_selector", body.bundle_label_selector.as_ref())
-        .raw("tolerations", body.tolerations.as_ref())
-        .raw("fallback_strategy", body.fallback_strategy.as_ref());
-    group.json("id", &Kind::Group.id(seq));
-    for (key, value) in
-        [("name", &body.name), ("namespace", &body.namespace), ("strategy", &body.strategy)]
-    {
-        if let Some(v) = value {
-            group.json(key, v);
-        }
-    }
-    let mut doc = Document::default();
-    doc.nested("placement_group", group);
-    doc.parse("POST /api/v1/placement_groups", &[("placement_group.", "")])
-}
-
-/// A request document's text, written from a body's fields: the placement fields are the
-/// client's own JSON text ([`berth_api::rest::RawJson`]), copied in, so the document is parsed
-/// once, into the request file's typed form, and never built as a tree first.
-#[derive(Default)]
-struct Document {
-    text: String,
-}
-
-impl Document {
-    /// Starts the member `key` (one of this module's constants: no escaping needed).
-    fn key(&mut self, key: &str) {
-        self.text.push(if self.text.is_empty() { '{' } else { ',' });
-        self.text.push('"');
-        self.text.push_str(key);
-        self.text.push_str("\":");
-    }
-
-    /// `key` with the client's JSON text, when given.
-    fn raw(&mut self, key: &str, value: Option<&RawJson>) -> &mut Document {
-        if let Some(value) = value {
-            self.key(key);
-            self.text.push_str(value.get());
-        }
-        self
-    }
-
-    /// The placement keys of an actor or task body (the two share them): `resources`, then
-    /// `scheduling_strategy`, `label_selector`, `fallback_strategy` and `tolerations` when given.
-    fn request(&mut self, resources: &RawJson, rest: [&Option<RawJson>; 4]) -> &mut Document {
-        self.raw("resources", Some(resources));
-        let keys = ["scheduling_strategy", "label_selector", "fallback_strategy", "tolerations"];
-        for (key, value) in keys.into_iter().zip(rest) {
-            self.raw(key, value.as_ref());
-        }
-        self
-    }
-
-    /// `key` with a value of ours, written as JSON.
-    fn json(&mut self, key: &str, value: &(impl serde::Serialize + ?Sized)) -> &mut Document {
-        self.key(key);
-        let written = serde_json::to_string(value).expect("strings and string maps serialize");
-        self.text.push_str(&written);
-        self
-    }
-
-    /// `key` with a document of its own.
-    fn nested(&mut self, key: &str, inner: Document) -> &mut Document {
-        self.key(key);
-        self.text.push_str(&inner.finish());
-        self
-    }
-
-    fn finish(mut self) -> String {
-        if self.text.is_empty() {
-            self.text.push('{');
-        }
-        self.text.push('}');
-        self.text
-    }
-
-    /// Parses the document; `renames` turns its field paths back into the body's
-    /// (`actor.labels.x` → `labels.x`).
-    fn parse(self, route: &str, renames: &[(&str, &str)]) -> Result<ParsedRequest, HeadError> {
-        ParsedRequest::parse(FileKind::Body, route, self.finish())
-            .map_err(|e| input_error(e, renames))
-    }
-}
-
-/// A request document's error as a [`HeadError`], with the body's field path.
-pub(crate) fn input_error(err: InputError, renames: &[(&str, &str)]) -> HeadError {
-    match err {
-        InputError::Invalid(invalid) => {
-            let mut field = invalid.field.clone();
-            for (from, to) in renames {
-                if let Some(rest) = field.strip_prefix(from) {
-                    field = format!("{to}{rest}");
-                }
-            }
-            HeadError::invalid(field, invalid.message.clone())
-        }
-        InputError::Read { source, .. } => HeadError::invalid("", source.to_string()),
     }
 }
 

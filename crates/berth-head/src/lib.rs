@@ -2,8 +2,8 @@
 //!
 //! One task (the owner, `owner.rs`) holds the cluster state, the scheduler and the pending
 //! queue, and applies commands in the order they arrive. REST handlers (`http.rs`) and the
-//! agent protocol (`agents.rs`) send it commands through a [`HeadHandle`] and read the
-//! published [`View`]. No lock is held across a decision. A committer, on a thread of its own
+//! agent protocol (`agents.rs`) send it commands (`command.rs`, the protocol both sides share;
+//! the owner imports no edge) through a [`HeadHandle`] and read the published [`View`]. No lock is held across a decision. A committer, on a thread of its own
 //! (`berth-commit`), makes each cycle's changes durable (one store commit per cycle, cycles
 //! that queued up merged) before anything is acknowledged.
 //!
@@ -17,13 +17,17 @@
 mod agents;
 mod autoscaler;
 pub mod changes;
+mod clock;
+mod command;
 pub mod config;
 mod connections;
 mod dashboard;
+mod documents;
 pub mod error;
 mod failpoint;
 pub mod handle;
 mod http;
+mod ids;
 pub mod keyring;
 mod logs;
 mod metrics;
@@ -31,6 +35,7 @@ mod owner;
 mod records;
 pub mod standby;
 pub mod stop;
+mod store_health;
 pub mod store_mark;
 pub mod tls;
 pub mod token;
@@ -53,7 +58,8 @@ pub use token::Token;
 pub use view::View;
 
 use crate::agents::AgentApi;
-use crate::handle::{Command, Sequences};
+use crate::command::Command;
+use crate::ids::Sequences;
 use crate::metrics::Metrics;
 use crate::owner::Owner;
 
@@ -384,7 +390,7 @@ pub async fn start_on(
     let (view_tx, view_rx) = watch::channel(first_view);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
-    let store_health = Arc::new(handle::StoreHealth::new(durability));
+    let store_health = Arc::new(store_health::StoreHealth::new(durability));
     let handle = HeadHandle {
         commands: commands_tx.clone(),
         view: view_rx,

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tonic::Status;
 
-use crate::agents::Liveness;
+use crate::command::Liveness;
 
 /// Chunks of one request an agent may send before the head acknowledges them.
 pub(crate) const LOG_WINDOW: u32 = 16;

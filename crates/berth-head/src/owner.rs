@@ -42,17 +42,16 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::{mpsc, watch};
 
-use crate::agents::{AssignmentSender, Liveness};
 use crate::changes::{ChangeType, Object};
+use crate::command::Command;
+use crate::command::{AssignmentSender, Liveness};
 use crate::config::HeadConfig;
 use crate::error::HeadError;
-use crate::handle::Command;
 use crate::metrics::Metrics;
 use crate::records::{self, encode};
 use crate::view::{Kind, View};
 use crate::work_keys::WorkKeys;
 
-pub(crate) use autoscale::{Actions as AutoscaleActions, Outcome as AutoscaleOutcome};
 pub(crate) use work::WorkKey;
 
 /// The work ([`Command::work`]: 1 per command, a batch's items) after which a cycle takes no
@@ -156,7 +155,7 @@ pub(crate) struct Owner {
     /// Creations' idempotency keys: the object each created, while that object is kept.
     pub(crate) idempotency: HashMap<(Kind, Box<str>), u64>,
     /// The ID counters the handle numbers new work with (the head's own once it starts).
-    pub(crate) sequences: Arc<crate::handle::Sequences>,
+    pub(crate) sequences: Arc<crate::ids::Sequences>,
     /// Where the owner stops the head when an agent's report proves the store behind.
     pub(crate) stopped: Option<watch::Sender<Option<crate::Stop>>>,
 }
@@ -208,7 +207,7 @@ impl Owner {
             peers_moved: false,
             touched: BTreeSet::new(),
             // Sessions must never repeat across head restarts: start from the clock.
-            next_session: crate::agents::now_ms() << 16,
+            next_session: crate::clock::now_ms() << 16,
             next_node: 0,
             finished: retention::Finished::default(),
             config,
@@ -423,7 +422,7 @@ impl Owner {
         }
         let mut batch = Batch::new();
         // Before this cycle's writes: what is dropped was written in an earlier cycle.
-        self.forget_finished(crate::agents::now_ms());
+        self.forget_finished(crate::clock::now_ms());
         if self.finished.write(&mut batch) {
             self.show_retention();
         }
@@ -617,7 +616,7 @@ pub(crate) struct CommitSettings {
     /// How long a failed commit is retried before the head steps down.
     pub(crate) retry_window: Duration,
     /// Where the committer says whether the store answers (writes are refused while not).
-    pub(crate) health: Arc<crate::handle::StoreHealth>,
+    pub(crate) health: Arc<crate::store_health::StoreHealth>,
 }
 
 /// The first wait between attempts at a failed commit; doubled each time, up to
@@ -753,7 +752,8 @@ pub(crate) fn changed(existed: bool) -> ChangeType {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handle::{actor_document, Prepared};
+    use crate::command::Prepared;
+    use crate::documents::actor_document;
     use berth_api::rest::ActorCreate;
 
     fn batch(first_seq: u64, items: usize) -> Command {
@@ -778,7 +778,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_start_goes_out_once_durable_with_what_the_attempt_holds() {
-        use crate::agents::AgentCommand;
+        use crate::command::AgentCommand;
         use berth_api::agent::{assignment, RegisterRequest};
         let dir = tempfile::tempdir().unwrap();
         let mut owner = test_owner(dir.path());
@@ -832,7 +832,7 @@ mod tests {
 
     #[tokio::test]
     async fn records_under_their_old_keys_are_restored_and_the_first_cycle_rekeys_them() {
-        use crate::handle::Sequences;
+        use crate::ids::Sequences;
         use berth_store::{Op, RedbStore, Store};
         let dir = tempfile::tempdir().unwrap();
         let mut owner = test_owner(dir.path());
@@ -885,8 +885,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_start_is_written_alone_and_a_restore_applies_it_to_its_attempt_only() {
-        use crate::agents::AgentCommand;
-        use crate::handle::Sequences;
+        use crate::command::AgentCommand;
+        use crate::ids::Sequences;
         use berth_api::agent::{
             status_report, RegisterRequest, Started, StatusReport, StatusReports,
         };

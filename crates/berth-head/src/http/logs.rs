@@ -345,8 +345,9 @@ mod tests {
     use tonic::Status;
 
     use super::*;
-    use crate::agents::Liveness;
-    use crate::handle::{HeadHandle, Sequences};
+    use crate::command::Liveness;
+    use crate::handle::HeadHandle;
+    use crate::ids::Sequences;
     use crate::metrics::Metrics;
 
     const TOKEN: &str = "test-token-0123456789";

@@ -17,8 +17,10 @@ use tokio::sync::{mpsc, watch};
 use tower::ServiceExt;
 
 use super::router;
+use crate::command::Command;
 use crate::error::HeadError;
-use crate::handle::{Command, HeadHandle, Sequences};
+use crate::handle::HeadHandle;
+use crate::ids::Sequences;
 use crate::metrics::Metrics;
 
 use crate::view::View;

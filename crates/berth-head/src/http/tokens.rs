@@ -9,7 +9,7 @@ use berth_api::rest::{ApiError, List, TokenCreate, TokenCreated, TokenInfo};
 
 use super::extract::{created, Failure, JsonBody, PathId};
 use super::Api;
-use crate::agents::now_ms;
+use crate::clock::now_ms;
 use crate::error::HeadError;
 use crate::keyring::KeyringError;
 

@@ -17,7 +17,8 @@ use berth_store::{Batch, Snapshot, Table};
 use serde::{Deserialize, Serialize};
 
 use super::Owner;
-use crate::agents::now_ms;
+use crate::clock::now_ms;
+use crate::command::{AutoscaleActions as Actions, AutoscaleOutcome as Outcome};
 use crate::records::encode;
 use crate::view::Kind;
 
@@ -27,24 +28,6 @@ const RECORD_PREFIX: &str = "autoscaler.node.";
 const MAX_DECISIONS: usize = 50;
 /// The longest a type waits after failed launches before it is launched again.
 const MAX_COOLDOWN_MS: u64 = 300_000;
-
-/// What the provider must do after a round.
-#[derive(Debug, Default)]
-pub(crate) struct Actions {
-    /// Nodes to create: ID and type.
-    pub(crate) create: Vec<(String, NodeType)>,
-    /// Nodes to delete: ID and type name.
-    pub(crate) delete: Vec<(String, String)>,
-}
-
-/// What the provider answered.
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    Created { node_id: String, output: String },
-    CreateFailed { node_id: String, error: String, output: String },
-    Deleted { node_id: String, output: String },
-    DeleteFailed { node_id: String, error: String },
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -23,8 +23,8 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
 use super::Owner;
-use crate::agents::AgentCommand;
-use crate::handle::{actor_document, group_document, task_document};
+use crate::command::AgentCommand;
+use crate::documents::{actor_document, group_document, task_document};
 use crate::http::body_scan;
 use crate::metrics::Metrics;
 use crate::owner::Command as OwnerCommand;

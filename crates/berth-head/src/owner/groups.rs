@@ -13,9 +13,9 @@ use berth_core::{group_may_help, Allocation, Trigger};
 use super::convert;
 use super::work::{push_event, WorkKey};
 use super::{Owner, MAX_GROUP_WORK};
-use crate::agents::now_ms;
+use crate::clock::now_ms;
+use crate::documents::input_error;
 use crate::error::HeadError;
-use crate::handle::input_error;
 use crate::records::GroupRecord;
 use crate::view::{Kind, Waiting};
 

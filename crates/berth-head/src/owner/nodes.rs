@@ -21,7 +21,8 @@ use tonic::Status;
 use super::convert;
 use super::work::{Ending, WorkKey};
 use super::{AgentLink, Owner};
-use crate::agents::{now_ms, AgentCommand, Liveness};
+use crate::clock::now_ms;
+use crate::command::{AgentCommand, Liveness};
 use crate::records::NodeRecord;
 use crate::view::Kind;
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use berth_api::agent::Assignment;
 use tokio::time::Instant;
 
-use crate::agents::AssignmentSender;
+use crate::command::AssignmentSender;
 
 /// Assignments held for their window, in the order their commits made them.
 pub(crate) struct Outbox {

@@ -22,8 +22,10 @@ use super::work::{
     affinity_of, build, record_start, ActorEntry, Ending, TaskEntry, WorkKey, WorkObject,
 };
 use super::{convert, AgentLink, Owner};
-use crate::agents::{now_ms, Liveness};
-use crate::handle::{actor_document, group_document, task_document, Sequences};
+use crate::clock::now_ms;
+use crate::command::Liveness;
+use crate::documents::{actor_document, group_document, task_document};
+use crate::ids::Sequences;
 use crate::records::{
     self, parse_store_key, ActorRecord, GroupRecord, NodeRecord, Placement, StartRecord,
 };

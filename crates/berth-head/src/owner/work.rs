@@ -15,9 +15,9 @@ use berth_core::{Allocation, Decision, Request, Scheduler, Strategy, Trigger};
 
 use super::convert;
 use super::Owner;
-use crate::agents::now_ms;
+use crate::clock::now_ms;
+use crate::documents::input_error;
 use crate::error::HeadError;
-use crate::handle::input_error;
 use crate::records::{ActorRecord, Placement, PlacementRef, StartRecord, TaskRecord};
 use crate::view::{Kind, Waiting};
 use crate::work_keys::WorkKeys;
@@ -490,11 +490,11 @@ impl Owner {
         let parsed = match key {
             WorkKey::Actor(seq) => {
                 let spec = &self.actors.get(&seq).expect("a known actor").api.spec;
-                crate::handle::actor_document(seq, spec)?
+                crate::documents::actor_document(seq, spec)?
             }
-            WorkKey::Task(seq) => {
-                crate::handle::task_document(&self.tasks.get(&seq).expect("a known task").api.spec)?
-            }
+            WorkKey::Task(seq) => crate::documents::task_document(
+                &self.tasks.get(&seq).expect("a known task").api.spec,
+            )?,
         };
         build(self, &parsed)
     }
@@ -1084,14 +1084,14 @@ mod tests {
             ..Default::default()
         };
         let parsed =
-            crate::handle::actor_document(1, &body(serde_json::json!({"CPU": 1}))).unwrap();
+            crate::documents::actor_document(1, &body(serde_json::json!({"CPU": 1}))).unwrap();
         owner.create_actor(1, body(serde_json::json!({"CPU": 1})), &parsed).unwrap();
         let task = TaskSubmit {
             command: "true".into(),
             resources: serde_json::json!({"CPU": 1}).into(),
             ..Default::default()
         };
-        let parsed = crate::handle::task_document(&task).unwrap();
+        let parsed = crate::documents::task_document(&task).unwrap();
         owner.submit_task(1, task, &parsed).unwrap();
         let queued = owner.queue.iter().find(|q| q.key == WorkKey::Actor(1)).unwrap();
         let core_id = queued.request.actor().unwrap().id.shared();
