@@ -89,3 +89,15 @@ pub struct ScoreLine {
     /// The weight.
     pub weight: u32,
 }
+
+/// A node's line in an explanation, before its stages run (`excluded`: ruled out whole).
+pub(super) fn node_line(node: NodeIndex, excluded: Option<Reason>) -> NodeExplanation {
+    NodeExplanation {
+        node,
+        excluded,
+        filters: Vec::new(),
+        preferences: Vec::new(),
+        scores: Vec::new(),
+        total: None,
+    }
+}

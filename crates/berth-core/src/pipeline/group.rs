@@ -30,11 +30,14 @@ pub mod ranking;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
+use super::attempts::Scope;
+use super::candidates::candidates;
 use super::explain::AttemptExplanation;
 use super::stage::{
     DecisionContext, GroupContext, Preference, Prepared, RestBundles, Scorer, Weighted,
 };
-use super::{candidates, run_filters, NodeSource, Ranking, Scheduler, Scope, Visit};
+use super::visit::{run_filters, NodeSource, Ranking, Visit};
+use super::Scheduler;
 use crate::cluster::{Cluster, ClusterError, NamedInstances};
 use crate::diagnosis::{AttemptDiagnosis, AttemptKind, ReasonKind};
 use crate::node::{Node, NodeIndex};

@@ -8,10 +8,11 @@ use rand_chacha::ChaCha8Rng;
 
 use super::group::GroupDecision;
 use super::*;
-use crate::diagnosis::ReasonKind;
+use crate::diagnosis::{Reason, ReasonKind};
 use crate::labels::Labels;
 use crate::node::NodeState;
 use crate::placement_group::{BundleSet, GroupId, GroupSpec, GroupStrategy};
+use crate::quantity::Quantity;
 use crate::request::GroupPlacement;
 use crate::resource::{ResourceId, ResourceSet};
 use crate::selector::{LabelSelector, Tolerations};

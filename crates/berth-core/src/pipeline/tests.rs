@@ -4,11 +4,14 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::filters::{InstancesFit, ResourcesFree, ResourcesTotal};
+use super::profile::Profile;
 use super::scorers::{AvoidGpuNodes, HybridUtilization};
 use super::stage::{DecisionContext, Filter, Preference, Prepared, Score, Scorer, Verdict};
+use super::visit::run_filters;
 use super::*;
-use crate::diagnosis::ReasonKind;
-use crate::node::NodeState;
+use crate::diagnosis::{Reason, ReasonKind};
+use crate::node::{Node, NodeState};
+use crate::quantity::Quantity;
 use crate::request::NodeAffinity;
 use crate::resource::{ResourceId, ResourceSet};
 use crate::testutil::{cluster, index, request, resources};
