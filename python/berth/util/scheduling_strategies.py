@@ -143,15 +143,16 @@ class ActorAffinityMatchExpression:
         _labels.check_key(f"{field}.key", self.key)
         if not isinstance(self.soft, bool):
             raise InvalidRequestError(f"{field}.soft", f"must be True or False, not {self.soft!r}")
+        # In the head's order: the key, the values, the topology key, then their number.
+        for i, v in enumerate(self.values):
+            _labels.check_value(f"{field}.values[{i}]", self.key, v)
+        if self.topology_key is not None:
+            _labels.check_key(f"{field}.topology_key", self.topology_key)
         needs_values = self.operator in (ActorAffinityOperator.IN, ActorAffinityOperator.NOT_IN)
         if needs_values and not self.values:
             raise InvalidRequestError(f"{field}.values", f"{self.operator.value} needs at least one value")
         if not needs_values and self.values:
             raise InvalidRequestError(f"{field}.values", f"{self.operator.value} takes no values")
-        for i, v in enumerate(self.values):
-            _labels.check_value(f"{field}.values[{i}]", self.key, v)
-        if self.topology_key is not None:
-            _labels.check_key(f"{field}.topology_key", self.topology_key)
 
     def to_rest(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"key": self.key, "operator": self.operator.value, "soft": self.soft}

@@ -14,14 +14,15 @@ public final class ActorAffinityMatchExpression {
 
   private ActorAffinityMatchExpression(
       String key, ActorAffinityOperator operator, List<String> values, boolean isSoft) {
+    // In the head's order: the key, the values, then their number.
     Labels.checkKey("scheduling_strategy.expressions[].key", key);
+    for (String v : values == null ? List.<String>of() : values) {
+      Labels.checkValue("scheduling_strategy.expressions[].values", key, v);
+    }
     boolean needsValues = operator == ActorAffinityOperator.IN || operator == ActorAffinityOperator.NOT_IN;
     if (needsValues && (values == null || values.isEmpty())) {
       throw new BerthException(
           "scheduling_strategy.expressions[].values", operator + " needs at least one value", null);
-    }
-    for (String v : values == null ? List.<String>of() : values) {
-      Labels.checkValue("scheduling_strategy.expressions[].values", key, v);
     }
     this.key = key;
     this.operator = operator;

@@ -24,15 +24,14 @@ public final class ActorCreator<A> extends WorkOptions<ActorCreator<A>> {
 
   /** Sets one label; a later value for the same key wins. */
   public ActorCreator<A> setLabel(String key, String value) {
-    Labels.checkKey("labels." + key, key);
-    Labels.checkValue("labels." + key, key, value);
+    Labels.checkActorLabel("labels." + key, key, value);
     labels.put(key, value);
     return this;
   }
 
   /** Sets several labels. */
   public ActorCreator<A> setLabels(Map<String, String> labels) {
-    Labels.checkLabels("labels", labels);
+    Labels.checkActorLabels("labels", labels);
     this.labels.putAll(labels);
     return this;
   }

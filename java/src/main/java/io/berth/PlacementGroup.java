@@ -92,7 +92,11 @@ public final class PlacementGroup {
           throw new BerthException("bundles[" + i + "]", "a bundle must ask for at least one resource", null);
         }
         var bundle = new LinkedHashMap<String, String>();
-        bundles.get(i).forEach((k, v) -> bundle.put(k, WorkOptions.amount(k, v)));
+        String field = "bundles[" + i + "].";
+        bundles.get(i).forEach((k, v) -> {
+          WorkOptions.resourceName(field + k, k);
+          bundle.put(k, WorkOptions.amount(k, v, true));
+        });
         this.bundles.add(bundle);
       }
       this.session = session;
