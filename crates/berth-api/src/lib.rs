@@ -6,6 +6,7 @@
 //!   exactly the same thing and reject it with the same field paths.
 //! - [`limits`]: the most of each kind of thing (labels, bundles, batch items…) one request
 //!   may hold.
+//! - [`ObjectKind`]: actor, task or placement group, the kinds an ID names.
 //! - [`local`]: the data directory, token and address files a local head shares with the CLI.
 //! - [`rest`]: the REST API's bodies and answers (serde + OpenAPI schemas).
 //! - [`text`]: how times are shown to people (CLI, dashboard, log headers).
@@ -17,6 +18,7 @@
 pub mod codec;
 pub mod limits;
 pub mod local;
+mod object_kind;
 pub mod rest;
 pub mod spec;
 pub mod text;
@@ -26,3 +28,5 @@ pub mod text;
 pub mod agent {
     tonic::include_proto!("berth.agent.v1");
 }
+
+pub use object_kind::ObjectKind;

@@ -949,59 +949,16 @@ fn json_text<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// The kind of object an ID names, by its prefix (`actor-12`, `task-3`, `pg-7`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ObjectKind {
-    /// `actor-…`.
-    Actor,
-    /// `task-…`.
-    Task,
-    /// `pg-…`.
-    Group,
-}
+pub use berth_api::ObjectKind;
 
-impl ObjectKind {
-    /// The kind `id` names, by its prefix.
-    pub fn of(id: &str) -> Option<ObjectKind> {
-        let (prefix, rest) = id.split_once('-')?;
-        if rest.is_empty() {
-            return None;
-        }
-        match prefix {
-            "actor" => Some(ObjectKind::Actor),
-            "task" => Some(ObjectKind::Task),
-            "pg" => Some(ObjectKind::Group),
-            _ => None,
-        }
-    }
-
-    /// Like [`ObjectKind::of`], with a message saying what IDs look like when `id` is none.
-    pub fn parse(id: &str) -> Result<ObjectKind, BadInput> {
-        ObjectKind::of(id).ok_or_else(|| {
-            BadInput::new(format!(
-                "{id:?} is not an actor, task or placement group ID (actor-12, task-3, pg-7); \
-                 for a node, use `berth get node ID`"
-            ))
-        })
-    }
-
-    /// The kind in words.
-    pub fn word(self) -> &'static str {
-        match self {
-            ObjectKind::Actor => "actor",
-            ObjectKind::Task => "task",
-            ObjectKind::Group => "placement group",
-        }
-    }
-
-    /// The collection in the API's paths.
-    pub fn collection(self) -> &'static str {
-        match self {
-            ObjectKind::Actor => "actors",
-            ObjectKind::Task => "tasks",
-            ObjectKind::Group => "placement_groups",
-        }
-    }
+/// The kind of object `id` names, by its prefix, or a message saying what IDs look like.
+pub fn object_kind(id: &str) -> Result<ObjectKind, BadInput> {
+    ObjectKind::of_prefix(id).ok_or_else(|| {
+        BadInput::new(format!(
+            "{id:?} is not an actor, task or placement group ID (actor-12, task-3, pg-7); \
+             for a node, use `berth get node ID`"
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -1188,14 +1145,9 @@ mod tests {
     }
 
     #[test]
-    fn kinds_by_prefix() {
-        assert_eq!(ObjectKind::of("actor-12"), Some(ObjectKind::Actor));
-        assert_eq!(ObjectKind::of("task-3"), Some(ObjectKind::Task));
-        assert_eq!(ObjectKind::of("pg-7"), Some(ObjectKind::Group));
-        for id in ["node-1", "actor-", "actor", "12", ""] {
-            assert_eq!(ObjectKind::of(id), None, "{id}");
-        }
-        assert!(ObjectKind::parse("gpu-1").unwrap_err().0.contains("berth get node"));
+    fn an_id_that_names_no_object_says_what_ids_look_like() {
+        assert_eq!(object_kind("pg-7").unwrap(), ObjectKind::Group);
+        assert!(object_kind("gpu-1").unwrap_err().0.contains("berth get node"));
     }
 
     #[test]

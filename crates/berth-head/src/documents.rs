@@ -6,12 +6,12 @@ use berth_api::rest::{ActorCreate, GroupCreate, RawJson, TaskSubmit};
 use berth_api::spec::{FileKind, InputError, ParsedRequest};
 
 use crate::error::HeadError;
-use crate::view::Kind;
+use berth_api::ObjectKind;
 
 /// An actor's body as a request document (`actor:` carries its ID, namespace and labels).
 pub(crate) fn actor_document(seq: u64, body: &ActorCreate) -> Result<ParsedRequest, HeadError> {
     let mut actor = Document::default();
-    actor.json("id", &Kind::Actor.id(seq));
+    actor.json("id", &ObjectKind::Actor.id(seq));
     if let Some(ns) = &body.namespace {
         actor.json("namespace", ns);
     }
@@ -53,7 +53,7 @@ pub(crate) fn group_document(seq: u64, body: &GroupCreate) -> Result<ParsedReque
         .raw("bundle_label_selector", body.bundle_label_selector.as_ref())
         .raw("tolerations", body.tolerations.as_ref())
         .raw("fallback_strategy", body.fallback_strategy.as_ref());
-    group.json("id", &Kind::Group.id(seq));
+    group.json("id", &ObjectKind::Group.id(seq));
     for (key, value) in
         [("name", &body.name), ("namespace", &body.namespace), ("strategy", &body.strategy)]
     {

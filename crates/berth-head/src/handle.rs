@@ -21,8 +21,9 @@ use crate::documents::{actor_document, group_document, input_error, task_documen
 use crate::error::HeadError;
 use crate::ids::Sequences;
 use crate::store_health::StoreHealth;
-use crate::view::{Kind, View};
+use crate::view::View;
 use crate::work_keys::WorkKeys;
+use berth_api::ObjectKind;
 
 /// The longest a `wait` may ask for.
 pub const MAX_WAIT: Duration = Duration::from_secs(600);
@@ -106,7 +107,7 @@ impl HeadHandle {
             check_name("namespace", ns)?;
         }
         check_idempotency_key(body.idempotency_key.as_deref())?;
-        let seq = self.sequences.next(Kind::Actor);
+        let seq = self.sequences.next(ObjectKind::Actor);
         let parsed = actor_document(seq, &body)?;
         Ok(Prepared { seq, body: Box::new(body), parsed })
     }
@@ -121,7 +122,7 @@ impl HeadHandle {
             check_name("namespace", ns)?;
         }
         check_idempotency_key(body.idempotency_key.as_deref())?;
-        let seq = self.sequences.next(Kind::Task);
+        let seq = self.sequences.next(ObjectKind::Task);
         let parsed = task_document(&body)?;
         Ok(Prepared { seq, body: Box::new(body), parsed })
     }
@@ -214,7 +215,7 @@ impl HeadHandle {
             check_name("namespace", ns)?;
         }
         check_idempotency_key(body.idempotency_key.as_deref())?;
-        let seq = self.sequences.next(Kind::Group);
+        let seq = self.sequences.next(ObjectKind::Group);
         let parsed = group_document(seq, &body)?;
         let body = Box::new(body);
         self.ask(|reply| Command::CreateGroup { seq, body, parsed, reply }).await

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::view::Kind;
+use berth_api::ObjectKind;
 
 /// Sequence numbers for IDs, shared by every handle so IDs are unique without asking the
 /// owner. A create refused later leaves a gap, which is harmless.
@@ -31,11 +31,11 @@ impl Sequences {
     }
 
     /// The next number for `kind`.
-    pub(crate) fn next(&self, kind: Kind) -> u64 {
+    pub(crate) fn next(&self, kind: ObjectKind) -> u64 {
         let counter = match kind {
-            Kind::Actor => &self.actors,
-            Kind::Task => &self.tasks,
-            Kind::Group => &self.groups,
+            ObjectKind::Actor => &self.actors,
+            ObjectKind::Task => &self.tasks,
+            ObjectKind::Group => &self.groups,
         };
         counter.fetch_add(1, Ordering::Relaxed) + 1
     }

@@ -63,19 +63,19 @@ struct NodeLogs {
     session: u64,
     liveness: Arc<Liveness>,
     to_agent: ToAgent,
-    requests: Mutex<HashMap<u64, Waiting>>,
+    requests: Mutex<HashMap<u64, OpenRequest>>,
 }
 
 /// A request waiting for chunks.
 #[derive(Debug)]
-struct Waiting {
+struct OpenRequest {
     answers: mpsc::UnboundedSender<LogChunk>,
     /// Chunks delivered and not yet taken by the reader.
     unacked: Arc<AtomicU32>,
 }
 
 impl NodeLogs {
-    fn requests(&self) -> MutexGuard<'_, HashMap<u64, Waiting>> {
+    fn requests(&self) -> MutexGuard<'_, HashMap<u64, OpenRequest>> {
         // Every update is one insert or remove: a panic cannot leave the map half-changed.
         self.requests.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -234,7 +234,7 @@ impl LogStreams {
             if requests.len() >= MAX_REQUESTS_PER_NODE {
                 return Err(OpenError::Busy);
             }
-            requests.insert(request_id, Waiting { answers, unacked: unacked.clone() });
+            requests.insert(request_id, OpenRequest { answers, unacked: unacked.clone() });
         }
         let request = LogRequest {
             request_id,

@@ -49,10 +49,11 @@ use crate::config::HeadConfig;
 use crate::error::HeadError;
 use crate::metrics::Metrics;
 use crate::records::{self, encode};
-use crate::view::{Kind, View};
+use crate::view::View;
 use crate::work_keys::WorkKeys;
+use berth_api::ObjectKind;
 
-pub(crate) use work::WorkKey;
+pub(crate) use work::WorkId;
 
 /// The work ([`Command::work`]: 1 per command, a batch's items) after which a cycle takes no
 /// more commands, so that one cycle's commit stays small, a burst does not starve the view of
@@ -106,7 +107,7 @@ pub(crate) struct Owner {
     pub(crate) cluster: Cluster,
     pub(crate) scheduler: Scheduler,
     pub(crate) rng: ChaCha8Rng,
-    pub(crate) queue: PendingQueue<WorkKey>,
+    pub(crate) queue: PendingQueue<WorkId>,
     /// Boxed: an entry is about 600 bytes, and a table of them inline was most of the head's
     /// memory per actor (a hash table keeps up to half its slots free) and of a batch's time
     /// (each doubling moved every entry into freshly zeroed pages).
@@ -153,7 +154,7 @@ pub(crate) struct Owner {
     /// first cycle's writes, which write those objects again under [`records::store_key`].
     pub(crate) stale_keys: Vec<(Table, String)>,
     /// Creations' idempotency keys: the object each created, while that object is kept.
-    pub(crate) idempotency: HashMap<(Kind, Box<str>), u64>,
+    pub(crate) idempotency: HashMap<(ObjectKind, Box<str>), u64>,
     /// The ID counters the handle numbers new work with (the head's own once it starts).
     pub(crate) sequences: Arc<crate::ids::Sequences>,
     /// Where the owner stops the head when an agent's report proves the store behind.
@@ -173,7 +174,7 @@ pub(crate) struct Dirty {
     pub(crate) shown_tasks: BTreeSet<u64>,
     pub(crate) shown_groups: BTreeSet<u64>,
     /// Attempts started this cycle (written alone unless their object is written whole).
-    pub(crate) starts: Vec<(WorkKey, records::StartRecord)>,
+    pub(crate) starts: Vec<(WorkId, records::StartRecord)>,
 }
 
 impl Owner {
@@ -226,18 +227,18 @@ impl Owner {
     }
 
     /// The object an earlier creation of `kind` with `key` made, if it is still kept.
-    pub(crate) fn created_with(&self, kind: Kind, key: Option<&str>) -> Option<u64> {
+    pub(crate) fn created_with(&self, kind: ObjectKind, key: Option<&str>) -> Option<u64> {
         let seq = *self.idempotency.get(&(kind, Box::from(key?)))?;
         let kept = match kind {
-            Kind::Actor => self.actors.contains_key(&seq),
-            Kind::Task => self.tasks.contains_key(&seq),
-            Kind::Group => self.groups.contains_key(&seq),
+            ObjectKind::Actor => self.actors.contains_key(&seq),
+            ObjectKind::Task => self.tasks.contains_key(&seq),
+            ObjectKind::Group => self.groups.contains_key(&seq),
         };
         kept.then_some(seq)
     }
 
     /// Remembers that the creation with `key` made `seq`.
-    pub(crate) fn remember_key(&mut self, kind: Kind, key: Option<&str>, seq: u64) {
+    pub(crate) fn remember_key(&mut self, kind: ObjectKind, key: Option<&str>, seq: u64) {
         if let Some(key) = key {
             self.idempotency.insert((kind, Box::from(key)), seq);
         }
@@ -438,8 +439,8 @@ impl Owner {
         for seq in &dirty.actors {
             if let Some(entry) = self.actors.get(seq) {
                 let record = encode(&entry.record(&self.cluster));
-                batch.put(Table::Actors, records::store_key(Kind::Actor, *seq), record);
-                self.note_finished(Kind::Actor, *seq);
+                batch.put(Table::Actors, records::store_key(ObjectKind::Actor, *seq), record);
+                self.note_finished(ObjectKind::Actor, *seq);
             }
         }
         for seq in dirty.actors.union(&dirty.shown_actors) {
@@ -452,8 +453,8 @@ impl Owner {
         for seq in &dirty.tasks {
             if let Some(entry) = self.tasks.get(seq) {
                 let record = encode(&entry.record(&self.cluster));
-                batch.put(Table::Tasks, records::store_key(Kind::Task, *seq), record);
-                self.note_finished(Kind::Task, *seq);
+                batch.put(Table::Tasks, records::store_key(ObjectKind::Task, *seq), record);
+                self.note_finished(ObjectKind::Task, *seq);
             }
         }
         for seq in dirty.tasks.union(&dirty.shown_tasks) {
@@ -466,11 +467,11 @@ impl Owner {
         for (key, start) in &dirty.starts {
             // Not for an object written whole, nor one forgotten since (both end before it).
             let (kind, seq, whole, known) = match *key {
-                WorkKey::Actor(seq) => {
-                    (Kind::Actor, seq, &dirty.actors, self.actors.contains_key(&seq))
+                WorkId::Actor(seq) => {
+                    (ObjectKind::Actor, seq, &dirty.actors, self.actors.contains_key(&seq))
                 }
-                WorkKey::Task(seq) => {
-                    (Kind::Task, seq, &dirty.tasks, self.tasks.contains_key(&seq))
+                WorkId::Task(seq) => {
+                    (ObjectKind::Task, seq, &dirty.tasks, self.tasks.contains_key(&seq))
                 }
             };
             if known && !whole.contains(&seq) {
@@ -481,10 +482,10 @@ impl Owner {
             if let Some(entry) = self.groups.get(seq) {
                 batch.put(
                     Table::Groups,
-                    records::store_key(Kind::Group, *seq),
+                    records::store_key(ObjectKind::Group, *seq),
                     encode(&entry.record()),
                 );
-                self.note_finished(Kind::Group, *seq);
+                self.note_finished(ObjectKind::Group, *seq);
             }
         }
         for seq in dirty.groups.union(&dirty.shown_groups) {
@@ -826,7 +827,7 @@ mod tests {
         assert!(owner.work_keys.verify("actor-7", &start.work_key));
         assert!(stream.try_recv().is_err(), "one message");
         // Sent again when the agent reconnects: the same message.
-        let again = owner.start_of(WorkKey::Actor(7)).and_then(|a| a.kind);
+        let again = owner.start_of(WorkId::Actor(7)).and_then(|a| a.kind);
         assert_eq!(again, Some(assignment::Kind::Start(start)));
     }
 
@@ -864,7 +865,8 @@ mod tests {
         assert_eq!(sequences.actors.load(std::sync::atomic::Ordering::Relaxed), 2);
         store.commit(lease.epoch(), restarted.flush()).await.unwrap();
         let snapshot = store.load().await.unwrap();
-        let new_keys = [records::store_key(Kind::Actor, 1), records::store_key(Kind::Actor, 2)];
+        let new_keys =
+            [records::store_key(ObjectKind::Actor, 1), records::store_key(ObjectKind::Actor, 2)];
         assert_eq!(actor_keys(&snapshot), new_keys);
 
         // Once rekeyed, a restore has nothing to replace; a record stored under both forms
@@ -917,7 +919,7 @@ mod tests {
         let reports = StatusReports { reports: vec![report.clone(), report] };
         owner.apply(Command::Agent(AgentCommand::Report { reports, reply }));
         let started = owner.flush();
-        let key = records::store_key(Kind::Actor, 1);
+        let key = records::store_key(ObjectKind::Actor, 1);
         let start = match started.ops() {
             [Op::Put { table: Table::Starts, key: k, value }] if *k == key => {
                 serde_json::from_slice::<records::StartRecord>(value).unwrap()

@@ -12,7 +12,7 @@ use berth_api::rest::{Actor, Group, Node, StringMap, Task};
 use berth_store::Table;
 use serde::{Deserialize, Serialize};
 
-use crate::view::Kind;
+use berth_api::ObjectKind;
 
 /// Where one attempt was placed. Read back as owned values; written from borrows
 /// (`Placement<&str, &BTreeMap<…>>`, the same JSON): the owner does not keep it, it derives it
@@ -108,11 +108,11 @@ impl NodeRecord {
 }
 
 /// The table of `kind`'s records.
-pub(crate) fn table(kind: Kind) -> Table {
+pub(crate) fn table(kind: ObjectKind) -> Table {
     match kind {
-        Kind::Actor => Table::Actors,
-        Kind::Task => Table::Tasks,
-        Kind::Group => Table::Groups,
+        ObjectKind::Actor => Table::Actors,
+        ObjectKind::Task => Table::Tasks,
+        ObjectKind::Group => Table::Groups,
     }
 }
 
@@ -122,7 +122,7 @@ pub(crate) fn table(kind: Kind) -> Table {
 /// records landed in leaves all over the table, and redb rewrites every page an insert
 /// touches. Measured on `berth bench api`'s batch pattern (1,000 new records and 800 rewritten
 /// per commit): a third less time per redb commit alone, and 5-12 % more batched creations/s.
-pub(crate) fn store_key(kind: Kind, seq: u64) -> String {
+pub(crate) fn store_key(kind: ObjectKind, seq: u64) -> String {
     // Written digit by digit rather than with `format!`: every record of every cycle gets a
     // key, and the formatting machinery was 4 % of the owner's time in a batch (`perf`).
     let prefix = kind.prefix();
@@ -141,11 +141,11 @@ pub(crate) fn store_key(kind: Kind, seq: u64) -> String {
 
 /// The kind and number of a store key, and whether the key has [`store_key`]'s form; a store
 /// written before that form keys its records by ID (`actor-17`), which reads the same.
-pub(crate) fn parse_store_key(key: &str) -> Option<(Kind, u64, bool)> {
-    if let Some((kind, seq)) = Kind::parse(key) {
+pub(crate) fn parse_store_key(key: &str) -> Option<(ObjectKind, u64, bool)> {
+    if let Some((kind, seq)) = ObjectKind::parse(key) {
         return Some((kind, seq, key.len() == kind.prefix().len() + 20));
     }
-    [Kind::Actor, Kind::Task, Kind::Group].into_iter().find_map(|kind| {
+    [ObjectKind::Actor, ObjectKind::Task, ObjectKind::Group].into_iter().find_map(|kind| {
         let digits = key.strip_prefix(kind.prefix())?;
         if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return None;
@@ -166,26 +166,28 @@ mod tests {
     #[test]
     fn store_keys_sort_in_creation_order_and_read_back() {
         let keys: Vec<String> =
-            [9, 10, 999, 1000, 10_000, u64::MAX].map(|n| store_key(Kind::Actor, n)).into();
+            [9, 10, 999, 1000, 10_000, u64::MAX].map(|n| store_key(ObjectKind::Actor, n)).into();
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
         assert_eq!(keys[0], "actor-00000000000000000009");
         assert_eq!(keys[5], "actor-18446744073709551615");
         for seq in [0, 1, 42, 1_000_000_007, u64::MAX / 3] {
-            assert_eq!(store_key(Kind::Group, seq), format!("pg-{seq:020}"));
+            assert_eq!(store_key(ObjectKind::Group, seq), format!("pg-{seq:020}"));
         }
-        for (kind, seq) in [(Kind::Actor, 17), (Kind::Task, 1), (Kind::Group, u64::MAX)] {
+        for (kind, seq) in
+            [(ObjectKind::Actor, 17), (ObjectKind::Task, 1), (ObjectKind::Group, u64::MAX)]
+        {
             assert_eq!(parse_store_key(&store_key(kind, seq)), Some((kind, seq, true)));
         }
     }
 
     #[test]
     fn ids_read_as_keys_of_the_old_form() {
-        assert_eq!(parse_store_key("actor-17"), Some((Kind::Actor, 17, false)));
-        assert_eq!(parse_store_key("pg-3"), Some((Kind::Group, 3, false)));
+        assert_eq!(parse_store_key("actor-17"), Some((ObjectKind::Actor, 17, false)));
+        assert_eq!(parse_store_key("pg-3"), Some((ObjectKind::Group, 3, false)));
         // The largest number has 20 digits and no zero to pad: one key in both forms.
         assert_eq!(
             parse_store_key("task-18446744073709551615"),
-            Some((Kind::Task, u64::MAX, true))
+            Some((ObjectKind::Task, u64::MAX, true))
         );
         for bad in ["actor-", "actor-x", "actor-0000000000000000001", "node-1", "actor-+1"] {
             assert_eq!(parse_store_key(bad), None, "{bad}");

@@ -6,6 +6,7 @@
 //! a reader never sees a state that a crash could take back. Copies are cheap: the maps are
 //! `imbl` persistent maps (structural sharing, O(1) clone, O(log n) update).
 
+use berth_api::ObjectKind;
 use std::sync::Arc;
 
 use berth_api::rest::Forgotten;
@@ -23,69 +24,9 @@ pub const DEFAULT_LIST_LIMIT: usize = 1_000;
 /// Pending items shown in the cluster status.
 pub const STATUS_PENDING_SHOWN: usize = 100;
 
-/// Which kind of object an ID names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    /// `actor-<n>`.
-    Actor,
-    /// `task-<n>`.
-    Task,
-    /// `pg-<n>`.
-    Group,
-}
-
-impl Kind {
-    /// The ID prefix.
-    pub fn prefix(self) -> &'static str {
-        match self {
-            Kind::Actor => "actor-",
-            Kind::Task => "task-",
-            Kind::Group => "pg-",
-        }
-    }
-
-    /// The word used in answers: `actor`, `task`, `placement_group`.
-    pub fn word(self) -> &'static str {
-        match self {
-            Kind::Actor => "actor",
-            Kind::Task => "task",
-            Kind::Group => "placement_group",
-        }
-    }
-
-    /// Its position in per-kind arrays (actors, tasks, groups).
-    pub fn index(self) -> usize {
-        match self {
-            Kind::Actor => 0,
-            Kind::Task => 1,
-            Kind::Group => 2,
-        }
-    }
-
-    /// The ID of the `seq`th object of this kind.
-    pub fn id(self, seq: u64) -> String {
-        format!("{}{seq}", self.prefix())
-    }
-
-    /// The kind and sequence number of an ID, if it has the shape of one.
-    pub fn parse(id: &str) -> Option<(Kind, u64)> {
-        [Kind::Actor, Kind::Task, Kind::Group].into_iter().find_map(|kind| {
-            let digits = id.strip_prefix(kind.prefix())?;
-            // No sign, no leading zeros: one spelling per ID.
-            if digits.is_empty()
-                || digits.starts_with('0')
-                || !digits.bytes().all(|b| b.is_ascii_digit())
-            {
-                return None;
-            }
-            digits.parse().ok().map(|seq| (kind, seq))
-        })
-    }
-}
-
 /// A waiting request, as the status and autoscaler demand show it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Waiting {
+pub struct PendingRequest {
     /// What and why.
     pub item: PendingItem,
     /// Resource maps: one for an actor or task, one per bundle for a group.
@@ -108,10 +49,10 @@ pub struct View {
     /// Placement groups by sequence number.
     pub groups: OrdMap<u64, Arc<Group>>,
     /// Waiting requests, oldest first.
-    pub waiting: OrdMap<(Kind, u64), Arc<Waiting>>,
+    pub waiting: OrdMap<(ObjectKind, u64), Arc<PendingRequest>>,
     /// Commit cycles published so far (a change counter for pollers).
     pub generation: u64,
-    /// Finished objects forgotten so far and what is kept, by [`Kind::index`].
+    /// Finished objects forgotten so far and what is kept, by [`ObjectKind::index`].
     pub forgotten: [Forgotten; 3],
     /// The changes that led here, for watchers.
     pub changes: crate::changes::ChangeLog,
@@ -251,8 +192,8 @@ impl View {
 
     /// The actor with this ID.
     pub fn actor(&self, id: &str) -> Option<Arc<Actor>> {
-        match Kind::parse(id)? {
-            (Kind::Actor, seq) => self.actors.get(&seq).cloned(),
+        match ObjectKind::parse(id)? {
+            (ObjectKind::Actor, seq) => self.actors.get(&seq).cloned(),
             _ => None,
         }
     }
@@ -269,14 +210,14 @@ impl View {
             );
             (keep, (**a).clone())
         }));
-        list.forgotten = Some(self.forgotten[Kind::Actor.index()]);
+        list.forgotten = Some(self.forgotten[ObjectKind::Actor.index()]);
         Ok(list)
     }
 
     /// The task with this ID.
     pub fn task(&self, id: &str) -> Option<Arc<Task>> {
-        match Kind::parse(id)? {
-            (Kind::Task, seq) => self.tasks.get(&seq).cloned(),
+        match ObjectKind::parse(id)? {
+            (ObjectKind::Task, seq) => self.tasks.get(&seq).cloned(),
             _ => None,
         }
     }
@@ -290,14 +231,14 @@ impl View {
                 filter.keeps(&upper(&t.state), Some(&t.namespace), t.node_id.as_deref(), None);
             (keep, (**t).clone())
         }));
-        list.forgotten = Some(self.forgotten[Kind::Task.index()]);
+        list.forgotten = Some(self.forgotten[ObjectKind::Task.index()]);
         Ok(list)
     }
 
     /// The placement group with this ID.
     pub fn group(&self, id: &str) -> Option<Arc<Group>> {
-        match Kind::parse(id)? {
-            (Kind::Group, seq) => self.groups.get(&seq).cloned(),
+        match ObjectKind::parse(id)? {
+            (ObjectKind::Group, seq) => self.groups.get(&seq).cloned(),
             _ => None,
         }
     }
@@ -314,27 +255,27 @@ impl View {
                 on_node && filter.keeps(&upper(&g.state), Some(&g.namespace), filter.node, None);
             (keep, (**g).clone())
         }));
-        list.forgotten = Some(self.forgotten[Kind::Group.index()]);
+        list.forgotten = Some(self.forgotten[ObjectKind::Group.index()]);
         Ok(list)
     }
 
     /// What `GET /api/v1/explain/{id}` answers for an actor, task or group.
     pub fn explain(&self, id: &str) -> Option<Explanation> {
-        let (kind, state, node_id, diagnosis) = match Kind::parse(id)? {
-            (Kind::Actor, _) => {
+        let (kind, state, node_id, diagnosis) = match ObjectKind::parse(id)? {
+            (ObjectKind::Actor, _) => {
                 let a = self.actor(id)?;
                 let node = a.node_id.as_deref().map(str::to_string);
-                (Kind::Actor, upper(&a.state), node, a.diagnosis.as_deref().cloned())
+                (ObjectKind::Actor, upper(&a.state), node, a.diagnosis.as_deref().cloned())
             }
-            (Kind::Task, _) => {
+            (ObjectKind::Task, _) => {
                 let t = self.task(id)?;
                 let node = t.node_id.as_deref().map(str::to_string);
-                (Kind::Task, upper(&t.state), node, t.diagnosis.as_deref().cloned())
+                (ObjectKind::Task, upper(&t.state), node, t.diagnosis.as_deref().cloned())
             }
-            (Kind::Group, _) => {
+            (ObjectKind::Group, _) => {
                 let g = self.group(id)?;
                 let node = g.bundles.first().and_then(|b| b.node_id.clone());
-                (Kind::Group, upper(&g.state), node, g.diagnosis.clone())
+                (ObjectKind::Group, upper(&g.state), node, g.diagnosis.clone())
             }
         };
         let summary = match (&diagnosis, &node_id) {
@@ -412,7 +353,7 @@ impl View {
 }
 
 /// Waiting requests grouped by shape, selector and tolerations, largest group first.
-fn demand<'a>(waiting: impl Iterator<Item = &'a Waiting>) -> Vec<Demand> {
+fn demand<'a>(waiting: impl Iterator<Item = &'a PendingRequest>) -> Vec<Demand> {
     let mut groups: std::collections::BTreeMap<(StringMap, StringMap, StringMap), (u64, u64)> =
         Default::default();
     for w in waiting {

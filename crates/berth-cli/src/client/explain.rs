@@ -49,7 +49,7 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 }
 
 fn check_id(id: &str) -> Result<(), BadInput> {
-    match ObjectKind::of(id) {
+    match ObjectKind::of_prefix(id) {
         Some(_) => Ok(()),
         None => Err(BadInput::new(format!(
             "{id:?} is not an actor, task or placement group ID (actor-12, task-3, pg-7)"

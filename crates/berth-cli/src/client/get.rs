@@ -8,7 +8,8 @@ use clap::Args;
 
 use super::view;
 use super::{
-    api_path, json_text, write_out, BadInput, Endpoint, HeadArgs, ObjectKind, Output, OutputArgs,
+    api_path, json_text, object_kind, write_out, BadInput, Endpoint, HeadArgs, ObjectKind, Output,
+    OutputArgs,
 };
 
 /// The flags of `berth get`.
@@ -46,7 +47,7 @@ pub fn target(words: &[String]) -> Result<Target, BadInput> {
         [id] if is_node_word(id) => {
             Err(BadInput::new("which node? `berth get node ID` (or the node's IP address)"))
         }
-        [id] => Ok(Target::Object(ObjectKind::parse(id)?, id.clone())),
+        [id] => Ok(Target::Object(object_kind(id)?, id.clone())),
         [kind, id] if is_node_word(kind) => Ok(Target::Node(id.clone())),
         [kind, id] => {
             let said = match kind.to_ascii_lowercase().as_str() {
@@ -59,11 +60,11 @@ pub fn target(words: &[String]) -> Result<Target, BadInput> {
                     )))
                 }
             };
-            let by_prefix = ObjectKind::parse(id)?;
+            let by_prefix = object_kind(id)?;
             if said != by_prefix {
                 return Err(BadInput::new(format!(
                     "`{kind} {id}`: {id} is a {} ID",
-                    by_prefix.word()
+                    by_prefix.noun()
                 )));
             }
             Ok(Target::Object(by_prefix, id.clone()))

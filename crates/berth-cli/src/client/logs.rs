@@ -16,8 +16,8 @@ use reqwest::header::AUTHORIZATION;
 use serde::Serialize;
 
 use super::{
-    api_path, http_builder, BadInput, Client, ClientError, Endpoint, HeadArgs, ObjectKind,
-    ANSWER_TIMEOUT,
+    api_path, http_builder, object_kind, BadInput, Client, ClientError, Endpoint, HeadArgs,
+    ObjectKind, ANSWER_TIMEOUT,
 };
 
 /// The bytes read from the answer at a time.
@@ -58,7 +58,7 @@ pub struct LogsArgs {
 
 /// Prints the log as the head streams it.
 pub fn run(args: &LogsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    if ObjectKind::parse(&args.id)? == ObjectKind::Group {
+    if object_kind(&args.id)? == ObjectKind::Group {
         return Err(BadInput::new(format!(
             "{} is a placement group: only actors and tasks have logs",
             args.id

@@ -23,7 +23,9 @@ use crate::error::HeadError;
 use crate::handle::HeadHandle;
 use crate::ids::Sequences;
 
-use crate::view::{Kind, View, Waiting};
+use berth_api::ObjectKind;
+
+use crate::view::{PendingRequest, View};
 
 const TOKEN: &str = "dashboard-test-token";
 const XSS: &str = "<script>alert(1)</script>";
@@ -180,8 +182,8 @@ fn sample_view() -> View {
     pending.diagnosis = Some(Box::new(gpu_diagnosis()));
     view.actors.insert(2, Arc::new(pending));
     view.waiting.insert(
-        (Kind::Actor, 2),
-        Arc::new(Waiting {
+        (ObjectKind::Actor, 2),
+        Arc::new(PendingRequest {
             item: PendingItem {
                 kind: "actor".into(),
                 id: "actor-2".into(),

@@ -17,35 +17,35 @@ pub(crate) const LIST_LIMIT: usize = 500;
 
 /// Which list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub(crate) enum WorkList {
     Actors,
     Tasks,
     Groups,
 }
 
-impl Kind {
+impl WorkList {
     fn title(self) -> &'static str {
         match self {
-            Kind::Actors => "Actors",
-            Kind::Tasks => "Tasks",
-            Kind::Groups => "Placement groups",
+            WorkList::Actors => "Actors",
+            WorkList::Tasks => "Tasks",
+            WorkList::Groups => "Placement groups",
         }
     }
 
     /// The route word: `/ui/<page>`, `#<page>`.
     fn page(self) -> &'static str {
         match self {
-            Kind::Actors => "actors",
-            Kind::Tasks => "tasks",
-            Kind::Groups => "groups",
+            WorkList::Actors => "actors",
+            WorkList::Tasks => "tasks",
+            WorkList::Groups => "groups",
         }
     }
 
     fn states(self) -> &'static [&'static str] {
         match self {
-            Kind::Actors => &["PENDING", "ALIVE", "RESTARTING", "DEAD"],
-            Kind::Tasks => &["PENDING", "RUNNING", "FINISHED", "FAILED", "CANCELLED"],
-            Kind::Groups => &["PENDING", "CREATED", "RESCHEDULING", "REMOVED"],
+            WorkList::Actors => &["PENDING", "ALIVE", "RESTARTING", "DEAD"],
+            WorkList::Tasks => &["PENDING", "RUNNING", "FINISHED", "FAILED", "CANCELLED"],
+            WorkList::Groups => &["PENDING", "CREATED", "RESCHEDULING", "REMOVED"],
         }
     }
 }
@@ -135,26 +135,26 @@ struct Row {
 
 impl Rows {
     /// The rows of `kind` that `filters` keep.
-    pub(crate) fn new(view: &View, kind: Kind, filters: &Filters) -> Result<Rows, UiError> {
+    pub(crate) fn new(view: &View, kind: WorkList, filters: &Filters) -> Result<Rows, UiError> {
         let query = filters.query();
         let (rows, total) = match kind {
-            Kind::Actors => {
+            WorkList::Actors => {
                 let list = view.list_actors(&query)?;
                 (list.items.iter().map(actor_row).collect(), list.total)
             }
-            Kind::Tasks => {
+            WorkList::Tasks => {
                 let list = view.list_tasks(&query)?;
                 (list.items.iter().map(task_row).collect(), list.total)
             }
-            Kind::Groups => {
+            WorkList::Groups => {
                 let list = view.list_groups(&query)?;
                 (list.items.iter().map(group_row).collect(), list.total)
             }
         };
         let (count_label, what_label, empty) = match kind {
-            Kind::Actors => ("Restarts", "Labels", "No actor matches."),
-            Kind::Tasks => ("Attempts", "Resources", "No task matches."),
-            Kind::Groups => ("Strategy", "Bundles", "No placement group matches."),
+            WorkList::Actors => ("Restarts", "Labels", "No actor matches."),
+            WorkList::Tasks => ("Attempts", "Resources", "No task matches."),
+            WorkList::Groups => ("Strategy", "Bundles", "No placement group matches."),
         };
         Ok(Rows { count_label, what_label, empty, rows, total })
     }
@@ -230,7 +230,7 @@ fn group_row(g: &Group) -> Row {
     }
 }
 
-async fn list_page(ui: &Ui, kind: Kind, query: Option<String>) -> Result<Response, UiError> {
+async fn list_page(ui: &Ui, kind: WorkList, query: Option<String>) -> Result<Response, UiError> {
     let view = ui.handle.view();
     let filters = Filters::parse(query.as_deref())?;
     let rows = Rows::new(&view, kind, &filters)?;
@@ -238,14 +238,14 @@ async fn list_page(ui: &Ui, kind: Kind, query: Option<String>) -> Result<Respons
         title: kind.title(),
         page: kind.page(),
         states: kind.states(),
-        label_filter: kind == Kind::Actors,
+        label_filter: kind == WorkList::Actors,
         nodes: view.nodes.keys().cloned().collect(),
         filters,
         rows,
     }))
 }
 
-async fn list_rows(ui: &Ui, kind: Kind, query: Option<String>) -> Result<Response, UiError> {
+async fn list_rows(ui: &Ui, kind: WorkList, query: Option<String>) -> Result<Response, UiError> {
     let filters = Filters::parse(query.as_deref())?;
     Ok(render(&Rows::new(&ui.handle.view(), kind, &filters)?))
 }
@@ -255,7 +255,7 @@ pub(crate) async fn actors_page(
     State(ui): State<Ui>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, UiError> {
-    list_page(&ui, Kind::Actors, q).await
+    list_page(&ui, WorkList::Actors, q).await
 }
 
 /// `GET /ui/actors/rows?…`.
@@ -263,7 +263,7 @@ pub(crate) async fn actor_rows(
     State(ui): State<Ui>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, UiError> {
-    list_rows(&ui, Kind::Actors, q).await
+    list_rows(&ui, WorkList::Actors, q).await
 }
 
 /// `GET /ui/tasks?…`.
@@ -271,7 +271,7 @@ pub(crate) async fn tasks_page(
     State(ui): State<Ui>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, UiError> {
-    list_page(&ui, Kind::Tasks, q).await
+    list_page(&ui, WorkList::Tasks, q).await
 }
 
 /// `GET /ui/tasks/rows?…`.
@@ -279,7 +279,7 @@ pub(crate) async fn task_rows(
     State(ui): State<Ui>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, UiError> {
-    list_rows(&ui, Kind::Tasks, q).await
+    list_rows(&ui, WorkList::Tasks, q).await
 }
 
 /// `GET /ui/groups?…`.
@@ -287,7 +287,7 @@ pub(crate) async fn groups_page(
     State(ui): State<Ui>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, UiError> {
-    list_page(&ui, Kind::Groups, q).await
+    list_page(&ui, WorkList::Groups, q).await
 }
 
 /// `GET /ui/groups/rows?…`.
@@ -295,7 +295,7 @@ pub(crate) async fn group_rows(
     State(ui): State<Ui>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, UiError> {
-    list_rows(&ui, Kind::Groups, q).await
+    list_rows(&ui, WorkList::Groups, q).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -405,7 +405,7 @@ fn placement(
 }
 
 impl Detail {
-    fn base(view: &View, kind: Kind, noun: &'static str, id: &str, state: String) -> Detail {
+    fn base(view: &View, kind: WorkList, noun: &'static str, id: &str, state: String) -> Detail {
         let summary = view.explain(id).map(|e| e.summary).unwrap_or_default();
         Detail {
             list_title: kind.title(),
@@ -426,7 +426,8 @@ impl Detail {
     }
 
     pub(crate) fn actor(view: &View, a: &Actor) -> Detail {
-        let mut d = Detail::base(view, Kind::Actors, "Actor", &a.actor_id, format::word(&a.state));
+        let mut d =
+            Detail::base(view, WorkList::Actors, "Actor", &a.actor_id, format::word(&a.state));
         let spec = &a.spec;
         let max =
             if spec.max_restarts < 0 { "always".into() } else { spec.max_restarts.to_string() };
@@ -457,7 +458,7 @@ impl Detail {
     }
 
     pub(crate) fn task(view: &View, t: &Task) -> Detail {
-        let mut d = Detail::base(view, Kind::Tasks, "Task", &t.task_id, format::word(&t.state));
+        let mut d = Detail::base(view, WorkList::Tasks, "Task", &t.task_id, format::word(&t.state));
         let spec = &t.spec;
         d.facts = vec![
             ("Name", or_none(t.name.as_deref())),
@@ -486,7 +487,7 @@ impl Detail {
     pub(crate) fn group(view: &View, g: &Group) -> Detail {
         let mut d = Detail::base(
             view,
-            Kind::Groups,
+            WorkList::Groups,
             "Placement group",
             &g.group_id,
             format::word(&g.state),

@@ -21,7 +21,7 @@ pub(crate) async fn explain(
     State(api): State<Api>,
     PathId(id): PathId,
 ) -> Result<Json<Explanation>, Failure> {
-    let what = match crate::view::Kind::parse(&id) {
+    let what = match berth_api::ObjectKind::parse(&id) {
         Some((kind, _)) => kind.word(),
         None => "object",
     };

@@ -28,7 +28,8 @@ use super::extract::{Failure, PathId, Query};
 use super::Api;
 use crate::error::HeadError;
 use crate::logs::{LogReader, LogStreams, OpenError, MAX_REQUESTS_PER_NODE};
-use crate::view::{Kind, View};
+use crate::view::View;
+use berth_api::ObjectKind;
 
 /// How long the agent has to answer a request at all (its first answer comes at once).
 pub(crate) const FIRST_ANSWER: Duration = Duration::from_secs(10);
@@ -138,7 +139,7 @@ pub(crate) async fn logs(
 
 /// Where a work's output is, as the published view says.
 struct Work {
-    kind: Kind,
+    kind: ObjectKind,
     /// Its node now, else the last node it was placed on.
     node_id: Option<Arc<str>>,
     /// Its state, for messages.
@@ -150,7 +151,7 @@ impl Work {
     /// it now runs on another node.
     fn over(&self, view: &View, id: &str, node_id: &str) -> bool {
         let (ended, now_on) = match self.kind {
-            Kind::Actor => match view.actor(id) {
+            ObjectKind::Actor => match view.actor(id) {
                 Some(a) => (a.state == ActorState::Dead, a.node_id.clone()),
                 None => (true, None),
             },
@@ -172,24 +173,24 @@ impl Work {
 /// The actor or task `id` and where its output is.
 fn locate(view: &View, id: &str) -> Result<Work, HeadError> {
     let not_found = || HeadError::NotFound { what: "actor or task", id: id.to_string() };
-    match Kind::parse(id) {
-        Some((Kind::Actor, _)) => {
+    match ObjectKind::parse(id) {
+        Some((ObjectKind::Actor, _)) => {
             let a = view.actor(id).ok_or_else(not_found)?;
             Ok(Work {
-                kind: Kind::Actor,
+                kind: ObjectKind::Actor,
                 node_id: a.node_id.clone().or_else(|| last_node(&a.history)),
                 state: word(&a.state),
             })
         }
-        Some((Kind::Task, _)) => {
+        Some((ObjectKind::Task, _)) => {
             let t = view.task(id).ok_or_else(not_found)?;
             Ok(Work {
-                kind: Kind::Task,
+                kind: ObjectKind::Task,
                 node_id: t.node_id.clone().or_else(|| last_node(&t.history)),
                 state: word(&t.state),
             })
         }
-        Some((Kind::Group, _)) => Err(HeadError::invalid(
+        Some((ObjectKind::Group, _)) => Err(HeadError::invalid(
             "id",
             format!("{id} is a placement group: only actors and tasks have logs"),
         )),
@@ -298,10 +299,10 @@ impl Streaming {
                     let over = {
                         let view = self.follow.as_mut().expect("following").borrow_and_update();
                         let node_id = self.reader.node_id();
-                        let kind = if self.id.starts_with(Kind::Actor.prefix()) {
-                            Kind::Actor
+                        let kind = if self.id.starts_with(ObjectKind::Actor.prefix()) {
+                            ObjectKind::Actor
                         } else {
-                            Kind::Task
+                            ObjectKind::Task
                         };
                         Work { kind, node_id: None, state: String::new() }
                             .over(&view, &self.id, node_id)

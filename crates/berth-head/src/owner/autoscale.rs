@@ -20,7 +20,7 @@ use super::Owner;
 use crate::clock::now_ms;
 use crate::command::{AutoscaleActions as Actions, AutoscaleOutcome as Outcome};
 use crate::records::encode;
-use crate::view::Kind;
+use berth_api::ObjectKind;
 
 /// `Meta` keys of the launch records: this prefix, then the node ID.
 const RECORD_PREFIX: &str = "autoscaler.node.";
@@ -398,7 +398,7 @@ impl Owner {
         let groups: Vec<(String, &berth_core::placement_group::GroupSpec)> = self
             .waiting_groups
             .iter()
-            .filter_map(|seq| self.groups.get(seq).map(|g| (Kind::Group.id(*seq), &g.spec)))
+            .filter_map(|seq| self.groups.get(seq).map(|g| (ObjectKind::Group.id(*seq), &g.spec)))
             .collect();
         // Groups first, as the owner retries them.
         let wants: Vec<Want<'_>> = groups

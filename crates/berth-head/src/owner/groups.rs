@@ -11,13 +11,14 @@ use berth_core::placement_group::GroupSpec;
 use berth_core::{group_may_help, Allocation, Trigger};
 
 use super::convert;
-use super::work::{push_event, WorkKey};
+use super::work::{push_event, WorkId};
 use super::{Owner, MAX_GROUP_WORK};
 use crate::clock::now_ms;
 use crate::documents::input_error;
 use crate::error::HeadError;
 use crate::records::GroupRecord;
-use crate::view::{Kind, Waiting};
+use crate::view::PendingRequest;
+use berth_api::ObjectKind;
 
 /// A group as the owner holds it.
 pub(crate) struct GroupEntry {
@@ -60,16 +61,16 @@ impl Owner {
         body: GroupCreate,
         parsed: &ParsedRequest,
     ) -> Result<Group, HeadError> {
-        if let Some(first) = self.created_with(Kind::Group, body.idempotency_key.as_deref()) {
+        if let Some(first) = self.created_with(ObjectKind::Group, body.idempotency_key.as_deref()) {
             return Ok(self.groups[&first].api.clone());
         }
         let spec = build_group(self, parsed)?;
         let first = spec.alternatives.first();
         let bundles = first.map(|a| a.bundles.clone()).unwrap_or_default();
-        self.remember_key(Kind::Group, body.idempotency_key.as_deref(), seq);
+        self.remember_key(ObjectKind::Group, body.idempotency_key.as_deref(), seq);
         let mut api = Group {
             idempotency_key: body.idempotency_key.as_deref().map(str::to_string),
-            group_id: Kind::Group.id(seq),
+            group_id: ObjectKind::Group.id(seq),
             name: body.name.clone(),
             namespace: spec.namespace.clone(),
             strategy: spec.strategy.name().to_string(),
@@ -130,7 +131,7 @@ impl Owner {
             GroupDecision::Created { alternative, nodes, .. } => {
                 self.metrics.decision("placed", seconds);
                 self.waiting_groups.remove(&seq);
-                self.view.waiting.remove(&(Kind::Group, seq));
+                self.view.waiting.remove(&(ObjectKind::Group, seq));
                 let group_id = self.groups[&seq].api.group_id.clone();
                 let placed = self.cluster.group(&group_id).cloned();
                 let e = self.groups.get_mut(&seq).expect("known");
@@ -196,12 +197,12 @@ impl Owner {
                     false => berth_core::Waiting::Pending,
                 };
                 let changed = e.api.diagnosis.as_ref() != Some(&diagnosis);
-                if !changed && self.view.waiting.contains_key(&(Kind::Group, seq)) {
+                if !changed && self.view.waiting.contains_key(&(ObjectKind::Group, seq)) {
                     // As shown already (its bundles' shapes are as many as its bundles).
                     return;
                 }
                 e.api.diagnosis = Some(diagnosis.clone());
-                let waiting = Waiting {
+                let waiting = PendingRequest {
                     item: berth_api::rest::PendingItem {
                         kind: "placement_group".into(),
                         id: e.api.group_id.clone(),
@@ -211,7 +212,7 @@ impl Owner {
                     label_selector: Default::default(),
                     tolerations: convert::string_map(e.api.spec.tolerations.as_ref()),
                 };
-                self.view.waiting.insert((Kind::Group, seq), Arc::new(waiting));
+                self.view.waiting.insert((ObjectKind::Group, seq), Arc::new(waiting));
                 if changed {
                     self.dirty.shown_groups.insert(seq);
                 }
@@ -264,8 +265,8 @@ impl Owner {
     }
 
     pub(crate) fn remove_group(&mut self, id: &str) -> Result<Group, HeadError> {
-        let seq = match Kind::parse(id) {
-            Some((Kind::Group, seq)) if self.groups.contains_key(&seq) => seq,
+        let seq = match ObjectKind::parse(id) {
+            Some((ObjectKind::Group, seq)) if self.groups.contains_key(&seq) => seq,
             _ => return Err(HeadError::NotFound { what: "placement_group", id: id.to_string() }),
         };
         if self.groups[&seq].api.state == GroupState::Removed {
@@ -273,39 +274,39 @@ impl Owner {
         }
         // Work inside the group ends with it; work waiting for it can never run. Placed work
         // holds one of its bundles; waiting work asks for it in its queued request.
-        let waiting: HashSet<WorkKey> =
+        let waiting: HashSet<WorkId> =
             self.queue.iter().filter(|q| in_group(&q.request, id)).map(|q| q.key).collect();
-        let inside_group = |key: WorkKey, allocation: Option<&Allocation>| {
+        let inside_group = |key: WorkId, allocation: Option<&Allocation>| {
             waiting.contains(&key) || allocation.is_some_and(|a| in_bundle_of(a, id))
         };
-        let inside: Vec<WorkKey> = self
+        let inside: Vec<WorkId> = self
             .actors
             .iter()
             .filter(|(s, e)| {
-                inside_group(WorkKey::Actor(**s), e.allocation.as_ref())
+                inside_group(WorkId::Actor(**s), e.allocation.as_ref())
                     && e.api.state != berth_api::rest::ActorState::Dead
             })
-            .map(|(s, _)| WorkKey::Actor(*s))
+            .map(|(s, _)| WorkId::Actor(*s))
             .chain(
                 self.tasks
                     .iter()
                     .filter(|(s, e)| {
-                        inside_group(WorkKey::Task(**s), e.allocation.as_ref())
+                        inside_group(WorkId::Task(**s), e.allocation.as_ref())
                             && matches!(
                                 e.api.state,
                                 berth_api::rest::TaskState::Pending
                                     | berth_api::rest::TaskState::Running
                             )
                     })
-                    .map(|(s, _)| WorkKey::Task(*s)),
+                    .map(|(s, _)| WorkId::Task(*s)),
             )
             .collect();
         for key in inside {
             match key {
-                WorkKey::Actor(_) => {
+                WorkId::Actor(_) => {
                     let _ = self.kill_actor(&key.id());
                 }
-                WorkKey::Task(_) => {
+                WorkId::Task(_) => {
                     let _ = self.cancel_task(&key.id());
                 }
             }
@@ -314,7 +315,7 @@ impl Owner {
             drop(removed);
         }
         self.waiting_groups.remove(&seq);
-        self.view.waiting.remove(&(Kind::Group, seq));
+        self.view.waiting.remove(&(ObjectKind::Group, seq));
         let freed: Vec<_> = self.groups[&seq]
             .api
             .bundles

@@ -13,7 +13,7 @@ use berth_core::instances::MAX_INSTANCES;
 use berth_core::labels::Labels;
 use berth_core::{NodeIndex, NodeState, Quantity, Trigger};
 
-use super::work::{Ending, WorkKey};
+use super::work::{Ending, WorkId};
 use super::Owner;
 use crate::error::HeadError;
 use berth_api::limits::Limit;
@@ -260,8 +260,8 @@ impl Owner {
         let _ = self.cluster.set_state(index, NodeState::Draining);
         self.trigger(Trigger::NodeLost(index));
         // Actors move (a move is not a restart); tasks run to completion.
-        let actors: Vec<WorkKey> =
-            self.work_on(&id).into_iter().filter(|k| matches!(k, WorkKey::Actor(_))).collect();
+        let actors: Vec<WorkId> =
+            self.work_on(&id).into_iter().filter(|k| matches!(k, WorkId::Actor(_))).collect();
         for key in actors {
             self.stop(key, "node draining");
             self.ended(key, Ending::Moved(format!("moved off draining node {id}")));

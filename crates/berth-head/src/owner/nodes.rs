@@ -19,12 +19,12 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::convert;
-use super::work::{Ending, WorkKey};
+use super::work::{Ending, WorkId};
 use super::{AgentLink, Owner};
 use crate::clock::now_ms;
 use crate::command::{AgentCommand, Liveness};
 use crate::records::NodeRecord;
-use crate::view::Kind;
+use berth_api::ObjectKind;
 
 /// A node as the owner holds it.
 pub(crate) struct NodeEntry {
@@ -226,11 +226,11 @@ impl Owner {
             running.insert(work.work_id.clone(), work.attempt);
         }
         for (work_id, attempt) in &running {
-            let current = Kind::parse(work_id).and_then(|(kind, seq)| {
+            let current = ObjectKind::parse(work_id).and_then(|(kind, seq)| {
                 let key = match kind {
-                    Kind::Actor => WorkKey::Actor(seq),
-                    Kind::Task => WorkKey::Task(seq),
-                    Kind::Group => return None,
+                    ObjectKind::Actor => WorkId::Actor(seq),
+                    ObjectKind::Task => WorkId::Task(seq),
+                    ObjectKind::Group => return None,
                 };
                 let current = self.attempt_of(key)?;
                 (self.runs_on(current, &node_id) && current.number == *attempt).then_some(key)
@@ -267,16 +267,16 @@ impl Owner {
     /// With `--accept-store-loss` the loss is accepted: the counters move past those IDs (none
     /// is handed out twice) and the work is stopped as unknown.
     fn check_running_is_known(&mut self, request: &RegisterRequest) -> Result<(), Status> {
-        let counter = |kind: Kind| match kind {
-            Kind::Actor => &self.sequences.actors,
-            Kind::Task => &self.sequences.tasks,
-            Kind::Group => &self.sequences.groups,
+        let counter = |kind: ObjectKind| match kind {
+            ObjectKind::Actor => &self.sequences.actors,
+            ObjectKind::Task => &self.sequences.tasks,
+            ObjectKind::Group => &self.sequences.groups,
         };
-        let beyond: Vec<(Kind, u64, &str)> = request
+        let beyond: Vec<(ObjectKind, u64, &str)> = request
             .running
             .iter()
             .filter_map(|work| {
-                let (kind, seq) = Kind::parse(&work.work_id)?;
+                let (kind, seq) = ObjectKind::parse(&work.work_id)?;
                 (seq > counter(kind).load(Ordering::Relaxed)).then_some((
                     kind,
                     seq,
@@ -310,21 +310,21 @@ impl Owner {
     }
 
     /// The work whose current attempt is placed on `node`.
-    pub(crate) fn work_on(&self, node: &str) -> Vec<WorkKey> {
+    pub(crate) fn work_on(&self, node: &str) -> Vec<WorkId> {
         let Some(index) = self.nodes.get(node).map(|n| n.index) else { return Vec::new() };
         let on = |attempt: Option<super::work::Attempt>| attempt.is_some_and(|a| a.node == index);
-        let mut out: Vec<WorkKey> = self
+        let mut out: Vec<WorkId> = self
             .actors
             .iter()
             .filter(|(_, e)| on(e.current()))
-            .map(|(s, _)| WorkKey::Actor(*s))
+            .map(|(s, _)| WorkId::Actor(*s))
             .chain(
-                self.tasks.iter().filter(|(_, e)| on(e.current())).map(|(s, _)| WorkKey::Task(*s)),
+                self.tasks.iter().filter(|(_, e)| on(e.current())).map(|(s, _)| WorkId::Task(*s)),
             )
             .collect();
         out.sort_by_key(|k| match k {
-            WorkKey::Actor(s) => (0, *s),
-            WorkKey::Task(s) => (1, *s),
+            WorkId::Actor(s) => (0, *s),
+            WorkId::Task(s) => (1, *s),
         });
         out
     }
@@ -376,9 +376,9 @@ impl Owner {
     /// Applies one report of a live session; a report of no current attempt (or without a
     /// status) is answered `current: false`.
     fn report(&mut self, report: StatusReport) -> StatusReply {
-        let key = match Kind::parse(&report.work_id) {
-            Some((Kind::Actor, seq)) if self.actors.contains_key(&seq) => WorkKey::Actor(seq),
-            Some((Kind::Task, seq)) if self.tasks.contains_key(&seq) => WorkKey::Task(seq),
+        let key = match ObjectKind::parse(&report.work_id) {
+            Some((ObjectKind::Actor, seq)) if self.actors.contains_key(&seq) => WorkId::Actor(seq),
+            Some((ObjectKind::Task, seq)) if self.tasks.contains_key(&seq) => WorkId::Task(seq),
             _ => return StatusReply { current: false },
         };
         let current = self

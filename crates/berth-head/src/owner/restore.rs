@@ -19,7 +19,7 @@ use super::groups::{build_group, GroupEntry};
 use super::nodes::NodeEntry;
 use super::retention::Ledger;
 use super::work::{
-    affinity_of, build, record_start, ActorEntry, Ending, TaskEntry, WorkKey, WorkObject,
+    affinity_of, build, record_start, ActorEntry, Ending, TaskEntry, WorkId, WorkObject,
 };
 use super::{convert, AgentLink, Owner};
 use crate::clock::now_ms;
@@ -29,7 +29,7 @@ use crate::ids::Sequences;
 use crate::records::{
     self, parse_store_key, ActorRecord, GroupRecord, NodeRecord, Placement, StartRecord,
 };
-use crate::view::Kind;
+use berth_api::ObjectKind;
 
 /// What a restore found, for the head's start-up log.
 #[derive(Debug, Default)]
@@ -62,7 +62,7 @@ fn decode<T: serde::de::DeserializeOwned>(
 /// show it yet. A start that cannot be read is reported in `out` and not applied.
 fn apply_start<A: WorkObject>(
     snapshot: &Snapshot,
-    (kind, seq, attempt): (Kind, u64, u32),
+    (kind, seq, attempt): (ObjectKind, u64, u32),
     placement: &mut Option<Placement>,
     api: &mut A,
     out: &mut Restored,
@@ -105,7 +105,7 @@ impl Owner {
         self.restore_idempotency_keys();
         // IDs continue after the highest ever given, including those forgotten since.
         let ledger = self.finished.ledger;
-        let max = |kind: Kind, table: Table| {
+        let max = |kind: ObjectKind, table: Table| {
             snapshot
                 .table(table)
                 .keys()
@@ -116,9 +116,9 @@ impl Owner {
                 .unwrap_or(0)
                 .max(ledger.of(kind).last_seq)
         };
-        sequences.actors.store(max(Kind::Actor, Table::Actors), Ordering::Relaxed);
-        sequences.tasks.store(max(Kind::Task, Table::Tasks), Ordering::Relaxed);
-        sequences.groups.store(max(Kind::Group, Table::Groups), Ordering::Relaxed);
+        sequences.actors.store(max(ObjectKind::Actor, Table::Actors), Ordering::Relaxed);
+        sequences.tasks.store(max(ObjectKind::Task, Table::Tasks), Ordering::Relaxed);
+        sequences.groups.store(max(ObjectKind::Group, Table::Groups), Ordering::Relaxed);
         // Restoring writes nothing new except what changed (work whose node is gone).
         out
     }
@@ -132,13 +132,13 @@ impl Owner {
         let groups: Vec<(u64, Option<String>)> =
             self.groups.iter().map(|(s, e)| (*s, e.api.idempotency_key.clone())).collect();
         for (seq, key) in actors {
-            self.remember_key(Kind::Actor, key.as_deref(), seq);
+            self.remember_key(ObjectKind::Actor, key.as_deref(), seq);
         }
         for (seq, key) in tasks {
-            self.remember_key(Kind::Task, key.as_deref(), seq);
+            self.remember_key(ObjectKind::Task, key.as_deref(), seq);
         }
         for (seq, key) in groups {
-            self.remember_key(Kind::Group, key.as_deref(), seq);
+            self.remember_key(ObjectKind::Group, key.as_deref(), seq);
         }
     }
 
@@ -203,7 +203,9 @@ impl Owner {
             else {
                 continue;
             };
-            let Some((seq, current)) = self.record_seq(Kind::Group, key, out) else { continue };
+            let Some((seq, current)) = self.record_seq(ObjectKind::Group, key, out) else {
+                continue;
+            };
             let spec = match group_document(seq, &record.group.spec)
                 .and_then(|parsed| build_group(self, &parsed))
             {
@@ -238,7 +240,7 @@ impl Owner {
             self.view.groups.insert(seq, Arc::new(entry.api.clone()));
             self.groups.insert(seq, entry);
             if !current {
-                self.replace_key(Kind::Group, key, seq);
+                self.replace_key(ObjectKind::Group, key, seq);
             }
             out.groups += 1;
         }
@@ -265,7 +267,7 @@ impl Owner {
     /// requests. A record's request is built from its spec (whether or not the work has ended,
     /// so that a record whose spec no longer builds is reported), and kept only while needed:
     /// to queue the work, or to reserve its placement again.
-    fn restore_work(&mut self, snapshot: &Snapshot, out: &mut Restored) -> Vec<(WorkKey, Request)> {
+    fn restore_work(&mut self, snapshot: &Snapshot, out: &mut Restored) -> Vec<(WorkId, Request)> {
         let mut waiting = Vec::new();
         let mut lost = Vec::new();
         for (key, bytes) in snapshot.table(Table::Actors) {
@@ -273,7 +275,9 @@ impl Owner {
             else {
                 continue;
             };
-            let Some((seq, current)) = self.record_seq(Kind::Actor, key, out) else { continue };
+            let Some((seq, current)) = self.record_seq(ObjectKind::Actor, key, out) else {
+                continue;
+            };
             let request =
                 match actor_document(seq, &record.actor.spec).and_then(|p| build(self, &p)) {
                     Ok(r) => r,
@@ -285,7 +289,13 @@ impl Owner {
             let mut placement = record.placement;
             let mut actor = record.actor;
             let attempt = record.attempt;
-            apply_start(snapshot, (Kind::Actor, seq, attempt), &mut placement, &mut actor, out);
+            apply_start(
+                snapshot,
+                (ObjectKind::Actor, seq, attempt),
+                &mut placement,
+                &mut actor,
+                out,
+            );
             let state = actor.state;
             if let Some(spec) = request.actor() {
                 // One ID for the API object and the scheduler's record, as when created.
@@ -304,10 +314,10 @@ impl Owner {
             }
             self.actors.insert(seq, Box::new(entry));
             if !current {
-                self.replace_key(Kind::Actor, key, seq);
+                self.replace_key(ObjectKind::Actor, key, seq);
             }
             out.actors += 1;
-            let key = WorkKey::Actor(seq);
+            let key = WorkId::Actor(seq);
             match (state, placement) {
                 (ActorState::Dead, _) => {}
                 (_, Some(placement)) => {
@@ -324,7 +334,9 @@ impl Owner {
             else {
                 continue;
             };
-            let Some((seq, current)) = self.record_seq(Kind::Task, key, out) else { continue };
+            let Some((seq, current)) = self.record_seq(ObjectKind::Task, key, out) else {
+                continue;
+            };
             let request = match task_document(&record.task.spec).and_then(|p| build(self, &p)) {
                 Ok(r) => r,
                 Err(err) => {
@@ -335,7 +347,7 @@ impl Owner {
             let mut placement = record.placement;
             let mut task = record.task;
             let attempt = record.attempt;
-            apply_start(snapshot, (Kind::Task, seq, attempt), &mut placement, &mut task, out);
+            apply_start(snapshot, (ObjectKind::Task, seq, attempt), &mut placement, &mut task, out);
             let state = task.state;
             let entry = TaskEntry {
                 api: Arc::new(task),
@@ -347,10 +359,10 @@ impl Owner {
             self.view.tasks.insert(seq, entry.api.clone());
             self.tasks.insert(seq, Box::new(entry));
             if !current {
-                self.replace_key(Kind::Task, key, seq);
+                self.replace_key(ObjectKind::Task, key, seq);
             }
             out.tasks += 1;
-            let key = WorkKey::Task(seq);
+            let key = WorkId::Task(seq);
             match (state, placement) {
                 (TaskState::Finished | TaskState::Failed | TaskState::Cancelled, _) => {}
                 (_, Some(placement)) => {
@@ -372,16 +384,16 @@ impl Owner {
     /// current form; none if the key is not one of that kind's or a record with that number was
     /// restored already (a store holds one per object: an old-form key is replaced in the same
     /// commit that writes the new one).
-    fn record_seq(&self, kind: Kind, key: &str, out: &mut Restored) -> Option<(u64, bool)> {
+    fn record_seq(&self, kind: ObjectKind, key: &str, out: &mut Restored) -> Option<(u64, bool)> {
         let word = kind.word();
         let Some((_, seq, current)) = parse_store_key(key).filter(|(k, ..)| *k == kind) else {
             out.skipped.push(format!("{word} {key}: not a key of a {word}"));
             return None;
         };
         let known = match kind {
-            Kind::Actor => self.actors.contains_key(&seq),
-            Kind::Task => self.tasks.contains_key(&seq),
-            Kind::Group => self.groups.contains_key(&seq),
+            ObjectKind::Actor => self.actors.contains_key(&seq),
+            ObjectKind::Task => self.tasks.contains_key(&seq),
+            ObjectKind::Group => self.groups.contains_key(&seq),
         };
         if known {
             out.skipped.push(format!("{word} {key}: a second record of {}", kind.id(seq)));
@@ -392,19 +404,19 @@ impl Owner {
 
     /// Notes that the restored object `seq` was stored under an old-form `key`: the first
     /// cycle deletes that key and writes the object under its current one.
-    fn replace_key(&mut self, kind: Kind, key: &str, seq: u64) {
+    fn replace_key(&mut self, kind: ObjectKind, key: &str, seq: u64) {
         self.stale_keys.push((records::table(kind), key.to_owned()));
         match kind {
-            Kind::Actor => self.dirty.actors.insert(seq),
-            Kind::Task => self.dirty.tasks.insert(seq),
-            Kind::Group => self.dirty.groups.insert(seq),
+            ObjectKind::Actor => self.dirty.actors.insert(seq),
+            ObjectKind::Task => self.dirty.tasks.insert(seq),
+            ObjectKind::Group => self.dirty.groups.insert(seq),
         };
     }
 
     /// Reserves `key`'s recorded placement again, with the same instances.
     fn rereserve(
         &mut self,
-        key: WorkKey,
+        key: WorkId,
         placement: Placement,
         request: &Request,
     ) -> Result<(), String> {
@@ -432,12 +444,12 @@ impl Owner {
         }
         let node_id = placement.node_id.clone();
         match key {
-            WorkKey::Actor(seq) => {
+            WorkId::Actor(seq) => {
                 let e = self.actors.get_mut(&seq).expect("known");
                 e.allocation = Some(allocation);
                 e.started = placement.started;
             }
-            WorkKey::Task(seq) => {
+            WorkId::Task(seq) => {
                 let e = self.tasks.get_mut(&seq).expect("known");
                 e.allocation = Some(allocation);
                 e.started = placement.started;

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::Owner;
 use crate::config::Retention;
 use crate::records::encode;
-use crate::view::Kind;
+use berth_api::ObjectKind;
 
 /// The `Meta` key of the retention ledger.
 pub(crate) const LEDGER_KEY: &str = "retention";
@@ -41,19 +41,19 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    pub(crate) fn of(&self, kind: Kind) -> &KindLedger {
+    pub(crate) fn of(&self, kind: ObjectKind) -> &KindLedger {
         match kind {
-            Kind::Actor => &self.actors,
-            Kind::Task => &self.tasks,
-            Kind::Group => &self.groups,
+            ObjectKind::Actor => &self.actors,
+            ObjectKind::Task => &self.tasks,
+            ObjectKind::Group => &self.groups,
         }
     }
 
-    fn of_mut(&mut self, kind: Kind) -> &mut KindLedger {
+    fn of_mut(&mut self, kind: ObjectKind) -> &mut KindLedger {
         match kind {
-            Kind::Actor => &mut self.actors,
-            Kind::Task => &mut self.tasks,
-            Kind::Group => &mut self.groups,
+            ObjectKind::Actor => &mut self.actors,
+            ObjectKind::Task => &mut self.tasks,
+            ObjectKind::Group => &mut self.groups,
         }
     }
 
@@ -92,7 +92,7 @@ fn finished_at(history: &[Event], created_at_ms: u64) -> u64 {
 
 impl Finished {
     /// Notes that `seq` of `kind` finished at `at_ms` (again: no effect).
-    fn note(&mut self, kind: Kind, seq: u64, at_ms: u64) {
+    fn note(&mut self, kind: ObjectKind, seq: u64, at_ms: u64) {
         let queue = &mut self.queues[kind.index()];
         if queue.members.insert(seq) {
             queue.order.push_back((at_ms, seq));
@@ -100,7 +100,7 @@ impl Finished {
     }
 
     /// The next object of `kind` to drop at `now_ms` under `retention`, if any.
-    fn next_due(&mut self, kind: Kind, retention: &Retention, now_ms: u64) -> Option<u64> {
+    fn next_due(&mut self, kind: ObjectKind, retention: &Retention, now_ms: u64) -> Option<u64> {
         let keep_for_ms = u64::try_from(retention.keep_for.as_millis()).unwrap_or(u64::MAX);
         let queue = &mut self.queues[kind.index()];
         let &(at_ms, seq) = queue.order.front()?;
@@ -117,12 +117,12 @@ impl Finished {
 
     /// Finished objects of `kind` kept now.
     #[cfg(test)]
-    pub(crate) fn kept(&self, kind: Kind) -> usize {
+    pub(crate) fn kept(&self, kind: ObjectKind) -> usize {
         self.queues[kind.index()].order.len()
     }
 
     /// What the view shows of `kind`'s retention.
-    pub(crate) fn shown(&self, kind: Kind, retention: &Retention) -> Forgotten {
+    pub(crate) fn shown(&self, kind: ObjectKind, retention: &Retention) -> Forgotten {
         Forgotten {
             dropped: self.ledger.of(kind).dropped,
             keep_finished_s: retention.keep_for.as_secs(),
@@ -146,14 +146,14 @@ impl Finished {
 impl Owner {
     /// Notes every object of this cycle's writes that is finished (called as they are written,
     /// so whatever path finished an object, it is noted).
-    pub(crate) fn note_finished(&mut self, kind: Kind, seq: u64) {
+    pub(crate) fn note_finished(&mut self, kind: ObjectKind, seq: u64) {
         let at_ms = match kind {
-            Kind::Actor => self
+            ObjectKind::Actor => self
                 .actors
                 .get(&seq)
                 .filter(|e| e.api.state == ActorState::Dead)
                 .map(|e| finished_at(&e.api.history, e.api.created_at_ms)),
-            Kind::Task => self
+            ObjectKind::Task => self
                 .tasks
                 .get(&seq)
                 .filter(|e| {
@@ -163,7 +163,7 @@ impl Owner {
                     )
                 })
                 .map(|e| finished_at(&e.api.history, e.api.created_at_ms)),
-            Kind::Group => self
+            ObjectKind::Group => self
                 .groups
                 .get(&seq)
                 .filter(|e| e.api.state == GroupState::Removed)
@@ -178,10 +178,10 @@ impl Owner {
     /// drops what expired while the head was down.
     pub(crate) fn note_restored_finished(&mut self) {
         let at = |history: &[Event]| history.last().map_or(0, |e| e.at_ms);
-        let mut all: Vec<(u64, Kind, u64)> = Vec::new();
-        all.extend(self.actors.iter().map(|(&s, e)| (at(&e.api.history), Kind::Actor, s)));
-        all.extend(self.tasks.iter().map(|(&s, e)| (at(&e.api.history), Kind::Task, s)));
-        all.extend(self.groups.iter().map(|(&s, e)| (at(&e.api.history), Kind::Group, s)));
+        let mut all: Vec<(u64, ObjectKind, u64)> = Vec::new();
+        all.extend(self.actors.iter().map(|(&s, e)| (at(&e.api.history), ObjectKind::Actor, s)));
+        all.extend(self.tasks.iter().map(|(&s, e)| (at(&e.api.history), ObjectKind::Task, s)));
+        all.extend(self.groups.iter().map(|(&s, e)| (at(&e.api.history), ObjectKind::Group, s)));
         all.sort_unstable();
         for (_, kind, seq) in all {
             self.note_finished(kind, seq);
@@ -192,7 +192,7 @@ impl Owner {
     pub(crate) fn forget_finished(&mut self, now_ms: u64) -> usize {
         let retention = self.config.retention;
         let mut dropped = 0;
-        for kind in [Kind::Actor, Kind::Task, Kind::Group] {
+        for kind in [ObjectKind::Actor, ObjectKind::Task, ObjectKind::Group] {
             while let Some(seq) = self.finished.next_due(kind, &retention, now_ms) {
                 self.forget(kind, seq);
                 dropped += 1;
@@ -202,10 +202,10 @@ impl Owner {
     }
 
     /// Removes one finished object from memory, the view and (in this cycle's batch) the store.
-    fn forget(&mut self, kind: Kind, seq: u64) {
+    fn forget(&mut self, kind: ObjectKind, seq: u64) {
         let key: Option<Box<str>>;
         let present = match kind {
-            Kind::Actor => {
+            ObjectKind::Actor => {
                 let entry = self.actors.remove(&seq);
                 key = entry
                     .as_ref()
@@ -226,7 +226,7 @@ impl Owner {
                 self.dirty.shown_actors.remove(&seq);
                 entry.is_some()
             }
-            Kind::Task => {
+            ObjectKind::Task => {
                 let entry = self.tasks.remove(&seq);
                 key = entry
                     .as_ref()
@@ -238,7 +238,7 @@ impl Owner {
                 self.dirty.shown_tasks.remove(&seq);
                 entry.is_some()
             }
-            Kind::Group => {
+            ObjectKind::Group => {
                 let entry = self.groups.remove(&seq);
                 key = entry.as_ref().and_then(|e| e.api.idempotency_key.as_deref().map(Box::from));
                 if let Some(last) = self.view.groups.remove(&seq) {
@@ -257,7 +257,7 @@ impl Owner {
         }
         if present {
             let key = crate::records::store_key(kind, seq);
-            if kind != Kind::Group {
+            if kind != ObjectKind::Group {
                 self.finished.deletes.push((Table::Starts, key.clone()));
             }
             self.finished.deletes.push((crate::records::table(kind), key));
@@ -271,7 +271,7 @@ impl Owner {
     /// Shows the retention counts in the view.
     pub(crate) fn show_retention(&mut self) {
         let retention = self.config.retention;
-        self.view.forgotten = [Kind::Actor, Kind::Task, Kind::Group]
+        self.view.forgotten = [ObjectKind::Actor, ObjectKind::Task, ObjectKind::Group]
             .map(|kind| self.finished.shown(kind, &retention));
     }
 }
@@ -286,48 +286,48 @@ mod tests {
         Retention { keep_for: Duration::from_millis(keep_for_ms), keep_count }
     }
 
-    fn drain(finished: &mut Finished, kind: Kind, r: &Retention, now: u64) -> Vec<u64> {
+    fn drain(finished: &mut Finished, kind: ObjectKind, r: &Retention, now: u64) -> Vec<u64> {
         std::iter::from_fn(|| finished.next_due(kind, r, now)).collect()
     }
 
     #[test]
     fn objects_past_their_time_are_dropped_oldest_first() {
         let mut f = Finished::default();
-        f.note(Kind::Task, 3, 1_000);
-        f.note(Kind::Task, 1, 2_000);
-        f.note(Kind::Task, 2, 9_000);
+        f.note(ObjectKind::Task, 3, 1_000);
+        f.note(ObjectKind::Task, 1, 2_000);
+        f.note(ObjectKind::Task, 2, 9_000);
         let r = retention(5_000, 100);
-        assert_eq!(drain(&mut f, Kind::Task, &r, 6_999), [3]);
-        assert_eq!(drain(&mut f, Kind::Task, &r, 7_000), [1]);
-        assert_eq!(f.kept(Kind::Task), 1);
-        assert_eq!(drain(&mut f, Kind::Task, &r, 14_000), [2]);
+        assert_eq!(drain(&mut f, ObjectKind::Task, &r, 6_999), [3]);
+        assert_eq!(drain(&mut f, ObjectKind::Task, &r, 7_000), [1]);
+        assert_eq!(f.kept(ObjectKind::Task), 1);
+        assert_eq!(drain(&mut f, ObjectKind::Task, &r, 14_000), [2]);
     }
 
     #[test]
     fn more_than_the_count_drops_the_oldest_finished() {
         let mut f = Finished::default();
         for seq in 1..=5 {
-            f.note(Kind::Actor, seq, 100 * seq);
+            f.note(ObjectKind::Actor, seq, 100 * seq);
         }
         let r = retention(3_600_000, 2);
-        assert_eq!(drain(&mut f, Kind::Actor, &r, 600), [1, 2, 3]);
-        assert_eq!(f.kept(Kind::Actor), 2);
-        assert!(drain(&mut f, Kind::Group, &r, 600).is_empty(), "kinds are counted apart");
+        assert_eq!(drain(&mut f, ObjectKind::Actor, &r, 600), [1, 2, 3]);
+        assert_eq!(f.kept(ObjectKind::Actor), 2);
+        assert!(drain(&mut f, ObjectKind::Group, &r, 600).is_empty(), "kinds are counted apart");
     }
 
     #[test]
     fn noting_twice_keeps_one_entry() {
         let mut f = Finished::default();
-        f.note(Kind::Group, 7, 10);
-        f.note(Kind::Group, 7, 20);
-        assert_eq!(f.kept(Kind::Group), 1);
+        f.note(ObjectKind::Group, 7, 10);
+        f.note(ObjectKind::Group, 7, 20);
+        assert_eq!(f.kept(ObjectKind::Group), 1);
     }
 
     #[test]
     fn a_huge_keep_for_never_overflows() {
         let mut f = Finished::default();
-        f.note(Kind::Task, 1, u64::MAX - 1);
+        f.note(ObjectKind::Task, 1, u64::MAX - 1);
         let r = Retention { keep_for: Duration::MAX, keep_count: 10 };
-        assert!(drain(&mut f, Kind::Task, &r, u64::MAX).is_empty());
+        assert!(drain(&mut f, ObjectKind::Task, &r, u64::MAX).is_empty());
     }
 }

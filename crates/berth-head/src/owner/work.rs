@@ -19,8 +19,9 @@ use crate::clock::now_ms;
 use crate::documents::input_error;
 use crate::error::HeadError;
 use crate::records::{ActorRecord, Placement, PlacementRef, StartRecord, TaskRecord};
-use crate::view::{Kind, Waiting};
+use crate::view::PendingRequest;
 use crate::work_keys::WorkKeys;
+use berth_api::ObjectKind;
 
 /// Events kept per object.
 pub(crate) const HISTORY: usize = 50;
@@ -32,23 +33,23 @@ const TASK_EVENTS: usize = 4;
 
 /// What waits in the pending queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum WorkKey {
+pub(crate) enum WorkId {
     Actor(u64),
     Task(u64),
 }
 
-impl WorkKey {
+impl WorkId {
     pub(crate) fn id(self) -> String {
         match self {
-            WorkKey::Actor(seq) => Kind::Actor.id(seq),
-            WorkKey::Task(seq) => Kind::Task.id(seq),
+            WorkId::Actor(seq) => ObjectKind::Actor.id(seq),
+            WorkId::Task(seq) => ObjectKind::Task.id(seq),
         }
     }
 
-    fn view_key(self) -> (Kind, u64) {
+    fn view_key(self) -> (ObjectKind, u64) {
         match self {
-            WorkKey::Actor(seq) => (Kind::Actor, seq),
-            WorkKey::Task(seq) => (Kind::Task, seq),
+            WorkId::Actor(seq) => (ObjectKind::Actor, seq),
+            WorkId::Task(seq) => (ObjectKind::Task, seq),
         }
     }
 }
@@ -268,11 +269,11 @@ impl WorkObject for Task {
 macro_rules! with_work {
     ($owner:expr, $key:expr, |$e:ident| $body:expr) => {
         match $key {
-            WorkKey::Actor(seq) => {
+            WorkId::Actor(seq) => {
                 let $e = $owner.actors.get_mut(&seq).expect("a queued key names a known actor");
                 $body
             }
-            WorkKey::Task(seq) => {
+            WorkId::Task(seq) => {
                 let $e = $owner.tasks.get_mut(&seq).expect("a queued key names a known task");
                 $body
             }
@@ -364,7 +365,7 @@ impl Owner {
         parsed: &ParsedRequest,
     ) -> Result<Actor, HeadError> {
         // A retried creation: the first one's object, as it is now.
-        if let Some(first) = self.created_with(Kind::Actor, body.idempotency_key.as_deref()) {
+        if let Some(first) = self.created_with(ObjectKind::Actor, body.idempotency_key.as_deref()) {
             return Ok((*self.actors[&first].api).clone());
         }
         let namespace = body.namespace.as_deref().unwrap_or("default").to_string();
@@ -386,7 +387,7 @@ impl Owner {
         // share one ID.
         let actor_id = match request.actor() {
             Some(actor) => actor.id.shared(),
-            None => Kind::Actor.id(seq).into(),
+            None => ObjectKind::Actor.id(seq).into(),
         };
         let mut api = Actor {
             endpoint: None,
@@ -408,9 +409,9 @@ impl Owner {
         if let Some(name) = &api.name {
             self.names.insert((api.namespace.clone(), name.clone()), seq);
         }
-        self.remember_key(Kind::Actor, api.spec.idempotency_key.as_deref(), seq);
+        self.remember_key(ObjectKind::Actor, api.spec.idempotency_key.as_deref(), seq);
         self.actors.insert(seq, Box::new(Work::new(api)));
-        self.submit(WorkKey::Actor(seq), request);
+        self.submit(WorkId::Actor(seq), request);
         Ok((*self.actors[&seq].api).clone())
     }
 
@@ -420,13 +421,13 @@ impl Owner {
         body: TaskSubmit,
         parsed: &ParsedRequest,
     ) -> Result<Task, HeadError> {
-        if let Some(first) = self.created_with(Kind::Task, body.idempotency_key.as_deref()) {
+        if let Some(first) = self.created_with(ObjectKind::Task, body.idempotency_key.as_deref()) {
             return Ok((*self.tasks[&first].api).clone());
         }
         let request = build(self, parsed)?;
         let mut api = Task {
             work_key: None,
-            task_id: Kind::Task.id(seq).into(),
+            task_id: ObjectKind::Task.id(seq).into(),
             name: body.name.clone(),
             namespace: body.namespace.as_deref().unwrap_or("default").to_string(),
             state: TaskState::Pending,
@@ -441,14 +442,14 @@ impl Owner {
             spec: Arc::new(body),
         };
         push_event(&mut api.history, EventKind::Created, None, String::new());
-        self.remember_key(Kind::Task, api.spec.idempotency_key.as_deref(), seq);
+        self.remember_key(ObjectKind::Task, api.spec.idempotency_key.as_deref(), seq);
         self.tasks.insert(seq, Box::new(Work::new(api)));
-        self.submit(WorkKey::Task(seq), request);
+        self.submit(WorkId::Task(seq), request);
         Ok((*self.tasks[&seq].api).clone())
     }
 
     /// Places `key` now, or queues it with `request`.
-    pub(crate) fn submit(&mut self, key: WorkKey, request: Request) {
+    pub(crate) fn submit(&mut self, key: WorkId, request: Request) {
         let started = std::time::Instant::now();
         let placed =
             self.queue.submit(key, request, &mut self.scheduler, &mut self.cluster, &mut self.rng);
@@ -471,7 +472,7 @@ impl Owner {
     }
 
     /// Places `key` again after an attempt ended, with its request built anew from its spec.
-    fn resubmit(&mut self, key: WorkKey) {
+    fn resubmit(&mut self, key: WorkId) {
         match self.rebuild(key) {
             Ok(request) => self.submit(key, request),
             // The spec was accepted once and building depends on its text alone, so this
@@ -486,13 +487,13 @@ impl Owner {
     }
 
     /// `key`'s core request, built from its spec as at its creation.
-    pub(crate) fn rebuild(&mut self, key: WorkKey) -> Result<Request, HeadError> {
+    pub(crate) fn rebuild(&mut self, key: WorkId) -> Result<Request, HeadError> {
         let parsed = match key {
-            WorkKey::Actor(seq) => {
+            WorkId::Actor(seq) => {
                 let spec = &self.actors.get(&seq).expect("a known actor").api.spec;
                 crate::documents::actor_document(seq, spec)?
             }
-            WorkKey::Task(seq) => crate::documents::task_document(
+            WorkId::Task(seq) => crate::documents::task_document(
                 &self.tasks.get(&seq).expect("a known task").api.spec,
             )?,
         };
@@ -500,10 +501,10 @@ impl Owner {
     }
 
     /// Marks `key` to be written and shown at the end of the cycle.
-    fn mark(&mut self, key: WorkKey) {
+    fn mark(&mut self, key: WorkId) {
         match key {
-            WorkKey::Actor(seq) => self.dirty.actors.insert(seq),
-            WorkKey::Task(seq) => self.dirty.tasks.insert(seq),
+            WorkId::Actor(seq) => self.dirty.actors.insert(seq),
+            WorkId::Task(seq) => self.dirty.tasks.insert(seq),
         };
     }
 
@@ -516,7 +517,7 @@ impl Owner {
     /// what its queued request asks for.
     fn set_waiting(
         &mut self,
-        key: WorkKey,
+        key: WorkId,
         diagnosis: berth_core::Diagnosis,
         api_diagnosis: berth_api::rest::Diagnosis,
         shape: StringMap,
@@ -528,7 +529,7 @@ impl Owner {
             (convert::string_map(selector), convert::string_map(tolerations))
         });
         let (kind, seq) = key.view_key();
-        let waiting = Waiting {
+        let waiting = PendingRequest {
             item: berth_api::rest::PendingItem {
                 kind: kind.word().to_string(),
                 id: key.id(),
@@ -543,13 +544,13 @@ impl Owner {
 
     /// After a retry: refresh the diagnosis of everything still queued whose diagnosis changed.
     pub(crate) fn refresh_waiting(&mut self) {
-        let changed: Vec<(WorkKey, berth_core::Diagnosis, berth_api::rest::Diagnosis, StringMap)> =
+        let changed: Vec<(WorkId, berth_core::Diagnosis, berth_api::rest::Diagnosis, StringMap)> =
             self.queue
                 .iter()
                 .filter(|q| {
                     let last = match q.key {
-                        WorkKey::Actor(seq) => self.actors.get(&seq).map(|e| &e.last_diagnosis),
-                        WorkKey::Task(seq) => self.tasks.get(&seq).map(|e| &e.last_diagnosis),
+                        WorkId::Actor(seq) => self.actors.get(&seq).map(|e| &e.last_diagnosis),
+                        WorkId::Task(seq) => self.tasks.get(&seq).map(|e| &e.last_diagnosis),
                     };
                     last.is_none_or(|last| last.as_deref() != Some(&q.diagnosis))
                 })
@@ -564,14 +565,14 @@ impl Owner {
             self.set_waiting(key, diagnosis, api, shape);
             // The diagnosis is derived state: shown, not stored.
             match key {
-                WorkKey::Actor(seq) => self.dirty.shown_actors.insert(seq),
-                WorkKey::Task(seq) => self.dirty.shown_tasks.insert(seq),
+                WorkId::Actor(seq) => self.dirty.shown_actors.insert(seq),
+                WorkId::Task(seq) => self.dirty.shown_tasks.insert(seq),
             };
         }
     }
 
     /// `key` was reserved `allocation`: record it and tell the node's agent.
-    pub(crate) fn placed(&mut self, key: WorkKey, allocation: Allocation) {
+    pub(crate) fn placed(&mut self, key: WorkId, allocation: Allocation) {
         let node_id = convert::node_id(&self.cluster, allocation.node());
         let instances = convert::instances(&self.cluster, &allocation);
         let (kind, seq) = key.view_key();
@@ -595,7 +596,7 @@ impl Owner {
                 &self.work_keys,
             )
         });
-        if matches!(key, WorkKey::Actor(_)) {
+        if matches!(key, WorkId::Actor(_)) {
             self.trigger(Trigger::ActorsChanged);
         }
         self.send(&node_id, start);
@@ -603,11 +604,11 @@ impl Owner {
     }
 
     /// Counts `key`'s attempt on (+1) or off (-1) `node`, and shows the node anew.
-    pub(crate) fn count_on(&mut self, node: &str, key: WorkKey, delta: i64) {
+    pub(crate) fn count_on(&mut self, node: &str, key: WorkId, delta: i64) {
         if let Some(n) = self.nodes.get_mut(node) {
             let counter = match key {
-                WorkKey::Actor(_) => &mut n.actors,
-                WorkKey::Task(_) => &mut n.tasks,
+                WorkId::Actor(_) => &mut n.actors,
+                WorkId::Task(_) => &mut n.tasks,
             };
             *counter = counter.saturating_add_signed(delta);
             // Most placements of a cycle land on nodes already touched: no new string then.
@@ -618,7 +619,7 @@ impl Owner {
     }
 
     /// The Start message of `key`'s current attempt (sent again when an agent reconnects).
-    pub(crate) fn start_of(&self, key: WorkKey) -> Option<Assignment> {
+    pub(crate) fn start_of(&self, key: WorkId) -> Option<Assignment> {
         fn start<A: WorkObject>(
             e: &Work<A>,
             cluster: &berth_core::Cluster,
@@ -629,19 +630,19 @@ impl Owner {
             Some(start_message(&*e.api, e.attempt, cluster, allocation, instances, keys))
         }
         match key {
-            WorkKey::Actor(seq) => start(self.actors.get(&seq)?, &self.cluster, &self.work_keys),
-            WorkKey::Task(seq) => start(self.tasks.get(&seq)?, &self.cluster, &self.work_keys),
+            WorkId::Actor(seq) => start(self.actors.get(&seq)?, &self.cluster, &self.work_keys),
+            WorkId::Task(seq) => start(self.tasks.get(&seq)?, &self.cluster, &self.work_keys),
         }
     }
 
     /// Gives back what `key`'s attempt held and forgets its placement; returns the node.
-    fn release(&mut self, key: WorkKey) -> Option<Arc<str>> {
+    fn release(&mut self, key: WorkId) -> Option<Arc<str>> {
         let allocation = with_work!(self, key, |e| {
             e.started = false;
             e.allocation.take()
         });
-        if let WorkKey::Actor(seq) = key {
-            let id = Kind::Actor.id(seq);
+        if let WorkId::Actor(seq) = key {
+            let id = ObjectKind::Actor.id(seq);
             if self.cluster.remove_actor(&id).is_some() {
                 self.trigger(Trigger::ActorsChanged);
                 self.peers_moved = true;
@@ -656,11 +657,11 @@ impl Owner {
     }
 
     /// An attempt of `key` ended: restart, retry, or finish it.
-    pub(crate) fn ended(&mut self, key: WorkKey, ending: Ending) {
+    pub(crate) fn ended(&mut self, key: WorkId, ending: Ending) {
         let node = self.release(key);
         let text = ending.describe();
         match key {
-            WorkKey::Actor(seq) => {
+            WorkId::Actor(seq) => {
                 let e = self.actors.get_mut(&seq).expect("known");
                 if e.api.state == ActorState::Dead {
                     return;
@@ -709,7 +710,7 @@ impl Owner {
                     self.mark(key);
                 }
             }
-            WorkKey::Task(seq) => {
+            WorkId::Task(seq) => {
                 let e = self.tasks.get_mut(&seq).expect("known");
                 if matches!(
                     e.api.state,
@@ -765,7 +766,7 @@ impl Owner {
 
     /// The agent reported that `key`'s attempt started. Written as a [`StartRecord`] alone,
     /// unless the object is written whole this cycle anyway.
-    pub(crate) fn started(&mut self, key: WorkKey, pid: u32) {
+    pub(crate) fn started(&mut self, key: WorkId, pid: u32) {
         // Reports may repeat (an agent resends until answered): the first one counts.
         let Some(attempt) = self.attempt_of(key).filter(|a| !a.started) else { return };
         let start = StartRecord { attempt: attempt.number, at_ms: now_ms(), pid };
@@ -774,17 +775,17 @@ impl Owner {
             record_start(e.api_mut(), &start);
         });
         match key {
-            WorkKey::Actor(seq) => self.dirty.shown_actors.insert(seq),
-            WorkKey::Task(seq) => self.dirty.shown_tasks.insert(seq),
+            WorkId::Actor(seq) => self.dirty.shown_actors.insert(seq),
+            WorkId::Task(seq) => self.dirty.shown_tasks.insert(seq),
         };
         self.dirty.starts.push((key, start));
     }
 
     /// `key`'s current attempt, while placed.
-    pub(crate) fn attempt_of(&self, key: WorkKey) -> Option<Attempt> {
+    pub(crate) fn attempt_of(&self, key: WorkId) -> Option<Attempt> {
         match key {
-            WorkKey::Actor(seq) => self.actors.get(&seq)?.current(),
-            WorkKey::Task(seq) => self.tasks.get(&seq)?.current(),
+            WorkId::Actor(seq) => self.actors.get(&seq)?.current(),
+            WorkId::Task(seq) => self.tasks.get(&seq)?.current(),
         }
     }
 
@@ -794,7 +795,7 @@ impl Owner {
     }
 
     /// Stops `key`'s running attempt on its node (a kill, a cancel, a move).
-    pub(crate) fn stop(&mut self, key: WorkKey, reason: &str) {
+    pub(crate) fn stop(&mut self, key: WorkId, reason: &str) {
         if let Some(attempt) = self.attempt_of(key) {
             let node = convert::node_id(&self.cluster, attempt.node);
             let stop = Assignment {
@@ -815,8 +816,8 @@ impl Owner {
         id: &str,
         endpoint: Endpoint,
     ) -> Result<Actor, HeadError> {
-        let seq = match Kind::parse(id) {
-            Some((Kind::Actor, seq)) if self.actors.contains_key(&seq) => seq,
+        let seq = match ObjectKind::parse(id) {
+            Some((ObjectKind::Actor, seq)) if self.actors.contains_key(&seq) => seq,
             _ => return Err(HeadError::NotFound { what: "actor", id: id.to_string() }),
         };
         let e = self.actors.get_mut(&seq).expect("known");
@@ -842,23 +843,23 @@ impl Owner {
                 endpoint.address.clone(),
             );
             e.api_mut().endpoint = Some(Box::new(endpoint));
-            self.mark(WorkKey::Actor(seq));
+            self.mark(WorkId::Actor(seq));
         }
         Ok((*self.actors[&seq].api).clone())
     }
 
     pub(crate) fn kill_actor(&mut self, id: &str) -> Result<Actor, HeadError> {
-        let seq = match Kind::parse(id) {
-            Some((Kind::Actor, seq)) if self.actors.contains_key(&seq) => seq,
+        let seq = match ObjectKind::parse(id) {
+            Some((ObjectKind::Actor, seq)) if self.actors.contains_key(&seq) => seq,
             _ => return Err(HeadError::NotFound { what: "actor", id: id.to_string() }),
         };
-        let key = WorkKey::Actor(seq);
+        let key = WorkId::Actor(seq);
         if self.actors[&seq].api.state == ActorState::Dead {
             return Ok((*self.actors[&seq].api).clone());
         }
         self.stop(key, "killed");
         self.queue.remove(&key);
-        self.view.waiting.remove(&(Kind::Actor, seq));
+        self.view.waiting.remove(&(ObjectKind::Actor, seq));
         let node = self.release(key);
         let e = self.actors.get_mut(&seq).expect("known");
         e.api_mut().state = ActorState::Dead;
@@ -871,11 +872,11 @@ impl Owner {
     }
 
     pub(crate) fn cancel_task(&mut self, id: &str) -> Result<Task, HeadError> {
-        let seq = match Kind::parse(id) {
-            Some((Kind::Task, seq)) if self.tasks.contains_key(&seq) => seq,
+        let seq = match ObjectKind::parse(id) {
+            Some((ObjectKind::Task, seq)) if self.tasks.contains_key(&seq) => seq,
             _ => return Err(HeadError::NotFound { what: "task", id: id.to_string() }),
         };
-        let key = WorkKey::Task(seq);
+        let key = WorkId::Task(seq);
         let state = self.tasks[&seq].api.state;
         if matches!(state, TaskState::Finished | TaskState::Failed | TaskState::Cancelled) {
             return Err(HeadError::Conflict(format!(
@@ -884,7 +885,7 @@ impl Owner {
         }
         self.stop(key, "cancelled");
         self.queue.remove(&key);
-        self.view.waiting.remove(&(Kind::Task, seq));
+        self.view.waiting.remove(&(ObjectKind::Task, seq));
         let node = self.release(key);
         let e = self.tasks.get_mut(&seq).expect("known");
         e.api_mut().state = TaskState::Cancelled;
@@ -904,11 +905,13 @@ impl Owner {
     pub(crate) fn follow_peers(&mut self) {
         let violations = self.cluster.affinity_violations();
         for actor in violations {
-            let Some((Kind::Actor, seq)) = Kind::parse(actor.as_str()) else { continue };
+            let Some((ObjectKind::Actor, seq)) = ObjectKind::parse(actor.as_str()) else {
+                continue;
+            };
             if !self.actors.contains_key(&seq) {
                 continue;
             }
-            let key = WorkKey::Actor(seq);
+            let key = WorkId::Actor(seq);
             self.stop(key, "following its peers");
             self.ended(key, Ending::Moved("its peers moved (on_peer_moved: follow)".into()));
         }
@@ -1093,10 +1096,10 @@ mod tests {
         };
         let parsed = crate::documents::task_document(&task).unwrap();
         owner.submit_task(1, task, &parsed).unwrap();
-        let queued = owner.queue.iter().find(|q| q.key == WorkKey::Actor(1)).unwrap();
+        let queued = owner.queue.iter().find(|q| q.key == WorkId::Actor(1)).unwrap();
         let core_id = queued.request.actor().unwrap().id.shared();
         assert!(Arc::ptr_eq(&owner.actors[&1].api.actor_id, &core_id), "one ID, shared");
-        for key in [WorkKey::Actor(1), WorkKey::Task(1)] {
+        for key in [WorkId::Actor(1), WorkId::Task(1)] {
             assert!(owner.queue.iter().any(|q| q.key == key), "no node: it waits");
             // Its request is built again from the spec whenever it is placed again.
             assert!(owner.rebuild(key).is_ok());
@@ -1106,7 +1109,7 @@ mod tests {
         Arc::make_mut(&mut owner.actors.get_mut(&1).unwrap().api_mut().spec).resources =
             spoiled.clone();
         Arc::make_mut(&mut owner.tasks.get_mut(&1).unwrap().api_mut().spec).resources = spoiled;
-        for key in [WorkKey::Actor(1), WorkKey::Task(1)] {
+        for key in [WorkId::Actor(1), WorkId::Task(1)] {
             owner.queue.remove(&key);
             owner.resubmit(key);
             assert!(owner.queue.iter().all(|q| q.key != key), "not queued again");
