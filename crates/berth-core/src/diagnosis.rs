@@ -49,7 +49,7 @@ pub enum Reason {
     },
     /// Placing the request would leave less of `resource` (CPU or memory) free than the
     /// node keeps for its idle `primary` resource (SRA proportional, see
-    /// [`crate::pipeline::profile::sra`]).
+    /// [`crate::pipeline::scorers::sra`]).
     KeptForPrimary {
         /// The primary resource (`nvidia.com/gpu`).
         primary: ResourceId,

@@ -16,10 +16,11 @@
 //!   ledger operations (reserve, release, capacity updates) returning [`Allocation`]s.
 //! - [`request`]: a [`Request`] (resources + [`Strategy`]).
 //! - [`pipeline`]: the [`Scheduler`]: candidates → filters → preferences/scorers → select →
-//!   reserve, written once; a [`Decision`] is placed, pending or infeasible. A [`Profile`]
-//!   (default: hybrid ×1; `berth-api` reads seed 001's profile files and the placement
-//!   quality scorers, best fit and fragmentation) chooses the scorers, the extra filters and
-//!   how the best nodes are picked.
+//!   reserve, written once; a [`Decision`] is placed, pending or infeasible. Every scorer and
+//!   preference is in [`pipeline::scorers`], every filter in [`pipeline::filters`]. A
+//!   [`Profile`] (default: hybrid ×1; `berth-api` reads seed 001's profile files and the
+//!   placement quality scorers, best fit and fragmentation) chooses the scorers, the extra
+//!   filters and how the best nodes are picked.
 //! - [`diagnosis`]: the reasons filters give and the per-reason counts users read.
 //! - [`pending`]: the [`PendingQueue`] the head drives when the cluster changes.
 //!

@@ -60,8 +60,8 @@ pub fn check_user_taint(key: &str, value: &str) -> Result<(), LabelError> {
 
 impl TaintTable {
     /// The ID of the user taint `key=value`, interning it after checking it
-    /// ([`check_user_taint`]). The caller counts the nodes that carry it ([`TaintTable::acquire`],
-    /// [`TaintTable::release`]).
+    /// ([`check_user_taint`]). The caller counts the nodes that carry it (`TaintTable::acquire`,
+    /// `TaintTable::release`).
     pub fn intern(&mut self, key: &str, value: &str) -> Result<TaintId, LabelError> {
         if let Some(&id) = self.ids.get(&(key.to_string(), value.to_string())) {
             if self.get(id).rare_resource.is_none() {

@@ -15,7 +15,7 @@
 //! - [`shapes`]: the typical shapes (the most frequent, covering 95% of pods).
 //! - [`workload`]: the arrival order: shuffled by a seeded RNG, filled with clones (or cut) to
 //!   130% of the cluster's GPUs.
-//! - [`replay`]: one run: `berth_core::Scheduler` places each pod once; a pod that fails is
+//! - [`replay`](mod@replay): one run: `berth_core::Scheduler` places each pod once; a pod that fails is
 //!   dropped; nothing departs.
 //! - [`metrics`]: allocation and fragmentation after every pod, bucket means, means and
 //!   standard deviations over seeds.
@@ -25,7 +25,7 @@
 //! - [`published`]: the FGD authors' own results (`fgd_published_alloc.csv`), printed beside
 //!   Berth's.
 //! - [`locate`]: the trace folder and file names.
-//! - [`bench`]: `berth bench`, decision speed on synthetic clusters of 1k–100k nodes beside a
+//! - [`bench`](mod@bench): `berth bench`, decision speed on synthetic clusters of 1k–100k nodes beside a
 //!   naive baseline.
 //!
 //! ## Key decisions
@@ -36,7 +36,7 @@
 //!   the scheduler's choices from stream 1 of the same seed, so a seed gives the same numbers
 //!   on any number of threads, and every policy sees the same arrival order.
 //! - The fragmentation metric is computed with the core's own measure
-//!   ([`berth_core::pipeline::profile::fragmentation::ShapeTable`]), kept up to date node by
+//!   ([`berth_core::pipeline::scorers::fragmentation::ShapeTable`]), kept up to date node by
 //!   node (only the node a pod lands on changes), exactly, in integers.
 
 pub mod bench;

@@ -6,7 +6,7 @@
 //! - GPU allocation ratio: the GPUs allocated (shares count by their size) over the cluster's
 //!   GPUs, in percent.
 //! - Fragmentation (the FGD paper's): the sum over nodes of each node's fragment under the
-//!   typical shapes (see `berth_core::pipeline::profile::fragmentation`), in GPUs; the
+//!   typical shapes (see `berth_core::pipeline::scorers::fragmentation`), in GPUs; the
 //!   fragmentation rate is that over the idle GPUs, in percent (0 when no GPU is idle), as the
 //!   paper's simulator reports it.
 //!
@@ -14,7 +14,7 @@
 //! seeds of those, with the sample standard deviation (0 for one seed). A bucket some seeds
 //! never reach (the last one) is averaged over the seeds that do.
 
-use berth_core::pipeline::profile::fragmentation::ShapeTable;
+use berth_core::pipeline::scorers::fragmentation::ShapeTable;
 use berth_core::{Cluster, NodeIndex};
 
 /// The cluster's fragment under the typical shapes, kept up to date node by node.

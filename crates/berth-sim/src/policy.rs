@@ -5,7 +5,7 @@
 //! same reader as any profile file), and `default` (Berth's default: the hybrid score, random
 //! among the best 20%). Any profile file is a policy too, named after the file.
 
-use berth_core::pipeline::profile::fragmentation::Shape;
+use berth_core::pipeline::scorers::fragmentation::Shape;
 use berth_core::pipeline::NodesToScore;
 use berth_core::{Profile, SchedulerConfig, Strategy};
 

@@ -1,7 +1,7 @@
 //! One replay: a policy, a seed, a scenario; pods arrive once, are placed or dropped, and
 //! never leave.
 
-use berth_core::pipeline::profile::fragmentation::{Shape, ShapeTable};
+use berth_core::pipeline::scorers::fragmentation::{Shape, ShapeTable};
 use berth_core::{Cluster, Decision, Request, ResourceId, Scheduler};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use berth_core::pipeline::profile::fragmentation::Shape;
+use berth_core::pipeline::scorers::fragmentation::Shape;
 
 use crate::convert::{cpu, pod_gpu};
 use crate::trace::PodRow;

@@ -33,10 +33,10 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::{Location, MessageFormatter, NonFiniteFloatPolicy, Spanned};
 use thiserror::Error;
 
-use berth_core::pipeline::profile::{
-    wildcard_prefix, FilterSpec, Profile, Proportion, ResourceRules, ResourceStrategy, ScorerSpec,
-    StrategyKind,
-};
+use berth_core::pipeline::profile::{FilterSpec, Profile, ScorerSpec};
+use berth_core::pipeline::scorers::sra::Proportion;
+use berth_core::pipeline::scorers::strategy_fit::{ResourceStrategy, StrategyKind};
+use berth_core::pipeline::scorers::{wildcard_prefix, ResourceRules};
 use berth_core::{Quantity, ResourceRegistry};
 
 /// A profile file that breaks a rule. Displays as `key: rule`.

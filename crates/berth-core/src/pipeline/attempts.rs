@@ -4,8 +4,8 @@
 
 use smallvec::{smallvec, SmallVec};
 
-use super::profile::best_fit;
 use super::profile::Profile;
+use super::scorers::best_fit;
 use super::select::Select;
 use super::stage::Prepared;
 use crate::cluster::Cluster;

@@ -1,25 +1,12 @@
-//! Scheduler profiles: which scorers rank nodes (with which weights) and which extra filters
-//! run, on top of the filters every strategy needs.
+//! Scheduler profiles: which scorers rank nodes (with which weights), which extra filters and
+//! preferences run, and how the best-ranked nodes are picked, on top of the stages every
+//! strategy needs. The stages themselves are in [`scorers`](super::scorers) (and the extra
+//! filter in [`sra`](super::scorers::sra)); a profile says which of them a scheduler runs.
 //!
-//! The default profile is the hybrid pack-then-spread policy with weight 1, the behaviour of
-//! the DEFAULT strategy without a profile file. A profile file (read by `berth-api`'s
-//! `spec::profile`; the format is in `docs/file-formats.md`) replaces it with its own stages:
-//!
-//! - [`strategy_fit::ResourceStrategyFit`], a scorer: per resource, pack (`MostAllocated`) or
-//!   spread (`LeastAllocated`), weighted;
-//! - [`sra::Retention`], a scorer: requests keep off nodes with scarce resources they do not
-//!   ask for;
-//! - [`sra::Proportional`], a filter: requests that do not ask for a primary resource (GPUs)
-//!   must leave enough CPU and memory free for the node's idle primary resource;
-//! - [`best_fit::BestFit`], a scorer: the node left with the least free after placing, over
-//!   the listed resources (the bin-packing baseline of the FGD paper);
-//! - [`fragmentation::Fragmentation`], a scorer: the node where placing the request grows the
-//!   expected GPU fragmentation least, under the workload's typical shapes (FGD, Weng et al.,
-//!   USENIX ATC '23), or, measured the other way ([`Measure::LostCapacity`]), loses the least
-//!   capacity for those shapes, CPU included, or ([`Measure::Balance`]) strands the least GPU
-//!   behind used-up CPU at the shapes' mix of CPU per GPU;
-//! - [`packing::SharePacking`], a scorer: shares of one GPU fill the free parts that are
-//!   common, after the Sum-of-Squares rule of bin packing.
+//! The default profile is the hybrid pack-then-spread policy with weight 1 on clusters without
+//! GPUs ([`Profile::default`] says what it does with GPUs). A profile file (read by
+//! `berth-api`'s `spec::profile`; the format is in `docs/file-formats.md`) replaces it with its
+//! own stages, each a [`ScorerSpec`], [`FilterSpec`] or [`PreferenceSpec`].
 //!
 //! A profile also says how the best-ranked nodes are picked among ([`Pick`]): at random among
 //! the top k (the default, Ray's hybrid policy), or the best one with ties broken at random
@@ -31,43 +18,24 @@
 //! `resourceStrategyFitWeight`, `sra.retention.weight`) is its [`Weighted::weight`]: `berth
 //! explain` then shows the raw score (0..=100), the weight and their product, and the product
 //! is the plugin's number.
-//!
-//! Stages name resources as the profile does, by name, and are built without a cluster: they
-//! resolve names against the cluster's [`ResourceRegistry`](crate::ResourceRegistry) as they
-//! run, with [`ResourceRules`] (a binary search over exact names, then the wildcards, longest
-//! first). That costs a few comparisons of short strings per resource and node, and no
-//! allocation or hashing. Caching the answer per `ResourceId` was weighed and not done: a
-//! stage may serve several clusters, so a cache inside it would need a lock in the hot path
-//! and a check that the registry is still the one it was filled from, and the runner's
-//! per-attempt values are not computed for `Scheduler::fits_now`, which runs filters alone.
-//! For profiles of a handful of names that costs about what the lookup it saves does.
-
-pub mod best_fit;
-mod cpu_short;
-pub mod fragmentation;
-pub mod large_hosts;
-pub mod packing;
-mod per_node;
-pub mod sra;
-pub mod strategy_fit;
 
 use std::sync::Arc;
 
-use super::scorers::HybridUtilization;
+use super::scorers::best_fit::BestFit;
+use super::scorers::cpu_short::CpuShort;
+pub use super::scorers::fragmentation::Measure;
+use super::scorers::fragmentation::{Fragmentation, Shape, ShapeTable};
+use super::scorers::large_hosts::LargeHosts;
+use super::scorers::packing::SharePacking;
+use super::scorers::sra::{Proportion, Proportional, Retention};
+use super::scorers::strategy_fit::{ResourceStrategy, ResourceStrategyFit};
+use super::scorers::{has_gpu_nodes, HybridUtilization, ResourceRules};
 use super::stage::{DecisionContext, Filter, Preference, Score, Scorer, Weighted};
 use super::SchedulerConfig;
 use crate::cluster::Cluster;
 use crate::node::Node;
 use crate::quantity::Quantity;
 use crate::resource::ResourceId;
-use best_fit::BestFit;
-use cpu_short::CpuShort;
-pub use fragmentation::Measure;
-use fragmentation::{Fragmentation, Shape, ShapeTable};
-use large_hosts::LargeHosts;
-use packing::SharePacking;
-use sra::{Proportional, Retention};
-use strategy_fit::ResourceStrategyFit;
 
 /// A scheduler profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,11 +90,6 @@ impl Pick {
             pick => pick,
         }
     }
-}
-
-/// True when some alive node of `cluster` has GPUs.
-pub fn has_gpu_nodes(cluster: &Cluster) -> bool {
-    cluster.nodes_having(ResourceId::GPU).is_some_and(|gpus| !gpus.is_disjoint(cluster.alive()))
 }
 
 /// One scorer of a profile and its weight.
@@ -211,7 +174,7 @@ pub enum Shapes {
     /// Given in the profile.
     Given(Vec<Shape>),
     /// Learned by the scorer from the requests it ranks nodes for
-    /// ([`fragmentation::learn`]): the default profile's.
+    /// ([`fragmentation::learn`](super::scorers::fragmentation::learn)): the default profile's.
     Learned,
 }
 
@@ -224,37 +187,6 @@ pub enum FilterSpec {
         primaries: ResourceRules<Proportion>,
     },
 }
-
-/// How [`ResourceStrategyFit`] scores one resource.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ResourceStrategy {
-    /// Pack or spread.
-    pub kind: StrategyKind,
-    /// The resource's weight in the node's weighted mean.
-    pub weight: u32,
-}
-
-/// Pack or spread, the plugin's `type`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StrategyKind {
-    /// `requested / allocatable`: the fuller node scores higher (pack).
-    MostAllocated,
-    /// `(allocatable − requested) / allocatable`: the emptier node scores higher (spread).
-    LeastAllocated,
-}
-
-/// What [`Proportional`] keeps free per idle unit of a primary resource.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Proportion {
-    /// CPUs per idle unit, `<primary>.cpu`.
-    pub cpu: Quantity,
-    /// Memory per idle unit in GB of 10^9 bytes (the `G` suffix, as Volcano counts it),
-    /// `<primary>.memory`.
-    pub memory_gb: Quantity,
-}
-
-/// Bytes in the GB of [`Proportion::memory_gb`].
-pub const BYTES_PER_GB: i64 = 1_000_000_000;
 
 /// The weight of the fragmentation scorer in the default profile on clusters with GPUs.
 pub const DEFAULT_FRAGMENTATION_WEIGHT: u32 = 30;
@@ -501,87 +433,6 @@ impl Scorer for OnClusters {
     }
 }
 
-/// Values keyed by resource name, where a name may be a `prefix/*` wildcard.
-///
-/// Rules: an exact name wins over any wildcard; among wildcards the longest prefix wins
-/// (`example.com/gpu/*` over `example.com/*`). `prefix/*` matches every name that starts with
-/// `prefix/` and has something after it. Lookups neither allocate nor hash: a binary search
-/// over the exact names, then the wildcards in order, longest first.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ResourceRules<T> {
-    /// Sorted by name, unique.
-    exact: Vec<(Box<str>, T)>,
-    /// The prefixes with their trailing `/`, longest first, then by name; unique.
-    wildcards: Vec<(Box<str>, T)>,
-}
-
-impl<T> Default for ResourceRules<T> {
-    fn default() -> Self {
-        ResourceRules { exact: Vec::new(), wildcards: Vec::new() }
-    }
-}
-
-impl<T> ResourceRules<T> {
-    /// Rules from `(name or prefix/*, value)` pairs; a later pair with the same name replaces
-    /// an earlier one. The order of the pairs does not matter otherwise.
-    pub fn new(entries: impl IntoIterator<Item = (String, T)>) -> ResourceRules<T> {
-        let mut rules = ResourceRules::default();
-        for (name, value) in entries {
-            let (list, key) = match wildcard_prefix(&name) {
-                Some(prefix) => (&mut rules.wildcards, prefix.into()),
-                None => (&mut rules.exact, name.into_boxed_str()),
-            };
-            match list.iter_mut().find(|(k, _)| *k == key) {
-                Some(entry) => entry.1 = value,
-                None => list.push((key, value)),
-            }
-        }
-        rules.exact.sort_by(|a, b| a.0.cmp(&b.0));
-        rules.wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
-        rules
-    }
-
-    /// The value for resource `name`: its exact rule, else the longest wildcard matching it.
-    pub fn get(&self, name: &str) -> Option<&T> {
-        if let Ok(i) = self.exact.binary_search_by(|(k, _)| (**k).cmp(name)) {
-            return Some(&self.exact[i].1);
-        }
-        self.wildcards
-            .iter()
-            .find(|(prefix, _)| name.len() > prefix.len() && name.starts_with(&**prefix))
-            .map(|(_, value)| value)
-    }
-
-    /// Every rule as written (`prefix/*` for wildcards): exact names sorted, then wildcards
-    /// longest first.
-    pub fn iter(&self) -> impl Iterator<Item = (String, &T)> + '_ {
-        let exact = self.exact.iter().map(|(name, value)| (name.to_string(), value));
-        let wildcards = self.wildcards.iter().map(|(prefix, value)| (format!("{prefix}*"), value));
-        exact.chain(wildcards)
-    }
-
-    /// Number of rules.
-    pub fn len(&self) -> usize {
-        self.exact.len() + self.wildcards.len()
-    }
-
-    /// True when there is no rule.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// True when some rule is a wildcard.
-    pub fn has_wildcards(&self) -> bool {
-        !self.wildcards.is_empty()
-    }
-}
-
-/// `Some("nvidia.com/")` for `"nvidia.com/*"`: a non-empty prefix and one trailing `*`, as
-/// Volcano's plugin accepts (`nvidia.*` too); `None` for anything else.
-pub fn wildcard_prefix(name: &str) -> Option<&str> {
-    name.strip_suffix('*').filter(|prefix| !prefix.is_empty() && !prefix.contains('*'))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -645,54 +496,5 @@ mod tests {
         // A profile of one's own keeps its pick whatever the cluster.
         assert_eq!(Pick::TopK.on(&gpus), Pick::TopK);
         assert_eq!(Pick::Best.on(&cpu_only), Pick::Best);
-    }
-
-    #[test]
-    fn exact_names_win_then_the_longest_wildcard() {
-        let rules = ResourceRules::new([
-            ("nvidia.com/*".to_string(), "family"),
-            ("nvidia.com/gpu".to_string(), "exact"),
-            ("nvidia.com/mig/*".to_string(), "mig family"),
-            ("CPU".to_string(), "cpu"),
-        ]);
-        // (resource name, expected rule)
-        let cases = [
-            ("nvidia.com/gpu", Some("exact")),
-            ("nvidia.com/t4", Some("family")),
-            ("nvidia.com/mig/1g.5gb", Some("mig family")),
-            ("nvidia.com/mig", Some("family")),
-            ("nvidia.com/", None),
-            ("nvidia.com", None),
-            ("amd.com/gpu", None),
-            ("CPU", Some("cpu")),
-            ("cpu", None),
-        ];
-        for (name, expected) in cases {
-            assert_eq!(rules.get(name).copied(), expected, "{name}");
-        }
-    }
-
-    #[test]
-    fn precedence_does_not_depend_on_the_order_rules_are_given() {
-        let entries = [
-            ("a.com/*".to_string(), 1),
-            ("a.com/b/*".to_string(), 2),
-            ("a.com/b/c".to_string(), 3),
-        ];
-        let forward = ResourceRules::new(entries.clone());
-        let backward = ResourceRules::new(entries.into_iter().rev());
-        assert_eq!(forward, backward);
-        assert_eq!(forward.get("a.com/b/c"), Some(&3));
-        assert_eq!(forward.get("a.com/b/d"), Some(&2));
-        assert_eq!(forward.get("a.com/x"), Some(&1));
-        let written: Vec<String> = forward.iter().map(|(name, _)| name).collect();
-        assert_eq!(written, ["a.com/b/c", "a.com/b/*", "a.com/*"]);
-    }
-
-    #[test]
-    fn a_later_rule_for_the_same_name_replaces_the_earlier() {
-        let rules = ResourceRules::new([("x".to_string(), 1), ("x".to_string(), 2)]);
-        assert_eq!(rules.len(), 1);
-        assert_eq!(rules.get("x"), Some(&2));
     }
 }

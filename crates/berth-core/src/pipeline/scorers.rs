@@ -1,10 +1,66 @@
-//! The DEFAULT strategy's ranking: the hybrid utilisation score and the GPU-avoidance tier.
+//! Scorers and preferences: every stage that ranks the nodes that passed the filters, in one
+//! place ([`filters`](super::filters) holds the stages that rule nodes out; the traits are in
+//! [`stage`](super::stage)).
+//!
+//! In this file, the stages every DEFAULT decision runs: [`HybridUtilization`] (Ray's hybrid
+//! pack-then-spread score), and the preferences [`SoftLabels`], [`AvoidGpuNodes`] and
+//! [`SoftActorAffinity`]. In the modules below, the stages a
+//! [`Profile`](super::profile::Profile) adds (the default profile's and those a profile file
+//! names):
+//!
+//! - [`strategy_fit::ResourceStrategyFit`], a scorer: per resource, pack (`MostAllocated`) or
+//!   spread (`LeastAllocated`), weighted;
+//! - [`sra::Retention`], a scorer: requests keep off nodes with scarce resources they do not
+//!   ask for; beside it [`sra::Proportional`], a filter of the same plugin: requests that do
+//!   not ask for a primary resource (GPUs) must leave enough CPU and memory free for the
+//!   node's idle primary resource;
+//! - [`best_fit::BestFit`], a scorer: the node left with the least free after placing, over
+//!   the listed resources (the bin-packing baseline of the FGD paper);
+//! - [`fragmentation::Fragmentation`], a scorer: the node where placing the request grows the
+//!   expected GPU fragmentation least, under the workload's typical shapes (FGD, Weng et al.,
+//!   USENIX ATC '23), or, measured the other way
+//!   ([`Measure::LostCapacity`](fragmentation::Measure::LostCapacity)), loses the least
+//!   capacity for those shapes, CPU included, or
+//!   ([`Measure::Balance`](fragmentation::Measure::Balance)) strands the least GPU behind
+//!   used-up CPU at the shapes' mix of CPU per GPU;
+//! - [`packing::SharePacking`], a scorer: shares of one GPU fill the free parts that are
+//!   common, after the Sum-of-Squares rule of bin packing;
+//! - [`large_hosts::LargeHosts`], a preference: while few nodes could take the largest shapes
+//!   seen, other work goes elsewhere.
+//!
+//! Stages name resources as the profile does, by name, and are built without a cluster: they
+//! resolve names against the cluster's [`ResourceRegistry`](crate::ResourceRegistry) as they
+//! run, with [`ResourceRules`] (a binary search over exact names, then the wildcards, longest
+//! first). That costs a few comparisons of short strings per resource and node, and no
+//! allocation or hashing. Caching the answer per `ResourceId` was weighed and not done: a
+//! stage may serve several clusters, so a cache inside it would need a lock in the hot path
+//! and a check that the registry is still the one it was filled from, and the runner's
+//! per-attempt values are not computed for `Scheduler::fits_now`, which runs filters alone.
+//! For profiles of a handful of names that costs about what the lookup it saves does.
+
+pub mod best_fit;
+pub(super) mod cpu_short;
+pub mod fragmentation;
+pub mod large_hosts;
+pub mod packing;
+mod per_node;
+mod resource_rules;
+pub mod sra;
+pub mod strategy_fit;
+
+pub use resource_rules::{wildcard_prefix, ResourceRules};
 
 use super::stage::{DecisionContext, Preference, Score, Scorer};
+use crate::cluster::Cluster;
 use crate::node::Node;
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::request::Strategy;
 use crate::resource::ResourceId;
+
+/// True when some alive node of `cluster` has GPUs.
+pub fn has_gpu_nodes(cluster: &Cluster) -> bool {
+    cluster.nodes_having(ResourceId::GPU).is_some_and(|gpus| !gpus.is_disjoint(cluster.alive()))
+}
 
 /// The resources whose utilisation the hybrid score looks at: the four built-in ones, which
 /// have the four lowest IDs, so a node's set lists them first.

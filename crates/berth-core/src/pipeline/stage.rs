@@ -30,7 +30,7 @@ pub struct Prepared {
     /// For each soft actor affinity expression, in order, the nodes that satisfy it.
     pub soft_affinity: Vec<NodeSet>,
     /// The largest total of each resource among the alive nodes, when a scorer of the profile
-    /// reads it ([`best_fit`](super::profile::best_fit) scales leftovers by it); `None` when
+    /// reads it ([`best_fit`](super::scorers::best_fit) scales leftovers by it); `None` when
     /// none does, or outside a ranking attempt.
     pub largest_total: Option<ResourceSet>,
     /// For a bundle of a placement group being planned, what the group's ranking reads;

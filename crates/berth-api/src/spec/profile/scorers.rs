@@ -9,10 +9,9 @@ use super::{
     ProfileError, Value,
 };
 use berth_core::labels::{validate_value, ACCELERATOR_TYPE};
-use berth_core::pipeline::profile::fragmentation::Shape;
-use berth_core::pipeline::profile::{
-    Measure, Pick, PreferenceSpec, Profile, ResourceRules, ScorerSpec, Shapes,
-};
+use berth_core::pipeline::profile::{Measure, Pick, PreferenceSpec, Profile, ScorerSpec, Shapes};
+use berth_core::pipeline::scorers::fragmentation::Shape;
+use berth_core::pipeline::scorers::ResourceRules;
 use berth_core::Quantity;
 
 /// The best-fit scorer's section.

@@ -3,8 +3,8 @@
 use proptest::prelude::*;
 
 use super::*;
-use berth_core::pipeline::profile::StrategyKind::{LeastAllocated, MostAllocated};
 use berth_core::pipeline::profile::{Pick, PreferenceSpec};
+use berth_core::pipeline::scorers::strategy_fit::StrategyKind::{LeastAllocated, MostAllocated};
 
 fn q(text: &str) -> Quantity {
     Quantity::parse(text).unwrap()
@@ -643,8 +643,8 @@ fn duplicate_keys_are_rejected_by_the_parser() {
 
 #[test]
 fn placement_quality_keys_load() {
-    use berth_core::pipeline::profile::fragmentation::Shape;
     use berth_core::pipeline::profile::{Measure, Shapes};
+    use berth_core::pipeline::scorers::fragmentation::Shape;
     let profile = load(
         "\
 bestFit:

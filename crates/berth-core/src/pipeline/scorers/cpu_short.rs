@@ -1,7 +1,7 @@
 //! Whether a cluster's CPU runs out before its GPUs: its free CPU is less than nine tenths as
 //! large a share of its CPU as its free GPU is of its GPUs (alive nodes). While that holds,
 //! the default profile packs work without GPUs by CPU, ranks work with GPUs by the CPU
-//! fragment ([`Clusters::CpuShort`](super::Clusters::CpuShort)), and keeps nodes whole for the
+//! fragment ([`Clusters::CpuShort`](crate::pipeline::profile::Clusters::CpuShort)), and keeps nodes whole for the
 //! largest requests with a wider margin (`large_hosts`).
 //!
 //! Why: where the requests ask much CPU per GPU, the cluster's CPU is used up first, and GPU
@@ -22,7 +22,7 @@ use crate::resource::ResourceId;
 
 /// The sums, kept between decisions.
 #[derive(Debug, Default)]
-pub(super) struct CpuShort {
+pub(in crate::pipeline) struct CpuShort {
     counts: RefCell<Counts>,
 }
 
@@ -71,7 +71,7 @@ impl Amounts {
 impl CpuShort {
     /// True when the cluster has GPUs and its free CPU share is below nine tenths of its free
     /// GPU share.
-    pub(super) fn holds(&self, cluster: &Cluster) -> bool {
+    pub(in crate::pipeline) fn holds(&self, cluster: &Cluster) -> bool {
         let mut counts = self.counts.borrow_mut();
         counts.follow(cluster);
         let s = counts.sums;

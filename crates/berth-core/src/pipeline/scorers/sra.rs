@@ -38,11 +38,24 @@
 //! it even on an empty node is reported pending too; that is the price of one kind per filter.
 
 use super::super::stage::{DecisionContext, Filter, FilterKind, Score, Scorer, Verdict};
-use super::{Proportion, ResourceRules, BYTES_PER_GB};
+use super::ResourceRules;
 use crate::diagnosis::Reason;
 use crate::node::Node;
 use crate::quantity::{Quantity, UNITS_PER_WHOLE};
 use crate::resource::ResourceId;
+
+/// What [`Proportional`] keeps free per idle unit of a primary resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Proportion {
+    /// CPUs per idle unit, `<primary>.cpu`.
+    pub cpu: Quantity,
+    /// Memory per idle unit in GB of 10^9 bytes (the `G` suffix, as Volcano counts it),
+    /// `<primary>.memory`.
+    pub memory_gb: Quantity,
+}
+
+/// Bytes in the GB of [`Proportion::memory_gb`].
+pub const BYTES_PER_GB: i64 = 1_000_000_000;
 
 /// The retention scorer. See the module documentation.
 #[derive(Clone, Debug)]

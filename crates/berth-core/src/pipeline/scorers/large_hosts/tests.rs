@@ -8,9 +8,9 @@ use rand_chacha::ChaCha8Rng;
 use super::*;
 use crate::cluster::{Allocation, Cluster};
 use crate::node::NodeIndex;
-use crate::pipeline::profile::{
-    Pick, PreferenceSpec, Profile, ResourceRules, ResourceStrategy, ScorerSpec, StrategyKind,
-};
+use crate::pipeline::profile::{Pick, PreferenceSpec, Profile, ScorerSpec};
+use crate::pipeline::scorers::strategy_fit::{ResourceStrategy, StrategyKind};
+use crate::pipeline::scorers::ResourceRules;
 use crate::pipeline::stage::Prepared;
 use crate::pipeline::{Decision, Scheduler, SchedulerConfig};
 use crate::request::Strategy;

@@ -81,7 +81,7 @@
 //! times 10000): 100 for no excess, 50 for one GPU's worth, 1 point per 0.01 GPU near the top,
 //! where the choice is made. Ranking by `e` is ranking by `after − before` (FGD's gradient),
 //! since `g` is the same for every node of a decision. For the CPU fragment, `g` is the CPU
-//! asked and the excess is in CPUs, [`CPUS_PER_GPU`] of which score as one GPU's. Without
+//! asked and the excess is in CPUs, `CPUS_PER_GPU` of which score as one GPU's. Without
 //! shapes the scorer does not apply (it is skipped and not listed).
 //!
 //! Behaviour: shares go to GPUs already split, where the rest is fragment anyway; whole-GPU
@@ -95,7 +95,7 @@
 //! node's GPUs (a handful) and, per group of shapes with the same GPU need and accelerator
 //! types, a search in the sorted free amounts and one in the group's CPU steps; no allocation
 //! for nodes of up to 16 GPUs. Scores are kept by node state, a node's state by its version
-//! (see [`memo`]), so most scores are a version check and a lookup.
+//! (see `memo`), so most scores are a version check and a lookup.
 
 use std::cell::RefCell;
 use std::sync::Arc;

@@ -50,7 +50,7 @@ use crate::resource::ResourceId;
 pub const MARGIN: u64 = 2;
 
 /// [`MARGIN`] while the cluster's CPU runs out before its GPUs
-/// ([`Clusters::CpuShort`](super::Clusters::CpuShort)): CPU-only and CPU-heavy requests then
+/// ([`Clusters::CpuShort`](crate::pipeline::profile::Clusters::CpuShort)): CPU-only and CPU-heavy requests then
 /// take the CPU those nodes need, so one placement can cost a node; wider only then, since on
 /// every cluster it cost placement quality (`docs/placement-log.md`).
 pub const MARGIN_CPU_SHORT: u64 = 3;

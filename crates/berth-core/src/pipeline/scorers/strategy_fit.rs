@@ -26,9 +26,27 @@
 //! resources it asks for; resources a request does not ask for do not move its score.
 
 use super::super::stage::{DecisionContext, Score, Scorer};
-use super::{ResourceRules, ResourceStrategy, StrategyKind};
+use super::ResourceRules;
 use crate::node::Node;
 use crate::quantity::Quantity;
+
+/// How [`ResourceStrategyFit`] scores one resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResourceStrategy {
+    /// Pack or spread.
+    pub kind: StrategyKind,
+    /// The resource's weight in the node's weighted mean.
+    pub weight: u32,
+}
+
+/// Pack or spread, the plugin's `type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StrategyKind {
+    /// `requested / allocatable`: the fuller node scores higher (pack).
+    MostAllocated,
+    /// `(allocatable − requested) / allocatable`: the emptier node scores higher (spread).
+    LeastAllocated,
+}
 
 /// The ResourceStrategyFit scorer. See the module documentation.
 #[derive(Clone, Debug)]
