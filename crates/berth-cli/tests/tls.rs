@@ -34,6 +34,25 @@ fn pki_for(names: &[&str]) -> Pki {
     Pki { ca: ca.pem(), cert: leaf.pem(), key: leaf_key.serialize_pem() }
 }
 
+/// `berth start --head` serving TLS with `cert` and `key`, and its `https://` URL once it wrote
+/// it to its address file (which is how the CLI on this machine knows to speak TLS).
+fn tls_head(
+    cluster: &Cluster,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> (common::cluster::Daemon, String) {
+    let mut head = cluster.spawn(
+        "head",
+        &["start", "--head", "--port", "0", "--tls-cert", path(cert), "--tls-key", path(key)],
+    );
+    let url = wait_for("the head writes its https:// address", WAIT, || {
+        head.assert_running();
+        let text = std::fs::read_to_string(cluster.file("head-address")).unwrap_or_default();
+        text.starts_with("https://").then(|| text.trim().to_string()).ok_or(text)
+    });
+    (head, url)
+}
+
 #[test]
 fn a_tls_head_serves_the_cli_and_agents_and_refuses_what_cannot_verify_it() {
     let cluster = Cluster::new();
@@ -64,20 +83,7 @@ fn a_tls_head_serves_the_cli_and_agents_and_refuses_what_cannot_verify_it() {
     assert_eq!(run.code, Some(1), "{run}");
     assert!(run.stderr.contains("wrong.key") && run.stderr.contains("TLS"), "{run}");
 
-    let mut head = cluster.spawn(
-        "head",
-        &["start", "--head", "--port", "0", "--tls-cert", path(&cert), "--tls-key", path(&key)],
-    );
-    // The address file says https://, so the CLI on this machine knows to speak TLS.
-    let url = wait_for("the head writes its https:// address", WAIT, || {
-        head.assert_running();
-        let text = std::fs::read_to_string(cluster.file("head-address")).unwrap_or_default();
-        if text.starts_with("https://") {
-            Ok(text.trim().to_string())
-        } else {
-            Err(format!("head-address holds {text:?}"))
-        }
-    });
+    let (mut head, url) = tls_head(&cluster, &cert, &key);
     let plain = url.trim_start_matches("https://").to_string();
     let env = [("BERTH_CA", path(&ca))];
     let status = cluster.run_env(&["status"], &env).ok();
@@ -174,15 +180,7 @@ fn a_certificate_for_another_host_or_from_another_ca_is_refused() {
         write("head.pem", &elsewhere.cert),
         write("head.key", &elsewhere.key),
     );
-    let mut head = cluster.spawn(
-        "head",
-        &["start", "--head", "--port", "0", "--tls-cert", path(&cert), "--tls-key", path(&key)],
-    );
-    let url = wait_for("the head writes its https:// address", WAIT, || {
-        head.assert_running();
-        let text = std::fs::read_to_string(cluster.file("head-address")).unwrap_or_default();
-        text.starts_with("https://").then(|| text.trim().to_string()).ok_or(text)
-    });
+    let (mut head, url) = tls_head(&cluster, &cert, &key);
     let err = cluster.run(&["status", "--address", &url, "--ca", path(&ca)]).fails(1);
     assert!(err.contains("could not prove it is the head") && err.contains("certificate"), "{err}");
     assert!(err.contains("NotValidForName") || err.contains("not valid for"), "{err}");
