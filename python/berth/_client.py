@@ -131,7 +131,8 @@ class Client:
             try:
                 self._ssl = ssl.create_default_context(cafile=ca)
             except OSError as e:  # a missing file, or one that holds no PEM certificate (SSLError)
-                raise InvalidRequestError("ca", f"cannot read {ca} as a CA certificate (PEM): {e}") from None
+                raise InvalidRequestError(
+                    "ca", f"cannot read {ca} as a CA certificate (PEM) for the head at {url}: {e}") from None
         self._local = threading.local()
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
@@ -187,9 +188,10 @@ class Client:
                 ) from None
             except ssl.SSLCertVerificationError as e:
                 self._drop()
-                raise HeadUnreachableError(
-                    f"the certificate of the head at {self.url} could not be verified with the CA file "
-                    f"{self.ca} (ca): {e.verify_message}; give the CA that signed it"
+                # The caller's setting, not the network: never retried.
+                raise InvalidRequestError(
+                    "ca", f"the certificate of the head at {self.url} could not be verified with the CA file "
+                    f"{self.ca}: {e.verify_message}; give the CA that signed it"
                 ) from None
             except ssl.SSLError as e:
                 self._drop()

@@ -213,17 +213,29 @@ def amount(field: str, name: str, value: Any, *, bundle: bool = False) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
         raise InvalidRequestError(field, f"{value!r} is not a decimal number (expected e.g. 2, 0.5 or \"16Gi\")")
     if isinstance(value, (float, Decimal)):
-        if not (value == value and value not in (float("inf"), float("-inf"))):
+        # is_finite first: comparing a signalling NaN raises.
+        if not (value.is_finite() if isinstance(value, Decimal) else math.isfinite(value)):
             raise InvalidRequestError(field, f"{value} is not a finite number")
         if value == 0:
             return "0"  # also -0.0
         if value < 0:
             raise InvalidRequestError(field, f"{value} is negative; amounts must be 0 or more")
         # A float's shortest decimal (repr) is what was written: 0.1 stays 0.1, 1e-05 is 0.00001.
-        text = format(Decimal(repr(value)) if isinstance(value, float) else value, "f")
+        exact = Decimal(repr(value)) if isinstance(value, float) else value
+        # Judged by its exponent before it is written out: 1E+50000000 is never expanded.
+        if exact.adjusted() > 14:
+            raise InvalidRequestError(field, f"{value} is larger than the maximum amount 100000000000000 (1e14)")
+        if exact.adjusted() < -30:
+            raise InvalidRequestError(
+                field, f"{value} is below the resolution of 0.0001; the smallest non-zero amount is 0.0001")
+        text = format(exact, "f")
     elif isinstance(value, int):
         if value < 0:
             raise InvalidRequestError(field, f"{value} is negative; amounts must be 0 or more")
+        if value > MAX_WHOLE:
+            # str() of a very large int is refused by Python itself (and would be long).
+            shown = str(value) if value.bit_length() <= 256 else f"an integer of {value.bit_length()} bits"
+            raise InvalidRequestError(field, f"{shown} is larger than the maximum amount 100000000000000 (1e14)")
         text = str(value)
     else:
         text = value

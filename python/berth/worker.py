@@ -171,10 +171,14 @@ def register(head: str, actor_id: str, attempt: int, key: str, address: str) -> 
     body = json.dumps({"attempt": attempt, "address": address}).encode()
     request = urllib.request.Request(url, data=body, method="PUT", headers={
         "Authorization": f"Bearer {key}", "Content-Type": "application/json"})
-    context = None
-    if url.startswith("https://"):
-        context = ssl.create_default_context(cafile=os.environ.get("BERTH_CA") or None)
     try:
+        context = None
+        if url.startswith("https://"):
+            ca = os.environ.get("BERTH_CA")
+            if not ca:
+                # Trust the head's CA only, never the system's: the agent always sets it.
+                raise ValueError(f"the head at {head} serves TLS and $BERTH_CA names no CA file")
+            context = ssl.create_default_context(cafile=ca)
         with urllib.request.urlopen(request, timeout=30, context=context) as answer:
             answer.read()
     except Exception as e:  # noqa: BLE001 - without it no caller can reach us: stop

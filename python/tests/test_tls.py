@@ -19,7 +19,7 @@ import pytest
 
 import berth
 from berth._client import Client
-from berth.exceptions import BerthError, HeadUnreachableError, InvalidRequestError
+from berth.exceptions import BerthError, InvalidRequestError
 
 from conftest import HERE, berth_binary
 
@@ -209,8 +209,9 @@ def test_an_https_head_without_a_ca_is_refused_naming_ca(tls_cluster, monkeypatc
 
 
 def test_a_head_whose_certificate_another_ca_signed_is_refused(tls_cluster):
-    with pytest.raises(HeadUnreachableError) as refused:
+    with pytest.raises(InvalidRequestError) as refused:
         berth.init(address=tls_cluster.url, token=tls_cluster.token, ca=str(tls_cluster.other_ca))
+    assert refused.value.field == "ca"
     message = str(refused.value)
     assert "could not be verified" in message, message
     assert tls_cluster.url in message and str(tls_cluster.other_ca) in message, message
