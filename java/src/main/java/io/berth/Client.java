@@ -110,9 +110,10 @@ final class Client {
     try (InputStream in = Files.newInputStream(Path.of(ca))) {
       certificates = CertificateFactory.getInstance("X.509").generateCertificates(in);
     } catch (NoSuchFileException e) {
-      throw new BerthException("ca", "cannot read " + ca + ": no such file", e);
+      throw new BerthException("ca", "cannot read " + ca + " (the CA for " + String.join(", ", urls) + "): no such file", e);
     } catch (IOException | CertificateException e) {
-      throw new BerthException("ca", "cannot read " + ca + " as a CA certificate (PEM): " + e.getMessage(), e);
+      throw new BerthException("ca", "cannot read " + ca + " as a CA certificate (PEM) for " + String.join(", ", urls)
+          + ": " + e.getMessage(), e);
     }
     if (certificates.isEmpty()) {
       throw new BerthException("ca", ca + " holds no certificate (PEM: -----BEGIN CERTIFICATE-----)", null);
@@ -280,6 +281,11 @@ final class Client {
       }
       throw new BerthException(null, "the TLS handshake with the head at " + url + " failed: " + e.getMessage(), e);
     } catch (IOException e) {
+      // However the JDK delivers it, a certificate that does not verify is the caller's setting: never retried.
+      if (causedBy(e, CertificateException.class)) {
+        throw new BerthException("ca", "the certificate of the head at " + url + " could not be verified with the CA "
+            + "file " + ca + ": " + rootMessage(e) + "; give the CA that signed it", e);
+      }
       throw new MaybeSent(null, "the head at " + url + " did not answer " + method + " " + path + ": " + e, e);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
