@@ -9,7 +9,7 @@ use thiserror::Error;
 
 use crate::actor_index::{ActorIndex, PlacedActor};
 use crate::actors::{ActorAffinity, ActorId, ActorSpec};
-use crate::diagnosis::Reason;
+use crate::diagnosis::{Names, Reason};
 use crate::feed::{ChangeFeed, FeedCursor};
 use crate::instances::InstanceId;
 use crate::label_index::LabelIndex;
@@ -167,6 +167,12 @@ impl Allocation {
     /// Every unit-instance resource taken, with its instance IDs.
     pub fn instances(&self) -> impl Iterator<Item = (ResourceId, Vec<InstanceId>)> + '_ {
         self.shares.iter().map(|(id, shares)| (*id, shares.iter().map(|s| s.instance).collect()))
+    }
+}
+
+impl<'a> From<&'a Cluster> for Names<'a> {
+    fn from(cluster: &'a Cluster) -> Names<'a> {
+        cluster.names()
     }
 }
 
@@ -470,6 +476,11 @@ impl Cluster {
         &self.taint_table
     }
 
+    /// The names behind the cluster's resource and taint IDs, for describing reasons.
+    pub fn names(&self) -> Names<'_> {
+        Names { resources: &self.registry, taints: &self.taint_table }
+    }
+
     /// Nodes with at least one taint.
     pub fn tainted(&self) -> &NodeSet {
         &self.tainted
@@ -683,7 +694,7 @@ impl Cluster {
             ClusterError::Insufficient {
                 node: node.id().clone(),
                 reason,
-                detail: reason.describe(self),
+                detail: reason.describe(self.names()),
             }
         })?;
         Ok(self.node_allocation(index, request, shares))
@@ -725,9 +736,11 @@ impl Cluster {
         let shares = result.map_err(|err| {
             let node = self.node(index).map(|n| n.id().clone()).expect("found above");
             match err {
-                ExactReserveError::Unfit(reason) => {
-                    ClusterError::Insufficient { node, reason, detail: reason.describe(self) }
-                }
+                ExactReserveError::Unfit(reason) => ClusterError::Insufficient {
+                    node,
+                    reason,
+                    detail: reason.describe(self.names()),
+                },
                 ExactReserveError::Instances { resource, detail } => ClusterError::Instances {
                     node,
                     resource: self.registry.name(resource).to_string(),

@@ -7,10 +7,20 @@ use std::fmt;
 
 use smallvec::SmallVec;
 
-use crate::cluster::Cluster;
 use crate::quantity::Quantity;
-use crate::resource::{ResourceId, Shortfall};
-use crate::taints::TaintId;
+use crate::resource::{ResourceId, ResourceRegistry, Shortfall};
+use crate::taints::{TaintId, TaintTable};
+
+/// What a description reads besides the reasons: the names behind resource and taint IDs.
+/// A [`Cluster`](crate::Cluster) converts into its own (`diagnosis.describe(&cluster)`); a
+/// caller without one builds them from the registry and taint table it has.
+#[derive(Clone, Copy)]
+pub struct Names<'a> {
+    /// Resource names by ID.
+    pub resources: &'a ResourceRegistry,
+    /// Taints by ID.
+    pub taints: &'a TaintTable,
+}
 
 /// The expression number of [`Reason::ActorAffinity`] when no expression holds (`match: any`).
 pub const ANY_EXPRESSION: u16 = u16::MAX;
@@ -121,8 +131,9 @@ impl Reason {
     }
 
     /// A sentence for one node: `needs 2 GPU, has 1 in total`.
-    pub fn describe(&self, cluster: &Cluster) -> String {
-        let registry = cluster.registry();
+    pub fn describe<'n>(&self, names: impl Into<Names<'n>>) -> String {
+        let names = names.into();
+        let registry = names.resources;
         match *self {
             Reason::InsufficientTotal(s) => {
                 format!(
@@ -156,13 +167,13 @@ impl Reason {
                 )
             }
             Reason::UntoleratedTaint(taint) => {
-                let taint = cluster.taint(taint);
+                let taint = names.taints.get(taint);
                 format!(
                     "has taint {}={}, which the request does not tolerate",
                     taint.key, taint.value
                 )
             }
-            _ => self.kind().describe(cluster),
+            _ => self.kind().describe(names),
         }
     }
 }
@@ -182,8 +193,9 @@ impl ReasonKind {
     }
 
     /// A short phrase for counts: `3 too little GPU in total`.
-    pub fn describe(self, cluster: &Cluster) -> String {
-        let registry = cluster.registry();
+    pub fn describe<'n>(self, names: impl Into<Names<'n>>) -> String {
+        let names = names.into();
+        let registry = names.resources;
         match self {
             ReasonKind::Dead => "dead".to_string(),
             ReasonKind::Draining => "draining".to_string(),
@@ -198,7 +210,7 @@ impl ReasonKind {
             }
             ReasonKind::SameGroup => "already hold a bundle of the group".to_string(),
             ReasonKind::UntoleratedTaint(taint) => {
-                let taint = cluster.taint(taint);
+                let taint = names.taints.get(taint);
                 format!("untolerated taint {}={}", taint.key, taint.value)
             }
             ReasonKind::InsufficientTotal(r) => format!("too little {} in total", registry.name(r)),
@@ -215,8 +227,9 @@ impl ReasonKind {
     }
 
     /// A stable machine-readable code: `insufficient_total:GPU`, `untolerated_taint:k=v`.
-    pub fn code(self, cluster: &Cluster) -> String {
-        let registry = cluster.registry();
+    pub fn code<'n>(self, names: impl Into<Names<'n>>) -> String {
+        let names = names.into();
+        let registry = names.resources;
         match self {
             ReasonKind::Dead => "dead".to_string(),
             ReasonKind::Draining => "draining".to_string(),
@@ -227,7 +240,7 @@ impl ReasonKind {
             ReasonKind::AntiAffinityGuard => "anti_affinity_guard".to_string(),
             ReasonKind::SameGroup => "same_group".to_string(),
             ReasonKind::UntoleratedTaint(taint) => {
-                let taint = cluster.taint(taint);
+                let taint = names.taints.get(taint);
                 format!("untolerated_taint:{}={}", taint.key, taint.value)
             }
             ReasonKind::InsufficientTotal(r) => format!("insufficient_total:{}", registry.name(r)),
@@ -369,7 +382,8 @@ impl AttemptDiagnosis {
     }
 
     /// `0/5 nodes: 3 too little GPU in total, 2 draining`.
-    pub fn describe(&self, cluster: &Cluster) -> String {
+    pub fn describe<'n>(&self, names: impl Into<Names<'n>>) -> String {
+        let names = names.into();
         let rejected: u64 = self.rejected.iter().map(|(_, n)| n).sum();
         // A note with no node rejected says why none was looked at (a resource no node has,
         // a group not reserved): then none can take it, for that reason.
@@ -389,7 +403,7 @@ impl AttemptDiagnosis {
         );
         for (i, (kind, n)) in self.rejected.iter().enumerate() {
             text.push_str(if i == 0 { ": " } else { ", " });
-            text.push_str(&format!("{n} {}", kind.describe(cluster)));
+            text.push_str(&format!("{n} {}", kind.describe(names)));
         }
         match &self.note {
             Some(note) if only_note => text.push_str(&format!(": {note}")),
@@ -409,8 +423,9 @@ pub struct Diagnosis {
 
 impl Diagnosis {
     /// Every attempt on its own line-part, joined by `; `.
-    pub fn describe(&self, cluster: &Cluster) -> String {
-        let parts: Vec<String> = self.attempts.iter().map(|a| a.describe(cluster)).collect();
+    pub fn describe<'n>(&self, names: impl Into<Names<'n>>) -> String {
+        let names = names.into();
+        let parts: Vec<String> = self.attempts.iter().map(|a| a.describe(names)).collect();
         parts.join("; ")
     }
 

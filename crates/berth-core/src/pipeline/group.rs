@@ -39,7 +39,7 @@ use super::stage::{
 use super::visit::{run_filters, NodeSource, Ranking, Visit};
 use super::Scheduler;
 use crate::cluster::{Cluster, ClusterError, NamedInstances};
-use crate::diagnosis::{AttemptDiagnosis, AttemptKind, ReasonKind};
+use crate::diagnosis::{AttemptDiagnosis, AttemptKind, Names, ReasonKind};
 use crate::node::{Node, NodeIndex};
 use crate::nodeset::NodeSet;
 use crate::placement_group::{BundleSet, BundleState, GroupSpec, GroupStrategy};
@@ -109,7 +109,8 @@ pub struct AlternativeDiagnosis {
 
 impl GroupDiagnosis {
     /// One line per alternative and failing bundle.
-    pub fn describe(&self, cluster: &Cluster) -> String {
+    pub fn describe<'n>(&self, names: impl Into<Names<'n>>) -> String {
+        let names = names.into();
         let mut lines = Vec::new();
         for alternative in &self.alternatives {
             let name = match alternative.alternative {
@@ -121,7 +122,7 @@ impl GroupDiagnosis {
                 line.push_str(&format!(" {note};"));
             }
             for (_, diagnosis) in &alternative.failed {
-                line.push_str(&format!(" {};", diagnosis.describe(cluster)));
+                line.push_str(&format!(" {};", diagnosis.describe(names)));
             }
             lines.push(line.trim_end_matches(';').to_string());
         }
