@@ -50,7 +50,7 @@ pub enum ClusterError {
         node: NodeId,
         /// Why, as the filters would say it.
         reason: Reason,
-        /// The reason in words, with resource names and amounts.
+        /// The reason in words, with resource names and quantities.
         detail: String,
     },
     /// A reservation on named instances named the wrong ones.

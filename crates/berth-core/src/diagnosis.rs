@@ -54,7 +54,7 @@ pub enum Reason {
     Fragmented {
         /// The resource.
         resource: ResourceId,
-        /// The amount asked.
+        /// The quantity asked.
         requested: Quantity,
     },
     /// Placing the request would leave less of `resource` (CPU or memory) free than the

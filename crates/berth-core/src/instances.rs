@@ -40,7 +40,7 @@ pub struct InstanceShare {
     /// instance was removed meanwhile.
     pub generation: u32,
     /// How much of it.
-    pub amount: Quantity,
+    pub quantity: Quantity,
 }
 
 /// The shares one placement holds of one resource, in instance order.
@@ -89,43 +89,43 @@ impl InstancePool {
         self.instances.iter().map(|i| i.free)
     }
 
-    /// True when `amount` can be taken now under the rules above. An amount above 1 that is
+    /// True when `quantity` can be taken now under the rules above. A quantity above 1 that is
     /// not whole never fits: `Request::new` rejects it at the edge, and the ledger refuses it
     /// too rather than take one instance for 1.5.
-    pub fn fits(&self, amount: Quantity) -> bool {
-        if amount.is_zero() {
+    pub fn fits(&self, quantity: Quantity) -> bool {
+        if quantity.is_zero() {
             return true;
         }
-        if amount > Quantity::ONE && !amount.is_whole() {
+        if quantity > Quantity::ONE && !quantity.is_whole() {
             return false;
         }
-        if amount < Quantity::ONE {
-            self.instances.iter().any(|i| i.free >= amount)
+        if quantity < Quantity::ONE {
+            self.instances.iter().any(|i| i.free >= quantity)
         } else {
             let whole_free = self.instances.iter().filter(|i| i.free == Quantity::ONE).count();
-            whole_free as i64 >= amount.whole()
+            whole_free as i64 >= quantity.whole()
         }
     }
 
-    /// Takes `amount`, returning the shares taken, or `None` (and no change) if it does not fit.
-    pub fn take(&mut self, amount: Quantity) -> Option<InstanceShares> {
+    /// Takes `quantity`, returning the shares taken, or `None` (and no change) if it does not fit.
+    pub fn take(&mut self, quantity: Quantity) -> Option<InstanceShares> {
         let mut shares = InstanceShares::new();
-        if amount.is_zero() {
+        if quantity.is_zero() {
             return Some(shares);
         }
-        if amount < Quantity::ONE {
+        if quantity < Quantity::ONE {
             let (index, _) = self
                 .instances
                 .iter()
                 .enumerate()
-                .filter(|(_, i)| i.free >= amount)
+                .filter(|(_, i)| i.free >= quantity)
                 .min_by_key(|(index, i)| (i.free, *index))?;
-            shares.push(self.share(index, amount));
+            shares.push(self.share(index, quantity));
         } else {
-            if !self.fits(amount) {
+            if !self.fits(quantity) {
                 return None;
             }
-            let wanted = amount.whole() as usize;
+            let wanted = quantity.whole() as usize;
             let chosen: SmallVec<[usize; 8]> = (0..self.instances.len())
                 .filter(|&index| self.instances[index].free == Quantity::ONE)
                 .take(wanted)
@@ -137,24 +137,24 @@ impl InstancePool {
         Some(shares)
     }
 
-    /// Takes `amount` on exactly the instances `ids` (to rebuild a placement recorded earlier):
-    /// a share below 1 names one instance with that much free, a whole amount `k` names `k`
+    /// Takes `quantity` on exactly the instances `ids` (to rebuild a placement recorded earlier):
+    /// a share below 1 names one instance with that much free, a whole quantity `k` names `k`
     /// distinct fully free instances. On error nothing changes and the message says why.
     pub fn take_exact(
         &mut self,
-        amount: Quantity,
+        quantity: Quantity,
         ids: &[InstanceId],
     ) -> Result<InstanceShares, String> {
-        let wanted = if amount < Quantity::ONE {
+        let wanted = if quantity < Quantity::ONE {
             1
-        } else if amount.is_whole() {
-            amount.whole() as usize
+        } else if quantity.is_whole() {
+            quantity.whole() as usize
         } else {
-            return Err(format!("{amount} is neither below 1 nor whole"));
+            return Err(format!("{quantity} is neither below 1 nor whole"));
         };
         if ids.len() != wanted {
             return Err(format!(
-                "{amount} takes {wanted} instance(s), but {} are named",
+                "{quantity} takes {wanted} instance(s), but {} are named",
                 ids.len()
             ));
         }
@@ -165,19 +165,19 @@ impl InstancePool {
             let Some(instance) = self.instances.get(id as usize) else {
                 return Err(format!("there is no instance {id} (the node has {})", self.len()));
             };
-            let need = amount.min(Quantity::ONE);
+            let need = quantity.min(Quantity::ONE);
             if instance.free < need {
                 return Err(format!("instance {id} has {} free, {need} is needed", instance.free));
             }
         }
-        let share = amount.min(Quantity::ONE);
+        let share = quantity.min(Quantity::ONE);
         Ok(ids.iter().map(|&id| self.share(id as usize, share)).collect())
     }
 
-    fn share(&mut self, index: usize, amount: Quantity) -> InstanceShare {
+    fn share(&mut self, index: usize, quantity: Quantity) -> InstanceShare {
         let instance = &mut self.instances[index];
-        instance.free -= amount;
-        InstanceShare { instance: index as InstanceId, generation: instance.generation, amount }
+        instance.free -= quantity;
+        InstanceShare { instance: index as InstanceId, generation: instance.generation, quantity }
     }
 
     /// Gives shares back. A share of a removed (or removed and re-created) instance is ignored.
@@ -185,7 +185,7 @@ impl InstancePool {
         for share in shares {
             if let Some(instance) = self.instances.get_mut(share.instance as usize) {
                 if instance.generation == share.generation {
-                    instance.free = (instance.free + share.amount).min(Quantity::ONE);
+                    instance.free = (instance.free + share.quantity).min(Quantity::ONE);
                 }
             }
         }
@@ -273,7 +273,7 @@ mod tests {
         let other = pool.take_exact(q("0.5"), &[1]).unwrap();
         assert_eq!(ids(&other), [1]);
         let before = pool.clone();
-        for (amount, named, rule) in [
+        for (quantity, named, rule) in [
             ("2", &[0, 1][..], "instance 1 has 0.5 free"),
             ("2", &[0][..], "takes 2 instance(s), but 1 are named"),
             ("1", &[0, 0][..], "takes 1 instance(s), but 2"),
@@ -282,8 +282,8 @@ mod tests {
             ("0.5", &[7][..], "no instance 7"),
             ("1.5", &[0, 1][..], "neither below 1 nor whole"),
         ] {
-            let err = pool.take_exact(q(amount), named).unwrap_err();
-            assert!(err.contains(rule), "{amount} on {named:?}: {err}");
+            let err = pool.take_exact(q(quantity), named).unwrap_err();
+            assert!(err.contains(rule), "{quantity} on {named:?}: {err}");
             assert_eq!(pool, before, "a refused take changes nothing");
         }
         // Two half-used GPUs: the state best fit alone never builds from empty.
@@ -291,7 +291,7 @@ mod tests {
     }
 
     #[test]
-    fn non_whole_amounts_above_one_never_fit() {
+    fn non_whole_quantities_above_one_never_fit() {
         let mut pool = InstancePool::new(4);
         assert!(!pool.fits(q("1.5")));
         assert_eq!(pool.take(q("1.5")), None);

@@ -8,7 +8,7 @@
 //!
 //! - [`quantity`]: [`Quantity`], fixed point in steps of 0.0001, exact, strict parsing.
 //! - [`resource`]: resource names interned to [`ResourceId`]s by a per-cluster
-//!   [`ResourceRegistry`]; [`ResourceSet`], a sparse sorted set of amounts.
+//!   [`ResourceRegistry`]; [`ResourceSet`], a sparse sorted set of quantities.
 //! - [`instances`]: per-instance accounting of unit-instance resources (GPUs): whole
 //!   instances or a fraction inside one, with instance IDs for `CUDA_VISIBLE_DEVICES`.
 //! - [`node`]: a node and its ledger (`total`, `available`, instance pools).

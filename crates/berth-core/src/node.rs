@@ -100,7 +100,7 @@ pub enum NodeError {
         /// The resource's name.
         resource: String,
         /// The rejected total.
-        amount: Quantity,
+        quantity: Quantity,
     },
 }
 
@@ -120,8 +120,8 @@ impl NodeError {
                 "{id:?} is invalid: use 1 to 63 characters of letters, digits, '-', '_' and '.', \
                  beginning and ending with a letter or digit"
             ),
-            NodeError::BadInstanceTotal { resource, amount } => format!(
-                "{amount} is not allowed: {resource} is counted in whole instances, so a \
+            NodeError::BadInstanceTotal { resource, quantity } => format!(
+                "{quantity} is not allowed: {resource} is counted in whole instances, so a \
                  node's total must be a whole number from 0 to 4096"
             ),
         }
@@ -216,8 +216,8 @@ impl Node {
             taints: SmallVec::new(),
             version: Version::next(),
         };
-        for (resource, amount) in total.iter() {
-            node.set_capacity(resource, amount, registry)?;
+        for (resource, quantity) in total.iter() {
+            node.set_capacity(resource, quantity, registry)?;
         }
         Ok(node)
     }
@@ -357,11 +357,11 @@ impl Node {
         if self.pools.is_empty() {
             return None;
         }
-        request.iter().find_map(|(resource, amount)| {
-            if !registry.is_unit_instance(resource) || self.available.get(resource) < amount {
+        request.iter().find_map(|(resource, quantity)| {
+            if !registry.is_unit_instance(resource) || self.available.get(resource) < quantity {
                 return None;
             }
-            let fits = self.pool(resource).is_some_and(|pool| pool.fits(amount));
+            let fits = self.pool(resource).is_some_and(|pool| pool.fits(quantity));
             (!fits).then_some(resource)
         })
     }
@@ -393,9 +393,9 @@ impl Node {
             return Err(reason);
         }
         let mut shares = NodeShares::new();
-        for (resource, amount) in request.iter() {
+        for (resource, quantity) in request.iter() {
             if let Some(pool) = self.pool_mut(resource) {
-                let taken = pool.take(amount).expect("fit was checked above");
+                let taken = pool.take(quantity).expect("fit was checked above");
                 shares.push((resource, taken));
             }
         }
@@ -431,7 +431,7 @@ impl Node {
         // Validate every pool on a copy first, so a failure on the second leaves the first alone.
         let mut trial = self.pools.clone();
         let mut shares = NodeShares::new();
-        for (resource, amount) in request.iter().filter(|(r, _)| registry.is_unit_instance(*r)) {
+        for (resource, quantity) in request.iter().filter(|(r, _)| registry.is_unit_instance(*r)) {
             let ids = instances.iter().find(|(r, _)| *r == resource).map(|(_, ids)| ids.as_slice());
             let Some(ids) = ids else {
                 return Err(ExactReserveError::Instances {
@@ -442,7 +442,7 @@ impl Node {
             let pool = trial.iter_mut().find(|(r, _)| *r == resource).map(|(_, p)| p);
             let pool = pool.expect("the total check found this resource on the node");
             let taken = pool
-                .take_exact(amount, ids)
+                .take_exact(quantity, ids)
                 .map_err(|detail| ExactReserveError::Instances { resource, detail })?;
             shares.push((resource, taken));
         }
@@ -457,7 +457,7 @@ impl Node {
         if self.state == NodeState::Dead {
             return;
         }
-        for (resource, amount) in request.iter() {
+        for (resource, quantity) in request.iter() {
             match self.pools.iter_mut().find(|(id, _)| *id == resource) {
                 Some((_, pool)) => {
                     if let Some((_, taken)) = shares.iter().find(|(id, _)| *id == resource) {
@@ -468,14 +468,14 @@ impl Node {
                 }
                 None => {
                     let back =
-                        (self.available.get(resource) + amount).min(self.total.get(resource));
+                        (self.available.get(resource) + quantity).min(self.total.get(resource));
                     self.available.set(resource, back);
                 }
             }
         }
     }
 
-    /// Sets the total of one resource (seed 002's `UpdateResource`): the available amount
+    /// Sets the total of one resource (seed 002's `UpdateResource`): the available quantity
     /// moves by the change in total, floored at zero. A total of zero deletes the resource.
     /// Unit-instance resources resize their pool (see [`crate::instances`]).
     pub(crate) fn set_capacity(
@@ -489,7 +489,7 @@ impl Node {
             if !total.is_whole() || total.whole() > MAX_INSTANCES {
                 return Err(NodeError::BadInstanceTotal {
                     resource: registry.name(resource).to_string(),
-                    amount: total,
+                    quantity: total,
                 });
             }
             let count = total.whole() as u32;

@@ -184,14 +184,14 @@ pub enum GroupError {
         /// How many bundles.
         bundles: usize,
     },
-    /// A unit-instance amount of 1 or more that is not whole.
+    /// A unit-instance quantity of 1 or more that is not whole.
     FractionalInstances {
-        /// The amount's path.
+        /// The quantity's path.
         field: String,
         /// The resource.
         resource: String,
-        /// The amount.
-        amount: Quantity,
+        /// The quantity.
+        quantity: Quantity,
     },
     /// A resource from another registry.
     ForeignResource {
@@ -223,8 +223,8 @@ impl GroupError {
             GroupError::SelectorCount { selectors, bundles, .. } => {
                 format!("{selectors} selectors for {bundles} bundles; give one per bundle or none")
             }
-            GroupError::FractionalInstances { resource, amount, .. } => format!(
-                "{amount} is not allowed: {resource} is shared per instance, so a bundle asks for \
+            GroupError::FractionalInstances { resource, quantity, .. } => format!(
+                "{quantity} is not allowed: {resource} is shared per instance, so a bundle asks for \
                  a share below 1 or whole instances"
             ),
             GroupError::ForeignResource { .. } => {
@@ -246,7 +246,7 @@ impl fmt::Display for GroupError {
 
 impl GroupSpec {
     /// Checks every alternative: bundles present and non-empty, selectors one per bundle (or
-    /// none), unit-instance amounts below 1 or whole.
+    /// none), unit-instance quantities below 1 or whole.
     pub fn validate(&self, registry: &ResourceRegistry) -> Result<(), GroupError> {
         if self.namespace.is_empty() || validate_value("namespace", &self.namespace).is_err() {
             return Err(GroupError::Namespace(self.namespace.clone()));
@@ -272,19 +272,19 @@ impl GroupSpec {
                 if bundle.is_empty() && !unknown {
                     return Err(GroupError::EmptyBundle { field });
                 }
-                for (resource, amount) in bundle.iter() {
+                for (resource, quantity) in bundle.iter() {
                     if !registry.contains(resource) {
                         return Err(GroupError::ForeignResource { field });
                     }
                     if registry.is_unit_instance(resource)
-                        && amount > Quantity::ONE
-                        && !amount.is_whole()
+                        && quantity > Quantity::ONE
+                        && !quantity.is_whole()
                     {
                         let name = registry.name(resource).to_string();
                         return Err(GroupError::FractionalInstances {
                             field: format!("{field}.{name}"),
                             resource: name,
-                            amount,
+                            quantity,
                         });
                     }
                 }
@@ -326,7 +326,7 @@ impl BundleLedger {
             .map(|(resource, shares)| {
                 let entries = shares
                     .iter()
-                    .map(|&share| BundleInstance { share, free: share.amount })
+                    .map(|&share| BundleInstance { share, free: share.quantity })
                     .collect();
                 (*resource, entries)
             })
@@ -371,21 +371,22 @@ impl BundleLedger {
     }
 
     /// Why `request` cannot be taken from the bundle now, if it cannot: a resource short, or
-    /// a unit-instance amount that no reserved instance can serve in the required shape.
+    /// a unit-instance quantity that no reserved instance can serve in the required shape.
     pub fn unfit(&self, request: &ResourceSet) -> Option<Shortfall> {
         if let Some(shortfall) = request.first_shortfall(&self.available) {
             return Some(shortfall);
         }
-        request.iter().find_map(|(resource, amount)| {
+        request.iter().find_map(|(resource, quantity)| {
             let entries = self.instances.iter().find(|(r, _)| *r == resource).map(|(_, e)| e)?;
-            let fits = if amount < Quantity::ONE {
-                entries.iter().any(|e| e.free >= amount)
+            let fits = if quantity < Quantity::ONE {
+                entries.iter().any(|e| e.free >= quantity)
             } else {
-                entries.iter().filter(|e| e.free == Quantity::ONE).count() as i64 >= amount.whole()
+                entries.iter().filter(|e| e.free == Quantity::ONE).count() as i64
+                    >= quantity.whole()
             };
             (!fits).then_some(Shortfall {
                 resource,
-                requested: amount,
+                requested: quantity,
                 have: self.available.get(resource),
             })
         })
@@ -397,27 +398,27 @@ impl BundleLedger {
             return None;
         }
         let mut taken = NodeShares::new();
-        for (resource, amount) in request.iter() {
+        for (resource, quantity) in request.iter() {
             let Some((_, entries)) = self.instances.iter_mut().find(|(r, _)| *r == resource) else {
                 continue;
             };
             let mut shares = InstanceShares::new();
-            if amount < Quantity::ONE {
+            if quantity < Quantity::ONE {
                 let entry = entries
                     .iter_mut()
-                    .filter(|e| e.free >= amount)
+                    .filter(|e| e.free >= quantity)
                     .min_by_key(|e| (e.free, e.share.instance))
                     .expect("fit was checked");
-                entry.free -= amount;
-                shares.push(InstanceShare { amount, ..entry.share });
+                entry.free -= quantity;
+                shares.push(InstanceShare { quantity, ..entry.share });
             } else {
                 for entry in entries
                     .iter_mut()
                     .filter(|e| e.free == Quantity::ONE)
-                    .take(amount.whole() as usize)
+                    .take(quantity.whole() as usize)
                 {
                     entry.free = Quantity::ZERO;
-                    shares.push(InstanceShare { amount: Quantity::ONE, ..entry.share });
+                    shares.push(InstanceShare { quantity: Quantity::ONE, ..entry.share });
                 }
             }
             taken.push((resource, shares));
@@ -436,7 +437,7 @@ impl BundleLedger {
             for share in shares {
                 if let Some(entry) = entries.iter_mut().find(|e| e.share.instance == share.instance)
                 {
-                    entry.free = (entry.free + share.amount).min(entry.share.amount);
+                    entry.free = (entry.free + share.quantity).min(entry.share.quantity);
                 }
             }
         }

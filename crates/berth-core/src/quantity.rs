@@ -4,8 +4,8 @@
 //! subtracting resources is exact: 0.1 + 0.2 GPU is exactly 0.3 GPU, and releasing what was
 //! reserved restores the ledger to the bit.
 //!
-//! Parsing is strict rather than rounding: an amount that cannot be represented exactly (more than
-//! four decimal places, or a non-zero amount below 0.0001) is an error. Rounding silently would
+//! Parsing is strict rather than rounding: a quantity that cannot be represented exactly (more than
+//! four decimal places, or a non-zero quantity below 0.0001) is an error. Rounding silently would
 //! let two requests of 0.33333 GPU each fit three times into one GPU in the user's arithmetic but
 //! not in ours; an error tells the user at the edge instead.
 
@@ -22,13 +22,13 @@ pub const UNITS_PER_WHOLE: i64 = 10_000;
 /// Number of decimal places a quantity can carry.
 const DECIMALS: u32 = 4;
 
-/// The largest amount accepted from input: 10^14 (about 88 TiB when the resource is bytes).
+/// The largest quantity accepted from input: 10^14 (about 88 TiB when the resource is bytes).
 ///
 /// Capping input well below `i64::MAX / UNITS_PER_WHOLE` leaves head-room so that sums of a
 /// node's totals and requests can never overflow inside the ledger.
 pub const MAX_WHOLE: i64 = 100_000_000_000_000;
 
-/// A non-negative amount of a resource, exact to 0.0001.
+/// A non-negative quantity of a resource, exact to 0.0001.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Quantity(i64);
 
@@ -70,7 +70,7 @@ impl Quantity {
         Quantity(units)
     }
 
-    /// A quantity of `n` whole units. Callers pass amounts they control (tests, constants);
+    /// A quantity of `n` whole units. Callers pass quantities they control (tests, constants);
     /// input goes through [`Quantity::parse`] or [`Quantity::from_f64`].
     pub const fn from_whole(n: i64) -> Quantity {
         Quantity(n * UNITS_PER_WHOLE)
@@ -290,7 +290,7 @@ impl std::str::FromStr for Quantity {
 }
 
 impl Serialize for Quantity {
-    /// A JSON number: whole amounts as integers (exact for byte counts), others as the nearest
+    /// A JSON number: whole quantities as integers (exact for byte counts), others as the nearest
     /// `f64`, whose shortest form is the exact decimal.
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         if self.is_whole() {
@@ -343,7 +343,7 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn parses_valid_amounts() {
+    fn parses_valid_quantities() {
         let cases = [
             ("0", 0),
             ("1", 10_000),
@@ -364,7 +364,7 @@ mod tests {
     }
 
     #[test]
-    fn rejects_invalid_amounts_with_the_rule() {
+    fn rejects_invalid_quantities_with_the_rule() {
         let cases: [(&str, &str); 12] = [
             ("-1", "negative"),
             ("-0.5", "negative"),
@@ -508,7 +508,7 @@ mod tests {
         }
 
         /// JSON serialisation round-trips for quantities of up to 15 significant digits, which
-        /// an f64 carries exactly (whole amounts are integers and always exact).
+        /// an f64 carries exactly (whole quantities are integers and always exact).
         #[test]
         fn json_round_trip(units in 0i64..1_000_000_000_000_000) {
             let q = Quantity::from_units(units);

@@ -74,12 +74,12 @@ pub struct NodeAffinity {
 /// request in a larger document use [`RequestError::field`] and [`RequestError::rule`].
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum RequestError {
-    /// A unit-instance amount of 1 or more that is not whole.
+    /// A unit-instance quantity of 1 or more that is not whole.
     FractionalInstances {
         /// The resource.
         resource: String,
-        /// The rejected amount.
-        amount: Quantity,
+        /// The rejected quantity.
+        quantity: Quantity,
     },
     /// `spill_on_unavailable` on hard affinity, or `fail_on_unavailable` on soft.
     AffinityFlag {
@@ -108,8 +108,8 @@ impl RequestError {
     /// The rule broken, without the field.
     pub fn rule(&self) -> String {
         match self {
-            RequestError::FractionalInstances { resource, amount } => format!(
-                "{amount} is not allowed: {resource} is shared per instance, so a request must \
+            RequestError::FractionalInstances { resource, quantity } => format!(
+                "{quantity} is not allowed: {resource} is shared per instance, so a request must \
                  be below 1 (a share of one instance) or a whole number of instances"
             ),
             RequestError::AffinityFlag { needs_soft, .. } => {
@@ -155,7 +155,7 @@ struct Rare {
     fallback: Vec<LabelSelector>,
     /// Taints the request accepts (seed 004).
     tolerations: Tolerations,
-    /// Amounts of resources no node has (yet): the request is infeasible while any is left.
+    /// Quantities of resources no node has (yet): the request is infeasible while any is left.
     unknown: UnknownResources,
 }
 
@@ -186,20 +186,23 @@ impl PartialEq for Request {
 impl Eq for Request {}
 
 impl Request {
-    /// A validated request: unit-instance amounts are below 1 or whole; affinity flags fit.
+    /// A validated request: unit-instance quantities are below 1 or whole; affinity flags fit.
     pub fn new(
         resources: ResourceSet,
         strategy: Strategy,
         registry: &ResourceRegistry,
     ) -> Result<Request, RequestError> {
-        for (resource, amount) in resources.iter() {
+        for (resource, quantity) in resources.iter() {
             if !registry.contains(resource) {
                 return Err(RequestError::ForeignResource(resource));
             }
-            if registry.is_unit_instance(resource) && amount > Quantity::ONE && !amount.is_whole() {
+            if registry.is_unit_instance(resource)
+                && quantity > Quantity::ONE
+                && !quantity.is_whole()
+            {
                 return Err(RequestError::FractionalInstances {
                     resource: registry.name(resource).to_string(),
-                    amount,
+                    quantity,
                 });
             }
         }
@@ -276,7 +279,7 @@ impl Request {
 
     /// Takes in the resources a node has brought since the request was made; true when any
     /// did (the request may be placeable now). Names are never unit-instance when interned
-    /// after the registry was made, so the amounts need no new check.
+    /// after the registry was made, so the quantities need no new check.
     pub fn resolve_unknown(&mut self, registry: &ResourceRegistry) -> bool {
         match self.rare.as_deref_mut() {
             Some(rare) if !rare.unknown.is_empty() => {
@@ -397,7 +400,7 @@ mod tests {
     }
 
     #[test]
-    fn gpu_amounts_are_fractions_or_whole() {
+    fn gpu_quantities_are_fractions_or_whole() {
         let registry = ResourceRegistry::default();
         for ok in ["0.25", "0.9999", "1", "2", "8"] {
             assert!(Request::new(set(ok), Strategy::Default, &registry).is_ok(), "{ok}");

@@ -185,7 +185,7 @@ fn validate_name(name: &str) -> Result<(), ResourceNameError> {
     }
 }
 
-/// A set of resource amounts: sorted by ID, zeros dropped.
+/// A set of resource quantities: sorted by ID, zeros dropped.
 ///
 /// Requests and nodes hold a handful of resources, so a sorted inline vector beats a hash map:
 /// no allocation, and subset tests are a linear merge.
@@ -201,13 +201,13 @@ pub struct Ascending<'a> {
 }
 
 impl Ascending<'_> {
-    /// The amount of `id`, zero when absent. Each `id` must be at least the one before it (a
+    /// The quantity of `id`, zero when absent. Each `id` must be at least the one before it (a
     /// smaller one reads as absent): the cursor only moves forward.
     #[inline]
     pub fn get(&mut self, id: ResourceId) -> Quantity {
-        while let Some(&(entry, amount)) = self.entries.get(self.at) {
+        while let Some(&(entry, quantity)) = self.entries.get(self.at) {
             if entry >= id {
-                return if entry == id { amount } else { Quantity::ZERO };
+                return if entry == id { quantity } else { Quantity::ZERO };
             }
             self.at += 1;
         }
@@ -232,7 +232,7 @@ impl ResourceSet {
         ResourceSet::default()
     }
 
-    /// The amount of `id`, zero when absent.
+    /// The quantity of `id`, zero when absent.
     #[inline]
     pub fn get(&self, id: ResourceId) -> Quantity {
         // Sets hold a handful of entries: a forward scan that stops at the first ID not below
@@ -246,23 +246,23 @@ impl ResourceSet {
         }
     }
 
-    /// Sets `id` to `amount`; zero removes it.
-    pub fn set(&mut self, id: ResourceId, amount: Quantity) {
+    /// Sets `id` to `quantity`; zero removes it.
+    pub fn set(&mut self, id: ResourceId, quantity: Quantity) {
         match self.entries.binary_search_by_key(&id, |e| e.0) {
-            Ok(i) if amount.is_zero() => {
+            Ok(i) if quantity.is_zero() => {
                 self.entries.remove(i);
             }
-            Ok(i) => self.entries[i].1 = amount,
-            Err(_) if amount.is_zero() => {}
-            Err(i) => self.entries.insert(i, (id, amount)),
+            Ok(i) => self.entries[i].1 = quantity,
+            Err(_) if quantity.is_zero() => {}
+            Err(i) => self.entries.insert(i, (id, quantity)),
         }
     }
 
-    /// Removes `id`, returning its amount.
+    /// Removes `id`, returning its quantity.
     pub fn remove(&mut self, id: ResourceId) -> Quantity {
-        let amount = self.get(id);
+        let quantity = self.get(id);
         self.set(id, Quantity::ZERO);
-        amount
+        quantity
     }
 
     /// Entries in ID order.
@@ -270,12 +270,12 @@ impl ResourceSet {
         self.entries.iter().copied()
     }
 
-    /// True when no resource has a non-zero amount.
+    /// True when no resource has a non-zero quantity.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
-    /// Number of resources with a non-zero amount.
+    /// Number of resources with a non-zero quantity.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -294,30 +294,30 @@ impl ResourceSet {
         })
     }
 
-    /// Amounts looked up in ascending resource order, in one pass over the set: for walks
+    /// Quantities looked up in ascending resource order, in one pass over the set: for walks
     /// that read several sets side by side (the filters and scorers, once per node).
     #[inline]
     pub fn ascending(&self) -> Ascending<'_> {
         Ascending { entries: &self.entries, at: 0 }
     }
 
-    /// True when every amount in `self` is at most the amount in `other`.
+    /// True when every quantity in `self` is at most the quantity in `other`.
     pub fn is_subset_of(&self, other: &ResourceSet) -> bool {
         self.first_shortfall(other).is_none()
     }
 
     /// Adds `other` into `self`.
     pub fn add(&mut self, other: &ResourceSet) {
-        for (id, amount) in other.iter() {
-            self.set(id, self.get(id) + amount);
+        for (id, quantity) in other.iter() {
+            self.set(id, self.get(id) + quantity);
         }
     }
 
-    /// Adds `other` into `self`, keeping each resource at most its amount in `cap`
+    /// Adds `other` into `self`, keeping each resource at most its quantity in `cap`
     /// (the seed's `AddResourcesCapacityConstrained`: a node never has more available than total).
     pub fn add_capped(&mut self, other: &ResourceSet, cap: &ResourceSet) {
-        for (id, amount) in other.iter() {
-            self.set(id, (self.get(id) + amount).min(cap.get(id)));
+        for (id, quantity) in other.iter() {
+            self.set(id, (self.get(id) + quantity).min(cap.get(id)));
         }
     }
 
@@ -326,16 +326,16 @@ impl ResourceSet {
         if let Some(shortfall) = other.first_shortfall(self) {
             return Err(shortfall);
         }
-        for (id, amount) in other.iter() {
-            self.set(id, self.get(id) - amount);
+        for (id, quantity) in other.iter() {
+            self.set(id, self.get(id) - quantity);
         }
         Ok(())
     }
 
     /// Subtracts `other`, flooring each resource at zero.
     pub fn saturating_sub(&mut self, other: &ResourceSet) {
-        for (id, amount) in other.iter() {
-            self.set(id, self.get(id).saturating_sub(amount));
+        for (id, quantity) in other.iter() {
+            self.set(id, self.get(id).saturating_sub(quantity));
         }
     }
 
@@ -348,8 +348,8 @@ impl ResourceSet {
 impl FromIterator<(ResourceId, Quantity)> for ResourceSet {
     fn from_iter<I: IntoIterator<Item = (ResourceId, Quantity)>>(iter: I) -> ResourceSet {
         let mut set = ResourceSet::new();
-        for (id, amount) in iter {
-            set.set(id, set.get(id) + amount);
+        for (id, quantity) in iter {
+            set.set(id, set.get(id) + quantity);
         }
         set
     }
@@ -364,17 +364,17 @@ pub struct ResourceSetDisplay<'a> {
 impl fmt::Display for ResourceSetDisplay<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("{")?;
-        for (i, (id, amount)) in self.set.iter().enumerate() {
+        for (i, (id, quantity)) in self.set.iter().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
             }
-            write!(f, "{}: {}", self.registry.name(id), amount)?;
+            write!(f, "{}: {}", self.registry.name(id), quantity)?;
         }
         f.write_str("}")
     }
 }
 
-/// Amounts a request asks for by resource names no node has: kept as names, so asking does
+/// Quantities a request asks for by resource names no node has: kept as names, so asking does
 /// not grow the registry, and resolved (moved into the request's [`ResourceSet`]) once a node
 /// brings the resource. While any is left, the request is infeasible with that reason.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -384,9 +384,9 @@ impl UnknownResources {
     /// No unknown resource.
     pub const EMPTY: UnknownResources = UnknownResources(Vec::new());
 
-    /// Adds `amount` of the resource `name`.
-    pub fn push(&mut self, name: impl Into<String>, amount: Quantity) {
-        self.0.push((name.into(), amount));
+    /// Adds `quantity` of the resource `name`.
+    pub fn push(&mut self, name: impl Into<String>, quantity: Quantity) {
+        self.0.push((name.into(), quantity));
     }
 
     /// True when every name was known.
@@ -394,17 +394,17 @@ impl UnknownResources {
         self.0.is_empty()
     }
 
-    /// The names and amounts, in the order given.
+    /// The names and quantities, in the order given.
     pub fn iter(&self) -> impl Iterator<Item = (&str, Quantity)> {
-        self.0.iter().map(|(name, amount)| (name.as_str(), *amount))
+        self.0.iter().map(|(name, quantity)| (name.as_str(), *quantity))
     }
 
     /// Moves every name `registry` knows now into `set`; true when any moved.
     pub fn resolve(&mut self, registry: &ResourceRegistry, set: &mut ResourceSet) -> bool {
         let before = self.0.len();
-        self.0.retain(|(name, amount)| match registry.lookup(name) {
+        self.0.retain(|(name, quantity)| match registry.lookup(name) {
             Some(id) => {
-                set.set(id, *amount);
+                set.set(id, *quantity);
                 false
             }
             None => true,
@@ -414,8 +414,8 @@ impl UnknownResources {
 
     /// Why a request with these is infeasible: `no node has the resource "TPU" (asked 4)`.
     pub fn reason(&self) -> Option<String> {
-        let (name, amount) = self.0.first()?;
-        Some(format!("no node has the resource {name:?} (asked {amount})"))
+        let (name, quantity) = self.0.first()?;
+        Some(format!("no node has the resource {name:?} (asked {quantity})"))
     }
 }
 
@@ -514,10 +514,10 @@ mod tests {
         /// included).
         #[test]
         fn ascending_lookups_agree_with_get(
-            amounts in proptest::collection::vec((0u16..24, 0i64..5), 0..20),
+            quantities in proptest::collection::vec((0u16..24, 0i64..5), 0..20),
             mut ids in proptest::collection::vec(0u16..26, 0..10),
         ) {
-            let set: ResourceSet = amounts
+            let set: ResourceSet = quantities
                 .iter()
                 .map(|&(id, units)| (ResourceId(id), Quantity::from_units(units)))
                 .collect();

@@ -12,9 +12,9 @@ pub fn resources(registry: &mut ResourceRegistry, spec: &str) -> ResourceSet {
     spec.split(',')
         .filter(|part| !part.trim().is_empty())
         .map(|part| {
-            let (name, amount) = part.split_once('=').expect("name=amount");
+            let (name, quantity) = part.split_once('=').expect("name=quantity");
             let id = registry.intern(name.trim()).expect("valid resource name");
-            (id, Quantity::parse(amount).expect("valid amount"))
+            (id, Quantity::parse(quantity).expect("valid quantity"))
         })
         .collect()
 }

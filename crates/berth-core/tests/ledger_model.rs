@@ -560,7 +560,7 @@ impl Harness {
                 result,
                 Err(ClusterError::Node(NodeError::BadInstanceTotal {
                     resource: "GPU".to_string(),
-                    amount: q(spec.gpu),
+                    quantity: q(spec.gpu),
                 }))
             );
         } else {
@@ -745,7 +745,7 @@ impl Harness {
                     result,
                     Err(ClusterError::Node(NodeError::BadInstanceTotal {
                         resource: "GPU".to_string(),
-                        amount: q(total),
+                        quantity: q(total),
                     }))
                 );
                 prop_assert_eq!(self.snapshot(), before, "a rejected capacity changed the ledger");

@@ -514,7 +514,7 @@ mod tests {
         let err = GroupError::FractionalInstances {
             field: "fallback_strategy[0].bundles[1].nvidia.com/gpu".into(),
             resource: "nvidia.com/gpu".into(),
-            amount: berth_core::Quantity::parse("1.5").unwrap(),
+            quantity: berth_core::Quantity::parse("1.5").unwrap(),
         };
         let (base, resource, rule) = error_parts(&err);
         assert_eq!(base, "fallback_strategy[0].bundles[1]");

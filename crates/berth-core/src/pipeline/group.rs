@@ -813,12 +813,12 @@ fn strict() -> GroupContext {
 /// free in all than they ask for.
 pub const PLANNED_WHATEVER_IS_FREE: usize = 64;
 
-/// The sum over the alive nodes of `amounts` (their totals, or what they have free).
-fn alive_sum(cluster: &Cluster, amounts: fn(&Node) -> &ResourceSet) -> ResourceSet {
+/// The sum over the alive nodes of `quantities` (their totals, or what they have free).
+fn alive_sum(cluster: &Cluster, quantities: fn(&Node) -> &ResourceSet) -> ResourceSet {
     let mut sum = ResourceSet::new();
     for index in cluster.alive().iter() {
         if let Some(node) = cluster.node(index) {
-            sum.add(amounts(node));
+            sum.add(quantities(node));
         }
     }
     sum

@@ -410,7 +410,7 @@ fn previews_decide_as_placing_does_and_reserve_nothing() {
 
 #[test]
 fn a_strict_pack_group_summing_past_i64_is_infeasible_not_pending() {
-    // Ten bundles at the largest accepted amount: their sum is past i64. It once wrapped
+    // Ten bundles at the largest accepted quantity: their sum is past i64. It once wrapped
     // (release) or panicked (debug) in `could_ever_fit`; now it saturates and fits nowhere.
     let mut c = labelled_cluster(&[("a", "CPU=100000000000000", "", ""), ("b", "CPU=8", "", "")]);
     let max = format!("CPU={}", Quantity::MAX);

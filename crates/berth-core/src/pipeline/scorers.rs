@@ -99,11 +99,11 @@ impl Scorer for HybridUtilization {
     fn score(&self, cx: &DecisionContext<'_>, node: &Node) -> Score {
         let request = cx.request.resources();
         // The highest utilisation as an exact fraction used/total, compared by cross-multiplying.
-        // Amounts are never negative, so they are compared as u64 with u128 products: one
+        // Quantities are never negative, so they are compared as u64 with u128 products: one
         // widening multiply each, where i128 operands take three.
         let mut worst: (u64, u64) = (0, 1);
         // One walk over the node's totals (zero totals are absent: the node lacks them), with
-        // the free and asked amounts looked up alongside.
+        // the free and asked quantities looked up alongside.
         let (mut free, mut asked) = (node.available().ascending(), request.ascending());
         let totals = node.total().iter().take_while(|(resource, _)| *resource <= HYBRID_LAST);
         for (resource, total) in totals {
@@ -131,7 +131,7 @@ impl Scorer for HybridUtilization {
     }
 }
 
-/// `quantity` in units; never negative here (amounts, totals and thresholds are not).
+/// `quantity` in units; never negative here (quantities, totals and thresholds are not).
 #[inline]
 fn units(quantity: Quantity) -> u64 {
     u64::try_from(quantity.units()).unwrap_or(0)

@@ -58,8 +58,8 @@ pub struct RestBundles {
     /// Every bundle of the plan, in planning order.
     order: std::sync::Arc<[ResourceSet]>,
     /// `sums[i]`: the sum of `order[..i]`; `None` when some bundle names a unit-instance
-    /// resource (which instances are free decides what fits, not amounts alone) or a sum
-    /// reaches the largest amount any node can have.
+    /// resource (which instances are free decides what fits, not quantities alone) or a sum
+    /// reaches the largest quantity any node can have.
     sums: Option<std::sync::Arc<[ResourceSet]>>,
     /// Where the rest starts in `order`.
     from: usize,
@@ -104,7 +104,7 @@ impl RestBundles {
         self.len() == 0
     }
 
-    /// How many of the rest, in order, fit on `node` one after another: by the amounts'
+    /// How many of the rest, in order, fit on `node` one after another: by the quantities'
     /// running sums against what the node has free (a binary search, since sums only grow),
     /// or, when instances decide, by reserving them on a copy of the node.
     pub fn held_by(&self, node: &Node, registry: &crate::resource::ResourceRegistry) -> usize {

@@ -197,7 +197,7 @@ fn hybrid_reference(node: &Node, request: &ResourceSet, threshold: Quantity) -> 
     Score::new(100 - (used * 100 / total) as u32)
 }
 
-/// Amounts for the property below: often round (so that a node sits exactly on the threshold),
+/// Quantities for the property below: often round (so that a node sits exactly on the threshold),
 /// else any.
 fn cpu_units() -> impl proptest::strategy::Strategy<Value = i64> {
     use proptest::prelude::*;
@@ -214,7 +214,7 @@ fn threshold_units() -> impl proptest::strategy::Strategy<Value = i64> {
     prop_oneof![(0i64..=4).prop_map(|k| k * 2_500), 0i64..=10_000]
 }
 
-/// `units` of CPU as a decimal amount.
+/// `units` of CPU as a decimal quantity.
 fn cpu_text(units: i64) -> String {
     format!("CPU={}.{:04}", units / 10_000, units % 10_000)
 }
@@ -232,7 +232,7 @@ proptest::proptest! {
         threshold in threshold_units(),
     ) {
         let gpu_text = |n: i64| if n > 0 { format!(",GPU={n}") } else { String::new() };
-        let part = |amount: i64, share: f64| (amount as f64 * share) as i64;
+        let part = |quantity: i64, share: f64| (quantity as f64 * share) as i64;
         let total = format!("{},memory={memory}{}", cpu_text(cpus), gpu_text(gpus));
         let mut c = cluster(&[("n1", &total)]);
         let (cpu_used, memory_used) = (part(cpus, used.0), part(memory, used.1));

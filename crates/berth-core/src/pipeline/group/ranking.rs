@@ -102,15 +102,15 @@ impl Scorer for LeastWaste {
 }
 
 /// Σ over the bundle's resources of the share of `node`'s total left free once `bundle` is
-/// placed, in millionths. Computed from the free amounts, without a copy: the filters said
+/// placed, in millionths. Computed from the free quantities, without a copy: the filters said
 /// the bundle fits.
 pub(crate) fn left_after(node: &Node, bundle: &ResourceSet) -> u64 {
     bundle
         .iter()
-        .map(|(r, amount)| {
+        .map(|(r, quantity)| {
             let total = node.total().get(r).units().max(1) as u128;
             let left =
-                node.available().get(r).units().saturating_sub(amount.units()).max(0) as u128;
+                node.available().get(r).units().saturating_sub(quantity.units()).max(0) as u128;
             (left * 1_000_000 / total) as u64
         })
         .sum()
@@ -123,7 +123,7 @@ mod tests {
     use super::super::super::stage::RestBundles;
     use crate::testutil::{cluster, index, resources};
 
-    /// Bundles of scalar resources, as amounts of CPU and memory in tenths.
+    /// Bundles of scalar resources, as quantities of CPU and memory in tenths.
     fn bundles() -> impl Strategy<Value = Vec<(u32, u32)>> {
         proptest::collection::vec((0u32..30, 0u32..30), 0..40)
     }

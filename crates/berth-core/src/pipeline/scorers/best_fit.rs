@@ -2,7 +2,7 @@
 //! of the FGD paper (Weng et al., USENIX ATC '23) and its simulator.
 //!
 //! Assumptions: filling nodes as tightly as possible keeps large holes free elsewhere for
-//! large requests. Leftovers are compared in absolute amounts, so that one free GPU counts the
+//! large requests. Leftovers are compared in absolute quantities, so that one free GPU counts the
 //! same on a 2-GPU node and on an 8-GPU node.
 //!
 //! Rules: the profile lists resources (exact names) with weights (`bestFit.resources`). For

@@ -29,8 +29,8 @@ pub(in crate::pipeline) struct CpuShort {
 #[derive(Debug, Default)]
 struct Counts {
     /// Per node slot, what it added to `sums`.
-    nodes: PerNode<Amounts>,
-    sums: Amounts,
+    nodes: PerNode<Quantities>,
+    sums: Quantities,
 }
 
 /// The free CPU share must be below this many tenths of the free GPU share.
@@ -38,21 +38,21 @@ const TENTHS: i128 = 9;
 
 /// Free and total CPU, free and total GPU, in units.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Amounts {
+struct Quantities {
     cpu_free: i128,
     cpu_total: i128,
     gpu_free: i128,
     gpu_total: i128,
 }
 
-impl Amounts {
+impl Quantities {
     /// An alive node's; any other slot's are zero.
-    fn of(node: &Node) -> Amounts {
+    fn of(node: &Node) -> Quantities {
         if node.state() != NodeState::Alive {
-            return Amounts::default();
+            return Quantities::default();
         }
         let (free, total) = (node.available(), node.total());
-        Amounts {
+        Quantities {
             cpu_free: i128::from(free.get(ResourceId::CPU).units()),
             cpu_total: i128::from(total.get(ResourceId::CPU).units()),
             gpu_free: i128::from(free.get(ResourceId::GPU).units()),
@@ -60,7 +60,7 @@ impl Amounts {
         }
     }
 
-    fn add(&mut self, other: Amounts, sign: i128) {
+    fn add(&mut self, other: Quantities, sign: i128) {
         self.cpu_free += sign * other.cpu_free;
         self.cpu_total += sign * other.cpu_total;
         self.gpu_free += sign * other.gpu_free;
@@ -82,7 +82,7 @@ impl CpuShort {
 impl Counts {
     fn follow(&mut self, cluster: &Cluster) {
         let sums = &mut self.sums;
-        let count = |node: Option<&Node>| node.map(Amounts::of).unwrap_or_default();
+        let count = |node: Option<&Node>| node.map(Quantities::of).unwrap_or_default();
         self.nodes.follow(cluster, count, |before, now| {
             sums.add(before, -1);
             sums.add(*now, 1);

@@ -93,7 +93,7 @@
 //!
 //! Cost: a score not computed before is two evaluations of the measure, each one sort of the
 //! node's GPUs (a handful) and, per group of shapes with the same GPU need and accelerator
-//! types, a search in the sorted free amounts and one in the group's CPU steps; no allocation
+//! types, a search in the sorted free quantities and one in the group's CPU steps; no allocation
 //! for nodes of up to 16 GPUs. Scores are kept by node state, a node's state by its version
 //! (see `memo`), so most scores are a version check and a lookup.
 
@@ -192,7 +192,7 @@ impl ShapeTable {
             table.total_weight += weight;
             if shape.gpu.is_zero() {
                 table.no_gpu_weight += weight;
-                // Per CPU amount for now; made cumulative below.
+                // Per CPU quantity for now; made cumulative below.
                 table.no_gpu_steps.push((shape.cpu.units(), weight));
                 continue;
             }
@@ -224,7 +224,7 @@ impl ShapeTable {
                 }
             };
             group.weight += weight;
-            // Weights per CPU amount for now; made cumulative below.
+            // Weights per CPU quantity for now; made cumulative below.
             group.cpu_steps.push((shape.cpu.units(), weight));
         }
         for group in &mut table.groups {
@@ -360,7 +360,7 @@ impl ShapeTable {
             }
         }
         self.rescaled(no_gpu, |g, group, cpu| {
-            // CPU amounts are unique within a group.
+            // CPU quantities are unique within a group.
             let step = group.cpu_weights.binary_search_by_key(&cpu, |&(c, _)| c).ok()?;
             kept[g][step].then_some(1)
         })
@@ -912,8 +912,8 @@ impl Fragmentation {
 /// common 8-GPU servers of 128 CPUs (8 and 16 measured alike: `docs/placement-log.md`).
 const CPUS_PER_GPU: u128 = 16;
 
-/// `(cpu units, weight)` pairs as steps: sorted by amount, equal amounts merged, each with the
-/// weight of every pair asking at most its amount.
+/// `(cpu units, weight)` pairs as steps: sorted by quantity, equal quantities merged, each with the
+/// weight of every pair asking at most its quantity.
 fn cumulative(mut steps: Vec<(i64, u64)>) -> Vec<(i64, u64)> {
     steps.sort_unstable();
     let mut merged: Vec<(i64, u64)> = Vec::with_capacity(steps.len());

@@ -9,7 +9,7 @@
 //! room. Weights by frequency in the fragmentation measures let a rare shape lose such nodes.
 //!
 //! Rules: the *large shapes* are the learned shapes asking the most whole GPUs (`g`, at least
-//! 2), one per CPU amount `c` they ask. For each, its *hosts* are the alive nodes with `g` GPUs
+//! 2), one per CPU quantity `c` they ask. For each, its *hosts* are the alive nodes with `g` GPUs
 //! wholly free and `c` CPU free now, and the requests *expected* are those counted (`pods`) of
 //! that shape or of `g` GPUs and more CPU, times the cluster's idle GPU, divided by
 //! the GPU all requests counted asked for: the share of what is still to come that those

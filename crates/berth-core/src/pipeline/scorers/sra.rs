@@ -31,7 +31,7 @@
 //! node, placing it would leave `free CPU − asked CPU < idle × cpu` or `free memory − asked
 //! memory < idle × memory`. Each primary resource is checked on its own (as Volcano does),
 //! CPU before memory, primaries in resource order; the first shortfall is the reason. The
-//! comparison is exact; the kept and short amounts in the reason are rounded up to 0.0001.
+//! comparison is exact; the kept and short quantities in the reason are rounded up to 0.0001.
 //!
 //! Behaviour: the filter is dynamic (it reads free resources): failing it makes the node busy,
 //! not unfit, and the request pending while it fails everywhere. A request that would fail
@@ -155,12 +155,12 @@ impl Filter for Proportional {
     }
 }
 
-/// Whether `free − asked < idle × per_unit × scale`, exactly; if so, the amount kept and the
+/// Whether `free − asked < idle × per_unit × scale`, exactly; if so, the quantity kept and the
 /// shortfall, each rounded up to the resolution (0.0001) and capped at [`Quantity::MAX`].
 ///
 /// `idle × per_unit` is a product of two fixed-point numbers, so it is compared in units of
 /// 10^-8 (`free − asked` times 10^4), where it is exact; products that overflow `i128`
-/// saturate, which can only make the kept amount larger than any free amount, as it is.
+/// saturate, which can only make the kept quantity larger than any free quantity, as it is.
 pub fn kept_short(
     free: Quantity,
     asked: Quantity,
@@ -425,7 +425,7 @@ mod tests {
         let cases: [(&str, &str, &str, Option<&str>); 9] = [
             // Asks for the primary resource: always passes, whatever it leaves.
             (node, "", "CPU=70,memory=100G,nvidia.com/gpu=1", None),
-            // Exactly the kept amount is left: passes (the rule is "below").
+            // Exactly the kept quantity is left: passes (the rule is "below").
             (node, "", "CPU=10,memory=64G", None),
             (
                 node,
@@ -466,7 +466,7 @@ mod tests {
     }
 
     #[test]
-    fn kept_amounts_are_exact_and_rounded_up_for_display() {
+    fn kept_quantities_are_exact_and_rounded_up_for_display() {
         // 0.5 idle × 0.0003 per unit = 0.00015 kept: 0.0001 free fails, short 0.00005 → 0.0001.
         assert_eq!(
             kept_short(q("0.0001"), Quantity::ZERO, q("0.5"), q("0.0003"), 1),

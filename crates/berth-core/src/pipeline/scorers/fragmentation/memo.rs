@@ -3,11 +3,11 @@
 //! Assumptions: a decision changes one node, so nearly every node a decision visits is
 //! unchanged since its last visit; a cluster's nodes come in a few types and many are in the
 //! same state at once (idle ones especially); requests come in a few shapes, though more than a
-//! handful (a production trace asks for dozens of CPU amounts); the learned shapes, so the table,
-//! change every few hundred requests.
+//! handful (a production trace asks for dozens of CPU quantities); the learned shapes, so the
+//! table, change every few hundred requests.
 //!
 //! Rules:
-//! - a node's state (free CPU, accelerator type, the multiset of its GPUs' free amounts) is
+//! - a node's state (free CPU, accelerator type, the multiset of its GPUs' free quantities) is
 //!   interned: equal states get one ID, found by hash and compared in full;
 //! - per node slot, 16 bytes: the node's version when its state was last read, and the
 //!   state's ID. While the version holds, so does the ID: a state does not depend on the
@@ -51,7 +51,7 @@ use crate::node::{Node, Version};
 use crate::pipeline::stage::Score;
 
 /// What a node's measure depends on, besides the table: its free CPU, its type's index among
-/// the table's types, and its GPUs' free units, ascending (which GPU has which amount does not
+/// the table's types, and its GPUs' free units, ascending (which GPU has which quantity does not
 /// change a measure or a score).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) struct NodeState {

@@ -132,7 +132,7 @@ fn the_cpu_fragment_measure_by_hand() {
     // No CPU free: every shape that asks CPU is unserved, but nothing is left to strand.
     reserve(&mut c, "t4", "CPU=2");
     assert_eq!(cpu_fragment(&c), 0);
-    // CPU-only shapes are kept with their CPU amounts, weighed and cut like the others.
+    // CPU-only shapes are kept with their CPU quantities, weighed and cut like the others.
     let cpu_only = ShapeTable::new(&[shape("32", "0", &[], 3), shape("8", "0", &[], 1)]);
     assert_eq!(cpu_only.no_gpu_steps, [(q("8").units(), 1), (q("32").units(), 4)]);
     let weighed = cpu_only.weighed_by_supply(&c);
@@ -534,7 +534,7 @@ fn a_memo_forgets_its_states_beyond_twice_the_nodes() {
 proptest! {
     /// The forgetting memo scores exactly as a fresh scorer given the same shapes, for each
     /// measure scored through it, whatever changes between decisions: shares taken from any
-    /// GPU (so nodes pass through equal multisets of free amounts on different GPUs),
+    /// GPU (so nodes pass through equal multisets of free quantities on different GPUs),
     /// releases, CPU taken, shapes rebuilt.
     #[test]
     fn a_memo_that_forgets_scores_as_a_fresh_scorer(
