@@ -17,6 +17,8 @@
 //! Node types and limits come from the autoscaler file
 //! ([`berth_api::spec::node_types`]).
 
+#![warn(missing_docs)]
+
 pub mod plan;
 pub mod scale_down;
 

@@ -65,6 +65,8 @@
 //! }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod actor_index;
 pub mod actors;
 pub mod cluster;

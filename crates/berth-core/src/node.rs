@@ -227,12 +227,12 @@ impl Node {
         &self.id
     }
 
-    /// The node's index in its cluster.
     /// What the node is now (see [`Version`]).
     pub fn version(&self) -> Version {
         self.version
     }
 
+    /// The node's index in its cluster.
     pub fn index(&self) -> NodeIndex {
         self.index
     }

@@ -39,6 +39,8 @@
 //!   ([`berth_core::pipeline::scorers::fragmentation::ShapeTable`]), kept up to date node by
 //!   node (only the node a pod lands on changes), exactly, in integers.
 
+#![warn(missing_docs)]
+
 pub mod bench;
 pub mod convert;
 pub mod locate;
