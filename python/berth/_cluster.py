@@ -92,7 +92,7 @@ def taint(node_id: Optional[str] = None, *, node_ip: Optional[str] = None,
           append: Union[None, str, Mapping[str, str]] = None,
           remove: Union[None, str, Mapping[str, str]] = None) -> Dict[str, Any]:
     """Adds (``append``) or removes (``remove``) taints of a node named by ``node_id`` or
-    ``node_ip`` (seed 004's ``ray taint``); returns the node as the head shows it."""
+    ``node_ip`` (as ``ray taint`` does); returns the node as the head shows it."""
     if (node_id is None) == (node_ip is None):
         raise InvalidRequestError("node_id", "give exactly one of node_id and node_ip")
     if (append is None) == (remove is None):

@@ -1,6 +1,6 @@
 """The head's input rules, checked in the driver so bad input is refused before anything is
 sent, with the head's field names and rule texts: label keys and values (Kubernetes syntax),
-selector expressions (seed 003), and resource amounts (fixed point, 1/10000 of a unit)."""
+selector expressions (Ray-style label selectors), and resource amounts (fixed point, 1/10000 of a unit)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The options of ``@berth.remote`` / ``.options()`` (the seeds' names), checked and turned into
+"""The options of ``@berth.remote`` / ``.options()`` (Ray's names), checked and turned into
 the head's REST bodies (``POST /api/v1/tasks``, ``/actors``, ``/placement_groups``)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Scheduling strategies and label expressions, with the seeds' names (seed 000's actor
-affinity, seed 003's node labels). Each strategy checks its input when made and renders the
+"""Scheduling strategies and label expressions, with Ray's names (actor affinity, node-label
+selectors). Each strategy checks its input when made and renders the
 head's ``scheduling_strategy`` value with ``to_rest()``."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class NotEqual(_Expression):
 
 
 # ---------------------------------------------------------------------------------------------
-# Actor affinity (seed 000).
+# Actor affinity.
 
 
 class ActorAffinityOperator(str, enum.Enum):
@@ -169,7 +169,7 @@ class ActorAffinityMatchExpression:
 
 class ActorAffinitySchedulingStrategy:
     """Place with or away from actors by their labels; every expression must hold (or any one,
-    with ``is_or_semantics=True``, seed 000's follow-on)."""
+    with ``is_or_semantics=True``, the OR form)."""
 
     def __init__(self, match_expressions: List[ActorAffinityMatchExpression], is_or_semantics: bool = False,
                  on_peer_moved: str = "stay") -> None:
@@ -225,7 +225,7 @@ class NodeAffinitySchedulingStrategy:
 
 
 class NodeLabelSchedulingStrategy:
-    """Seed 003's node-label strategy: ``hard`` must hold, ``soft`` is preferred. Values are
+    """The node-label strategy: ``hard`` must hold, ``soft`` is preferred. Values are
     expressions (``In("a")``, ``DoesNotExist()``) or their text (``"in(a)"``)."""
 
     def __init__(self, hard: Optional[Dict[str, Any]] = None, soft: Optional[Dict[str, Any]] = None) -> None:

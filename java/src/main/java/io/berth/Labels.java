@@ -99,7 +99,7 @@ final class Labels {
     return text.substring(start);
   }
 
-  /** A selector or tolerations: each key and each expression (seed 003's grammar). */
+  /** A selector or tolerations: each key and each expression (the label-selector grammar). */
   static void checkSelector(String field, Map<String, String> selector) {
     if (selector == null) {
       return;

@@ -7,7 +7,7 @@ import java.util.Map;
 import java.util.regex.Pattern;
 
 /**
- * The options actors and tasks share (seed 003's selectors, seed 004's tolerations, resources,
+ * The options actors and tasks share (label selectors, tolerations, resources,
  * strategy, name), checked as they are set with the head's field names and rules.
  */
 public abstract class WorkOptions<T extends WorkOptions<T>> {
@@ -48,14 +48,14 @@ public abstract class WorkOptions<T extends WorkOptions<T>> {
     return self();
   }
 
-  /** Node labels that must hold (seed 003), key to expression ({@code "in(a,b)"}, {@code "!exists()"}). */
+  /** Node labels that must hold (a label selector), key to expression ({@code "in(a,b)"}, {@code "!exists()"}). */
   public T setLabelSelector(Map<String, String> selector) {
     Labels.checkSelector("label_selector", selector);
     this.labelSelector = selector;
     return self();
   }
 
-  /** Taints it accepts (seed 004), key to expression ({@code "exists()"}). */
+  /** Taints it accepts (tolerations), key to expression ({@code "exists()"}). */
   public T setTolerations(Map<String, String> tolerations) {
     Labels.checkSelector("tolerations", tolerations);
     this.tolerations = tolerations;
