@@ -634,7 +634,30 @@ impl Client {
 
     /// `GET path` (a path from the server's root: `/api/v1/nodes`; see [`api_path`]).
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        self.call(Method::GET, path, NO_BODY, NO_QUERY, ANSWER_TIMEOUT, None)
+        self.read(|| self.call(Method::GET, path, NO_BODY, NO_QUERY, ANSWER_TIMEOUT, None))
+    }
+
+    /// Runs a read (a GET, safe to send again) and sends it again when the connection broke
+    /// before its answer or the head answered 503 (a head at its connection cap closes a
+    /// connection it has no room for; one between two states answers 503), with the waits of
+    /// [`Client::create`]. A read that timed out is not sent again: its wait was spent.
+    fn read<T>(&self, send: impl Fn() -> Result<T, ClientError>) -> Result<T, ClientError> {
+        let mut delay = Duration::from_millis(200);
+        let mut attempt = 1;
+        loop {
+            match send() {
+                Err(err)
+                    if attempt < CREATE_ATTEMPTS
+                        && err.may_retry()
+                        && !matches!(err, ClientError::TimedOut { .. }) =>
+                {
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// `GET path?query`, the query serialized from `query` (`None` fields are left out).
@@ -643,7 +666,7 @@ impl Client {
         Q: Serialize + ?Sized,
         T: DeserializeOwned,
     {
-        self.call(Method::GET, path, NO_BODY, Some(query), ANSWER_TIMEOUT, None)
+        self.read(|| self.call(Method::GET, path, NO_BODY, Some(query), ANSWER_TIMEOUT, None))
     }
 
     /// `GET path?query` for a call that waits on purpose up to `wait` before answering.

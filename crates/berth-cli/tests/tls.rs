@@ -53,6 +53,19 @@ fn tls_head(
     (head, url)
 }
 
+/// An agent for node `node` joining the head at `url` over TLS, trusting `ca`.
+fn tls_agent(
+    cluster: &Cluster,
+    url: &str,
+    ca: &std::path::Path,
+    node: &str,
+    extra: &[&str],
+) -> common::cluster::Daemon {
+    let mut args = vec!["start", "--address", url, "--ca", path(ca), "--node-id", node];
+    args.extend_from_slice(extra);
+    cluster.spawn(&format!("agent-{node}"), &args)
+}
+
 #[test]
 fn a_tls_head_serves_the_cli_and_agents_and_refuses_what_cannot_verify_it() {
     let cluster = Cluster::new();
@@ -100,22 +113,8 @@ fn a_tls_head_serves_the_cli_and_agents_and_refuses_what_cannot_verify_it() {
     assert!(err.contains("not HTTP") && err.contains(&format!("https://{plain}")), "{err}");
 
     // An agent joins over TLS with the CA, and its node goes ALIVE.
-    let _agent = cluster.spawn(
-        "agent",
-        &[
-            "start",
-            "--address",
-            &url,
-            "--ca",
-            path(&ca),
-            "--node-id",
-            "tls-node",
-            "--num-cpus",
-            "2",
-            "--memory",
-            "1Gi",
-        ],
-    );
+    let _agent =
+        tls_agent(&cluster, &url, &ca, "tls-node", &["--num-cpus", "2", "--memory", "1Gi"]);
     wait_for("the agent's node is ALIVE over TLS", WAIT, || {
         let run = cluster.run_env(&["get", "node", "tls-node", "--output", "json"], &env);
         if run.code != Some(0) {
@@ -186,36 +185,11 @@ fn a_certificate_for_another_host_or_from_another_ca_is_refused() {
     assert!(err.contains("NotValidForName") || err.contains("not valid for"), "{err}");
 
     let agent_token = std::fs::read_to_string(cluster.file("agent-token")).unwrap();
-    let mut wrong_name = cluster.spawn(
-        "agent-wrong-name",
-        &[
-            "start",
-            "--address",
-            &url,
-            "--ca",
-            path(&ca),
-            "--node-id",
-            "wrong-name",
-            "--token",
-            agent_token.trim(),
-        ],
-    );
+    let token = ["--token", agent_token.trim()];
+    let mut wrong_name = tls_agent(&cluster, &url, &ca, "wrong-name", &token);
     let other = pki();
     let other_ca = write("other-ca.pem", &other.ca);
-    let mut wrong_ca = cluster.spawn(
-        "agent-wrong-ca",
-        &[
-            "start",
-            "--address",
-            &url,
-            "--ca",
-            path(&other_ca),
-            "--node-id",
-            "wrong-ca",
-            "--token",
-            agent_token.trim(),
-        ],
-    );
+    let mut wrong_ca = tls_agent(&cluster, &url, &other_ca, "wrong-ca", &token);
     let refusals = [
         (&mut wrong_name, "certificate not valid for name \"127.0.0.1\""),
         // Both CAs have the same (empty) name: the chain is found, its signature is not ours.

@@ -385,6 +385,12 @@ impl Connection {
             () = idled(&activity, self.settings.idle_timeout) => false,
             () = stopped(&mut shutdown) => true,
         };
+        if !stopping && activity.requests.load(Ordering::Relaxed) == 0 {
+            // Never carried a request: nothing to answer, and its room is wanted now (a
+            // graceful shutdown would wait out IDLE_GRACE for the first bytes that never come,
+            // and a burst of such connections would keep clients waiting for room).
+            return;
+        }
         connection.as_mut().graceful_shutdown();
         if stopping {
             // Requests in flight are answered before the head stops.
