@@ -65,7 +65,10 @@ fn sleeper() -> ActorCreate {
     ActorCreate {
         command: "sleep".into(),
         args: vec!["600".into()].into(),
-        resources: serde_json::json!({"CPU": 1}).into(),
+        placement: berth_api::spec::PlacementSpec::from_json(
+            serde_json::json!({"resources": {"CPU": 1}}),
+        )
+        .unwrap(),
         ..Default::default()
     }
 }
@@ -241,7 +244,18 @@ async fn rides_out(mut head: RunningHead, take_away: impl FnOnce(), bring_back: 
     // committer noticed (then it waited, and is acknowledged now) or came after (refused at
     // once): never lost, never acknowledged without the store.
     let first = tokio::time::timeout(PATIENCE, in_flight).await.expect("answered").unwrap();
-    let after = head.handle.create_actor(sleeper()).await.expect("writes accepted again");
+    // The head finds the store back on its next commit retry (up to its longest backoff
+    // later): until then a write is still refused at once, naming the store.
+    let after = loop {
+        match head.handle.create_actor(sleeper()).await {
+            Ok(created) => break created,
+            Err(HeadError::Unavailable(message)) if message.contains("store is unavailable") => {
+                assert!(blip_started.elapsed() < PATIENCE, "never accepted again: {message}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(other) => panic!("writes accepted again: {other:?}"),
+        }
+    };
     match first {
         Ok(first) => {
             assert_ne!(first.actor_id, after.actor_id);
