@@ -15,18 +15,18 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::spec::{PlacementGroupSpec, PlacementSpec};
 use berth_core::Quantity;
 use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
 mod autoscaler;
-mod raw_json;
 mod resource_table;
 mod thin_str;
+mod wire;
 pub use autoscaler::{
     AutoscaledNode, AutoscalerDecision, AutoscalerPlan, AutoscalerStatus, NodeTypeStatus, PlanItem,
 };
-pub use raw_json::RawJson;
 pub use resource_table::ResourceTable;
 pub use thin_str::ThinStr;
 use utoipa::{IntoParams, ToSchema};
@@ -439,8 +439,10 @@ pub enum ActorState {
 }
 
 /// The body of `POST /api/v1/actors`.
+// Read through a flat copy (`wire`): serde cannot refuse unknown keys beside a flattened
+// field, and a flattened field would be read through a buffer.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "wire::ActorCreate")]
 pub struct ActorCreate {
     /// A key the client chose for this creation (the `Idempotency-Key` header sets it too): a
     /// second creation with the same key, while the first object is remembered, creates
@@ -479,29 +481,13 @@ pub struct ActorCreate {
     /// How many times it is restarted after its process or node dies; -1 for always.
     #[serde(default)]
     pub max_restarts: i32,
-    /// What to reserve: resource name to amount, `{"CPU": 1, "GPU": 0.5}`; at most 64
-    /// resources (the `resources` limit).
-    #[schema(value_type = Object)]
-    pub resources: RawJson,
-    /// DEFAULT, SPREAD, RANDOM, or a map (NODE_AFFINITY, NODE_LABEL, ACTOR_AFFINITY,
-    /// PLACEMENT_GROUP with `group` and `bundle`), as in the request file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub scheduling_strategy: Option<RawJson>,
-    /// Label key to expression (`"in(a,b)"`, `"!gpu"`, `"exists()"`); at most 32 expressions
-    /// (the `expressions` limit) of at most 256 values each (`values`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub label_selector: Option<RawJson>,
-    /// Alternatives to `label_selector`: `[{"label_selector": {...}}]`; at most 16 (the
-    /// `fallbacks` limit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>, max_items = 16)]
-    pub fallback_strategy: Option<RawJson>,
-    /// Taint key to expression: the taints it accepts; at most 32 (the `tolerations` limit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub tolerations: Option<RawJson>,
+    /// Where and on what it runs, as in the request file: `resources` (resource name to
+    /// amount, `{"CPU": 1, "GPU": 0.5}`; at most 64, the `resources` limit),
+    /// `scheduling_strategy`, `label_selector` (at most 32 expressions of at most 256 values
+    /// each), `fallback_strategy` (at most 16) and `tolerations` (at most 32), keys of the
+    /// body itself.
+    #[serde(flatten)]
+    pub placement: PlacementSpec,
 }
 
 /// An actor.
@@ -632,8 +618,10 @@ impl TaskState {
 }
 
 /// The body of `POST /api/v1/tasks`.
+// Read through a flat copy (`wire`): serde cannot refuse unknown keys beside a flattened
+// field, and a flattened field would be read through a buffer.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "wire::TaskSubmit")]
 pub struct TaskSubmit {
     /// A key the client chose for this creation (the `Idempotency-Key` header sets it too): a
     /// second creation with the same key, while the first object is remembered, creates
@@ -666,25 +654,9 @@ pub struct TaskSubmit {
     /// How many times it is run again after a failure (non-zero exit, node death); default 3.
     #[serde(default = "default_retries")]
     pub max_retries: u32,
-    /// What to reserve, as for actors.
-    #[schema(value_type = Object)]
-    pub resources: RawJson,
-    /// As for actors.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub scheduling_strategy: Option<RawJson>,
-    /// As for actors.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub label_selector: Option<RawJson>,
-    /// As for actors.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>, max_items = 16)]
-    pub fallback_strategy: Option<RawJson>,
-    /// As for actors.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub tolerations: Option<RawJson>,
+    /// Where and on what it runs, as for actors.
+    #[serde(flatten)]
+    pub placement: PlacementSpec,
 }
 
 /// Ray's default for tasks.
@@ -789,8 +761,10 @@ pub enum GroupState {
 
 /// The body of `POST /api/v1/placement_groups` (the request file's `placement_group`, without
 /// `id`: the head gives it).
+// Read through a flat copy (`wire`): serde cannot refuse unknown keys beside a flattened
+// field, and a flattened field would be read through a buffer.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "wire::GroupCreate")]
 pub struct GroupCreate {
     /// A key the client chose for this creation (the `Idempotency-Key` header sets it too): a
     /// second creation with the same key, while the first object is remembered, creates
@@ -805,25 +779,14 @@ pub struct GroupCreate {
     /// Its namespace; default `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// PACK (default), SPREAD, STRICT_PACK or STRICT_SPREAD.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<String>,
-    /// Resource maps, one per bundle: `[{"GPU": 1}, {"GPU": 1}]`; at most 1,024 bundles (the
-    /// head's `bundles` limit) of at most 64 resources each.
-    #[schema(value_type = Vec<Object>, max_items = 1024)]
-    pub bundles: RawJson,
-    /// One selector per bundle (at most 32 expressions each), or none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>, max_items = 1024)]
-    pub bundle_label_selector: Option<RawJson>,
-    /// Taint key to expression, for every bundle; at most 32.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub tolerations: Option<RawJson>,
-    /// Alternatives: `[{"bundles": [...], "bundle_label_selector": [...]}]`; at most 16.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>, max_items = 16)]
-    pub fallback_strategy: Option<RawJson>,
+    /// How it is placed: `strategy` (PACK, the default, SPREAD, STRICT_PACK or
+    /// STRICT_SPREAD), `bundles` (resource maps, one per bundle: `[{"GPU": 1}, {"GPU": 1}]`;
+    /// at most 1,024, the `bundles` limit, of at most 64 resources each),
+    /// `bundle_label_selector` (one selector per bundle, or none), `tolerations` (for every
+    /// bundle) and `fallback_strategy` (alternatives: `[{"bundles": [...],
+    /// "bundle_label_selector": [...]}]`; at most 16), keys of the body itself.
+    #[serde(flatten)]
+    pub placement: PlacementGroupSpec,
 }
 
 /// One bundle of a group.

@@ -11,7 +11,7 @@
 //!    [`Request`] through the core's own constructors, which check the rules that need context
 //!    (duplicate node IDs, allocations that must fit, on the instances they name if they do,
 //!    GPU amounts, affinity flags). Values that such a rule can reject are wrapped in
-//!    [`Spanned`] so the error can still give a line. The core's errors name their field
+//!    [`Located`] so the error can still give a line. The core's errors name their field
 //!    relative to what was passed in (`resources.GPU`); `core_path` puts the path of that
 //!    thing in the file in front.
 //!
@@ -34,10 +34,13 @@ mod cluster;
 mod groups;
 mod label_maps;
 mod labels_file;
+mod located;
 pub mod node_types;
 mod parsed;
+mod placement;
 pub mod profile;
 mod request;
+mod schema;
 mod source;
 mod strategy;
 
@@ -53,31 +56,38 @@ use berth_core::cluster::NodeSpec;
 use berth_core::labels::{self, LabelError, Labels, NodeFacts};
 use berth_core::placement_group::GroupSpec;
 use berth_core::request::{GroupPlacement, NodeLabel};
-use berth_core::selector::{LabelSelector, SelectorError, Tolerations};
+use berth_core::selector::{LabelSelector, SelectorError};
 use berth_core::taints::rare_taint_key;
 use berth_core::{
     Allocation, Cluster, ClusterError, ConfigError, InstanceId, NodeAffinity, NodeError, NodeId,
-    NodeIndex, NodeState, Quantity, Reason, Request, RequestError, ResourceId, ResourceRegistry,
-    ResourceSet, SchedulerConfig, Strategy, UnknownResources,
+    NodeIndex, NodeState, Quantity, Reason, Request, ResourceId, ResourceRegistry, ResourceSet,
+    SchedulerConfig, Strategy, UnknownResources,
 };
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
-use serde_saphyr::{Location, MessageFormatter, NonFiniteFloatPolicy, Spanned};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_saphyr::{MessageFormatter, NonFiniteFloatPolicy};
 use thiserror::Error;
 
-use actors::{
-    ActorEntry, ActorSection, AffinityDraft, ExpressionEntry, MatchName, OnPeerMovedName,
-};
+pub use actors::{actor_spec, AffinityDraft};
+use actors::{ActorEntry, ActorSection, ExpressionEntry, MatchName, OnPeerMovedName};
 use cluster::*;
 pub use cluster::{load_cluster, ClusterSnapshot};
 use groups::{BundleIndex, GroupIdText, GroupSection, ReservedGroupEntry};
+pub use groups::{GroupFallback, GroupStrategyName, SelectorList};
 use label_maps::*;
 pub use label_maps::{check_taint, label_error_text, selector_error_text};
+pub use label_maps::{ByLabelKey, Expression, ExpressionMap, LabelText};
 pub use labels_file::{load_labels_file, parse_labels_text};
+pub use located::{At, Located};
 use parsed::*;
+pub use parsed::{ByResource, FallbackEntry, ResourceMap, ResourceName};
+pub use placement::{PlacementGroupSpec, PlacementSpec};
 use request::*;
 pub use request::{load_request, LoadedRequest, ParsedRequest};
+pub use source::Source;
 use source::*;
+pub use strategy::StrategySpec;
 use strategy::*;
 
 /// Which of the two input files an error is about.
@@ -209,7 +219,7 @@ fn window(text: &str, column: usize) -> (String, usize) {
 /// The widest source line a snippet shows; longer lines are cut around the column.
 const SNIPPET_WIDTH: usize = 80;
 
-/// The field name `Spanned` reads its inner value from; it shows up in the paths
+/// The field name `Located` reads its inner value from; it shows up in the paths
 /// `serde_path_to_error` records and is removed by [`field_path`].
 const SPANNED_VALUE: &str = "value";
 

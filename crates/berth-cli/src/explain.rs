@@ -98,7 +98,7 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if let Some(path) = &args.profile {
         config.profile = load_profile(path)?;
     }
-    let request = match snapshot::load_request(request_path, &mut cluster)? {
+    let request = match snapshot::load_request(request_path, &cluster)? {
         LoadedRequest::Request(request) => request,
         LoadedRequest::Group(spec) => return place_group(args, cluster, config, &spec, out),
     };

@@ -198,15 +198,20 @@ fn errors_exit_statuses_and_messages() {
     let err = cluster.run(&["status", "--address", &format!("127.0.0.1:{port}")]).fails(1);
     assert!(err.contains(&format!("no head at 127.0.0.1:{port}")), "{err}");
 
-    // The head refuses a negative amount with 400 and the field: 1.
-    let err = cluster.run(&["actor", "create", "--command", "x", "--resources", "CPU=-1"]).fails(1);
-    assert!(err.contains("400") && err.contains("resources.CPU"), "{err}");
+    // The head refuses 1.5 GPUs (a rule of the cluster's, not of the value) with 400 and the
+    // field: 1.
+    let err =
+        cluster.run(&["actor", "create", "--command", "x", "--resources", "GPU=1.5"]).fails(1);
+    assert!(err.contains("400") && err.contains("resources.GPU"), "{err}");
 
     // An unknown ID: 404, 1.
     let err = cluster.run(&["get", "actor-999"]).fails(1);
     assert!(err.contains("not found") && err.contains("actor-999"), "{err}");
 
-    // Bad flag values caught before anything is sent: 2.
+    // Bad flag values caught before anything is sent: 2 (a negative amount breaks the
+    // body's own rules, read by the same types as the head's).
+    let err = cluster.run(&["actor", "create", "--command", "x", "--resources", "CPU=-1"]).fails(2);
+    assert!(err.contains("resources.CPU") && err.contains("negative"), "{err}");
     let err = cluster.run(&["actor", "create", "--command", "x", "--labels", "app"]).fails(2);
     assert!(err.contains("--labels"), "{err}");
     let err = cluster.run(&["actor", "create", "--command", "x", "--max-restarts", "-5"]).fails(2);

@@ -22,13 +22,11 @@ pub(crate) enum Command {
     CreateActor {
         seq: u64,
         body: Box<ActorCreate>,
-        parsed: ParsedRequest,
         reply: Reply<Actor>,
     },
     SubmitTask {
         seq: u64,
         body: Box<TaskSubmit>,
-        parsed: ParsedRequest,
         reply: Reply<Task>,
     },
     /// A batch: each item applied as its single command would be, answered together.
@@ -43,7 +41,6 @@ pub(crate) enum Command {
     CreateGroup {
         seq: u64,
         body: Box<GroupCreate>,
-        parsed: ParsedRequest,
         reply: Reply<Group>,
     },
     KillActor {
@@ -85,7 +82,7 @@ pub(crate) enum Command {
         reply: Reply<Node>,
     },
     DryRun {
-        parsed: ParsedRequest,
+        parsed: Box<ParsedRequest>,
         reply: Reply<DryRun>,
     },
     Agent(AgentCommand),
@@ -138,12 +135,12 @@ impl Command {
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, HeadError>>;
 
-/// A create body checked at the edge: its sequence number, the body and its parsed document.
+/// A create body checked at the edge (read, with every rule one value can check alone) and
+/// numbered.
 #[derive(Debug)]
 pub(crate) struct Prepared<T> {
     pub(crate) seq: u64,
     pub(crate) body: Box<T>,
-    pub(crate) parsed: ParsedRequest,
 }
 
 /// When a node's session last showed life.

@@ -1,6 +1,7 @@
 //! The head's one error type for callers (REST, CLI through REST, gRPC).
 
 use berth_api::rest::{ApiError, ErrorKind};
+use berth_api::spec::InputError;
 
 /// Why a command was refused. Each maps to one HTTP status and one [`ApiError`] body.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -33,6 +34,16 @@ pub enum HeadError {
     /// 503: the store failed or the head is shutting down; nothing was acknowledged.
     #[error("{0}")]
     Unavailable(String),
+}
+
+impl From<InputError> for HeadError {
+    /// A request document's or body's error, at its field path.
+    fn from(err: InputError) -> HeadError {
+        match err {
+            InputError::Invalid(invalid) => HeadError::invalid(invalid.field, invalid.message),
+            InputError::Read { source, .. } => HeadError::invalid("", source.to_string()),
+        }
+    }
 }
 
 impl HeadError {

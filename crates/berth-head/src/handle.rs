@@ -17,7 +17,6 @@ use berth_api::spec::{FileKind, ParsedRequest};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::command::{Command, Prepared, Reply};
-use crate::documents::{actor_document, group_document, input_error, task_document};
 use crate::error::HeadError;
 use crate::ids::Sequences;
 use crate::store_health::StoreHealth;
@@ -108,8 +107,7 @@ impl HeadHandle {
         }
         check_idempotency_key(body.idempotency_key.as_deref())?;
         let seq = self.sequences.next(ObjectKind::Actor);
-        let parsed = actor_document(seq, &body)?;
-        Ok(Prepared { seq, body: Box::new(body), parsed })
+        Ok(Prepared { seq, body: Box::new(body) })
     }
 
     /// Checks a task's body and numbers it.
@@ -123,22 +121,21 @@ impl HeadHandle {
         }
         check_idempotency_key(body.idempotency_key.as_deref())?;
         let seq = self.sequences.next(ObjectKind::Task);
-        let parsed = task_document(&body)?;
-        Ok(Prepared { seq, body: Box::new(body), parsed })
+        Ok(Prepared { seq, body: Box::new(body) })
     }
 
     /// Creates an actor: checked, placed (or queued), durable, then answered.
     pub async fn create_actor(&self, body: ActorCreate) -> Result<Actor, HeadError> {
-        let Prepared { seq, body, parsed } = self.prepare_actor(body)?;
-        let mut actor = self.ask(|reply| Command::CreateActor { seq, body, parsed, reply }).await?;
+        let Prepared { seq, body } = self.prepare_actor(body)?;
+        let mut actor = self.ask(|reply| Command::CreateActor { seq, body, reply }).await?;
         actor.work_key = Some(self.work_keys.key(&actor.actor_id).into());
         Ok(actor)
     }
 
     /// Submits a task.
     pub async fn submit_task(&self, body: TaskSubmit) -> Result<Task, HeadError> {
-        let Prepared { seq, body, parsed } = self.prepare_task(body)?;
-        let mut task = self.ask(|reply| Command::SubmitTask { seq, body, parsed, reply }).await?;
+        let Prepared { seq, body } = self.prepare_task(body)?;
+        let mut task = self.ask(|reply| Command::SubmitTask { seq, body, reply }).await?;
         task.work_key = Some(self.work_keys.key(&task.task_id).into());
         Ok(task)
     }
@@ -216,9 +213,8 @@ impl HeadHandle {
         }
         check_idempotency_key(body.idempotency_key.as_deref())?;
         let seq = self.sequences.next(ObjectKind::Group);
-        let parsed = group_document(seq, &body)?;
         let body = Box::new(body);
-        self.ask(|reply| Command::CreateGroup { seq, body, parsed, reply }).await
+        self.ask(|reply| Command::CreateGroup { seq, body, reply }).await
     }
 
     /// Kills an actor for good (no restart); its process is stopped.
@@ -304,8 +300,8 @@ impl HeadHandle {
     /// Decides `document` (a request file's content, JSON) against the live cluster without
     /// reserving anything.
     pub async fn dry_run(&self, document: String) -> Result<DryRun, HeadError> {
-        let parsed = ParsedRequest::parse(FileKind::Body, "POST /api/v1/explain", document)
-            .map_err(|e| input_error(e, &[]))?;
+        let parsed =
+            Box::new(ParsedRequest::parse(FileKind::Body, "POST /api/v1/explain", document)?);
         self.ask(|reply| Command::DryRun { parsed, reply }).await
     }
 
@@ -317,10 +313,9 @@ impl HeadHandle {
     ) -> Result<berth_api::rest::AutoscalerPlan, HeadError> {
         let settings = match file {
             None => None,
-            Some(text) => Some(Box::new(
-                berth_api::spec::node_types::parse_autoscaler("request body", text)
-                    .map_err(|e| input_error(e, &[]))?,
-            )),
+            Some(text) => {
+                Some(Box::new(berth_api::spec::node_types::parse_autoscaler("request body", text)?))
+            }
         };
         self.ask(|reply| Command::AutoscalePlan { settings, reply }).await
     }

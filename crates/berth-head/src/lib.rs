@@ -22,7 +22,6 @@ mod command;
 pub mod config;
 mod connections;
 mod dashboard;
-mod documents;
 pub mod error;
 mod failpoint;
 pub mod handle;

@@ -272,12 +272,12 @@ impl Owner {
 
     fn apply(&mut self, command: Command) {
         match command {
-            Command::CreateActor { seq, body, parsed, reply } => {
-                let answer = self.create_actor(seq, *body, &parsed);
+            Command::CreateActor { seq, body, reply } => {
+                let answer = self.create_actor(seq, *body);
                 self.reply(reply, answer);
             }
-            Command::SubmitTask { seq, body, parsed, reply } => {
-                let answer = self.submit_task(seq, *body, &parsed);
+            Command::SubmitTask { seq, body, reply } => {
+                let answer = self.submit_task(seq, *body);
                 self.reply(reply, answer);
             }
             Command::CreateActors { items, reply } => {
@@ -290,20 +290,18 @@ impl Owner {
                             // A stall here would hold the owner; only a kill is meaningful.
                             let _ = crate::failpoint::reach(crate::failpoint::BATCH_MID);
                         }
-                        self.create_actor(item.seq, *item.body, &item.parsed)
+                        self.create_actor(item.seq, *item.body)
                     })
                     .collect();
                 self.reply(reply, Ok(answers));
             }
             Command::SubmitTasks { items, reply } => {
-                let answers = items
-                    .into_iter()
-                    .map(|item| self.submit_task(item.seq, *item.body, &item.parsed))
-                    .collect();
+                let answers =
+                    items.into_iter().map(|item| self.submit_task(item.seq, *item.body)).collect();
                 self.reply(reply, Ok(answers));
             }
-            Command::CreateGroup { seq, body, parsed, reply } => {
-                let answer = self.create_group(seq, *body, &parsed);
+            Command::CreateGroup { seq, body, reply } => {
+                let answer = self.create_group(seq, *body);
                 self.reply(reply, answer);
             }
             Command::KillActor { id, reply } => {
@@ -754,7 +752,6 @@ pub(crate) fn changed(existed: bool) -> ChangeType {
 mod tests {
     use super::*;
     use crate::command::Prepared;
-    use crate::documents::actor_document;
     use berth_api::rest::ActorCreate;
 
     fn batch(first_seq: u64, items: usize) -> Command {
@@ -762,11 +759,13 @@ mod tests {
             .map(|seq| {
                 let body = ActorCreate {
                     command: "sleep".into(),
-                    resources: serde_json::json!({"CPU": 1}).into(),
+                    placement: berth_api::spec::PlacementSpec::from_json(
+                        serde_json::json!({"resources": {"CPU": 1}}),
+                    )
+                    .unwrap(),
                     ..Default::default()
                 };
-                let parsed = actor_document(seq, &body).unwrap();
-                Prepared { seq, body: Box::new(body), parsed }
+                Prepared { seq, body: Box::new(body) }
             })
             .collect();
         Command::CreateActors { items, reply: tokio::sync::oneshot::channel().0 }
@@ -800,12 +799,14 @@ mod tests {
             command: "train".into(),
             args: ["--epochs".to_string(), "3".into()].into(),
             env: [("MODE".into(), "fast".into())].into(),
-            resources: serde_json::json!({"CPU": 0.5, "GPU": 1}).into(),
+            placement: berth_api::spec::PlacementSpec::from_json(
+                serde_json::json!({"resources": {"CPU": 0.5, "GPU": 1}}),
+            )
+            .unwrap(),
             ..Default::default()
         };
-        let parsed = actor_document(7, &body).unwrap();
         let reply = tokio::sync::oneshot::channel().0;
-        owner.apply(Command::CreateActor { seq: 7, body: Box::new(body), parsed, reply });
+        owner.apply(Command::CreateActor { seq: 7, body: Box::new(body), reply });
         let _ = owner.flush();
         // Nothing is sent before the cycle is durable: the committer sends what it queued.
         assert!(stream.try_recv().is_err());

@@ -2,9 +2,9 @@
 //!
 //! A record is the object as the API shows it plus what the head needs to rebuild its place in
 //! the cluster after a restart: the attempt number and the exact placement (node, instance
-//! IDs, bundle). Scheduling requests are not stored in core form: they are rebuilt from the
-//! object's `spec` through the same parse as the REST body, so a record can never hold a
-//! request the edge would refuse.
+//! IDs, bundle). Scheduling requests are not stored in core form: they are built again from the
+//! object's typed `spec` (read by the same types as the REST body, so a record can never hold
+//! a value the edge would refuse) by the one build that made them at creation.
 
 use std::collections::BTreeMap;
 

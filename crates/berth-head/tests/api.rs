@@ -538,7 +538,10 @@ async fn agents_reconnect_to_a_restarted_head_and_nothing_restarts() {
             head.handle
                 .create_actor(berth_api::rest::ActorCreate {
                     command: "x".into(),
-                    resources: json!({"CPU": 1}).into(),
+                    placement: berth_api::spec::PlacementSpec::from_json(
+                        json!({"resources": {"CPU": 1}}),
+                    )
+                    .unwrap(),
                     ..Default::default()
                 })
                 .await

@@ -41,7 +41,10 @@ fn actor(max_restarts: i32) -> ActorCreate {
     ActorCreate {
         command: "sleep".into(),
         args: vec!["1000".into()].into(),
-        resources: serde_json::json!({"CPU": 1, "GPU": 0.5}).into(),
+        placement: berth_api::spec::PlacementSpec::from_json(
+            serde_json::json!({"resources": {"CPU": 1, "GPU": 0.5}}),
+        )
+        .unwrap(),
         max_restarts,
         ..Default::default()
     }
@@ -269,7 +272,9 @@ trait CpuOnly {
 
 impl CpuOnly for ActorCreate {
     fn clone_with_cpu(mut self) -> Self {
-        self.resources = serde_json::json!({"CPU": 1}).into();
+        self.placement =
+            berth_api::spec::PlacementSpec::from_json(serde_json::json!({"resources": {"CPU": 1}}))
+                .unwrap();
         self
     }
 }
@@ -289,22 +294,25 @@ async fn removing_a_group_ends_the_work_placed_in_it_and_the_work_waiting_for_it
         .await
         .unwrap();
     let group = berth_api::rest::GroupCreate {
-        bundles: serde_json::json!([{"CPU": 1}]).into(),
+        placement: berth_api::spec::PlacementGroupSpec::from_json(
+            serde_json::json!({"bundles": [{"CPU": 1}]}),
+        )
+        .unwrap(),
         ..Default::default()
     };
     let group = head.handle.create_group(group).await.unwrap();
-    let in_group = serde_json::json!({"type": "PLACEMENT_GROUP", "group": group.group_id});
-    let member = || ActorCreate {
-        scheduling_strategy: Some(in_group.clone().into()),
-        ..actor(-1).clone_with_cpu()
-    };
+    let in_group = berth_api::spec::PlacementSpec::from_json(serde_json::json!({
+        "resources": {"CPU": 1},
+        "scheduling_strategy": {"type": "PLACEMENT_GROUP", "group": group.group_id},
+    }))
+    .unwrap();
+    let member = || ActorCreate { placement: in_group.clone(), ..actor(-1) };
     // One takes the bundle's CPU; the second waits for it, and so does a task.
     let placed = head.handle.create_actor(member()).await.unwrap();
     let waiting = head.handle.create_actor(member()).await.unwrap();
     let task = berth_api::rest::TaskSubmit {
         command: "true".into(),
-        resources: serde_json::json!({"CPU": 1}).into(),
-        scheduling_strategy: Some(in_group.clone().into()),
+        placement: in_group.clone(),
         ..Default::default()
     };
     let task = head.handle.submit_task(task).await.unwrap();

@@ -42,7 +42,10 @@ async fn processes_see_their_gpus_restart_when_killed_and_tasks_fail_after_retri
             .create_actor(ActorCreate {
                 command: "sh".into(),
                 args: vec!["-c".into(), env.into()].into(),
-                resources: json!({"GPU": gpus}).into(),
+                placement: berth_api::spec::PlacementSpec::from_json(
+                    json!({"resources": {"GPU": gpus}}),
+                )
+                .unwrap(),
                 max_restarts: 1,
                 ..Default::default()
             })
@@ -86,7 +89,8 @@ async fn processes_see_their_gpus_restart_when_killed_and_tasks_fail_after_retri
         .submit_task(TaskSubmit {
             command: "sh".into(),
             args: vec!["-c".into(), "exit 1".into()].into(),
-            resources: json!({"CPU": 1}).into(),
+            placement: berth_api::spec::PlacementSpec::from_json(json!({"resources": {"CPU": 1}}))
+                .unwrap(),
             max_retries: 1,
             ..Default::default()
         })
@@ -104,7 +108,8 @@ async fn processes_see_their_gpus_restart_when_killed_and_tasks_fail_after_retri
         .handle
         .create_actor(ActorCreate {
             command: "/no/such/program".into(),
-            resources: json!({"CPU": 1}).into(),
+            placement: berth_api::spec::PlacementSpec::from_json(json!({"resources": {"CPU": 1}}))
+                .unwrap(),
             max_restarts: 5,
             ..Default::default()
         })

@@ -44,7 +44,10 @@ async fn an_unknown_resource_is_infeasible_until_a_node_brings_it() {
         .handle
         .create_actor(ActorCreate {
             command: "sleep".into(),
-            resources: serde_json::json!({"CPU": 1, "TPU": 2}).into(),
+            placement: berth_api::spec::PlacementSpec::from_json(
+                serde_json::json!({"resources": {"CPU": 1, "TPU": 2}}),
+            )
+            .unwrap(),
             ..Default::default()
         })
         .await

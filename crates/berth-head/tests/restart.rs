@@ -3,6 +3,7 @@
 //! time, and the rare-resource isolation it was started with. Run on the embedded store and on
 //! a real `redis-server`.
 
+use berth_api::spec::{PlacementGroupSpec, PlacementSpec};
 use std::time::Duration;
 
 use berth_api::agent::agent_service_client::AgentServiceClient;
@@ -65,8 +66,10 @@ async fn survives_a_crash(config: HeadConfig) {
         .create_actor(ActorCreate {
             name: Some("trainer".into()),
             command: "train".into(),
-            resources: serde_json::json!({"GPU": 2}).into(),
-            tolerations: Some(tolerate.clone().into()),
+            placement: PlacementSpec::from_json(
+                serde_json::json!({"resources": {"GPU": 2}, "tolerations": tolerate}),
+            )
+            .unwrap(),
             labels: [("app".into(), "train".into())].into(),
             ..Default::default()
         })
@@ -75,8 +78,11 @@ async fn survives_a_crash(config: HeadConfig) {
     let group = head
         .handle
         .create_group(GroupCreate {
-            bundles: serde_json::json!([{"GPU": 1}, {"GPU": 1}]).into(),
-            tolerations: Some(tolerate.clone().into()),
+            placement: PlacementGroupSpec::from_json(serde_json::json!({
+                "bundles": [{"GPU": 1}, {"GPU": 1}],
+                "tolerations": tolerate,
+            }))
+            .unwrap(),
             ..Default::default()
         })
         .await
@@ -86,7 +92,10 @@ async fn survives_a_crash(config: HeadConfig) {
         .handle
         .submit_task(TaskSubmit {
             command: "big".into(),
-            resources: serde_json::json!({"GPU": 8}).into(),
+            placement: berth_api::spec::PlacementSpec::from_json(
+                serde_json::json!({"resources": {"GPU": 8}}),
+            )
+            .unwrap(),
             ..Default::default()
         })
         .await
@@ -152,8 +161,10 @@ async fn survives_a_crash(config: HeadConfig) {
         .handle
         .create_actor(ActorCreate {
             command: "x".into(),
-            resources: serde_json::json!({"CPU": 1}).into(),
-            tolerations: Some(tolerate.into()),
+            placement: PlacementSpec::from_json(
+                serde_json::json!({"resources": {"CPU": 1}, "tolerations": tolerate}),
+            )
+            .unwrap(),
             ..Default::default()
         })
         .await
@@ -165,7 +176,10 @@ async fn survives_a_crash(config: HeadConfig) {
         .create_actor(ActorCreate {
             name: Some("trainer".into()),
             command: "x".into(),
-            resources: serde_json::json!({"CPU": 1}).into(),
+            placement: berth_api::spec::PlacementSpec::from_json(
+                serde_json::json!({"resources": {"CPU": 1}}),
+            )
+            .unwrap(),
             ..Default::default()
         })
         .await;
@@ -221,18 +235,25 @@ async fn a_creation_retried_after_a_crash_is_made_once() {
     let config = config(dir.path());
     let keyed_actor = || ActorCreate {
         command: "sleep".into(),
-        resources: serde_json::json!({"CPU": 1}).into(),
+        placement: berth_api::spec::PlacementSpec::from_json(
+            serde_json::json!({"resources": {"CPU": 1}}),
+        )
+        .unwrap(),
         idempotency_key: Some("retry-1".into()),
         ..Default::default()
     };
     let keyed_task = || TaskSubmit {
         command: "true".into(),
-        resources: serde_json::json!({"CPU": 1}).into(),
+        placement: berth_api::spec::PlacementSpec::from_json(
+            serde_json::json!({"resources": {"CPU": 1}}),
+        )
+        .unwrap(),
         idempotency_key: Some("retry-1".into()),
         ..Default::default()
     };
     let keyed_group = || GroupCreate {
-        bundles: serde_json::json!([{"CPU": 1}]).into(),
+        placement: PlacementGroupSpec::from_json(serde_json::json!({"bundles": [{"CPU": 1}]}))
+            .unwrap(),
         idempotency_key: Some("retry-1".into()),
         ..Default::default()
     };

@@ -37,7 +37,10 @@ async fn until(head: &RunningHead, what: &str, done: impl Fn(&View) -> bool) {
 fn task() -> TaskSubmit {
     TaskSubmit {
         command: "true".into(),
-        resources: serde_json::json!({"CPU": 1}).into(),
+        placement: berth_api::spec::PlacementSpec::from_json(
+            serde_json::json!({"resources": {"CPU": 1}}),
+        )
+        .unwrap(),
         ..Default::default()
     }
 }
@@ -45,7 +48,10 @@ fn task() -> TaskSubmit {
 fn actor() -> ActorCreate {
     ActorCreate {
         command: "sleep".into(),
-        resources: serde_json::json!({"CPU": 1}).into(),
+        placement: berth_api::spec::PlacementSpec::from_json(
+            serde_json::json!({"resources": {"CPU": 1}}),
+        )
+        .unwrap(),
         ..Default::default()
     }
 }
@@ -73,8 +79,9 @@ async fn finished_objects_beyond_the_count_are_forgotten_oldest_first() {
         let body = ActorCreate { name, ..actor() };
         let actor = head.handle.create_actor(body).await.unwrap();
         head.handle.kill_actor(&actor.actor_id).await.unwrap();
-        let body =
-            GroupCreate { bundles: serde_json::json!([{"CPU": 1}]).into(), ..Default::default() };
+        let bundles = serde_json::json!({"bundles": [{"CPU": 1}]});
+        let placement = berth_api::spec::PlacementGroupSpec::from_json(bundles).unwrap();
+        let body = GroupCreate { placement, ..Default::default() };
         let group = head.handle.create_group(body).await.unwrap();
         head.handle.remove_group(&group.group_id).await.unwrap();
     }

@@ -17,7 +17,10 @@ fn config(dir: &std::path::Path) -> HeadConfig {
 fn task() -> TaskSubmit {
     TaskSubmit {
         command: "true".into(),
-        resources: serde_json::json!({"CPU": 1}).into(),
+        placement: berth_api::spec::PlacementSpec::from_json(
+            serde_json::json!({"resources": {"CPU": 1}}),
+        )
+        .unwrap(),
         ..Default::default()
     }
 }

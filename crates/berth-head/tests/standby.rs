@@ -96,7 +96,10 @@ async fn takeover(store: &str, within: Duration) {
                 name: Some(format!("svc-{i}").into()),
                 command: "sleep".into(),
                 args: vec!["600".into()].into(),
-                resources: serde_json::json!({"CPU": 1}).into(),
+                placement: berth_api::spec::PlacementSpec::from_json(
+                    serde_json::json!({"resources": {"CPU": 1}}),
+                )
+                .unwrap(),
                 ..Default::default()
             })
             .await

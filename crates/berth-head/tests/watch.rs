@@ -105,7 +105,8 @@ async fn create(head: &RunningHead, labels: &[(&str, &str)]) -> String {
         .handle
         .create_actor(ActorCreate {
             command: "sleep".into(),
-            resources: json!({"CPU": 1}).into(),
+            placement: berth_api::spec::PlacementSpec::from_json(json!({"resources": {"CPU": 1}}))
+                .unwrap(),
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             ..Default::default()
         })

@@ -8,15 +8,16 @@
 
 use std::collections::HashMap;
 
+use super::Located;
 use berth_core::actors::{
     ActorAffinity, ActorError, ActorId, ActorSpec, AffinityExpression, AffinityOperator, MatchMode,
     OnPeerMoved, ACTOR_ID,
 };
 use berth_core::labels::{self, LabelError, Labels};
-use berth_core::{Cluster, NodeId, NodeState, Request, Strategy};
+use berth_core::{Cluster, NodeId, NodeState, Strategy};
 use serde::de::{self, Deserializer};
-use serde::Deserialize;
-use serde_saphyr::Spanned;
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::{
     label_error_text, reserve_on, under, ByLabelKey, InputError, LabelText, Reservation,
@@ -28,7 +29,8 @@ use super::{
 
 /// A label key (`app`, `berth.io/availability-zone`): an expression's `key` or
 /// `topology_key`.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(transparent)]
 pub(super) struct LabelKeyText(pub(super) String);
 
 impl<'de> Deserialize<'de> for LabelKeyText {
@@ -41,7 +43,8 @@ impl<'de> Deserialize<'de> for LabelKeyText {
 }
 
 /// A label value (`dc_1`), one of an expression's `values`.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(transparent)]
 pub(super) struct LabelValueText(pub(super) String);
 
 impl<'de> Deserialize<'de> for LabelValueText {
@@ -75,7 +78,8 @@ impl<'de> Deserialize<'de> for ActorIdText {
 }
 
 /// A namespace: the syntax of a label value; empty means `default`.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(transparent)]
 pub(super) struct NamespaceText(pub(super) String);
 
 impl<'de> Deserialize<'de> for NamespaceText {
@@ -117,8 +121,14 @@ fn one_of<'de, D: Deserializer<'de>, T>(
 }
 
 /// An expression's `operator`: `IN`, `NOT_IN`, `EXISTS`, `DOES_NOT_EXIST`, any case.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct OperatorName(AffinityOperator);
+
+impl Serialize for OperatorName {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.name())
+    }
+}
 
 impl<'de> Deserialize<'de> for OperatorName {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<OperatorName, D::Error> {
@@ -166,26 +176,46 @@ impl<'de> Deserialize<'de> for OnPeerMovedName {
 // The sections, as parsed.
 
 /// One expression of ACTOR_AFFINITY (or of a placed actor's `affinity`).
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ExpressionEntry {
     key: LabelKeyText,
     operator: OperatorName,
-    /// Spanned for "IN needs at least one value" and its opposite.
-    #[serde(default)]
-    values: Option<Spanned<Vec<LabelValueText>>>,
-    #[serde(default)]
+    /// Located for "IN needs at least one value" and its opposite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    values: Option<Located<Vec<LabelValueText>>>,
+    #[serde(default, skip_serializing_if = "is_false")]
     soft: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     topology_key: Option<LabelKeyText>,
 }
 
+fn is_false(flag: &bool) -> bool {
+    !flag
+}
+
 /// ACTOR_AFFINITY as parsed: the expressions wait for [`affinity`] to be checked.
-#[derive(Debug)]
-pub(super) struct AffinityDraft {
+#[derive(Clone, Debug, PartialEq)]
+pub struct AffinityDraft {
     pub(super) match_mode: MatchMode,
     pub(super) on_peer_moved: OnPeerMoved,
-    pub(super) expressions: Spanned<Vec<Spanned<ExpressionEntry>>>,
+    pub(super) expressions: Located<Vec<Located<ExpressionEntry>>>,
+}
+
+impl Serialize for AffinityDraft {
+    /// The map it was read from, defaults left out.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("type", "ACTOR_AFFINITY")?;
+        map.serialize_entry("expressions", &self.expressions)?;
+        if self.match_mode == MatchMode::Any {
+            map.serialize_entry("match", "any")?;
+        }
+        if self.on_peer_moved == OnPeerMoved::Follow {
+            map.serialize_entry("on_peer_moved", "follow")?;
+        }
+        map.end()
+    }
 }
 
 /// `actor:` of a request file: the actor the request places.
@@ -195,32 +225,32 @@ pub(super) struct ActorSection {
     id: ActorIdText,
     #[serde(default)]
     namespace: Option<NamespaceText>,
-    /// Spanned for [`super::field_path`].
+    /// Located for [`super::field_path`].
     #[serde(default)]
-    labels: Option<Spanned<ActorLabelMap>>,
+    labels: Option<Located<ActorLabelMap>>,
 }
 
 /// One entry of `actors:` in the cluster file: an actor already placed.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ActorEntry {
-    /// Spanned for the duplicate-ID error.
-    id: Spanned<ActorIdText>,
+    /// Located for the duplicate-ID error.
+    id: Located<ActorIdText>,
     #[serde(default)]
     namespace: Option<NamespaceText>,
     #[serde(default)]
-    labels: Option<Spanned<ActorLabelMap>>,
-    /// Spanned for "no such node" and "the node is dead".
-    node: Spanned<NodeId>,
+    labels: Option<Located<ActorLabelMap>>,
+    /// Located for "no such node" and "the node is dead".
+    node: Located<NodeId>,
     /// The expressions it was placed with: its hard anti-affinity keeps matching actors off
     /// its node (or domain).
     #[serde(default)]
-    affinity: Vec<Spanned<ExpressionEntry>>,
+    affinity: Vec<Located<ExpressionEntry>>,
     #[serde(default)]
     on_peer_moved: Option<OnPeerMovedName>,
     /// What it holds on its node, if the file says; reserved like an allocation.
     #[serde(default)]
-    resources: Option<Spanned<ResourceMap>>,
+    resources: Option<Located<ResourceMap>>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,7 +260,7 @@ pub(super) struct ActorEntry {
 /// `actors[2].affinity`), checked by the core.
 fn expressions(
     source: &Source,
-    list: &[Spanned<ExpressionEntry>],
+    list: &[Located<ExpressionEntry>],
     field: &str,
 ) -> Result<Vec<AffinityExpression>, InputError> {
     list.iter()
@@ -290,7 +320,7 @@ fn spec(
     field: &str,
     id: &ActorId,
     namespace: Option<&NamespaceText>,
-    labels: Option<&Spanned<ActorLabelMap>>,
+    labels: Option<&Located<ActorLabelMap>>,
 ) -> Result<ActorSpec, InputError> {
     let location = labels.map(|l| l.referenced);
     let labels = match labels {
@@ -308,7 +338,7 @@ fn spec(
 /// The actor of a request file's `actor:` section.
 pub(super) fn request_actor(
     source: &Source,
-    section: &Spanned<ActorSection>,
+    section: &Located<ActorSection>,
 ) -> Result<ActorSpec, InputError> {
     let actor = &section.value;
     spec(source, "actor", &actor.id.0, actor.namespace.as_ref(), actor.labels.as_ref())
@@ -384,16 +414,14 @@ pub(super) fn place_actors(
     Ok(())
 }
 
-/// Makes `request` an actor's, if the request file has an `actor:` section. The actor must be
-/// a new one: an ID the cluster file places already is an error (the head removes an actor
-/// before it places it again elsewhere).
-pub(super) fn with_actor(
+/// The actor of a request file's `actor:` section. It must be a new one: an ID the cluster
+/// file places already is an error (the head removes an actor before it places it again
+/// elsewhere).
+pub(super) fn new_actor(
     source: &Source,
     cluster: &Cluster,
-    request: Request,
-    section: Option<&Spanned<ActorSection>>,
-) -> Result<Request, InputError> {
-    let Some(section) = section else { return Ok(request) };
+    section: &Located<ActorSection>,
+) -> Result<ActorSpec, InputError> {
     let actor = request_actor(source, section)?;
     if let Some(placed) = cluster.actors().get(actor.id.as_str()) {
         let node = cluster.node(placed.node()).map_or_else(String::new, |n| n.id().to_string());
@@ -407,7 +435,29 @@ pub(super) fn with_actor(
             Some(section.referenced),
         ));
     }
-    Ok(request.with_actor(actor))
+    Ok(actor)
+}
+
+/// The actor `id` of a REST body, with its namespace (`default` when none) and labels, each
+/// label checked by the request file's rules and named `labels.<key>`.
+pub fn actor_spec<'a>(
+    source: &Source,
+    id: &str,
+    namespace: Option<&str>,
+    labels: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<ActorSpec, InputError> {
+    let id = ActorId::new(id).map_err(|err| source.invalid("", err.to_string(), None))?;
+    let mut checked = Labels::new();
+    for (key, value) in labels {
+        ActorLabel::check(key, value)
+            .map_err(|rule| source.invalid(under("labels", key), rule, None))?;
+        checked.insert(key, value).map_err(|err| {
+            source.invalid(under("labels", key), label_error_text("label", &err), None)
+        })?;
+    }
+    let namespace = namespace.unwrap_or("");
+    ActorSpec::new(id, namespace, checked)
+        .map_err(|err| source.invalid("namespace", err.to_string(), None))
 }
 
 #[cfg(test)]

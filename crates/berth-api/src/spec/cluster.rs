@@ -63,7 +63,7 @@ pub(super) fn build_cluster(source: &Source) -> Result<ClusterSnapshot, InputErr
 pub(super) fn rare_resources(
     source: &Source,
     cluster: &mut Cluster,
-    names: &[Spanned<ResourceName>],
+    names: &[Located<ResourceName>],
 ) -> Result<(), InputError> {
     let mut ids: Vec<ResourceId> = Vec::new();
     let mut keys: Vec<String> = Vec::new();
@@ -195,7 +195,7 @@ pub(super) fn set_state(
 /// The node facts of the cluster file: field name, default label, value.
 pub(super) fn node_facts(
     node: &NodeEntry,
-) -> [(&'static str, &'static str, Option<&Spanned<FactValue>>); 5] {
+) -> [(&'static str, &'static str, Option<&Located<FactValue>>); 5] {
     [
         ("accelerator_type", labels::ACCELERATOR_TYPE, node.accelerator_type.as_ref()),
         ("market_type", labels::MARKET_TYPE, node.market_type.as_ref()),
@@ -235,7 +235,7 @@ pub(super) fn node_spec(
             ));
         }
     }
-    let fact = |value: Option<&Spanned<FactValue>>| value.map(|v| v.value.0.clone());
+    let fact = |value: Option<&Located<FactValue>>| value.map(|v| v.value.0.clone());
     let facts = NodeFacts {
         accelerator_type: fact(node.accelerator_type.as_ref()),
         market_type: fact(node.market_type.as_ref()),
@@ -255,17 +255,17 @@ pub(super) fn label_error_field(
     node: &NodeEntry,
     field: &str,
     err: &LabelError,
-) -> (String, Option<Location>) {
+) -> (String, Option<At>) {
     let key = match err {
         LabelError::Key { key, .. } | LabelError::Value { key, .. } => key.as_str(),
         LabelError::ReservedNodeId => labels::NODE_ID,
         LabelError::NotKeyValue(_) | LabelError::Duplicate(_) => "",
     };
     fn in_map<T>(
-        map: Option<&Spanned<ByLabelKey<T>>>,
+        map: Option<&Located<ByLabelKey<T>>>,
         key: &str,
         section: String,
-    ) -> Option<(String, Option<Location>)> {
+    ) -> Option<(String, Option<At>)> {
         let map = map?;
         let found = map.value.pairs().any(|(k, _)| k == key);
         found.then(|| (under(&section, key), Some(map.referenced)))
@@ -286,7 +286,7 @@ pub(super) fn reserve(
     source: &Source,
     cluster: &mut Cluster,
     index: NodeIndex,
-    allocation: &Spanned<AllocationEntry>,
+    allocation: &Located<AllocationEntry>,
     field: &str,
 ) -> Result<(), InputError> {
     let location = allocation.referenced;
@@ -320,14 +320,14 @@ pub(super) fn reserve(
 pub(super) struct Reservation<'a> {
     /// Its path, for "does not fit".
     pub(super) field: &'a str,
-    pub(super) location: Location,
+    pub(super) location: At,
     pub(super) amounts: &'a ResourceMap,
     /// The path of the amounts (`field`, or `field.resources`).
     pub(super) amounts_field: String,
-    pub(super) amounts_location: Location,
+    pub(super) amounts_location: At,
     /// `None`: the scheduler's rules choose the instances; `Some`: exactly those named (none
     /// named, `Some(None)`, is only right without unit-instance resources).
-    pub(super) exact: Option<Option<&'a Spanned<InstanceMap>>>,
+    pub(super) exact: Option<Option<&'a Located<InstanceMap>>>,
     /// What was reserved on the node before it, for the "does not fit" message.
     pub(super) before: &'static str,
 }
@@ -397,7 +397,7 @@ pub(super) fn intern(
     cluster: &mut Cluster,
     name: &ResourceName,
     field: &str,
-    location: Location,
+    location: At,
 ) -> Result<ResourceId, InputError> {
     cluster
         .registry_mut()
@@ -411,7 +411,7 @@ pub(super) fn resource_set(
     cluster: &mut Cluster,
     map: &ResourceMap,
     field: &str,
-    location: Location,
+    location: At,
 ) -> Result<ResourceSet, InputError> {
     let mut set = ResourceSet::new();
     for (name, amount) in &map.0 {
@@ -428,7 +428,7 @@ pub(super) fn request_amounts(
     cluster: &Cluster,
     map: &ResourceMap,
     field: &str,
-    location: Location,
+    location: At,
 ) -> Result<(ResourceSet, UnknownResources), InputError> {
     let mut set = ResourceSet::new();
     let mut unknown = UnknownResources::default();
@@ -448,7 +448,7 @@ pub(super) fn request_amounts(
 pub(super) fn instance_list(
     source: &Source,
     cluster: &mut Cluster,
-    map: &Spanned<InstanceMap>,
+    map: &Located<InstanceMap>,
     field: &str,
 ) -> Result<Vec<(ResourceId, Vec<InstanceId>)>, InputError> {
     map.value

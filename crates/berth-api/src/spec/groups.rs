@@ -9,15 +9,16 @@
 
 use std::collections::HashMap;
 
+use super::{At, Located};
 use berth_core::labels::LabelError;
 use berth_core::placement_group::{BundleSet, GroupError, GroupId, GroupSpec, GroupStrategy};
 use berth_core::selector::Tolerations;
 use berth_core::{Allocation, Cluster, NodeId, NodeIndex, NodeState};
 use serde::de::{self, Deserializer};
-use serde::Deserialize;
-use serde_saphyr::{Location, Spanned};
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::actors::NamespaceText;
+use super::placement::PlacementGroupSpec;
 use super::{
     request_amounts, reserve_on, selector, under, ExpressionMap, InputError, InstanceMap,
     Reservation, ResourceMap, Source, StringOnly,
@@ -68,8 +69,14 @@ impl<'de> Deserialize<'de> for BundleIndex {
 }
 
 /// `strategy:` of a group: `PACK`, `SPREAD`, `STRICT_PACK`, `STRICT_SPREAD`, any case.
-#[derive(Debug)]
-struct GroupStrategyName(GroupStrategy);
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GroupStrategyName(pub(super) GroupStrategy);
+
+impl Serialize for GroupStrategyName {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.name())
+    }
+}
 
 impl<'de> Deserialize<'de> for GroupStrategyName {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<GroupStrategyName, D::Error> {
@@ -94,38 +101,55 @@ impl<'de> Deserialize<'de> for Text {
 }
 
 /// One selector per bundle, in bundle order.
-type SelectorList = Spanned<Vec<Spanned<ExpressionMap>>>;
+pub type SelectorList = Located<Vec<Located<ExpressionMap>>>;
 
 /// `placement_group:` of a request file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct GroupSection {
-    /// Spanned for "already reserved".
-    id: Spanned<GroupIdText>,
+    /// Located for "already reserved".
+    id: Located<GroupIdText>,
     #[serde(default)]
     name: Option<Text>,
     #[serde(default)]
     namespace: Option<NamespaceText>,
     #[serde(default)]
     strategy: Option<GroupStrategyName>,
-    /// Each bundle a resource map. Spanned (the list and each bundle) for the core's rules.
-    bundles: Spanned<Vec<Spanned<ResourceMap>>>,
+    /// Each bundle a resource map. Located (the list and each bundle) for the core's rules.
+    bundles: Located<Vec<Located<ResourceMap>>>,
     #[serde(default)]
     bundle_label_selector: Option<SelectorList>,
-    /// For every bundle of every alternative. Spanned for [`super::field_path`].
+    /// For every bundle of every alternative. Located for [`super::field_path`].
     #[serde(default)]
-    tolerations: Option<Spanned<ExpressionMap>>,
+    tolerations: Option<Located<ExpressionMap>>,
     /// Alternatives tried in order when the bundles cannot be reserved now.
     #[serde(default)]
-    fallback_strategy: Vec<Spanned<GroupFallback>>,
+    fallback_strategy: Vec<Located<GroupFallback>>,
+}
+
+impl GroupSection {
+    /// The group's placement, as a body gives it.
+    fn spec(&self) -> PlacementGroupSpec {
+        PlacementGroupSpec {
+            strategy: self.strategy,
+            bundles: self.bundles.clone(),
+            bundle_label_selector: self.bundle_label_selector.clone(),
+            tolerations: self.tolerations.clone(),
+            fallback_strategy: self.fallback_strategy.clone(),
+        }
+    }
 }
 
 /// One entry of a group's `fallback_strategy`.
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct GroupFallback {
-    bundles: Spanned<Vec<Spanned<ResourceMap>>>,
-    #[serde(default)]
+pub struct GroupFallback {
+    /// Resource maps, one per bundle.
+    #[schema(value_type = Vec<super::schema::Resources>)]
+    bundles: Located<Vec<Located<ResourceMap>>>,
+    /// One selector per bundle, or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<super::schema::Selector>>)]
     bundle_label_selector: Option<SelectorList>,
 }
 
@@ -133,8 +157,8 @@ struct GroupFallback {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ReservedGroupEntry {
-    /// Spanned for the duplicate-ID error.
-    id: Spanned<GroupIdText>,
+    /// Located for the duplicate-ID error.
+    id: Located<GroupIdText>,
     #[serde(default)]
     name: Option<Text>,
     #[serde(default)]
@@ -142,22 +166,22 @@ pub(super) struct ReservedGroupEntry {
     #[serde(default)]
     strategy: Option<GroupStrategyName>,
     /// The bundles that were reserved, each with its node.
-    bundles: Spanned<Vec<Spanned<ReservedBundle>>>,
+    bundles: Located<Vec<Located<ReservedBundle>>>,
     #[serde(default)]
     bundle_label_selector: Option<SelectorList>,
     #[serde(default)]
-    tolerations: Option<Spanned<ExpressionMap>>,
+    tolerations: Option<Located<ExpressionMap>>,
 }
 
 /// One reserved bundle: what it holds, on which node, and optionally which instances.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReservedBundle {
-    resources: Spanned<ResourceMap>,
-    /// Spanned for "no such node" and the strict strategies' rules.
-    node: Spanned<NodeId>,
+    resources: Located<ResourceMap>,
+    /// Located for "no such node" and the strict strategies' rules.
+    node: Located<NodeId>,
     #[serde(default)]
-    instances: Option<Spanned<InstanceMap>>,
+    instances: Option<Located<InstanceMap>>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -165,7 +189,7 @@ struct ReservedBundle {
 
 /// Where a path within a group is in the file, for the core's errors: the longest known
 /// prefix of the path wins.
-struct Locations<L = Location>(Vec<(String, L)>);
+struct Locations<L = At>(Vec<(String, L)>);
 
 impl<L> Default for Locations<L> {
     fn default() -> Self {
@@ -211,9 +235,9 @@ fn error_parts(err: &GroupError) -> (String, Option<String>, String) {
 /// The bundles of one alternative, interned, with their selectors; records where each is.
 fn bundle_set(
     source: &Source,
-    cluster: &mut Cluster,
+    cluster: &Cluster,
     field: &str,
-    bundles: &[(&Spanned<ResourceMap>, String)],
+    bundles: &[(&Located<ResourceMap>, String)],
     selectors: Option<&SelectorList>,
 ) -> Result<BundleSet, InputError> {
     let amounts = bundles
@@ -239,15 +263,14 @@ fn bundle_set(
 /// cluster file reserved already.
 pub(super) fn request_group(
     source: &Source,
-    cluster: &mut Cluster,
-    section: &Spanned<GroupSection>,
+    cluster: &Cluster,
+    section: &Located<GroupSection>,
 ) -> Result<GroupSpec, InputError> {
     let group = &section.value;
-    let top = "placement_group";
     let id = group.id.value.0.clone();
     if cluster.group(id.as_str()).is_some() {
         return Err(source.invalid(
-            under(top, "id"),
+            "placement_group.id",
             format!(
                 "placement group {id} is already reserved in the cluster file; give the new \
                  group another ID (or send a task into it with {{type: PLACEMENT_GROUP, group: \
@@ -256,6 +279,22 @@ pub(super) fn request_group(
             Some(group.id.referenced),
         ));
     }
+    let name = group.name.as_ref().map_or("", |n| n.0.as_str());
+    let namespace = namespace(group.namespace.as_ref().map(|n| n.0.as_str()));
+    let at = ("placement_group", section.referenced);
+    group.spec().build(source, cluster, id, name, &namespace, at)
+}
+
+/// Builds `group` (see [`PlacementGroupSpec::build`]).
+pub(super) fn build_group(
+    source: &Source,
+    cluster: &Cluster,
+    group: &PlacementGroupSpec,
+    id: GroupId,
+    (name, namespace): (&str, &str),
+    (top, at): (&str, At),
+) -> Result<GroupSpec, InputError> {
+    let join = |path: &str| if top.is_empty() { path.to_string() } else { format!("{top}.{path}") };
     let mut locations: Locations = Locations::default();
     let mut alternatives = Vec::new();
     let entries = std::iter::once((String::new(), &group.bundles, &group.bundle_label_selector))
@@ -270,20 +309,20 @@ pub(super) fn request_group(
         .collect::<Vec<_>>();
     for (prefix, bundles, selectors) in entries {
         locations.add(format!("{prefix}bundles"), bundles.referenced);
-        let listed: Vec<(&Spanned<ResourceMap>, String)> = bundles
+        let listed: Vec<(&Located<ResourceMap>, String)> = bundles
             .value
             .iter()
             .enumerate()
             .map(|(b, map)| {
                 let path = format!("{prefix}bundles[{b}]");
                 locations.add(path.clone(), map.referenced);
-                (map, format!("{top}.{path}"))
+                (map, join(&path))
             })
             .collect();
         if let Some(list) = selectors {
             locations.add(format!("{prefix}bundle_label_selector"), list.referenced);
         }
-        let field = format!("{top}.{prefix}bundle_label_selector");
+        let field = join(&format!("{prefix}bundle_label_selector"));
         alternatives.push(bundle_set(source, cluster, &field, &listed, selectors.as_ref())?);
     }
     let tolerations = match &group.tolerations {
@@ -292,16 +331,16 @@ pub(super) fn request_group(
     };
     let spec = GroupSpec {
         id,
-        name: group.name.as_ref().map_or_else(String::new, |n| n.0.clone()),
-        namespace: namespace(group.namespace.as_ref()),
-        strategy: group.strategy.as_ref().map_or(GroupStrategy::Pack, |s| s.0),
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        strategy: group.group_strategy(),
         alternatives,
         tolerations,
     };
     spec.validate(cluster.registry()).map_err(|err| {
         let (base, resource, rule) = error_parts(&err);
-        let location = locations.of(&base).unwrap_or(section.referenced);
-        let path = format!("{top}.{base}");
+        let location = locations.of(&base).unwrap_or(at);
+        let path = join(&base);
         let path = resource.map_or(path.clone(), |r| under(&path, &r));
         source.invalid(path, rule, Some(location))
     })?;
@@ -309,9 +348,9 @@ pub(super) fn request_group(
 }
 
 /// A namespace as given, or `default`.
-fn namespace(given: Option<&NamespaceText>) -> String {
+pub(super) fn namespace(given: Option<&str>) -> String {
     match given {
-        Some(ns) if !ns.0.is_empty() => ns.0.clone(),
+        Some(ns) if !ns.is_empty() => ns.to_string(),
         _ => berth_core::actors::DEFAULT_NAMESPACE.to_string(),
     }
 }
@@ -356,7 +395,7 @@ fn reserve_group(
     let strategy = entry.strategy.as_ref().map_or(GroupStrategy::Pack, |s| s.0);
     let mut locations: Locations = Locations::default();
     locations.add("bundles", entry.bundles.referenced);
-    let listed: Vec<(&Spanned<ResourceMap>, String)> = entry
+    let listed: Vec<(&Located<ResourceMap>, String)> = entry
         .bundles
         .value
         .iter()
@@ -379,7 +418,7 @@ fn reserve_group(
     let spec = GroupSpec {
         id: entry.id.value.0.clone(),
         name: entry.name.as_ref().map_or_else(String::new, |n| n.0.clone()),
-        namespace: namespace(entry.namespace.as_ref()),
+        namespace: namespace(entry.namespace.as_ref().map(|n| n.0.as_str())),
         strategy,
         alternatives: vec![set],
         tolerations,

@@ -12,19 +12,44 @@ use super::*;
 /// for quotes (`"42"`, `"true"`), so the text is always exactly what was written (YAML would
 /// read `1.10` as the number 1.1).
 ///
-/// Like [`ByResource`], such a map is always parsed directly inside a [`Spanned`] (see
+/// Like [`ByResource`], such a map is always parsed directly inside a [`Located`] (see
 /// [`field_path`]).
-#[derive(Debug)]
-pub(super) struct ByLabelKey<T>(pub(super) Vec<(String, String)>, pub(super) PhantomData<T>);
+pub struct ByLabelKey<T>(pub(super) Vec<(String, String)>, pub(super) PhantomData<T>);
+
+impl<T> Clone for ByLabelKey<T> {
+    fn clone(&self) -> Self {
+        ByLabelKey(self.0.clone(), PhantomData)
+    }
+}
+
+impl<T> PartialEq for ByLabelKey<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl<T> fmt::Debug for ByLabelKey<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.pairs()).finish()
+    }
+}
+
+impl<T> Serialize for ByLabelKey<T> {
+    /// A map of strings, in the order read.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        PairMap(&self.0).serialize(serializer)
+    }
+}
 
 impl<T> ByLabelKey<T> {
-    pub(super) fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+    /// The entries, key and text, in the order read.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 }
 
 /// What a [`ByLabelKey`] map holds, and the rule each entry follows.
-pub(super) trait LabelText {
+pub trait LabelText {
     /// The map as the parser's "expected …" message describes it.
     const EXPECTING: &'static str;
     /// What one value is, for the "expected a string" message.
@@ -73,7 +98,7 @@ impl LabelText for TaintText {
 
 /// `label_selector`, `hard`, `soft` and `tolerations`: key → expression.
 #[derive(Debug)]
-pub(super) struct Expression;
+pub struct Expression;
 
 impl LabelText for Expression {
     const EXPECTING: &'static str =
@@ -95,7 +120,7 @@ pub(super) type LabelMap = ByLabelKey<UserLabel>;
 /// A node's taints.
 pub(super) type TaintMap = ByLabelKey<TaintText>;
 /// A label selector or tolerations.
-pub(super) type ExpressionMap = ByLabelKey<Expression>;
+pub type ExpressionMap = ByLabelKey<Expression>;
 
 impl<'de, T: LabelText> Deserialize<'de> for ByLabelKey<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ByLabelKey<T>, D::Error> {
@@ -126,6 +151,7 @@ impl<'de, T: LabelText> Visitor<'de> for ByLabelKeyVisitor<T> {
             let value = map.next_value_seed(LabelTextSeed::<T>(&key, PhantomData))?;
             entries.push((key, value));
         }
+        entries.shrink_to_fit();
         Ok(ByLabelKey(entries, PhantomData))
     }
 }

@@ -19,7 +19,7 @@ pub(super) fn labels_of(source: Source) -> Result<Labels, InputError> {
     if source.is_blank() {
         return Ok(Labels::new());
     }
-    let map: Spanned<LabelMap> = source.parse()?;
+    let map: Located<LabelMap> = source.parse()?;
     // Checked while parsing; kept for rules the core may add.
     Labels::from_pairs(map.value.pairs())
         .map_err(|err| source.invalid("", label_error_text("label", &err), Some(map.referenced)))

@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use super::Located;
 use berth_core::labels::{Labels, NodeFacts};
 use berth_core::{Cluster, NodeId, Quantity, ResourceRegistry};
 use serde::Deserialize;
-use serde_saphyr::Spanned;
 
 use super::{
     label_error_field, node_spec, resource_set, under, FactValue, FileKind, InputError, LabelMap,
@@ -97,12 +97,12 @@ struct NodeTypesFile {
     #[serde(default)]
     max_nodes: Option<u32>,
     #[serde(default)]
-    idle_timeout_s: Option<Spanned<f64>>,
+    idle_timeout_s: Option<Located<f64>>,
     #[serde(default)]
-    upscaling_speed: Option<Spanned<f64>>,
+    upscaling_speed: Option<Located<f64>>,
     #[serde(default)]
-    launch_timeout_s: Option<Spanned<f64>>,
-    node_types: Spanned<BTreeMap<String, Spanned<NodeTypeEntry>>>,
+    launch_timeout_s: Option<Located<f64>>,
+    node_types: Located<BTreeMap<String, Located<NodeTypeEntry>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,9 +110,9 @@ struct NodeTypesFile {
 enum ProviderSection {
     Local,
     Command {
-        command: Spanned<Vec<String>>,
+        command: Located<Vec<String>>,
         #[serde(default)]
-        timeout_s: Option<Spanned<f64>>,
+        timeout_s: Option<Located<f64>>,
         #[serde(default)]
         retries: Option<u32>,
     },
@@ -121,19 +121,19 @@ enum ProviderSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NodeTypeEntry {
-    resources: Spanned<ResourceMap>,
+    resources: Located<ResourceMap>,
     #[serde(default)]
-    labels: Option<Spanned<LabelMap>>,
+    labels: Option<Located<LabelMap>>,
     #[serde(default)]
-    taints: Option<Spanned<TaintMap>>,
+    taints: Option<Located<TaintMap>>,
     #[serde(default)]
-    accelerator_type: Option<Spanned<FactValue>>,
+    accelerator_type: Option<Located<FactValue>>,
     #[serde(default)]
-    market_type: Option<Spanned<FactValue>>,
+    market_type: Option<Located<FactValue>>,
     #[serde(default)]
-    availability_zone: Option<Spanned<FactValue>>,
+    availability_zone: Option<Located<FactValue>>,
     #[serde(default)]
-    availability_region: Option<Spanned<FactValue>>,
+    availability_region: Option<Located<FactValue>>,
     #[serde(default)]
     min_nodes: u32,
     #[serde(default)]
@@ -163,7 +163,7 @@ pub fn parse_autoscaler(name: &str, text: String) -> Result<AutoscalerSettings, 
 fn settings(source: &Source) -> Result<AutoscalerSettings, InputError> {
     let file: NodeTypesFile = source.parse()?;
     let max_nodes = file.max_nodes.unwrap_or(DEFAULT_MAX_NODES);
-    let seconds = |value: &Option<Spanned<f64>>, field: &str, default: Duration, max: f64| {
+    let seconds = |value: &Option<Located<f64>>, field: &str, default: Duration, max: f64| {
         let Some(value) = value else { return Ok(default) };
         if !(value.value.is_finite() && value.value > 0.0 && value.value <= max) {
             return Err(source.invalid(
@@ -250,7 +250,7 @@ fn settings(source: &Source) -> Result<AutoscalerSettings, InputError> {
 fn node_type(
     source: &Source,
     name: String,
-    entry: Spanned<NodeTypeEntry>,
+    entry: Located<NodeTypeEntry>,
     cluster_max: u32,
 ) -> Result<NodeType, InputError> {
     let field = under("node_types", &name);
@@ -281,9 +281,9 @@ fn node_type(
             Some(at),
         ));
     }
-    let group = Spanned { value: FactValue(name.clone()), referenced: at, defined: at };
+    let group = Located { value: FactValue(name.clone()), referenced: at };
     let node = NodeEntry {
-        id: Spanned { value: id, referenced: at, defined: at },
+        id: Located { value: id, referenced: at },
         resources: entry.resources,
         state: None,
         allocations: Vec::new(),

@@ -16,9 +16,9 @@ pub(super) struct ClusterFile {
     /// The nodes, in the order they get their indices (ties in scoring follow this order).
     pub(super) nodes: Vec<NodeEntry>,
     /// Resources whose nodes are tainted `berth.io/rare-<resource>=true` automatically
-    /// (rare-resource isolation). Spanned for "given twice" and taint-key clashes.
+    /// (rare-resource isolation). Located for "given twice" and taint-key clashes.
     #[serde(default)]
-    pub(super) rare_resources: Vec<Spanned<ResourceName>>,
+    pub(super) rare_resources: Vec<Located<ResourceName>>,
     /// Actors already placed, with their labels (actor affinity reads them).
     #[serde(default)]
     pub(super) actors: Vec<ActorEntry>,
@@ -31,10 +31,10 @@ pub(super) struct ClusterFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SchedulerSection {
-    /// Spanned: only [`SchedulerConfig::validate`] checks the range.
-    pub(super) spread_threshold: Option<Spanned<Quantity>>,
-    /// Spanned: only [`SchedulerConfig::validate`] checks the range.
-    pub(super) top_k_fraction: Option<Spanned<Quantity>>,
+    /// Located: only [`SchedulerConfig::validate`] checks the range.
+    pub(super) spread_threshold: Option<Located<Quantity>>,
+    /// Located: only [`SchedulerConfig::validate`] checks the range.
+    pub(super) top_k_fraction: Option<Located<Quantity>>,
     pub(super) avoid_gpu_nodes: Option<bool>,
 }
 
@@ -42,33 +42,33 @@ pub(super) struct SchedulerSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct NodeEntry {
-    /// Spanned for the duplicate-ID error.
-    pub(super) id: Spanned<NodeId>,
-    /// Spanned for the core's per-resource rules (GPU totals must be whole).
-    pub(super) resources: Spanned<ResourceMap>,
+    /// Located for the duplicate-ID error.
+    pub(super) id: Located<NodeId>,
+    /// Located for the core's per-resource rules (GPU totals must be whole).
+    pub(super) resources: Located<ResourceMap>,
     #[serde(default)]
     pub(super) state: Option<NodeState>,
-    /// Work already running, reserved in order. Spanned for "does not fit".
+    /// Work already running, reserved in order. Located for "does not fit".
     #[serde(default)]
-    pub(super) allocations: Vec<Spanned<AllocationEntry>>,
-    /// User labels, on top of the default labels. Spanned for [`field_path`] and for a clash
+    pub(super) allocations: Vec<Located<AllocationEntry>>,
+    /// User labels, on top of the default labels. Located for [`field_path`] and for a clash
     /// with a node fact.
     #[serde(default)]
-    pub(super) labels: Option<Spanned<LabelMap>>,
-    /// Taints, `key: value`. Spanned for [`field_path`].
+    pub(super) labels: Option<Located<LabelMap>>,
+    /// Taints, `key: value`. Located for [`field_path`].
     #[serde(default)]
-    pub(super) taints: Option<Spanned<TaintMap>>,
+    pub(super) taints: Option<Located<TaintMap>>,
     /// The facts behind the default labels (`berth.io/accelerator-type` and so on).
     #[serde(default)]
-    pub(super) accelerator_type: Option<Spanned<FactValue>>,
+    pub(super) accelerator_type: Option<Located<FactValue>>,
     #[serde(default)]
-    pub(super) market_type: Option<Spanned<FactValue>>,
+    pub(super) market_type: Option<Located<FactValue>>,
     #[serde(default)]
-    pub(super) node_group: Option<Spanned<FactValue>>,
+    pub(super) node_group: Option<Located<FactValue>>,
     #[serde(default)]
-    pub(super) availability_zone: Option<Spanned<FactValue>>,
+    pub(super) availability_zone: Option<Located<FactValue>>,
     #[serde(default)]
-    pub(super) availability_region: Option<Spanned<FactValue>>,
+    pub(super) availability_region: Option<Located<FactValue>>,
 }
 
 /// The request file: an actor or task (`resources`, with `actor` for an actor), or a
@@ -76,43 +76,46 @@ pub(super) struct NodeEntry {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RequestFile {
-    /// Spanned for the core's per-resource rules (GPU amounts above 1 must be whole).
+    /// Located for the core's per-resource rules (GPU amounts above 1 must be whole).
     #[serde(default)]
-    pub(super) resources: Option<Spanned<ResourceMap>>,
+    pub(super) resources: Option<Located<ResourceMap>>,
     /// The group to place, instead of `resources`.
     #[serde(default)]
-    pub(super) placement_group: Option<Spanned<GroupSection>>,
+    pub(super) placement_group: Option<Located<GroupSection>>,
     /// Set when the request places an actor: its ID, namespace and labels.
     #[serde(default)]
-    pub(super) actor: Option<Spanned<ActorSection>>,
-    /// Spanned for the core's affinity-flag rules.
+    pub(super) actor: Option<Located<ActorSection>>,
+    /// Located for the core's affinity-flag rules.
     #[serde(default)]
-    pub(super) scheduling_strategy: Option<Spanned<StrategySpec>>,
-    /// Spanned for "no such node".
+    pub(super) scheduling_strategy: Option<Box<Located<StrategySpec>>>,
+    /// Located for "no such node".
     #[serde(default)]
-    pub(super) preferred_node: Option<Spanned<NodeId>>,
-    /// Must hold on the node, whatever the strategy. Spanned for [`field_path`].
+    pub(super) preferred_node: Option<Located<NodeId>>,
+    /// Must hold on the node, whatever the strategy. Located for [`field_path`].
     #[serde(default)]
-    pub(super) label_selector: Option<Spanned<ExpressionMap>>,
+    pub(super) label_selector: Option<Box<Located<ExpressionMap>>>,
     /// Selectors tried in order when `label_selector` finds no node that can take the
     /// request now.
     #[serde(default)]
     pub(super) fallback_strategy: Vec<FallbackEntry>,
-    /// Taints the request accepts. Spanned for [`field_path`].
+    /// Taints the request accepts. Located for [`field_path`].
     #[serde(default)]
-    pub(super) tolerations: Option<Spanned<ExpressionMap>>,
+    pub(super) tolerations: Option<Box<Located<ExpressionMap>>>,
 }
 
 /// One entry of `fallback_strategy`: `{label_selector: {…}}`.
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct FallbackEntry {
-    pub(super) label_selector: Spanned<ExpressionMap>,
+pub struct FallbackEntry {
+    /// The selector tried instead of the request's own.
+    #[schema(value_type = super::schema::Selector)]
+    pub label_selector: Located<ExpressionMap>,
 }
 
 /// A resource name whose syntax was checked while parsing, so the error points at the key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct ResourceName(pub(super) String);
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct ResourceName(pub(super) String);
 
 impl<'de> Deserialize<'de> for ResourceName {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ResourceName, D::Error> {
@@ -128,9 +131,16 @@ impl<'de> Deserialize<'de> for ResourceName {
 /// and print, in file order).
 ///
 /// Invariant relied on by [`field_path`]: every map whose keys the user chooses is parsed
-/// directly inside a [`Spanned`], never nested in another user-keyed map.
-#[derive(Debug)]
-pub(super) struct ByResource<V>(pub(super) Vec<(ResourceName, V)>);
+/// directly inside a [`Located`], never nested in another user-keyed map.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ByResource<V>(pub(super) Vec<(ResourceName, V)>);
+
+impl<V: Serialize> Serialize for ByResource<V> {
+    /// A map, in the order read.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(name, value)| (&name.0, value)))
+    }
+}
 
 impl<V> Default for ByResource<V> {
     fn default() -> Self {
@@ -139,7 +149,7 @@ impl<V> Default for ByResource<V> {
 }
 
 /// A map of resource name to amount: `{CPU: 2, GPU: 0.5}`.
-pub(super) type ResourceMap = ByResource<Quantity>;
+pub type ResourceMap = ByResource<Quantity>;
 
 /// A map of resource name to the instance IDs an allocation holds: `{GPU: [0, 1]}`.
 pub(super) type InstanceMap = ByResource<InstanceIds>;
@@ -238,6 +248,8 @@ impl<'de, V: ResourceValue> Visitor<'de> for ByResourceVisitor<V> {
             }
             entries.push((name, value));
         }
+        // Kept for the object's life (one per actor in the head): no spare capacity.
+        entries.shrink_to_fit();
         Ok(ByResource(entries))
     }
 }
@@ -266,10 +278,10 @@ pub(super) enum AllocationEntry {
     /// The long form.
     Placed {
         /// What the allocation holds.
-        resources: Spanned<ResourceMap>,
+        resources: Located<ResourceMap>,
         /// The instances it holds of each unit-instance resource; absent, none are named
         /// (which the core accepts only when `resources` has no unit-instance resource).
-        instances: Option<Spanned<InstanceMap>>,
+        instances: Option<Located<InstanceMap>>,
     },
 }
 
@@ -299,8 +311,8 @@ impl<'de> Visitor<'de> for AllocationVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AllocationEntry, A::Error> {
         let mut amounts: Vec<(ResourceName, Quantity)> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
-        let mut resources: Option<Spanned<ResourceMap>> = None;
-        let mut instances: Option<Spanned<InstanceMap>> = None;
+        let mut resources: Option<Located<ResourceMap>> = None;
+        let mut instances: Option<Located<InstanceMap>> = None;
         // The form the entries read so far are in: `None` before the first, then `Some(true)`
         // for the long form.
         let mut long: Option<bool> = None;
@@ -323,7 +335,7 @@ impl<'de> Visitor<'de> for AllocationVisitor {
                 let section = map.next_value_seed(SectionSeed::new(RESOURCES_KEY, long))?;
                 match section.value {
                     Section::Map(m) => {
-                        resources = Some(Spanned::new(m, section.referenced, section.defined));
+                        resources = Some(Located::new(m, section.referenced));
                         None
                     }
                     Section::Amount(amount) => Some(amount),
@@ -332,7 +344,7 @@ impl<'de> Visitor<'de> for AllocationVisitor {
                 let section = map.next_value_seed(SectionSeed::new(INSTANCES_KEY, long))?;
                 match section.value {
                     Section::Map(m) => {
-                        instances = Some(Spanned::new(m, section.referenced, section.defined));
+                        instances = Some(Located::new(m, section.referenced));
                         None
                     }
                     Section::Amount(amount) => Some(amount),
@@ -416,10 +428,10 @@ impl<V> SectionSeed<V> {
 }
 
 impl<'de, V: ResourceValue> DeserializeSeed<'de> for SectionSeed<V> {
-    type Value = Spanned<Section<V>>;
+    type Value = Located<Section<V>>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        let section = Spanned::<Section<V>>::deserialize(deserializer)?;
+        let section = Located::<Section<V>>::deserialize(deserializer)?;
         match (&section.value, self.long) {
             (Section::Map(_), Some(false)) => Err(de::Error::custom(format!(
                 "a map here makes this the long form of an allocation, but it has resource \

@@ -13,7 +13,7 @@ pub enum LoadedRequest {
 
 /// Reads, parses and builds the request file at `path`. Its resource names are interned in
 /// `cluster`'s registry: a resource no node has is a reason, not an input error.
-pub fn load_request(path: &Path, cluster: &mut Cluster) -> Result<LoadedRequest, InputError> {
+pub fn load_request(path: &Path, cluster: &Cluster) -> Result<LoadedRequest, InputError> {
     let source = Source::read(FileKind::Request, path)?;
     let file: RequestFile = source.parse()?;
     ParsedRequest { source, file }.build(cluster)
@@ -40,7 +40,7 @@ impl ParsedRequest {
     /// Builds the core request (or group spec) against `cluster`. A resource no node has is a
     /// reason (the request is infeasible), not an input error, and is not interned: only
     /// nodes grow the registry.
-    pub fn build(&self, cluster: &mut Cluster) -> Result<LoadedRequest, InputError> {
+    pub fn build(&self, cluster: &Cluster) -> Result<LoadedRequest, InputError> {
         let (source, file) = (&self.source, &self.file);
         match (&file.resources, &file.placement_group) {
         (Some(resources), None) => request(source, cluster, file, resources),
@@ -90,59 +90,19 @@ impl ParsedRequest {
 /// Builds the actor or task request of `file`, whose `resources` are `resources`.
 pub(super) fn request(
     source: &Source,
-    cluster: &mut Cluster,
+    cluster: &Cluster,
     file: &RequestFile,
-    resources: &Spanned<ResourceMap>,
+    resources: &Located<ResourceMap>,
 ) -> Result<LoadedRequest, InputError> {
-    let resource_location = resources.referenced;
-    let (resources, unknown) =
-        request_amounts(source, cluster, &resources.value, "resources", resource_location)?;
-    let (strategy, strategy_location) = match &file.scheduling_strategy {
-        Some(spec) => {
-            let strategy = match &spec.value {
-                StrategySpec::Ready(strategy) => strategy.clone(),
-                StrategySpec::ActorAffinity(draft) => actors::affinity(source, draft)?,
-            };
-            (strategy, Some(spec.referenced))
-        }
-        None => (Strategy::Default, None),
+    let actor = file.actor.as_ref().map(|section| actors::new_actor(source, cluster, section));
+    let spec = PlacementSpec {
+        resources: resources.clone(),
+        scheduling_strategy: file.scheduling_strategy.clone(),
+        label_selector: file.label_selector.clone(),
+        fallback_strategy: file.fallback_strategy.clone(),
+        tolerations: file.tolerations.clone(),
     };
-    if let Strategy::PlacementGroup(_) = strategy {
-        // The bundle's node was chosen when the group was reserved.
-        let selectors = [
-            ("label_selector", file.label_selector.as_ref().map(|l| l.referenced)),
-            (
-                "fallback_strategy",
-                file.fallback_strategy.first().map(|f| f.label_selector.referenced),
-            ),
-            ("tolerations", file.tolerations.as_ref().map(|t| t.referenced)),
-        ];
-        if let Some((key, location)) = selectors.iter().find(|(_, given)| given.is_some()) {
-            return Err(source.invalid(
-                *key,
-                format!(
-                    "{key} does not apply with scheduling_strategy PLACEMENT_GROUP: the \
-                     request runs on its bundle's node, chosen when the group was reserved \
-                     (give selectors and tolerations to the group)"
-                ),
-                *location,
-            ));
-        }
-    }
-    let request = Request::new(resources, strategy, cluster.registry())
-        .map_err(|err| {
-            let location = match err {
-                RequestError::FractionalInstances { .. } | RequestError::ForeignResource(_) => {
-                    Some(resource_location)
-                }
-                RequestError::AffinityFlag { .. } | RequestError::AffinityNode(_) => {
-                    strategy_location
-                }
-            };
-            // The request file is the request: the core's paths start at its top.
-            source.invalid(core_path(&err.field(), str::to_string), err.rule(), location)
-        })?
-        .with_unknown_resources(unknown);
+    let request = spec.build(source, cluster, actor.transpose()?)?;
     let preferred = match &file.preferred_node {
         None => None,
         Some(node) => Some(cluster.index_of(node.value.as_str()).ok_or_else(|| {
@@ -156,36 +116,14 @@ pub(super) fn request(
             )
         })?),
     };
-    let label_selector = match &file.label_selector {
-        None => LabelSelector::default(),
-        Some(map) => selector(source, map, "label_selector")?,
-    };
-    let fallback = file
-        .fallback_strategy
-        .iter()
-        .enumerate()
-        .map(|(i, entry)| {
-            let field = format!("fallback_strategy[{i}].label_selector");
-            selector(source, &entry.label_selector, &field)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let tolerations = match &file.tolerations {
-        None => Tolerations::default(),
-        Some(map) => Tolerations(selector(source, map, "tolerations")?),
-    };
-    let request = request
-        .with_preferred_node(preferred)
-        .with_label_selector(label_selector)
-        .with_fallback(fallback)
-        .with_tolerations(tolerations);
-    actors::with_actor(source, cluster, request, file.actor.as_ref()).map(LoadedRequest::Request)
+    Ok(LoadedRequest::Request(request.with_preferred_node(preferred)))
 }
 
 /// The selector (or tolerations) of `map`, found at `field`. Every entry was checked while
 /// parsing; an error here would be a rule the parse did not know.
 pub(super) fn selector(
     source: &Source,
-    map: &Spanned<ExpressionMap>,
+    map: &Located<ExpressionMap>,
     field: &str,
 ) -> Result<LabelSelector, InputError> {
     LabelSelector::parse(map.value.pairs()).map_err(|err| {
@@ -225,20 +163,20 @@ mod tests {
             "POST /x",
             r#"{"resources": {"GPU": 0.5}}"#.into(),
         );
-        let mut cluster = Cluster::new(ResourceRegistry::default());
-        assert!(matches!(parsed.unwrap().build(&mut cluster), Ok(LoadedRequest::Request(_))));
+        let cluster = Cluster::new(ResourceRegistry::default());
+        assert!(matches!(parsed.unwrap().build(&cluster), Ok(LoadedRequest::Request(_))));
     }
 
     #[test]
     fn requests_never_grow_the_registry_so_made_up_names_never_exhaust_it() {
         // More distinct names than the registry can ever hold (65,536): each request is
         // accepted (infeasible: no node has the resource), and the registry stays as it was.
-        let mut cluster = Cluster::new(ResourceRegistry::default());
+        let cluster = Cluster::new(ResourceRegistry::default());
         let before = cluster.registry().len();
         for i in 0..70_000 {
             let body = format!(r#"{{"resources": {{"CPU": 1, "made-up-{i}": 2}}}}"#);
             let parsed = ParsedRequest::parse(FileKind::Body, "POST /x", body).unwrap();
-            let Ok(LoadedRequest::Request(request)) = parsed.build(&mut cluster) else {
+            let Ok(LoadedRequest::Request(request)) = parsed.build(&cluster) else {
                 panic!("request {i} was refused");
             };
             assert_eq!(
@@ -248,7 +186,7 @@ mod tests {
         }
         let group = r#"{"placement_group": {"id": "pg", "bundles": [{"TPU": 1}, {"CPU": 1}]}}"#;
         let parsed = ParsedRequest::parse(FileKind::Body, "POST /x", group.into()).unwrap();
-        let Ok(LoadedRequest::Group(spec)) = parsed.build(&mut cluster) else { panic!() };
+        let Ok(LoadedRequest::Group(spec)) = parsed.build(&cluster) else { panic!() };
         assert_eq!(
             spec.alternatives[0].unknown_reason().as_deref(),
             Some("bundle 0: no node has the resource \"TPU\" (asked 1)")

@@ -3,15 +3,21 @@
 
 use super::*;
 
-/// One input file's text, kept for error snippets.
+/// What errors name: one input file (its text kept for error snippets), or a REST body.
 #[derive(Debug)]
-pub(super) struct Source {
+pub struct Source {
     pub(super) kind: FileKind,
     pub(super) path: PathBuf,
     pub(super) text: String,
 }
 
 impl Source {
+    /// A REST body of `route` (`POST /api/v1/actors`), read already: its errors name the
+    /// field alone.
+    pub fn body(route: &str) -> Source {
+        Source { kind: FileKind::Body, path: PathBuf::from(route), text: String::new() }
+    }
+
     pub(super) fn from_text(kind: FileKind, name: &str, text: String) -> Source {
         Source { kind, path: PathBuf::from(name), text }
     }
@@ -35,7 +41,7 @@ impl Source {
 
     /// Parses the whole file as one YAML document (JSON is YAML too). A REST body is JSON by
     /// construction and is read by serde_json, several times faster than a YAML parser: the
-    /// same types, rules and field paths (`Spanned` values carry no location then).
+    /// same types, rules and field paths (`Located` values carry no location then).
     pub(super) fn parse<T: DeserializeOwned>(&self) -> Result<T, InputError> {
         if self.kind == FileKind::Body {
             return self.parse_json();
@@ -71,7 +77,7 @@ impl Source {
             // The user-facing formatter words messages for people who write YAML rather than
             // Rust ("null is not allowed here", not "use Option<String>").
             let message = serde_saphyr::UserMessageFormatter.format_message(&err);
-            self.invalid(field, message.into_owned(), err.location())
+            self.invalid(field, message.into_owned(), err.location().map(At::from))
         })
     }
 
@@ -105,7 +111,7 @@ impl Source {
         &self,
         field: impl Into<String>,
         message: impl Into<String>,
-        location: Option<Location>,
+        location: Option<At>,
     ) -> InputError {
         let location = location.filter(|l| l.line() > 0).map(|l| (l.line(), l.column().max(1)));
         let line_text = location.and_then(|(line, _)| {
@@ -125,10 +131,10 @@ impl Source {
 
 /// Formats a recorded path as `nodes[1].resources.GPU`.
 ///
-/// `Spanned<T>` reads its value from an inner field named `value`, which serde_path_to_error
+/// `Located<T>` reads its value from an inner field named `value`, which serde_path_to_error
 /// records like a key. Such a segment is dropped unless it directly follows one that was
-/// dropped: user-keyed maps sit directly inside a `Spanned` (see [`ResourceMap`]), so in
-/// `resources.value.value` the first is `Spanned`'s and the second a resource named `value`.
+/// dropped: user-keyed maps sit directly inside a `Located` (see [`ResourceMap`]), so in
+/// `resources.value.value` the first is `Located`'s and the second a resource named `value`.
 pub(super) fn field_path(path: &serde_path_to_error::Path) -> String {
     use serde_path_to_error::Segment;
     let mut out = String::new();
@@ -158,7 +164,7 @@ pub(super) fn field_path(path: &serde_path_to_error::Path) -> String {
     out
 }
 
-/// Formats a path recorded over JSON (where `Spanned` adds no segment of its own).
+/// Formats a path recorded over JSON (where `Located` adds no segment of its own).
 pub(super) fn json_path(path: &serde_path_to_error::Path) -> String {
     use serde_path_to_error::Segment;
     let mut out = String::new();
@@ -225,7 +231,7 @@ mod tests {
         );
         assert_eq!(err.field, "nodes[0].allocations[0].CPU");
         assert_eq!(err.location, Some((5, 15)));
-        // The long form's sections are Spanned too; `value` as a resource name survives.
+        // The long form's sections are Located too; `value` as a resource name survives.
         let err = parse_error::<ClusterFile>(
             "nodes:\n  - id: a\n    resources: {}\n    allocations:\n      \
              - {resources: {value: 1}, instances: {value: [x]}}\n",

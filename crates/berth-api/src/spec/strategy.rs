@@ -70,14 +70,14 @@ pub(super) struct StrategyMap {
     pub(super) kind: StrategyName,
     pub(super) node_id: Option<String>,
     /// `true`/`false` with NODE_AFFINITY, a selector with NODE_LABEL.
-    pub(super) soft: Option<Spanned<Soft>>,
+    pub(super) soft: Option<Located<Soft>>,
     pub(super) spill_on_unavailable: Option<bool>,
     pub(super) fail_on_unavailable: Option<bool>,
     /// NODE_LABEL: the selector that must hold.
-    pub(super) hard: Option<Spanned<ExpressionMap>>,
+    pub(super) hard: Option<Located<ExpressionMap>>,
     /// ACTOR_AFFINITY: the expressions, checked together with their operators when the request
-    /// is built (so that an error names `expressions[i].values`). Spanned for "none given".
-    pub(super) expressions: Option<Spanned<Vec<Spanned<ExpressionEntry>>>>,
+    /// is built (so that an error names `expressions[i].values`). Located for "none given".
+    pub(super) expressions: Option<Located<Vec<Located<ExpressionEntry>>>>,
     /// ACTOR_AFFINITY: how hard expressions combine.
     #[serde(rename = "match")]
     pub(super) match_mode: Option<MatchName>,
@@ -122,9 +122,10 @@ impl<'de> Deserialize<'de> for Soft {
 }
 
 /// `scheduling_strategy`: a name (`SPREAD`) or a map (`{type: NODE_AFFINITY, node_id: …}`).
-/// The core's [`Request::new`] checks the affinity flags against `soft`.
-#[derive(Debug)]
-pub(super) enum StrategySpec {
+/// The core's [`Request::new`] checks the affinity flags against `soft`. Written back in the
+/// canonical form it is read in (names in capitals, flags only when set).
+#[derive(Clone, Debug, PartialEq)]
+pub enum StrategySpec {
     /// Every rule that a single value can break was checked while parsing.
     Ready(Strategy),
     /// ACTOR_AFFINITY, whose expressions are checked when the request is built
@@ -140,6 +141,70 @@ impl StrategySpec {
             StrategySpec::Ready(strategy) => Some(strategy),
             StrategySpec::ActorAffinity(_) => None,
         }
+    }
+}
+
+impl Serialize for StrategySpec {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let strategy = match self {
+            StrategySpec::ActorAffinity(draft) => return draft.serialize(serializer),
+            StrategySpec::Ready(strategy) => strategy,
+        };
+        let selector = |s: &LabelSelector| -> Vec<(String, String)> {
+            s.expressions().map(|(k, e)| (k.to_string(), e)).collect()
+        };
+        match strategy {
+            Strategy::Default => serializer.serialize_str(StrategyName::Default.name()),
+            Strategy::Spread => serializer.serialize_str(StrategyName::Spread.name()),
+            Strategy::Random => serializer.serialize_str(StrategyName::Random.name()),
+            Strategy::NodeAffinity(a) => {
+                let mut map = serializer.serialize_map(None)?;
+                map.serialize_entry("type", StrategyName::NodeAffinity.name())?;
+                map.serialize_entry("node_id", &a.node)?;
+                for (key, set) in [
+                    ("soft", a.soft),
+                    ("spill_on_unavailable", a.spill_on_unavailable),
+                    ("fail_on_unavailable", a.fail_on_unavailable),
+                ] {
+                    if set {
+                        map.serialize_entry(key, &true)?;
+                    }
+                }
+                map.end()
+            }
+            Strategy::NodeLabel(l) => {
+                let mut map = serializer.serialize_map(None)?;
+                map.serialize_entry("type", StrategyName::NodeLabel.name())?;
+                for (key, s) in [("hard", &l.hard), ("soft", &l.soft)] {
+                    if !s.is_empty() {
+                        map.serialize_entry(key, &PairMap(&selector(s)))?;
+                    }
+                }
+                map.end()
+            }
+            Strategy::PlacementGroup(g) => {
+                let mut map = serializer.serialize_map(None)?;
+                map.serialize_entry("type", StrategyName::PlacementGroup.name())?;
+                map.serialize_entry("group", g.group.as_str())?;
+                if let Some(bundle) = g.bundle {
+                    map.serialize_entry("bundle", &bundle)?;
+                }
+                map.end()
+            }
+            // Read as a draft, never as a built strategy.
+            Strategy::ActorAffinity(_) => Err(serde::ser::Error::custom(
+                "an ACTOR_AFFINITY strategy is written from its draft",
+            )),
+        }
+    }
+}
+
+/// Key-value pairs written as a map, in their order.
+pub(super) struct PairMap<'a>(pub(super) &'a [(String, String)]);
+
+impl Serialize for PairMap<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
     }
 }
 

@@ -101,7 +101,10 @@ pub fn fill(policy: &str, dir: &Path, tasks: usize) -> anyhow::Result<RetentionR
             callers.push(tokio::spawn(async move {
                 let body = TaskSubmit {
                     command: "true".into(),
-                    resources: serde_json::json!({"CPU": 1}).into(),
+                    placement: berth_api::spec::PlacementSpec::from_json(
+                        serde_json::json!({"resources": {"CPU": 1}}),
+                    )
+                    .unwrap(),
                     ..Default::default()
                 };
                 while next.fetch_add(1, Ordering::Relaxed) < tasks {

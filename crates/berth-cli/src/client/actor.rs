@@ -150,10 +150,11 @@ mod tests {
         assert_eq!(body.labels, fixtures::map(&[("app", "web")]));
         assert_eq!(body.max_restarts, -1);
         assert_eq!(body.name.as_deref(), Some("web"));
-        assert_eq!(body.resources, json!({}).into());
+        let placement = serde_json::to_value(&body.placement).unwrap();
+        assert_eq!(placement["resources"], json!({}));
         assert_eq!(
-            body.scheduling_strategy,
-            Some(json!({"type": "PLACEMENT_GROUP", "group": "pg-7", "bundle": 0}).into())
+            placement["scheduling_strategy"],
+            json!({"type": "PLACEMENT_GROUP", "group": "pg-7", "bundle": 0})
         );
         // The wire form leaves out what was not given.
         let wire = serde_json::to_value(&body).unwrap();

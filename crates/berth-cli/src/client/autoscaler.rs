@@ -120,10 +120,10 @@ fn live(args: &PlanArgs) -> anyhow::Result<AutoscalerPlan> {
 fn offline(args: &PlanArgs, cluster: &std::path::Path) -> anyhow::Result<AutoscalerPlan> {
     let path = args.autoscaler.as_ref().expect("clap requires --autoscaler with --cluster");
     let settings = load_autoscaler(path)?;
-    let mut snapshot = load_cluster(cluster)?;
+    let snapshot = load_cluster(cluster)?;
     let mut loaded = Vec::new();
     for request in &args.request {
-        loaded.push((request.display().to_string(), load_request(request, &mut snapshot.cluster)?));
+        loaded.push((request.display().to_string(), load_request(request, &snapshot.cluster)?));
     }
     let wants: Vec<Want<'_>> = loaded
         .iter()

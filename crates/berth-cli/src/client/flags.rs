@@ -625,12 +625,17 @@ mod tests {
         assert_eq!(&*body.command, "python");
         assert_eq!(&*body.args, ["serve.py", "--port=80"]);
         assert_eq!(body.env, map(&[("A", "1")]));
-        assert_eq!(body.resources, json!({"CPU": "1", "GPU": "0.5"}).into());
         assert_eq!(body.namespace.as_deref(), Some("ml"));
-        assert_eq!(body.scheduling_strategy, Some(json!("SPREAD").into()));
-        assert_eq!(body.label_selector, Some(json!({"zone": "in(a,b)"}).into()));
-        assert_eq!(body.fallback_strategy, Some(json!([{"label_selector": {}}]).into()));
-        assert_eq!(body.tolerations, Some(json!({"gpu_node": "exists()"}).into()));
+        assert_eq!(
+            serde_json::to_value(&body.placement).unwrap(),
+            json!({
+                "resources": {"CPU": 1, "GPU": 0.5},
+                "scheduling_strategy": "SPREAD",
+                "label_selector": {"zone": "in(a,b)"},
+                "fallback_strategy": [{"label_selector": {}}],
+                "tolerations": {"gpu_node": "exists()"},
+            })
+        );
         assert_eq!(body.max_retries, berth_api::rest::DEFAULT_TASK_RETRIES);
     }
 
@@ -657,14 +662,19 @@ mod tests {
         assert_eq!(&*body.command, "sleep");
         assert_eq!(&*body.args, ["60"]);
         // The flag replaced the file's resources whole.
-        assert_eq!(body.resources, json!({"GPU": "1"}).into());
+        assert_eq!(placed_resources(&body.placement), json!({"GPU": 1}));
         assert_eq!(body.labels, map(&[("app", "web")]));
         assert_eq!(body.max_restarts, 2);
 
         // A JSON file works the same.
         std::fs::write(&path, r#"{"command": "true", "resources": {"CPU": "0.5"}}"#).unwrap();
         let body: ActorCreate = body_of(&path);
-        assert_eq!(body.resources, json!({"CPU": "0.5"}).into());
+        assert_eq!(placed_resources(&body.placement), json!({"CPU": 0.5}));
+    }
+
+    /// The resources of a body, as it sends them.
+    fn placed_resources(placement: &berth_api::spec::PlacementSpec) -> serde_json::Value {
+        serde_json::to_value(placement).unwrap()["resources"].clone()
     }
 
     fn body_of<T: DeserializeOwned>(path: &Path) -> T {

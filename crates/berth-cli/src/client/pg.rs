@@ -235,14 +235,16 @@ mod tests {
         ])
         .unwrap();
         let body = body(&args).unwrap();
-        assert_eq!(body.bundles, json!([{"GPU": 1}, {"GPU": 1}]).into());
-        assert_eq!(body.strategy.as_deref(), Some("STRICT_SPREAD"));
-        assert_eq!(body.tolerations, Some(json!({"gpu_node": "exists()"}).into()));
         assert_eq!(
-            body.fallback_strategy,
-            Some(json!([{"bundles": [{"GPU": "1"}, {"GPU": "1"}, {"GPU": "1"}]}]).into())
+            serde_json::to_value(&body.placement).unwrap(),
+            json!({
+                "strategy": "STRICT_SPREAD",
+                "bundles": [{"GPU": 1}, {"GPU": 1}],
+                "bundle_label_selector": [{"zone": "a"}, {"zone": "b"}],
+                "tolerations": {"gpu_node": "exists()"},
+                "fallback_strategy": [{"bundles": [{"GPU": 1}, {"GPU": 1}, {"GPU": 1}]}],
+            })
         );
-        assert_eq!(body.bundle_label_selector, Some(json!([{"zone": "a"}, {"zone": "b"}]).into()));
     }
 
     #[test]

@@ -117,7 +117,9 @@ mod tests {
             parse(&["--command", "train", "--resources", "GPU=1", "--max-retries", "0"]).unwrap();
         let body = body(&args).unwrap();
         assert_eq!(body.max_retries, 0);
-        assert_eq!(body.resources, json!({"GPU": "1"}).into());
+        let resources =
+            |b: &TaskSubmit| serde_json::to_value(&b.placement).unwrap()["resources"].clone();
+        assert_eq!(resources(&body), json!({"GPU": 1}));
         let body = super::body(&parse(&["--command", "x"]).unwrap()).unwrap();
         assert_eq!(body.max_retries, berth_api::rest::DEFAULT_TASK_RETRIES);
         assert!(parse(&["--command", "x", "--max-retries", "-1"]).is_err());
@@ -134,7 +136,7 @@ mod tests {
         let body = body(&args).unwrap();
         assert_eq!((&*body.command, &*body.args), ("train", &["b".to_string()][..]));
         assert_eq!(body.max_retries, 1);
-        assert_eq!(body.resources, json!({"GPU": 1}).into());
+        assert_eq!(serde_json::to_value(&body.placement).unwrap()["resources"], json!({"GPU": 1}));
     }
 
     #[test]

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use berth_api::rest::{
-    Actor, Bundle, Diagnosis, Event, Group, Node, RawJson, ResourceTable, StringMap, Taint, Task,
+    Actor, Bundle, Diagnosis, Event, Group, Node, ResourceTable, StringMap, Taint, Task,
 };
+use berth_api::spec::PlacementSpec;
 use comfy_table::{presets, CellAlignment, ContentArrangement, Table};
 use serde::Serialize;
 use serde_json::Value;
@@ -111,8 +112,8 @@ pub fn use_text(resources: &ResourceTable) -> String {
 }
 
 /// A resource map as given in a body (`{"CPU": 1, "GPU": "0.5"}`): `CPU 1, GPU 0.5`.
-pub fn spec_resources(resources: &RawJson) -> String {
-    match &resources.to_value() {
+pub fn spec_resources(resources: &impl serde::Serialize) -> String {
+    match &serde_json::to_value(resources).unwrap_or_default() {
         Value::Object(map) if map.is_empty() => "nothing".into(),
         Value::Object(map) => map
             .iter()
@@ -326,7 +327,7 @@ pub fn actors_table(actors: &[Actor]) -> String {
                 a.namespace.clone(),
                 name(&a.state),
                 or_none(a.node_id.as_deref()),
-                spec_resources(&a.spec.resources),
+                spec_resources(&a.spec.placement.resources),
                 or_none(Some(&instances(&a.instances))),
                 a.restarts.to_string(),
                 or_none(Some(&pairs(&a.spec.labels))),
@@ -363,7 +364,7 @@ pub fn tasks_table(tasks: &[Task]) -> String {
                 t.namespace.clone(),
                 name(&t.state),
                 or_none(t.node_id.as_deref()),
-                spec_resources(&t.spec.resources),
+                spec_resources(&t.spec.placement.resources),
                 or_none(Some(&instances(&t.instances))),
                 t.attempts.to_string(),
                 t.exit_code.map_or(NONE.to_string(), |c| c.to_string()),
@@ -421,23 +422,17 @@ pub fn groups_table(groups: &[Group]) -> String {
 // Details.
 
 /// Adds the placement keys of a create body that were given.
-fn placement_fields(
-    fields: &mut Fields,
-    strategy: Option<&RawJson>,
-    selector: Option<&RawJson>,
-    fallback: Option<&RawJson>,
-    tolerations: Option<&RawJson>,
-) {
+fn placement_fields(fields: &mut Fields, spec: &PlacementSpec) {
     fields
-        .add("strategy", given(strategy))
-        .add("label selector", given(selector))
-        .add("fallback", given(fallback))
-        .add("tolerations", given(tolerations));
+        .add("strategy", given(spec.scheduling_strategy.as_ref()))
+        .add("label selector", given(spec.label_selector.as_ref()))
+        .add("fallback", given(Some(&spec.fallback_strategy).filter(|f| !f.is_empty())))
+        .add("tolerations", given(spec.tolerations.as_ref()));
 }
 
 /// An optional placement field of a spec, as [`plain`] text; empty when not given.
-fn given(value: Option<&RawJson>) -> String {
-    value.map(|v| plain(&v.to_value())).unwrap_or_default()
+fn given(value: Option<&impl serde::Serialize>) -> String {
+    value.and_then(|v| serde_json::to_value(v).ok()).map(|v| plain(&v)).unwrap_or_default()
 }
 
 /// The diagnosis (when waiting) and history sections.
@@ -511,15 +506,9 @@ pub fn actor_detail(actor: &Actor) -> String {
         .add("created", time(actor.created_at_ms))
         .add("command", command_line(&spec.command, &spec.args))
         .add("env", pairs(&spec.env))
-        .add("resources", spec_resources(&spec.resources))
+        .add("resources", spec_resources(&spec.placement.resources))
         .add("labels", pairs(&spec.labels));
-    placement_fields(
-        &mut fields,
-        spec.scheduling_strategy.as_ref(),
-        spec.label_selector.as_ref(),
-        spec.fallback_strategy.as_ref(),
-        spec.tolerations.as_ref(),
-    );
+    placement_fields(&mut fields, &spec.placement);
     let mut out = fields.render();
     sections(&mut out, actor.diagnosis.as_deref(), &actor.history);
     out
@@ -550,14 +539,8 @@ pub fn task_detail(task: &Task) -> String {
         .add("created", time(task.created_at_ms))
         .add("command", command_line(&spec.command, &spec.args))
         .add("env", pairs(&spec.env))
-        .add("resources", spec_resources(&spec.resources));
-    placement_fields(
-        &mut fields,
-        spec.scheduling_strategy.as_ref(),
-        spec.label_selector.as_ref(),
-        spec.fallback_strategy.as_ref(),
-        spec.tolerations.as_ref(),
-    );
+        .add("resources", spec_resources(&spec.placement.resources));
+    placement_fields(&mut fields, &spec.placement);
     let mut out = fields.render();
     sections(&mut out, task.diagnosis.as_deref(), &task.history);
     out
@@ -580,9 +563,9 @@ pub fn group_detail(group: &Group) -> String {
         .add("strategy", group.strategy.as_str())
         .add("alternative", alternative)
         .add("created", time(group.created_at_ms))
-        .add("bundle selectors", given(spec.bundle_label_selector.as_ref()))
-        .add("tolerations", given(spec.tolerations.as_ref()))
-        .add("fallback", given(spec.fallback_strategy.as_ref()));
+        .add("bundle selectors", given(spec.placement.bundle_label_selector.as_ref()))
+        .add("tolerations", given(spec.placement.tolerations.as_ref()))
+        .add("fallback", given(Some(&spec.placement.fallback_strategy).filter(|f| !f.is_empty())));
     let mut out = fields.render();
     out.push_str("\nbundles:\n");
     let rows: Vec<Vec<String>> = group
@@ -625,6 +608,7 @@ pub mod fixtures {
     //! Answers built with the API types, as a head would send them.
 
     use berth_api::rest::*;
+    use berth_api::spec::{PlacementGroupSpec, PlacementSpec};
     use serde_json::json;
     use std::sync::Arc;
 
@@ -719,8 +703,11 @@ pub mod fixtures {
                 args: vec!["serve.py".into(), "--title".into(), "hello world".into()].into(),
                 labels: map(&[("app", "web")]),
                 max_restarts: -1,
-                resources: json!({"CPU": 1, "GPU": "0.5"}).into(),
-                tolerations: Some(json!({"gpu_node": "exists()"}).into()),
+                placement: PlacementSpec::from_json(json!({
+                    "resources": {"CPU": 1, "GPU": "0.5"},
+                    "tolerations": {"gpu_node": "exists()"},
+                }))
+                .unwrap(),
                 ..ActorCreate::default()
             }),
         }
@@ -743,7 +730,7 @@ pub mod fixtures {
             created_at_ms: 1_700_000_000_000,
             spec: Arc::new(TaskSubmit {
                 command: "train".into(),
-                resources: json!({"GPU": "1"}).into(),
+                placement: PlacementSpec::from_json(json!({"resources": {"GPU": "1"}})).unwrap(),
                 max_retries: 3,
                 ..TaskSubmit::default()
             }),
@@ -767,7 +754,10 @@ pub mod fixtures {
             history: Default::default(),
             created_at_ms: 1_700_000_000_000,
             spec: GroupCreate {
-                bundles: json!([{"GPU": 1}, {"GPU": 1}]).into(),
+                placement: PlacementGroupSpec::from_json(
+                    json!({"bundles": [{"GPU": 1}, {"GPU": 1}]}),
+                )
+                .unwrap(),
                 ..GroupCreate::default()
             },
         }

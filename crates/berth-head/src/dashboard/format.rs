@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use berth_api::rest::{RawJson, ResourceUse, StringMap};
+use berth_api::rest::{ResourceUse, StringMap};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -89,13 +89,16 @@ pub(crate) fn plain(value: &Value) -> String {
 }
 
 /// An optional placement key of a spec, or [`NONE`].
-pub(crate) fn optional(value: Option<&RawJson>) -> String {
-    value.map(|v| plain(&v.to_value())).unwrap_or_else(|| NONE.to_string())
+pub(crate) fn optional(value: Option<&impl Serialize>) -> String {
+    value
+        .and_then(|v| serde_json::to_value(v).ok())
+        .map(|v| plain(&v))
+        .unwrap_or_else(|| NONE.to_string())
 }
 
 /// A resource map as given in a body (`{"CPU": 1, "GPU": "0.5"}`): `CPU 1, GPU 0.5`.
-pub(crate) fn spec_resources(resources: &RawJson) -> String {
-    match &resources.to_value() {
+pub(crate) fn spec_resources(resources: &impl Serialize) -> String {
+    match &serde_json::to_value(resources).unwrap_or_default() {
         Value::Object(map) if map.is_empty() => "nothing".into(),
         Value::Object(map) => map
             .iter()
@@ -239,10 +242,10 @@ mod tests {
 
     #[test]
     fn spec_text() {
-        let resources = serde_json::json!({"CPU": 1, "GPU": "0.5"}).into();
+        let resources = serde_json::json!({"CPU": 1, "GPU": "0.5"});
         assert_eq!(spec_resources(&resources), "CPU 1, GPU 0.5");
         assert_eq!(command_line("sh", &["-c".into(), "echo hi".into()]), "sh -c 'echo hi'");
         assert_eq!(pairs(&StringMap::new()), NONE);
-        assert_eq!(optional(None), NONE);
+        assert_eq!(optional(None::<&String>), NONE);
     }
 }

@@ -13,6 +13,7 @@ use berth_api::rest::{
     NodeState, PendingItem, ReasonCount, ResourceTable, ResourceUse, StringMap, Taint, Task,
     TaskState, TaskSubmit,
 };
+use berth_api::spec::{PlacementGroupSpec, PlacementSpec};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tower::ServiceExt;
@@ -108,7 +109,8 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
             labels: map(labels),
             command: "sleep".into(),
             args: Box::new(["600".into()]),
-            resources: json!({"CPU": 1}).into(),
+            placement: berth_api::spec::PlacementSpec::from_json(json!({"resources": {"CPU": 1}}))
+                .unwrap(),
             ..Default::default()
         }),
     }
@@ -131,7 +133,8 @@ fn task(seq: u64, state: TaskState) -> Task {
         created_at_ms: 1,
         spec: Arc::new(TaskSubmit {
             command: "true".into(),
-            resources: json!({"CPU": 2}).into(),
+            placement: berth_api::spec::PlacementSpec::from_json(json!({"resources": {"CPU": 2}}))
+                .unwrap(),
             max_retries: 3,
             ..Default::default()
         }),
@@ -155,7 +158,10 @@ fn group(seq: u64, state: GroupState) -> Group {
         diagnosis: None,
         history: Default::default(),
         created_at_ms: 1,
-        spec: GroupCreate { bundles: json!([{"GPU": 1}]).into(), ..Default::default() },
+        spec: GroupCreate {
+            placement: PlacementGroupSpec::from_json(json!({"bundles": [{"GPU": 1}]})).unwrap(),
+            ..Default::default()
+        },
     }
 }
 
@@ -177,8 +183,10 @@ fn sample_view() -> View {
     }
     view.actors.insert(1, Arc::new(actor(1, ActorState::Alive, Some("node-1"), &[("app", "web")])));
     let mut pending = actor(2, ActorState::Pending, None, &[("app", "train")]);
-    Arc::make_mut(&mut pending.spec).resources = json!({"GPU": 16}).into();
-    Arc::make_mut(&mut pending.spec).tolerations = Some(json!({"dedicated": "ml"}).into());
+    Arc::make_mut(&mut pending.spec).placement = PlacementSpec::from_json(
+        json!({"resources": {"GPU": 16}, "tolerations": {"dedicated": "ml"}}),
+    )
+    .unwrap();
     pending.diagnosis = Some(Box::new(gpu_diagnosis()));
     view.actors.insert(2, Arc::new(pending));
     view.waiting.insert(

@@ -6,7 +6,8 @@ use askama::Template;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
-use berth_api::rest::{Actor, Diagnosis, Event, Group, ListQuery, RawJson, Task};
+use berth_api::rest::{Actor, Diagnosis, Event, Group, ListQuery, Task};
+use berth_api::spec::PlacementSpec;
 
 use super::format::{self, NONE};
 use super::{path_param, render, Ui, UiError};
@@ -198,7 +199,7 @@ fn task_row(t: &Task) -> Row {
         state,
         node: t.node_id.as_deref().unwrap_or_default().to_string(),
         count: t.attempts.to_string(),
-        what: format::spec_resources(&t.spec.resources),
+        what: format::spec_resources(&t.spec.placement.resources),
         why,
         infeasible,
     }
@@ -389,18 +390,14 @@ fn or_none(text: Option<&str>) -> String {
 }
 
 /// The placement keys every kind shares.
-fn placement(
-    strategy: Option<&RawJson>,
-    selector: Option<&RawJson>,
-    fallback: Option<&RawJson>,
-    tolerations: Option<&RawJson>,
-) -> Vec<(&'static str, String)> {
-    let strategy = strategy.map(|s| format::plain(&s.to_value()));
+fn placement(spec: &PlacementSpec) -> Vec<(&'static str, String)> {
+    let strategy = spec.scheduling_strategy.as_ref();
+    let fallback = Some(&spec.fallback_strategy).filter(|f| !f.is_empty());
     vec![
-        ("Strategy", strategy.unwrap_or_else(|| "DEFAULT".into())),
-        ("Label selector", format::optional(selector)),
+        ("Strategy", strategy.map_or_else(|| "DEFAULT".into(), |s| format::optional(Some(s)))),
+        ("Label selector", format::optional(spec.label_selector.as_ref())),
         ("Fallback", format::optional(fallback)),
-        ("Tolerations", format::optional(tolerations)),
+        ("Tolerations", format::optional(spec.tolerations.as_ref())),
     ]
 }
 
@@ -442,15 +439,10 @@ impl Detail {
             ("Command", format::command_line(&spec.command, &spec.args)),
         ];
         d.options = vec![
-            ("Resources", format::spec_resources(&spec.resources)),
+            ("Resources", format::spec_resources(&spec.placement.resources)),
             ("Actor labels", format::pairs(&spec.labels)),
         ];
-        d.options.extend(placement(
-            spec.scheduling_strategy.as_ref(),
-            spec.label_selector.as_ref(),
-            spec.fallback_strategy.as_ref(),
-            spec.tolerations.as_ref(),
-        ));
+        d.options.extend(placement(&spec.placement));
         d.spec = spec_json(spec);
         d.diagnosis = a.diagnosis.as_deref().map(DiagnosisWords::new);
         d.history = events(&a.history);
@@ -471,13 +463,8 @@ impl Detail {
             ("Created", format::time(t.created_at_ms)),
             ("Command", format::command_line(&spec.command, &spec.args)),
         ];
-        d.options = vec![("Resources", format::spec_resources(&spec.resources))];
-        d.options.extend(placement(
-            spec.scheduling_strategy.as_ref(),
-            spec.label_selector.as_ref(),
-            spec.fallback_strategy.as_ref(),
-            spec.tolerations.as_ref(),
-        ));
+        d.options = vec![("Resources", format::spec_resources(&spec.placement.resources))];
+        d.options.extend(placement(&spec.placement));
         d.spec = spec_json(spec);
         d.diagnosis = t.diagnosis.as_deref().map(DiagnosisWords::new);
         d.history = events(&t.history);
@@ -506,9 +493,15 @@ impl Detail {
         ];
         d.options = vec![
             ("Strategy", g.strategy.clone()),
-            ("Bundle label selectors", format::optional(spec.bundle_label_selector.as_ref())),
-            ("Tolerations", format::optional(spec.tolerations.as_ref())),
-            ("Fallback", format::optional(spec.fallback_strategy.as_ref())),
+            (
+                "Bundle label selectors",
+                format::optional(spec.placement.bundle_label_selector.as_ref()),
+            ),
+            ("Tolerations", format::optional(spec.placement.tolerations.as_ref())),
+            (
+                "Fallback",
+                format::optional(Some(&spec.placement.fallback_strategy).filter(|f| !f.is_empty())),
+            ),
         ];
         d.spec = spec_json(spec);
         d.bundles = g

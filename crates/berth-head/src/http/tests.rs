@@ -60,7 +60,8 @@ fn actor(seq: u64, state: ActorState, node: Option<&str>, labels: &[(&str, &str)
         spec: Arc::new(ActorCreate {
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             command: "sleep".into(),
-            resources: json!({"CPU": 1}).into(),
+            placement: berth_api::spec::PlacementSpec::from_json(json!({"resources": {"CPU": 1}}))
+                .unwrap(),
             ..Default::default()
         }),
     }

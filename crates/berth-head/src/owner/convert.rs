@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use berth_api::rest::{self, RawJson, ReasonCount, ResourceUse, StringMap, Taint};
+use berth_api::rest::{self, ReasonCount, ResourceUse, StringMap, Taint};
+use berth_api::spec::{ExpressionMap, Located};
 use berth_core::cluster::NamedInstances;
 use berth_core::pipeline::group::GroupDiagnosis;
 use berth_core::{Allocation, Cluster, Diagnosis, NodeIndex, ReasonKind, ResourceSet};
-use serde_json::Value;
 
 /// The ID of the node at `index` (empty if it was removed, which callers never ask).
 pub(crate) fn node_id(cluster: &Cluster, index: NodeIndex) -> Arc<str> {
@@ -64,11 +64,9 @@ pub(crate) fn named_instances(
 }
 
 /// A selector or tolerations map of a body (key to expression text).
-pub(crate) fn string_map(value: Option<&RawJson>) -> StringMap {
-    let Some(Value::Object(map)) = value.map(RawJson::to_value) else { return StringMap::new() };
-    map.iter()
-        .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
-        .collect()
+pub(crate) fn string_map(value: Option<&Located<ExpressionMap>>) -> StringMap {
+    let pairs = value.into_iter().flat_map(|map| map.value.pairs());
+    pairs.map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 fn reasons(cluster: &Cluster, totals: Vec<(ReasonKind, u64)>) -> Vec<ReasonCount> {

@@ -24,7 +24,6 @@ use serde_json::{json, Value};
 
 use super::Owner;
 use crate::command::AgentCommand;
-use crate::documents::{actor_document, group_document, task_document};
 use crate::http::body_scan;
 use crate::metrics::Metrics;
 use crate::owner::Command as OwnerCommand;
@@ -121,18 +120,15 @@ fn work(owner: &mut Owner, seq: u64, route: &str, bytes: &[u8]) {
     match route {
         "actors" => {
             let body: ActorCreate = serde_json::from_slice(bytes).unwrap();
-            let parsed = actor_document(seq, &body).unwrap();
-            owner.create_actor(seq, body, &parsed).unwrap();
+            owner.create_actor(seq, body).unwrap();
         }
         "tasks" => {
             let body: TaskSubmit = serde_json::from_slice(bytes).unwrap();
-            let parsed = task_document(&body).unwrap();
-            owner.submit_task(seq, body, &parsed).unwrap();
+            owner.submit_task(seq, body).unwrap();
         }
         _ => {
             let body: GroupCreate = serde_json::from_slice(bytes).unwrap();
-            let parsed = group_document(seq, &body).unwrap();
-            owner.create_group(seq, body, &parsed).unwrap();
+            owner.create_group(seq, body).unwrap();
         }
     }
     owner.retry_waiting();

@@ -4,17 +4,16 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use berth_api::rest::{Bundle, EventKind, Group, GroupCreate, GroupState};
-use berth_api::spec::{LoadedRequest, ParsedRequest};
+use berth_api::spec::{At, Source};
 use berth_core::cluster::AllocationSource;
 use berth_core::pipeline::group::GroupDecision;
-use berth_core::placement_group::GroupSpec;
-use berth_core::{group_may_help, Allocation, Trigger};
+use berth_core::placement_group::{GroupId, GroupSpec};
+use berth_core::{group_may_help, Allocation, Cluster, Trigger};
 
 use super::convert;
 use super::work::{push_event, WorkId};
 use super::{Owner, MAX_GROUP_WORK};
 use crate::clock::now_ms;
-use crate::documents::input_error;
 use crate::error::HeadError;
 use crate::records::GroupRecord;
 use crate::view::PendingRequest;
@@ -40,31 +39,29 @@ impl GroupEntry {
     }
 }
 
-/// Builds the core spec of a stored or incoming group.
+/// The core spec of group `seq`, from its body (as it arrives, or as stored).
 pub(crate) fn build_group(
-    owner: &mut Owner,
-    parsed: &ParsedRequest,
+    cluster: &Cluster,
+    seq: u64,
+    body: &GroupCreate,
 ) -> Result<GroupSpec, HeadError> {
-    match parsed
-        .build(&mut owner.cluster)
-        .map_err(|e| input_error(e, &[("placement_group.", "")]))?
-    {
-        LoadedRequest::Group(spec) => Ok(spec),
-        LoadedRequest::Request(_) => Err(HeadError::invalid("", "expected a placement group")),
-    }
+    let source = Source::body("POST /api/v1/placement_groups");
+    let id = GroupId::new(&ObjectKind::Group.id(seq))
+        .map_err(|e| HeadError::invalid("", e.to_string()))?;
+    let name = body.name.as_deref().unwrap_or("");
+    let namespace = match body.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => ns,
+        _ => berth_core::actors::DEFAULT_NAMESPACE,
+    };
+    Ok(body.placement.build(&source, cluster, id, name, namespace, ("", At::UNKNOWN))?)
 }
 
 impl Owner {
-    pub(crate) fn create_group(
-        &mut self,
-        seq: u64,
-        body: GroupCreate,
-        parsed: &ParsedRequest,
-    ) -> Result<Group, HeadError> {
+    pub(crate) fn create_group(&mut self, seq: u64, body: GroupCreate) -> Result<Group, HeadError> {
         if let Some(first) = self.created_with(ObjectKind::Group, body.idempotency_key.as_deref()) {
             return Ok(self.groups[&first].api.clone());
         }
-        let spec = build_group(self, parsed)?;
+        let spec = build_group(&self.cluster, seq, &body)?;
         let first = spec.alternatives.first();
         let bundles = first.map(|a| a.bundles.clone()).unwrap_or_default();
         self.remember_key(ObjectKind::Group, body.idempotency_key.as_deref(), seq);
@@ -210,7 +207,7 @@ impl Owner {
                     },
                     shapes: e.api.bundles.iter().map(|b| b.resources.clone()).collect(),
                     label_selector: Default::default(),
-                    tolerations: convert::string_map(e.api.spec.tolerations.as_ref()),
+                    tolerations: convert::string_map(e.api.spec.placement.tolerations.as_ref()),
                 };
                 self.view.waiting.insert((ObjectKind::Group, seq), Arc::new(waiting));
                 if changed {

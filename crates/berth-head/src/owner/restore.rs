@@ -19,12 +19,12 @@ use super::groups::{build_group, GroupEntry};
 use super::nodes::NodeEntry;
 use super::retention::Ledger;
 use super::work::{
-    affinity_of, build, record_start, ActorEntry, Ending, TaskEntry, WorkId, WorkObject,
+    affinity_of, build_actor, build_task, record_start, ActorEntry, Ending, TaskEntry, WorkId,
+    WorkObject,
 };
 use super::{convert, AgentLink, Owner};
 use crate::clock::now_ms;
 use crate::command::Liveness;
-use crate::documents::{actor_document, group_document, task_document};
 use crate::ids::Sequences;
 use crate::records::{
     self, parse_store_key, ActorRecord, GroupRecord, NodeRecord, Placement, StartRecord,
@@ -206,9 +206,7 @@ impl Owner {
             let Some((seq, current)) = self.record_seq(ObjectKind::Group, key, out) else {
                 continue;
             };
-            let spec = match group_document(seq, &record.group.spec)
-                .and_then(|parsed| build_group(self, &parsed))
-            {
+            let spec = match build_group(&self.cluster, seq, &record.group.spec) {
                 Ok(spec) => spec,
                 Err(err) => {
                     out.skipped.push(format!("group {key}: {err}"));
@@ -278,14 +276,13 @@ impl Owner {
             let Some((seq, current)) = self.record_seq(ObjectKind::Actor, key, out) else {
                 continue;
             };
-            let request =
-                match actor_document(seq, &record.actor.spec).and_then(|p| build(self, &p)) {
-                    Ok(r) => r,
-                    Err(err) => {
-                        out.skipped.push(format!("actor {key}: {err}"));
-                        continue;
-                    }
-                };
+            let request = match build_actor(&self.cluster, seq, &record.actor.spec) {
+                Ok(r) => r,
+                Err(err) => {
+                    out.skipped.push(format!("actor {key}: {err}"));
+                    continue;
+                }
+            };
             let mut placement = record.placement;
             let mut actor = record.actor;
             let attempt = record.attempt;
@@ -337,7 +334,7 @@ impl Owner {
             let Some((seq, current)) = self.record_seq(ObjectKind::Task, key, out) else {
                 continue;
             };
-            let request = match task_document(&record.task.spec).and_then(|p| build(self, &p)) {
+            let request = match build_task(&self.cluster, &record.task.spec) {
                 Ok(r) => r,
                 Err(err) => {
                     out.skipped.push(format!("task {key}: {err}"));

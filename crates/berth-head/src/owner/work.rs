@@ -6,17 +6,16 @@ use std::sync::Arc;
 use thin_vec::ThinVec;
 
 use berth_api::rest::{
-    Actor, ActorCreate, ActorState, Endpoint, Event, EventKind, RawJson, StringMap, Task,
-    TaskState, TaskSubmit,
+    Actor, ActorCreate, ActorState, Endpoint, Event, EventKind, StringMap, Task, TaskState,
+    TaskSubmit,
 };
-use berth_api::spec::{LoadedRequest, ParsedRequest};
+use berth_api::spec::{actor_spec, ExpressionMap, LoadedRequest, Located, ParsedRequest, Source};
 use berth_core::actors::ActorAffinity;
-use berth_core::{Allocation, Decision, Request, Scheduler, Strategy, Trigger};
+use berth_core::{Allocation, Cluster, Decision, Request, Scheduler, Strategy, Trigger};
 
 use super::convert;
 use super::Owner;
 use crate::clock::now_ms;
-use crate::documents::input_error;
 use crate::error::HeadError;
 use crate::records::{ActorRecord, Placement, PlacementRef, StartRecord, TaskRecord};
 use crate::view::PendingRequest;
@@ -161,7 +160,7 @@ pub(crate) trait WorkObject {
     /// The command may be forked from a warm copy (see `fork_server` in the REST bodies).
     fn fork_server(&self) -> bool;
     fn namespace(&self) -> &str;
-    fn selectors(&self) -> (Option<&RawJson>, Option<&RawJson>);
+    fn selectors(&self) -> (Option<&Located<ExpressionMap>>, Option<&Located<ExpressionMap>>);
     fn history(&mut self) -> &mut ThinVec<Event>;
     fn node_id(&self) -> Option<&Arc<str>>;
     /// Instance IDs per unit-instance resource of the current attempt.
@@ -188,8 +187,9 @@ impl WorkObject for Actor {
     fn namespace(&self) -> &str {
         &self.namespace
     }
-    fn selectors(&self) -> (Option<&RawJson>, Option<&RawJson>) {
-        (self.spec.label_selector.as_ref(), self.spec.tolerations.as_ref())
+    fn selectors(&self) -> (Option<&Located<ExpressionMap>>, Option<&Located<ExpressionMap>>) {
+        let placement = &self.spec.placement;
+        (placement.label_selector.as_deref(), placement.tolerations.as_deref())
     }
     fn history(&mut self) -> &mut ThinVec<Event> {
         &mut self.history
@@ -232,8 +232,9 @@ impl WorkObject for Task {
     fn namespace(&self) -> &str {
         &self.namespace
     }
-    fn selectors(&self) -> (Option<&RawJson>, Option<&RawJson>) {
-        (self.spec.label_selector.as_ref(), self.spec.tolerations.as_ref())
+    fn selectors(&self) -> (Option<&Located<ExpressionMap>>, Option<&Located<ExpressionMap>>) {
+        let placement = &self.spec.placement;
+        (placement.label_selector.as_deref(), placement.tolerations.as_deref())
     }
     fn history(&mut self) -> &mut ThinVec<Event> {
         &mut self.history
@@ -347,23 +348,26 @@ impl Ending {
     }
 }
 
-/// Rebuilds the core request of a stored or incoming spec.
-pub(crate) fn build(owner: &mut Owner, parsed: &ParsedRequest) -> Result<Request, HeadError> {
-    match parsed.build(&mut owner.cluster).map_err(|e| input_error(e, &[("actor.", "")]))? {
-        LoadedRequest::Request(request) => Ok(request),
-        LoadedRequest::Group(_) => {
-            Err(HeadError::invalid("", "expected an actor or task, not a group"))
-        }
-    }
+/// The core request of actor `seq`, from its body (as it arrives, or as stored): its
+/// placement, and its ID, namespace and labels for other actors' affinity.
+pub(crate) fn build_actor(
+    cluster: &Cluster,
+    seq: u64,
+    body: &ActorCreate,
+) -> Result<Request, HeadError> {
+    let source = Source::body("POST /api/v1/actors");
+    let labels = body.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let actor = actor_spec(&source, &ObjectKind::Actor.id(seq), body.namespace.as_deref(), labels)?;
+    Ok(body.placement.build(&source, cluster, Some(actor))?)
+}
+
+/// The core request of a task, from its body.
+pub(crate) fn build_task(cluster: &Cluster, body: &TaskSubmit) -> Result<Request, HeadError> {
+    Ok(body.placement.build(&Source::body("POST /api/v1/tasks"), cluster, None)?)
 }
 
 impl Owner {
-    pub(crate) fn create_actor(
-        &mut self,
-        seq: u64,
-        body: ActorCreate,
-        parsed: &ParsedRequest,
-    ) -> Result<Actor, HeadError> {
+    pub(crate) fn create_actor(&mut self, seq: u64, body: ActorCreate) -> Result<Actor, HeadError> {
         // A retried creation: the first one's object, as it is now.
         if let Some(first) = self.created_with(ObjectKind::Actor, body.idempotency_key.as_deref()) {
             return Ok((*self.actors[&first].api).clone());
@@ -382,7 +386,7 @@ impl Owner {
                 )));
             }
         }
-        let request = build(self, parsed)?;
+        let request = build_actor(&self.cluster, seq, &body)?;
         // The scheduler's record of the actor (kept while it is placed) and the API object
         // share one ID.
         let actor_id = match request.actor() {
@@ -415,16 +419,11 @@ impl Owner {
         Ok((*self.actors[&seq].api).clone())
     }
 
-    pub(crate) fn submit_task(
-        &mut self,
-        seq: u64,
-        body: TaskSubmit,
-        parsed: &ParsedRequest,
-    ) -> Result<Task, HeadError> {
+    pub(crate) fn submit_task(&mut self, seq: u64, body: TaskSubmit) -> Result<Task, HeadError> {
         if let Some(first) = self.created_with(ObjectKind::Task, body.idempotency_key.as_deref()) {
             return Ok((*self.tasks[&first].api).clone());
         }
-        let request = build(self, parsed)?;
+        let request = build_task(&self.cluster, &body)?;
         let mut api = Task {
             work_key: None,
             task_id: ObjectKind::Task.id(seq).into(),
@@ -488,16 +487,15 @@ impl Owner {
 
     /// `key`'s core request, built from its spec as at its creation.
     pub(crate) fn rebuild(&mut self, key: WorkId) -> Result<Request, HeadError> {
-        let parsed = match key {
+        match key {
             WorkId::Actor(seq) => {
                 let spec = &self.actors.get(&seq).expect("a known actor").api.spec;
-                crate::documents::actor_document(seq, spec)?
+                build_actor(&self.cluster, seq, spec)
             }
-            WorkId::Task(seq) => crate::documents::task_document(
-                &self.tasks.get(&seq).expect("a known task").api.spec,
-            )?,
-        };
-        build(self, &parsed)
+            WorkId::Task(seq) => {
+                build_task(&self.cluster, &self.tasks.get(&seq).expect("a known task").api.spec)
+            }
+        }
     }
 
     /// Marks `key` to be written and shown at the end of the cycle.
@@ -925,7 +923,7 @@ impl Owner {
         // Read-only: the core previews the decision (the reservation is taken on a copy of the
         // chosen node or bundle alone); copying the cluster cost ~186 MiB at 100k nodes. A
         // scheduler and RNG of its own keep the head's own decisions unchanged by dry runs.
-        let loaded = parsed.build(&mut self.cluster).map_err(|e| input_error(e, &[]))?;
+        let loaded = parsed.build(&self.cluster)?;
         let cluster = &self.cluster;
         let mut scheduler = Scheduler::new(self.config.scheduler.clone());
         let mut rng = self.rng.clone();
@@ -1042,6 +1040,7 @@ fn start_message<A: WorkObject>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use berth_api::spec::PlacementSpec;
     use berth_core::NodeId;
 
     #[test]
@@ -1080,22 +1079,22 @@ mod tests {
         let config = crate::HeadConfig::new(dir.path());
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let mut owner = Owner::new(config, metrics, Arc::new(keys));
-        let body = |resources: serde_json::Value| ActorCreate {
+        let placement = |resources: serde_json::Value| {
+            PlacementSpec::from_json(serde_json::json!({"resources": resources})).unwrap()
+        };
+        let body = ActorCreate {
             command: "sleep".into(),
-            resources: resources.into(),
+            placement: placement(serde_json::json!({"CPU": 1})),
             max_restarts: -1,
             ..Default::default()
         };
-        let parsed =
-            crate::documents::actor_document(1, &body(serde_json::json!({"CPU": 1}))).unwrap();
-        owner.create_actor(1, body(serde_json::json!({"CPU": 1})), &parsed).unwrap();
+        owner.create_actor(1, body).unwrap();
         let task = TaskSubmit {
             command: "true".into(),
-            resources: serde_json::json!({"CPU": 1}).into(),
+            placement: placement(serde_json::json!({"CPU": 1})),
             ..Default::default()
         };
-        let parsed = crate::documents::task_document(&task).unwrap();
-        owner.submit_task(1, task, &parsed).unwrap();
+        owner.submit_task(1, task).unwrap();
         let queued = owner.queue.iter().find(|q| q.key == WorkId::Actor(1)).unwrap();
         let core_id = queued.request.actor().unwrap().id.shared();
         assert!(Arc::ptr_eq(&owner.actors[&1].api.actor_id, &core_id), "one ID, shared");
@@ -1104,11 +1103,11 @@ mod tests {
             // Its request is built again from the spec whenever it is placed again.
             assert!(owner.rebuild(key).is_ok());
         }
-        // Spoil the stored specs, as no accepted body could.
-        let spoiled: RawJson = serde_json::json!({"CPU": -1}).into();
-        Arc::make_mut(&mut owner.actors.get_mut(&1).unwrap().api_mut().spec).resources =
+        // Spoil the stored specs, as no accepted body could (1.5 GPUs do not build).
+        let spoiled = placement(serde_json::json!({"GPU": 1.5}));
+        Arc::make_mut(&mut owner.actors.get_mut(&1).unwrap().api_mut().spec).placement =
             spoiled.clone();
-        Arc::make_mut(&mut owner.tasks.get_mut(&1).unwrap().api_mut().spec).resources = spoiled;
+        Arc::make_mut(&mut owner.tasks.get_mut(&1).unwrap().api_mut().spec).placement = spoiled;
         for key in [WorkId::Actor(1), WorkId::Task(1)] {
             owner.queue.remove(&key);
             owner.resubmit(key);
@@ -1117,7 +1116,7 @@ mod tests {
         let actor = &owner.actors[&1].api;
         assert_eq!(actor.state, ActorState::Dead);
         let reason = actor.death_reason.as_deref().unwrap();
-        assert!(reason.starts_with("it could not be placed again: ") && reason.contains("CPU"));
+        assert!(reason.starts_with("it could not be placed again: ") && reason.contains("GPU"));
         assert_eq!(actor.history.last().map(|e| e.kind), Some(EventKind::Dead));
         let task = &owner.tasks[&1].api;
         assert_eq!(task.state, TaskState::Failed);
