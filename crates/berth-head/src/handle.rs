@@ -245,6 +245,12 @@ impl HeadHandle {
         self.ask(|reply| Command::DrainNode { node, reply }).await
     }
 
+    /// Ends a node's drain (by ID or address): it takes new work again.
+    pub async fn undrain_node(&self, node: &str) -> Result<Node, HeadError> {
+        let node = node.to_string();
+        self.ask(|reply| Command::UndrainNode { node, reply }).await
+    }
+
     /// Adds taints to a node (by ID or address).
     pub async fn add_taints(&self, node: &str, taints: StringMap) -> Result<Node, HeadError> {
         self.within(Limit::Labels, taints.len())?;

@@ -440,9 +440,16 @@ pub async fn start_on(
         "/{}/{{*rest}}",
         <berth_api::agent::agent_service_server::AgentServiceServer<AgentApi> as tonic::server::NamedService>::NAME
     );
+    // The last hour, for the dashboard's charts; the sampler reads only the published view.
+    let samples = dashboard::samples::Samples::default();
+    tokio::spawn(dashboard::samples::run(
+        samples.clone(),
+        handle.view.clone(),
+        shutdown_rx.clone(),
+    ));
     let rest =
         http::router_with_logs(handle.clone(), keyring.clone(), metrics.clone(), log_streams)
-            .merge(dashboard::router(handle.clone(), keyring));
+            .merge(dashboard::router(handle.clone(), keyring, samples));
     let router = rest.route_service(
         &grpc_path,
         tower::ServiceExt::map_request(agents, |req: axum::http::Request<axum::body::Body>| {

@@ -75,6 +75,23 @@ impl Bar {
     }
 }
 
+/// Text escaped for an HTML attribute value or element (for the few bits of HTML built
+/// outside a template).
+pub(crate) fn attr(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Milliseconds since the Unix epoch as UTC: `2023-11-14 22:13:20Z`.
 pub(crate) fn time(ms: u64) -> String {
     berth_api::text::utc(ms / 1000, ' ')

@@ -11,12 +11,14 @@ use std::sync::Arc;
 use askama::Template;
 use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
-use berth_api::rest::{Node, NodeState, StringMap};
+use axum::Extension;
+use berth_api::rest::{ActorState, Node, NodeState, Role, StringMap};
 
 use super::format::{self, Bar};
-use super::{path_param, render, Ui, UiError};
+use super::svg::{self, Holder};
+use super::{is_admin, path_param, render, Ui, UiError};
 use crate::view::View;
 
 /// Taint keys with this prefix are Berth's own (rare-resource isolation): shown, not editable.
@@ -63,10 +65,13 @@ pub(crate) async fn remove_taint(
     Ok(render(&NodesTable::new(&ui.handle.view(), Some(changed), Some(flash))))
 }
 
-/// `POST /ui/nodes/{node}/drain`: drains the node.
+/// `POST /ui/nodes/{node}/drain` (`?from=detail`: answered with the node's page): drains the
+/// node.
 pub(crate) async fn drain(
     State(ui): State<Ui>,
+    role: Option<Extension<Role>>,
     node: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
 ) -> Result<Response, UiError> {
     let node = path_param(node)?;
     let changed = ui.handle.drain_node(&node).await?;
@@ -74,7 +79,196 @@ pub(crate) async fn drain(
         "{} is draining: it takes no new work, and its actors move to other nodes.",
         changed.node_id
     );
-    Ok(render(&NodesTable::new(&ui.handle.view(), Some(changed), Some(flash))))
+    Ok(answer(&ui, role, q, changed, flash))
+}
+
+/// `POST /ui/nodes/{node}/undrain` (`?from=detail` as for drain): ends the node's drain.
+pub(crate) async fn undrain(
+    State(ui): State<Ui>,
+    role: Option<Extension<Role>>,
+    node: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, UiError> {
+    let node = path_param(node)?;
+    let changed = ui.handle.undrain_node(&node).await?;
+    let flash = format!(
+        "{} is {}: it takes new work again, and waiting work is decided again.",
+        changed.node_id,
+        format::word(&changed.state)
+    );
+    Ok(answer(&ui, role, q, changed, flash))
+}
+
+/// The answer to a drain or undrain: the table, or the node's page when asked from there.
+fn answer(
+    ui: &Ui,
+    role: Option<Extension<Role>>,
+    query: Option<String>,
+    changed: Node,
+    flash: String,
+) -> Response {
+    let from_detail = query.as_deref().is_some_and(|q| {
+        form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "from" && v == "detail")
+    });
+    let view = ui.handle.view();
+    if from_detail {
+        render(&NodeDetail::new(&view, &changed, is_admin(role.as_ref()), Some(flash)))
+    } else {
+        render(&NodesTable::new(&view, Some(changed), Some(flash)))
+    }
+}
+
+/// `GET /ui/nodes/{node}`: one node's page.
+pub(crate) async fn detail(
+    State(ui): State<Ui>,
+    role: Option<Extension<Role>>,
+    node: Result<Path<String>, PathRejection>,
+) -> Result<Response, UiError> {
+    let node = path_param(node)?;
+    let view = ui.handle.view();
+    let found = view.node(&node).ok_or_else(|| UiError::not_found("node", &node))?;
+    Ok(render(&NodeDetail::new(&view, &found, is_admin(role.as_ref()), None)))
+}
+
+/// A node's page: what it has and holds, its GPU map, the work on it, its history, and drain
+/// or undrain.
+#[derive(Template)]
+#[template(path = "dashboard/node.html")]
+pub(crate) struct NodeDetail {
+    id: String,
+    path: String,
+    address: String,
+    state: String,
+    class: &'static str,
+    registered: String,
+    dead_reason: Option<String>,
+    bars: Vec<Bar>,
+    labels: String,
+    taints: String,
+    /// The GPU map as SVG; empty when the node has no GPU.
+    gpu_map: String,
+    work: Vec<WorkRow>,
+    history: Vec<(String, String, String)>,
+    drainable: bool,
+    undrainable: bool,
+    admin: bool,
+    flash: Option<String>,
+}
+
+/// An actor or task on the node.
+struct WorkRow {
+    id: String,
+    href: String,
+    state: String,
+    class: &'static str,
+    resources: String,
+    instances: String,
+}
+
+impl NodeDetail {
+    pub(crate) fn new(view: &View, node: &Node, admin: bool, flash: Option<String>) -> NodeDetail {
+        let state = format::word(&node.state);
+        let mut work = Vec::new();
+        let mut holders: std::collections::BTreeMap<u32, Vec<Holder>> = Default::default();
+        let mut hold =
+            |id: &str,
+             href: String,
+             resources: &berth_api::rest::RawJson,
+             instances: &std::collections::BTreeMap<String, Vec<u32>>| {
+                let Some(gpus) = instances.get("GPU") else { return };
+                let amount = gpu_amount(resources);
+                for instance in gpus {
+                    let share = if amount > 0.0 && amount < 1.0 { amount } else { 1.0 };
+                    holders.entry(*instance).or_default().push(Holder {
+                        id: id.to_string(),
+                        href: href.clone(),
+                        share,
+                    });
+                }
+            };
+        for a in view.actors.values() {
+            if a.node_id.as_deref() != Some(node.node_id.as_str()) || a.state == ActorState::Dead {
+                continue;
+            }
+            let href = format::link("actor", &a.actor_id);
+            hold(&a.actor_id, href.clone(), &a.spec.resources, &a.instances);
+            let state = format::word(&a.state);
+            work.push(WorkRow {
+                id: a.actor_id.to_string(),
+                href,
+                class: format::state_class(&state),
+                state,
+                resources: format::spec_resources(&a.spec.resources),
+                instances: format::instances(&a.instances),
+            });
+        }
+        for t in view.tasks.values() {
+            if t.node_id.as_deref() != Some(node.node_id.as_str()) || t.state.is_final() {
+                continue;
+            }
+            let href = format::link("task", &t.task_id);
+            hold(&t.task_id, href.clone(), &t.spec.resources, &t.instances);
+            let state = format::word(&t.state);
+            work.push(WorkRow {
+                id: t.task_id.to_string(),
+                href,
+                class: format::state_class(&state),
+                state,
+                resources: format::spec_resources(&t.spec.resources),
+                instances: format::instances(&t.instances),
+            });
+        }
+        let gpus =
+            node.resources.iter().find(|(name, _)| *name == "GPU").map(|(_, u)| u.total.to_f64());
+        let gpu_map = match gpus {
+            Some(total) if total >= 1.0 => {
+                let count = total.floor().min(1024.0) as u32;
+                let rows: Vec<(u32, Vec<Holder>)> =
+                    (0..count).map(|i| (i, holders.remove(&i).unwrap_or_default())).collect();
+                svg::gpu_map(&node.node_id, &rows)
+            }
+            _ => String::new(),
+        };
+        let history = node
+            .history
+            .iter()
+            .rev()
+            .map(|e| (format::time(e.at_ms), e.kind.replace('_', " "), e.message.clone()))
+            .collect();
+        NodeDetail {
+            id: node.node_id.clone(),
+            path: format::segment(&node.node_id),
+            address: node.address.clone(),
+            class: format::state_class(&state),
+            state,
+            registered: format::time(node.registered_at_ms),
+            dead_reason: node.dead_reason.clone(),
+            bars: Bar::all(node.resources.iter()),
+            labels: format::pairs(&node.labels),
+            taints: node
+                .taints
+                .iter()
+                .map(|t| format!("{}={}", t.key, t.value))
+                .collect::<Vec<_>>()
+                .join(", "),
+            gpu_map,
+            work,
+            history,
+            drainable: node.state == NodeState::Alive,
+            undrainable: node.state == NodeState::Draining,
+            admin,
+            flash,
+        }
+    }
+}
+
+/// The GPUs a spec's resources ask for (`{"GPU": 0.5}`, or `"0.5"`); 0 when none or unreadable.
+fn gpu_amount(resources: &berth_api::rest::RawJson) -> f64 {
+    match resources.to_value().get("GPU") {
+        Some(serde_json::Value::Number(n)) => n.as_f64().unwrap_or(0.0),
+        Some(serde_json::Value::String(s)) => s.trim().parse().unwrap_or(0.0),
+        _ => 0.0,
+    }
 }
 
 /// The `taint` field of a form body, `key=value`, split. The head checks the key and value.
@@ -141,6 +335,8 @@ struct NodeRow {
     tasks: String,
     /// Alive: it can be drained.
     drainable: bool,
+    /// Draining: the drain can end.
+    undrainable: bool,
     dead_reason: Option<String>,
 }
 
@@ -216,6 +412,7 @@ impl NodeRow {
             actors: count(node.actors, "actor"),
             tasks: count(node.tasks, "task"),
             drainable: node.state == NodeState::Alive,
+            undrainable: node.state == NodeState::Draining,
             dead_reason: node.dead_reason.clone(),
         }
     }

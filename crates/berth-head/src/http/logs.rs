@@ -395,6 +395,7 @@ mod tests {
             tasks: 0,
             registered_at_ms: 1,
             dead_reason: None,
+            history: Vec::new(),
         };
         view.nodes.insert("n1".into(), Arc::new(node));
         view.actors.insert(1, Arc::new(actor(state)));

@@ -13,7 +13,8 @@ use crate::error::HeadError;
 
 /// List nodes.
 ///
-/// Filters: `state` (ALIVE, DRAINING, DEAD), `label` (`key=value`), `node` (an ID), `limit`.
+/// Filters: `state` (ALIVE, DRAINING, DEAD), `label` (`key=value`), `name` (in the ID or
+/// address). Paged: `limit`, `sort` (`node_id` by default), `cursor`.
 #[utoipa::path(
     get, path = "/api/v1/nodes", tag = "nodes", operation_id = "list_nodes",
     params(ListQuery),
@@ -63,6 +64,25 @@ pub(crate) async fn drain_node(
     PathId(node): PathId,
 ) -> Result<Json<Node>, Failure> {
     Ok(Json(api.handle.drain_node(&node).await?))
+}
+
+/// End a node's drain: it takes new work again and waiting work is decided again. A node
+/// that is not draining is answered as it is.
+#[utoipa::path(
+    post, path = "/api/v1/nodes/{node}/undrain", tag = "nodes", operation_id = "undrain_node",
+    params(("node" = String, Path, description = "The node's ID, or its address")),
+    responses(
+        (status = 200, description = "The node, now ALIVE", body = Node),
+        (status = 404, description = "No such node", body = ApiError),
+        (status = 409, description = "The node is dead", body = ApiError),
+        (status = 503, description = "The change could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn undrain_node(
+    State(api): State<Api>,
+    PathId(node): PathId,
+) -> Result<Json<Node>, Failure> {
+    Ok(Json(api.handle.undrain_node(&node).await?))
 }
 
 /// Add taints to a node: `{"gpu_node": "true"}`.

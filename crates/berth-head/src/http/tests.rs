@@ -39,6 +39,7 @@ fn node(id: &str, address: &str, state: NodeState, labels: &[(&str, &str)]) -> N
         tasks: 0,
         registered_at_ms: 1,
         dead_reason: None,
+        history: Vec::new(),
     }
 }
 
@@ -188,6 +189,7 @@ fn owner(
                     let _ = reply.send(err.map_or_else(|| Ok(group(1, GroupState::Removed)), Err));
                 }
                 Command::DrainNode { reply, .. }
+                | Command::UndrainNode { reply, .. }
                 | Command::Taints { reply, .. }
                 | Command::Labels { reply, .. }
                 | Command::Resources { reply, .. } => {
@@ -297,6 +299,7 @@ fn routes() -> Vec<(Method, &'static str, &'static str, Option<&'static str>)> {
         (Method::GET, "/api/v1/nodes", "/api/v1/nodes", None),
         (Method::GET, "/api/v1/nodes/node-1", "/api/v1/nodes/{node}", None),
         (Method::POST, "/api/v1/nodes/node-1/drain", "/api/v1/nodes/{node}/drain", None),
+        (Method::POST, "/api/v1/nodes/node-1/undrain", "/api/v1/nodes/{node}/undrain", None),
         (
             Method::POST,
             "/api/v1/nodes/node-1/taints",
@@ -435,10 +438,10 @@ async fn http_every_route_answers_with_the_token() {
     }
     drop(h.router);
     drop(h.view);
-    // 17 commands: drain, 2 taints, 2 labels, resources, create actor, kill, submit, 2
+    // 18 commands: drain, undrain, 2 taints, 2 labels, resources, create actor, kill, submit, 2
     // batches, cancel, create group, remove, dry run, autoscaler plan, and the token list
     // written after the create (the revoke of an unknown token fails before it).
-    assert_eq!(owner.await.unwrap(), 17);
+    assert_eq!(owner.await.unwrap(), 18);
 }
 
 #[tokio::test]
@@ -552,7 +555,21 @@ async fn http_list_filters_and_bad_queries() {
     assert_eq!(count(get(r, "/api/v1/actors?node=node-1&unknown=1").await.json()), (1, 1));
     assert_eq!(count(get(r, "/api/v1/tasks?state=RUNNING").await.json()), (1, 1));
     assert_eq!(count(get(r, "/api/v1/placement_groups?state=pending").await.json()), (1, 1));
+    // Pages: newest first, then the rest through the cursor; a name search.
+    let first = get(r, "/api/v1/actors?sort=-created_at_ms&limit=1").await.json();
+    assert_eq!(count(first.clone()), (1, 2));
+    let cursor = first["next_cursor"].as_str().expect("a next page").to_string();
+    let second =
+        get(r, &format!("/api/v1/actors?sort=-created_at_ms&limit=1&cursor={cursor}")).await.json();
+    assert_eq!(count(second.clone()), (1, 2));
+    assert!(second.get("next_cursor").is_none(), "the last page: {second}");
+    assert_ne!(first["items"][0]["actor_id"], second["items"][0]["actor_id"]);
+    assert_eq!(count(get(r, "/api/v1/nodes?sort=-node_id&name=NODE-2").await.json()), (1, 1));
     for (uri, field) in [
+        ("/api/v1/actors?sort=colour", "sort"),
+        ("/api/v1/tasks?sort=-restarts", "sort"),
+        ("/api/v1/actors?cursor=nothex", "cursor"),
+        ("/api/v1/actors?sort=name&cursor=7b7d", "cursor"),
         ("/api/v1/nodes?state=SLEEPY", "state"),
         ("/api/v1/actors?state=RUNNING", "state"),
         ("/api/v1/tasks?state=", "state"),
