@@ -14,8 +14,14 @@ use crate::view::View;
 
 /// `GET /ui/overview`: the whole page, which polls itself.
 pub(crate) async fn overview(State(ui): State<Ui>) -> Response {
-    let mut page = Overview::new(&ui.handle.view());
-    page.charts = charts(&ui.samples.all(), crate::clock::now_ms());
+    let view = ui.handle.view();
+    let mut page = Overview::new(&view);
+    // The samples, and the cluster as it is now as the last point: the charts end at the
+    // moment the page shows, not at the last sample up to 10 s before.
+    let now = crate::clock::now_ms();
+    let mut samples = ui.samples.all();
+    samples.push(Sample::of(&view, now));
+    page.charts = charts(&samples, now);
     render(&page)
 }
 
@@ -46,7 +52,7 @@ fn charts(samples: &[Sample], now_ms: u64) -> Vec<(String, String)> {
                 })
                 .collect();
             let label = format!("{name} reserved");
-            let picture = svg::chart(&label, &points, now_ms);
+            let picture = svg::chart(&label, name, &points, now_ms);
             (label, picture)
         })
         .collect();
@@ -54,7 +60,7 @@ fn charts(samples: &[Sample], now_ms: u64) -> Vec<(String, String)> {
         .iter()
         .map(|s| Point { at_ms: s.at_ms, value: s.waiting as f64, total: None })
         .collect();
-    out.push(("Waiting requests".into(), svg::chart("Waiting requests", &waiting, now_ms)));
+    out.push(("Waiting requests".into(), svg::chart("Waiting requests", "", &waiting, now_ms)));
     out
 }
 

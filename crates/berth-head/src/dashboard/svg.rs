@@ -21,7 +21,7 @@ pub(crate) struct Point {
 
 /// A small time-series chart of the last hour to `now_ms`: `value` as a filled line, `total`
 /// as a dashed one. `label` names it for screen readers and in its title.
-pub(crate) fn chart(label: &str, points: &[Point], now_ms: u64) -> String {
+pub(crate) fn chart(label: &str, unit: &str, points: &[Point], now_ms: u64) -> String {
     const W: f64 = 300.0;
     const H: f64 = 80.0;
     const HOUR_MS: f64 = 3_600_000.0;
@@ -34,10 +34,12 @@ pub(crate) fn chart(label: &str, points: &[Point], now_ms: u64) -> String {
     let y = |v: f64| (H - (v / top).clamp(0.0, 1.0) * H).clamp(0.0, H);
     let last = points.last();
     let now_text = match last {
-        Some(Point { value, total: Some(total), .. }) => {
-            format!("{} of {} now", number(*value), number(*total))
-        }
-        Some(p) => format!("{} now", number(p.value)),
+        Some(Point { value, total: Some(total), .. }) => format!(
+            "{} of {} now",
+            format::amount(unit, &number(*value)),
+            format::amount(unit, &number(*total))
+        ),
+        Some(p) => format!("{} now", format::amount(unit, &number(p.value))),
         None => "no samples yet".to_string(),
     };
     let mut svg = String::new();
@@ -256,14 +258,14 @@ mod tests {
     fn a_chart_says_the_latest_value_and_draws_a_line_once_there_are_two_samples() {
         let now = 10_000_000;
         let one = [Point { at_ms: now, value: 3.0, total: Some(14.0) }];
-        let svg = chart("GPU", &one, now);
+        let svg = chart("GPU", "GPU", &one, now);
         assert!(svg.contains("GPU: 3 of 14 now"), "{svg}");
         assert!(!svg.contains("<path"));
         let two = [
             Point { at_ms: now - 60_000, value: 1.0, total: None },
             Point { at_ms: now, value: 2.5, total: None },
         ];
-        let svg = chart("Waiting", &two, now);
+        let svg = chart("Waiting", "", &two, now);
         assert!(svg.contains("<path") && !svg.contains("<polyline"), "{svg}");
         assert!(svg.contains("2.5 now"));
     }
