@@ -332,7 +332,7 @@ fn decode_cursor(cursor: &str, sort: &str) -> Result<(Key, Key), QueryError> {
         field: "cursor",
         message: "not a cursor this head gave: pass a list's next_cursor unchanged".into(),
     };
-    if cursor.len() > MAX_CURSOR || cursor.len() % 2 != 0 || !cursor.is_ascii() {
+    if cursor.len() > MAX_CURSOR || !cursor.len().is_multiple_of(2) || !cursor.is_ascii() {
         return Err(bad());
     }
     let bytes: Option<Vec<u8>> = (0..cursor.len())
