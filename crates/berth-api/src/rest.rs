@@ -20,12 +20,14 @@ use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
 mod autoscaler;
+mod measured;
 mod raw_json;
 mod resource_table;
 mod thin_str;
 pub use autoscaler::{
     AutoscaledNode, AutoscalerDecision, AutoscalerPlan, AutoscalerStatus, NodeTypeStatus, PlanItem,
 };
+pub use measured::{NodeMeasured, WorkMeasured};
 pub use raw_json::RawJson;
 pub use resource_table::ResourceTable;
 pub use thin_str::ThinStr;
@@ -406,6 +408,10 @@ pub struct Node {
     /// missed heartbeats, death, drains, taint, label and resource changes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<NodeEvent>,
+    /// What its machine actually uses, as its agent last measured it; absent when not known
+    /// (see [`NodeMeasured`]). Never in the watch stream's events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Box<NodeMeasured>>,
 }
 
 /// The most entries a node's history keeps (the oldest go first).

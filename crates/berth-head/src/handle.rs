@@ -61,6 +61,8 @@ pub struct HeadHandle {
     pub(crate) store: Arc<StoreHealth>,
     /// The most of each kind of thing one request may hold.
     pub(crate) limits: Arc<berth_api::limits::Limits>,
+    /// What the nodes' agents last measured (heartbeats write it; reads show it).
+    pub(crate) measurements: Arc<crate::measured::Measurements>,
 }
 
 impl HeadHandle {

@@ -253,6 +253,8 @@ async fn method_not_allowed(req: Request) -> Response {
         rest::PlanItem,
         rest::Node,
         rest::NodeEvent,
+        rest::NodeMeasured,
+        rest::WorkMeasured,
         rest::NodeState,
         rest::Taint,
         rest::TaintsBody,

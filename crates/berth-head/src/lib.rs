@@ -30,6 +30,7 @@ mod http;
 mod ids;
 pub mod keyring;
 mod logs;
+mod measured;
 mod metrics;
 mod owner;
 mod records;
@@ -398,6 +399,7 @@ pub async fn start_on(
         work_keys,
         store: store_health.clone(),
         limits: Arc::new(config.limits.clone()),
+        measurements: Default::default(),
     };
 
     let epoch = lease.epoch();
@@ -435,7 +437,12 @@ pub async fn start_on(
     // The agents' log streams, shared by the agent protocol and the REST API (never the owner).
     let log_streams = Arc::new(logs::LogStreams::default());
     let autoscaler_commands = commands_tx.clone();
-    let agents = AgentApi::server(commands_tx, keyring.clone(), log_streams.clone());
+    let agents = AgentApi::server(
+        commands_tx,
+        keyring.clone(),
+        log_streams.clone(),
+        handle.measurements.clone(),
+    );
     let grpc_path = format!(
         "/{}/{{*rest}}",
         <berth_api::agent::agent_service_server::AgentServiceServer<AgentApi> as tonic::server::NamedService>::NAME

@@ -683,6 +683,7 @@ pub mod fixtures {
             registered_at_ms: 1_700_000_000_000,
             dead_reason: None,
             history: Vec::new(),
+            measured: None,
         }
     }
 

@@ -60,6 +60,7 @@ fn node(id: &str, state: NodeState, labels: &[(&str, &str)], taints: &[(&str, &s
         registered_at_ms: 1,
         dead_reason: None,
         history: Vec::new(),
+        measured: None,
     }
 }
 
@@ -225,6 +226,7 @@ fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
         work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
         store: Arc::default(),
         limits: Arc::default(),
+        measurements: Default::default(),
     };
     let asked: Asked = Arc::default();
     let record = asked.clone();

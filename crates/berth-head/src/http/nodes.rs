@@ -13,6 +13,9 @@ use crate::error::HeadError;
 
 /// List nodes.
 ///
+/// Each live node carries its machine's last measurement (`measured`, without the attempts:
+/// those are in `GET /api/v1/nodes/{node}`).
+///
 /// Filters: `state` (ALIVE, DRAINING, DEAD), `label` (`key=value`), `name` (in the ID or
 /// address). Paged: `limit`, `sort` (`node_id` by default), `cursor`.
 #[utoipa::path(
@@ -27,10 +30,15 @@ pub(crate) async fn list_nodes(
     State(api): State<Api>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<List<Node>>, Failure> {
-    Ok(Json(api.handle.view().list_nodes(&query)?))
+    let mut list = api.handle.view().list_nodes(&query)?;
+    for node in &mut list.items {
+        api.handle.measurements.fill(node, false);
+    }
+    Ok(Json(list))
 }
 
-/// Get one node, by ID or by address.
+/// Get one node, by ID or by address, with what its machine and each attempt on it use as
+/// last measured (`measured`, when its agent measures).
 #[utoipa::path(
     get, path = "/api/v1/nodes/{node}", tag = "nodes", operation_id = "get_node",
     params(("node" = String, Path, description = "The node's ID, or its address")),
@@ -45,7 +53,9 @@ pub(crate) async fn get_node(
 ) -> Result<Response, Failure> {
     let view = api.handle.view();
     let found = view.node(&node).ok_or(HeadError::NotFound { what: "node", id: node })?;
-    Ok(Json(&*found).into_response())
+    let mut node = (*found).clone();
+    api.handle.measurements.fill(&mut node, true);
+    Ok(Json(node).into_response())
 }
 
 /// Drain a node: it takes no new work and its actors move elsewhere.

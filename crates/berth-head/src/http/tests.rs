@@ -40,6 +40,7 @@ fn node(id: &str, address: &str, state: NodeState, labels: &[(&str, &str)]) -> N
         registered_at_ms: 1,
         dead_reason: None,
         history: Vec::new(),
+        measured: None,
     }
 }
 
@@ -123,6 +124,7 @@ struct Harness {
     commands: mpsc::Receiver<Command>,
     view: watch::Sender<Arc<View>>,
     metrics: Arc<Metrics>,
+    measurements: Arc<crate::measured::Measurements>,
 }
 
 fn harness() -> Harness {
@@ -135,11 +137,13 @@ fn harness() -> Harness {
         work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
         store: Arc::default(),
         limits: Arc::default(),
+        measurements: Arc::default(),
     };
+    let measurements = handle.measurements.clone();
     let metrics = Arc::new(Metrics::new());
     let router =
         router(handle, crate::keyring::Keyring::in_memory(TOKEN, "agent-secret"), metrics.clone());
-    Harness { router, commands, view, metrics }
+    Harness { router, commands, view, metrics, measurements }
 }
 
 /// A stand-in owner: answers every command with `answer` (the kind of object asked for is
@@ -867,6 +871,57 @@ async fn http_metrics_record_requests_by_route_template() {
     }
     assert!(!text.contains("actor-9"));
     assert!(h.metrics.render().contains(r#"route="/metrics""#));
+}
+
+#[tokio::test]
+async fn http_measured_usage_is_in_nodes_and_metrics_for_live_nodes_only() {
+    let h = harness();
+    let measured = |work_id: &str| berth_api::agent::Measured {
+        cpu_millicores: Some(1500),
+        cpus: 4,
+        memory_used_bytes: 1 << 30,
+        memory_total_bytes: 4 << 30,
+        work: vec![berth_api::agent::WorkMeasured {
+            work_id: work_id.into(),
+            attempt: 1,
+            cpu_millicores: Some(990),
+            memory_bytes: 10 << 20,
+            processes: 2,
+        }],
+    };
+    // node-1 is alive, node-2 dead (its stream may linger: never shown).
+    h.measurements.record("node-1", 1, 1000, measured("actor-1")).unwrap();
+    h.measurements.record("node-2", 1, 1000, measured("task-1")).unwrap();
+    let one: serde_json::Value =
+        serde_json::from_slice(&get(&h.router, "/api/v1/nodes/node-1").await.body).unwrap();
+    assert_eq!(one["measured"]["cpu_millicores"], 1500);
+    assert_eq!(one["measured"]["memory_total_bytes"], 4u64 << 30);
+    assert_eq!(one["measured"]["work"][0]["work_id"], "actor-1");
+    assert_eq!(one["measured"]["work"][0]["cpu_millicores"], 990);
+    let dead: serde_json::Value =
+        serde_json::from_slice(&get(&h.router, "/api/v1/nodes/node-2").await.body).unwrap();
+    assert!(dead.get("measured").is_none(), "{dead}");
+    let list: serde_json::Value =
+        serde_json::from_slice(&get(&h.router, "/api/v1/nodes").await.body).unwrap();
+    assert_eq!(list["items"][0]["measured"]["cpus"], 4);
+    // Lists leave the attempts out.
+    assert!(list["items"][0]["measured"].get("work").is_none(), "{list}");
+    assert!(list["items"][1].get("measured").is_none(), "{list}");
+    let text = String::from_utf8(get(&h.router, "/metrics").await.body).unwrap();
+    for needle in [
+        r#"berth_node_cpu_used_cores{node="node-1"} 1.5"#,
+        r#"berth_node_cpus{node="node-1"} 4"#,
+        r#"berth_node_memory_used_bytes{node="node-1"} 1073741824"#,
+        r#"berth_node_memory_total_bytes{node="node-1"} 4294967296"#,
+    ] {
+        assert!(text.contains(needle), "missing {needle}\n{text}");
+    }
+    assert!(!text.contains(r#"node="node-2""#), "{text}");
+    assert!(!text.contains("actor-1"), "no per-work series: {text}");
+    // A node whose measurement is gone leaves no series behind.
+    h.measurements.forget("node-1", 1);
+    let text = String::from_utf8(get(&h.router, "/metrics").await.body).unwrap();
+    assert!(!text.contains(r#"node="node-1""#), "{text}");
 }
 
 #[tokio::test]

@@ -188,6 +188,7 @@ impl Owner {
                 registered_at_ms: now_ms(),
                 dead_reason: None,
                 history: Vec::new(),
+                measured: None,
             };
             let record = NodeRecord {
                 node: base,
