@@ -81,15 +81,17 @@ impl Measurements {
         Some(node_answer(&latest, with_work))
     }
 
-    /// What attempt `attempt` of `work_id`, on `node_id`, used when last measured; `None`
-    /// when that node's last measurement does not list that attempt.
-    pub(crate) fn work(&self, node_id: &str, work_id: &str, attempt: u32) -> Option<WorkMeasured> {
+    /// What `work_id`'s attempt running on `node_id` used when last measured (its newest, if
+    /// an older one is still being stopped); `None` when that node's last measurement does not
+    /// list it.
+    pub(crate) fn work(&self, node_id: &str, work_id: &str) -> Option<WorkMeasured> {
         let latest = self.latest(node_id)?;
         latest
             .measured
             .work
             .iter()
-            .find(|w| w.work_id == work_id && w.attempt == attempt)
+            .filter(|w| w.work_id == work_id)
+            .max_by_key(|w| w.attempt)
             .map(|w| work_answer(w, latest.at_ms))
     }
 
@@ -226,21 +228,28 @@ mod tests {
         assert_eq!((node.at_ms, node.cpu_millicores, node.cpus), (1000, Some(1500), 4));
         assert!(node.work.is_empty());
         assert_eq!(m.node("n1", true).unwrap().work.len(), 1);
-        let work = m.work("n1", "task-1", 2).unwrap();
+        let work = m.work("n1", "task-1").unwrap();
         assert_eq!(
             (work.cpu_millicores, work.memory_bytes, work.at_ms),
             (Some(990), 10 << 20, 1000)
         );
-        // Another attempt, another node: nothing.
-        assert_eq!(m.work("n1", "task-1", 1), None);
-        assert_eq!(m.work("n2", "task-1", 2), None);
+        // Other work, another node: nothing.
+        assert_eq!(m.work("n1", "task-2"), None);
+        assert_eq!(m.work("n2", "task-1"), None);
+        // An older attempt being stopped beside the newer: the newer.
+        let mut two = measured();
+        let mut older = two.work[0].clone();
+        older.attempt = 1;
+        two.work.insert(0, older);
+        m.record("n3", 1, 1000, two).unwrap();
+        assert_eq!(m.work("n3", "task-1").unwrap().attempt, 2);
         // A newer session replaces it; the old session's end does not remove it.
         m.record("n1", 8, 2000, measured()).unwrap();
         m.forget("n1", 7);
         assert_eq!(m.node("n1", false).unwrap().at_ms, 2000);
         m.record("n0", 1, 5, measured()).unwrap();
         let ids: Vec<String> = m.nodes().into_iter().map(|(id, _)| id).collect();
-        assert_eq!(ids, ["n0", "n1"]);
+        assert_eq!(ids, ["n0", "n1", "n3"]);
         m.forget("n1", 8);
         assert_eq!(m.node("n1", false), None);
     }

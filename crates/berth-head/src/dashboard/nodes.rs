@@ -14,7 +14,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use axum::Extension;
-use berth_api::rest::{ActorState, Node, NodeState, Role, StringMap};
+use berth_api::rest::{ActorState, Node, NodeMeasured, NodeState, Role, StringMap};
 
 use super::format::{self, Bar};
 use super::svg::{self, Holder};
@@ -112,7 +112,9 @@ fn answer(
     });
     let view = ui.handle.view();
     if from_detail {
-        render(&NodeDetail::new(&view, &changed, is_admin(role.as_ref()), Some(flash)))
+        let measured = ui.handle.measurements.node(&changed.node_id, true);
+        let admin = is_admin(role.as_ref());
+        render(&NodeDetail::new(&view, &changed, measured.as_ref(), admin, Some(flash)))
     } else {
         render(&NodesTable::new(&view, Some(changed), Some(flash)))
     }
@@ -127,7 +129,8 @@ pub(crate) async fn detail(
     let node = path_param(node)?;
     let view = ui.handle.view();
     let found = view.node(&node).ok_or_else(|| UiError::not_found("node", &node))?;
-    Ok(render(&NodeDetail::new(&view, &found, is_admin(role.as_ref()), None)))
+    let measured = ui.handle.measurements.node(&found.node_id, true);
+    Ok(render(&NodeDetail::new(&view, &found, measured.as_ref(), is_admin(role.as_ref()), None)))
 }
 
 /// A node's page: what it has and holds, its GPU map, the work on it, its history, and drain
@@ -143,6 +146,9 @@ pub(crate) struct NodeDetail {
     registered: String,
     dead_reason: Option<String>,
     bars: Vec<Bar>,
+    /// What the machine uses, measured by its agent: CPU and memory bars, and when.
+    measured: Vec<Bar>,
+    measured_at: Option<String>,
     labels: String,
     taints: String,
     /// The GPU map as SVG; empty when the node has no GPU.
@@ -163,10 +169,29 @@ struct WorkRow {
     class: &'static str,
     resources: String,
     instances: String,
+    /// What it uses, measured (empty when not measured).
+    uses: String,
 }
 
 impl NodeDetail {
-    pub(crate) fn new(view: &View, node: &Node, admin: bool, flash: Option<String>) -> NodeDetail {
+    /// The page of `node`, with its agent's last measurement (`measured`, attempts included)
+    /// unless the node is dead.
+    pub(crate) fn new(
+        view: &View,
+        node: &Node,
+        measured: Option<&NodeMeasured>,
+        admin: bool,
+        flash: Option<String>,
+    ) -> NodeDetail {
+        let measured = measured.filter(|_| node.state != NodeState::Dead);
+        let uses = |id: &str| {
+            let attempts = measured.into_iter().flat_map(|m| m.work.iter());
+            attempts
+                .filter(|w| w.work_id == id)
+                .max_by_key(|w| w.attempt)
+                .map(format::work_use)
+                .unwrap_or_default()
+        };
         let state = format::word(&node.state);
         let mut work = Vec::new();
         let mut holders: std::collections::BTreeMap<u32, Vec<Holder>> = Default::default();
@@ -200,6 +225,7 @@ impl NodeDetail {
                 state,
                 resources: format::spec_resources(&a.spec.resources),
                 instances: format::instances(&a.instances),
+                uses: uses(&a.actor_id),
             });
         }
         for t in view.tasks.values() {
@@ -216,6 +242,7 @@ impl NodeDetail {
                 state,
                 resources: format::spec_resources(&t.spec.resources),
                 instances: format::instances(&t.instances),
+                uses: uses(&t.task_id),
             });
         }
         let gpus =
@@ -244,6 +271,8 @@ impl NodeDetail {
             registered: format::time(node.registered_at_ms),
             dead_reason: node.dead_reason.clone(),
             bars: Bar::all(node.resources.iter()),
+            measured: measured.map(Bar::machine).unwrap_or_default(),
+            measured_at: measured.map(|m| format::time(m.at_ms)),
             labels: format::pairs(&node.labels),
             taints: node
                 .taints

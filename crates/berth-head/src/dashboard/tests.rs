@@ -211,6 +211,8 @@ struct Harness {
     /// A read-only token's secret.
     read: String,
     _view: watch::Sender<Arc<View>>,
+    /// What the agents measured, as heartbeats would leave it.
+    measurements: Arc<crate::measured::Measurements>,
 }
 
 /// The dashboard over `view`, with a stand-in owner that answers taint and drain commands
@@ -226,8 +228,9 @@ fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
         work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
         store: Arc::default(),
         limits: Arc::default(),
-        measurements: Default::default(),
+        measurements: Arc::default(),
     };
+    let measurements = handle.measurements.clone();
     let asked: Asked = Arc::default();
     let record = asked.clone();
     tokio::spawn(async move {
@@ -329,7 +332,7 @@ fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
     let (_, read) = keyring.create(berth_api::rest::Role::Read, "reader", 1).unwrap();
     let samples = super::samples::Samples::default();
     samples.push(first);
-    Harness { router: router(handle, keyring, samples), asked, read, _view: view_tx }
+    Harness { router: router(handle, keyring, samples), asked, read, _view: view_tx, measurements }
 }
 
 fn harness() -> Harness {
@@ -908,6 +911,47 @@ async fn a_nodes_page_has_its_gpu_map_history_and_undrain() {
     let table = get(&h.router, "/ui/nodes/table").await.ok().to_string();
     assert!(table.contains(r#"aria-label="Undrain node-4""#), "{table}");
     assert!(table.contains(r##"<a class="node-id" href="#nodes/node-1">node-1</a>"##), "{table}");
+}
+
+#[tokio::test]
+async fn measured_use_shows_beside_what_was_reserved_on_node_and_work_pages() {
+    let h = harness();
+    let unmeasured = get(&h.router, "/ui/nodes/node-1").await.ok().to_string();
+    assert!(unmeasured.contains("Not measured"), "{unmeasured}");
+    let work = |id: &str, attempt, cpu| berth_api::agent::WorkMeasured {
+        work_id: String::from(id),
+        attempt,
+        cpu_millicores: cpu,
+        memory_bytes: 10 << 20,
+        processes: 2,
+    };
+    let measured = berth_api::agent::Measured {
+        cpu_millicores: Some(2000),
+        cpus: 8,
+        memory_used_bytes: 1 << 30,
+        memory_total_bytes: 4 << 30,
+        work: vec![work("actor-1", 1, Some(990)), work("task-1", 1, None)],
+    };
+    h.measurements.record("node-1", 1, 1_700_000_000_000, measured.clone()).unwrap();
+    let page = get(&h.router, "/ui/nodes/node-1").await.ok().to_string();
+    assert!(page.contains("2.00 / 8"), "machine CPU: {page}");
+    assert!(page.contains("1Gi / 4Gi"), "machine memory: {page}");
+    assert!(page.contains(r#"aria-label="CPU measured in use on node-1: 25%""#), "{page}");
+    assert!(page.contains("CPU 0.99 · memory 10Mi · 2 processes (attempt 1)"), "{page}");
+    let actor = get(&h.router, "/ui/actors/actor-1").await.ok().to_string();
+    assert!(
+        actor.contains("CPU 0.99 · memory 10Mi · 2 processes (attempt 1); reserved CPU 1"),
+        "{actor}"
+    );
+    // The task's first measurement: no CPU figure yet.
+    let task = get(&h.router, "/ui/tasks/task-1").await.ok().to_string();
+    assert!(task.contains("CPU — · memory 10Mi · 2 processes (attempt 1)"), "{task}");
+    let other = get(&h.router, "/ui/actors/actor-2").await.ok().to_string();
+    assert!(other.contains("not measured"), "{other}");
+    // A dead node's last measurement is never shown.
+    h.measurements.record("node-3", 1, 1_700_000_000_000, measured).unwrap();
+    let dead = get(&h.router, "/ui/nodes/node-3").await.ok().to_string();
+    assert!(dead.contains("Not measured") && !dead.contains("2.00 / 8"), "{dead}");
 }
 
 #[tokio::test]

@@ -7,7 +7,9 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use axum::Extension;
-use berth_api::rest::{Actor, Diagnosis, Event, Group, ListQuery, RawJson, Role, Task};
+use berth_api::rest::{
+    Actor, Diagnosis, Event, Group, ListQuery, RawJson, Role, Task, WorkMeasured,
+};
 
 use super::format::{self, NONE};
 use super::svg::{self, BundleBox};
@@ -612,7 +614,8 @@ impl Detail {
         }
     }
 
-    pub(crate) fn actor(view: &View, a: &Actor) -> Detail {
+    /// An actor's page; `uses` is what its running attempt uses, as last measured.
+    pub(crate) fn actor(view: &View, a: &Actor, uses: Option<&WorkMeasured>) -> Detail {
         let mut d =
             Detail::base(view, WorkList::Actors, "Actor", &a.actor_id, format::word(&a.state));
         let spec = &a.spec;
@@ -623,6 +626,7 @@ impl Detail {
             ("Namespace", a.namespace.clone()),
             ("Node", or_none(a.node_id.as_deref())),
             ("Instances", format::instances(&a.instances)),
+            ("Uses (measured)", measured_words(uses, &spec.resources)),
             ("Restarts", format!("{} (at most {max})", a.restarts)),
             ("Death reason", or_none(a.death_reason.as_deref())),
             ("Created", format::time(a.created_at_ms)),
@@ -659,7 +663,8 @@ impl Detail {
         d
     }
 
-    pub(crate) fn task(view: &View, t: &Task) -> Detail {
+    /// A task's page; `uses` is what its running attempt uses, as last measured.
+    pub(crate) fn task(view: &View, t: &Task, uses: Option<&WorkMeasured>) -> Detail {
         let mut d = Detail::base(view, WorkList::Tasks, "Task", &t.task_id, format::word(&t.state));
         let spec = &t.spec;
         d.facts = vec![
@@ -667,6 +672,7 @@ impl Detail {
             ("Namespace", t.namespace.clone()),
             ("Node", or_none(t.node_id.as_deref())),
             ("Instances", format::instances(&t.instances)),
+            ("Uses (measured)", measured_words(uses, &spec.resources)),
             ("Attempts", format!("{} (retries at most {})", t.attempts, spec.max_retries)),
             ("Exit code", t.exit_code.map(|c| c.to_string()).unwrap_or_else(|| NONE.into())),
             ("Failure", or_none(t.failure.as_deref())),
@@ -801,6 +807,22 @@ fn detail_answer(d: Detail, query: Option<&str>, role: Option<&Extension<Role>>)
     }
 }
 
+/// What `work_id`'s running attempt on `node_id` uses, as its agent last measured it.
+fn measured_use(ui: &Ui, node_id: Option<&str>, work_id: &str) -> Option<WorkMeasured> {
+    ui.handle.measurements.work(node_id?, work_id)
+}
+
+/// What an attempt uses beside what was reserved: `CPU 0.99 · memory 10Mi · 1 process
+/// (attempt 1); reserved CPU 1`, or why there is nothing to show.
+fn measured_words(uses: Option<&WorkMeasured>, reserved: &RawJson) -> String {
+    match uses {
+        Some(w) => {
+            format!("{}; reserved {}", format::work_use(w), format::spec_resources(reserved))
+        }
+        None => "not measured (not running, or its node's agent does not measure)".into(),
+    }
+}
+
 /// `GET /ui/actors/{id}` (`?part=live`: the live part alone).
 pub(crate) async fn actor_detail(
     State(ui): State<Ui>,
@@ -811,7 +833,8 @@ pub(crate) async fn actor_detail(
     let id = path_param(id)?;
     let view = ui.handle.view();
     let actor = view.actor(&id).ok_or_else(|| UiError::not_found("actor", &id))?;
-    Ok(detail_answer(Detail::actor(&view, &actor), q.as_deref(), role.as_ref()))
+    let uses = measured_use(&ui, actor.node_id.as_deref(), &actor.actor_id);
+    Ok(detail_answer(Detail::actor(&view, &actor, uses.as_ref()), q.as_deref(), role.as_ref()))
 }
 
 /// `GET /ui/tasks/{id}` (`?part=live`: the live part alone).
@@ -824,7 +847,8 @@ pub(crate) async fn task_detail(
     let id = path_param(id)?;
     let view = ui.handle.view();
     let task = view.task(&id).ok_or_else(|| UiError::not_found("task", &id))?;
-    Ok(detail_answer(Detail::task(&view, &task), q.as_deref(), role.as_ref()))
+    let uses = measured_use(&ui, task.node_id.as_deref(), &task.task_id);
+    Ok(detail_answer(Detail::task(&view, &task, uses.as_ref()), q.as_deref(), role.as_ref()))
 }
 
 /// `GET /ui/groups/{id}` (`?part=live`: the live part alone).
@@ -849,7 +873,8 @@ pub(crate) async fn kill_actor(
     let id = path_param(id)?;
     let actor = ui.handle.kill_actor(&id).await?;
     let flash = format!("{} killed: it is {}.", actor.actor_id, format::word(&actor.state));
-    let d = Detail::actor(&ui.handle.view(), &actor);
+    let uses = measured_use(&ui, actor.node_id.as_deref(), &actor.actor_id);
+    let d = Detail::actor(&ui.handle.view(), &actor, uses.as_ref());
     Ok(render(&d.live(is_admin(role.as_ref()), Some(flash))))
 }
 
@@ -862,7 +887,8 @@ pub(crate) async fn cancel_task(
     let id = path_param(id)?;
     let task = ui.handle.cancel_task(&id).await?;
     let flash = format!("{} cancelled: it is {}.", task.task_id, format::word(&task.state));
-    let d = Detail::task(&ui.handle.view(), &task);
+    let uses = measured_use(&ui, task.node_id.as_deref(), &task.task_id);
+    let d = Detail::task(&ui.handle.view(), &task, uses.as_ref());
     Ok(render(&d.live(is_admin(role.as_ref()), Some(flash))))
 }
 
