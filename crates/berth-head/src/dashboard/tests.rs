@@ -877,6 +877,91 @@ async fn actions_ask_first_answer_with_the_heads_word_and_are_disabled_for_read_
 }
 
 #[tokio::test]
+async fn the_nodes_table_is_filtered_sorted_and_paged_and_read_only_for_read_tokens() {
+    let mut view = sample_view();
+    for i in 10..=34 {
+        let mut n = node(&format!("node-{i}"), NodeState::Alive, &[("zone", "c")], &[]);
+        n.actors = i;
+        view.nodes.insert(n.node_id.clone(), Arc::new(n));
+    }
+    let h = harness_with(view, None);
+    // By ID at first; the order and page in the form itself.
+    let page = get(&h.router, "/ui/nodes?limit=20").await.ok().to_string();
+    assert!(page.contains(r#"<form id="node-filters""#), "{page}");
+    assert!(
+        page.contains(
+            r#"<span id="node-list-state"><input type="hidden" name="sort" value="node_id">"#
+        ),
+        "{page}"
+    );
+    assert!(page.contains("Rows 1–20 of 28 matching"), "{page}");
+    assert!(page.find(">node-1<").unwrap() < page.find(">node-10<").unwrap(), "{page}");
+    // A click on Actors sorts the most first.
+    assert!(
+        page.contains(
+            r#"hx-vals='{"sort": "-actors", "cursor": "", "page": "1"}'>Actors</button>"#
+        ),
+        "{page}"
+    );
+    let busiest = get(&h.router, "/ui/nodes/table?sort=-actors&limit=20").await.ok().to_string();
+    assert!(busiest.find(">node-34<").unwrap() < busiest.find(">node-33<").unwrap(), "{busiest}");
+    assert!(busiest.contains(r#"aria-sort="descending""#), "{busiest}");
+    assert!(busiest.contains(r#"<span id="node-list-state" hx-swap-oob="true">"#), "{busiest}");
+    // The next page continues where the first ended.
+    let marker = r#"hx-vals='{"cursor": ""#;
+    let at = busiest.find(marker).unwrap() + marker.len();
+    let cursor = &busiest[at..at + busiest[at..].find('"').unwrap()];
+    let second =
+        get(&h.router, &format!("/ui/nodes/table?sort=-actors&limit=20&page=2&cursor={cursor}"))
+            .await
+            .ok()
+            .to_string();
+    assert!(second.contains("Rows 21–28 of 28 matching"), "{second}");
+    assert!(second.contains(">node-14<") && !second.contains(">node-15<"), "{second}");
+    // Filters: state, label, ID or address.
+    let dead = get(&h.router, "/ui/nodes/table?state=DEAD").await.ok().to_string();
+    assert!(dead.contains("of 1 matching") && dead.contains(">node-3<"), "{dead}");
+    let zone = get(&h.router, "/ui/nodes/table?label=zone%3Da").await.ok().to_string();
+    assert!(zone.contains("of 1 matching") && zone.contains(">node-1<"), "{zone}");
+    let none = get(&h.router, "/ui/nodes/table?name=nothing-like-it").await.ok().to_string();
+    assert!(none.contains("No node matches."), "{none}");
+    get(&h.router, "/ui/nodes/table?sort=colour").await.error(400, Some("sort"));
+    get(&h.router, "/ui/nodes/table?limit=7").await.error(400, Some("limit"));
+    get(&h.router, "/ui/nodes/table?cursor=zz").await.error(400, Some("cursor"));
+    // An action answers the page it was taken from (the form's fields travel with it).
+    let answer = send(
+        &h.router,
+        Method::POST,
+        "/ui/nodes/node-34/drain",
+        Some(TOKEN),
+        Some("sort=-actors&limit=20&page=1&cursor="),
+    )
+    .await;
+    let text = answer.ok();
+    assert!(text.contains("node-34 is draining"), "{text}");
+    assert!(text.find(">node-34<").unwrap() < text.find(">node-33<").unwrap(), "{text}");
+    // A read token sees every action disabled, and the head refuses them anyway.
+    assert!(!busiest.contains("disabled"), "{busiest}");
+    let read = send(&h.router, Method::GET, "/ui/nodes/table", Some(&h.read), None).await;
+    let text = read.ok();
+    assert!(text.contains("need an admin token"), "{text}");
+    for control in [
+        r#"aria-label="Drain node-1" disabled title="Needs an admin token"#,
+        r#"aria-label="Remove taint gpu_node=true from node-2" disabled title="Needs an admin token"#,
+        r#"<button type="submit" disabled title="Needs an admin token: this one may only read">Add taint</button>"#,
+    ] {
+        assert!(text.contains(control), "missing {control}: {text}");
+    }
+    let taint = Some("taint=a%3Db");
+    send(&h.router, Method::POST, "/ui/nodes/node-1/taints", Some(&h.read), taint)
+        .await
+        .error(403, None);
+    send(&h.router, Method::DELETE, "/ui/nodes/node-2/taints", Some(&h.read), taint)
+        .await
+        .error(403, None);
+}
+
+#[tokio::test]
 async fn a_nodes_page_has_its_gpu_map_history_and_undrain() {
     let mut view = sample_view();
     for seq in [5, 6] {

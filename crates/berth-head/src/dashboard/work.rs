@@ -19,7 +19,7 @@ use crate::view::View;
 /// Rows a page shows unless the person picks another size.
 pub(crate) const PAGE_ROWS: usize = 50;
 /// The page sizes offered.
-const PAGE_SIZES: &[usize] = &[20, 50, 100, 500];
+pub(crate) const PAGE_SIZES: &[usize] = &[20, 50, 100, 500];
 /// The order a list starts in: newest first.
 pub(crate) const DEFAULT_SORT: &str = "-created_at_ms";
 
@@ -86,21 +86,22 @@ impl WorkList {
 // ---------------------------------------------------------------------------------------------
 // Lists.
 
-/// The filters, order and page as the form sends them: an empty field is no filter.
+/// The filters, order and page as the form sends them: an empty field is no filter. The
+/// nodes' list uses it too (its form has no namespace or node field).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 pub(crate) struct Filters {
     #[serde(default)]
-    state: String,
+    pub(crate) state: String,
     #[serde(default)]
     namespace: String,
     #[serde(default)]
     node: String,
     #[serde(default)]
-    label: String,
+    pub(crate) label: String,
     /// Searched in names and IDs.
     #[serde(default)]
-    name: String,
-    /// A REST sort (`-created_at_ms`); empty: newest first.
+    pub(crate) name: String,
+    /// A REST sort (`-created_at_ms`); empty: the list's default order.
     #[serde(default)]
     sort: String,
     /// The REST cursor of the page shown; empty: the first page.
@@ -111,21 +112,37 @@ pub(crate) struct Filters {
     page: String,
     /// Rows per page; empty: [`PAGE_ROWS`].
     #[serde(default)]
-    limit: String,
+    pub(crate) limit: String,
+    /// The list's default order, when `sort` is empty (not a form field).
+    #[serde(skip)]
+    default_sort: Option<&'static str>,
 }
 
 impl Filters {
-    /// Parses a query string (`state=ALIVE&label=app%3Dweb`); unknown parameters are ignored.
-    fn parse(query: Option<&str>) -> Result<Filters, UiError> {
+    /// Parses a query string (`state=ALIVE&label=app%3Dweb`), or a form body; unknown
+    /// parameters are ignored.
+    pub(crate) fn parse(query: Option<&str>) -> Result<Filters, UiError> {
         serde_urlencoded::from_str(query.unwrap_or(""))
             .map_err(|e| UiError::invalid("query", e.to_string()))
     }
 
-    fn sort(&self) -> &str {
-        Some(self.sort.trim()).filter(|s| !s.is_empty()).unwrap_or(DEFAULT_SORT)
+    /// These filters over a list whose default order is `sort` (newest first otherwise).
+    pub(crate) fn ordered_by(mut self, sort: &'static str) -> Filters {
+        self.default_sort = Some(sort);
+        self
     }
 
-    fn limit(&self) -> Result<usize, UiError> {
+    pub(crate) fn sort(&self) -> &str {
+        let default = self.default_sort.unwrap_or(DEFAULT_SORT);
+        Some(self.sort.trim()).filter(|s| !s.is_empty()).unwrap_or(default)
+    }
+
+    /// The cursor of the page shown.
+    pub(crate) fn cursor(&self) -> &str {
+        self.cursor.trim()
+    }
+
+    pub(crate) fn limit(&self) -> Result<usize, UiError> {
         match self.limit.trim() {
             "" => Ok(PAGE_ROWS),
             text => {
@@ -139,7 +156,7 @@ impl Filters {
         }
     }
 
-    fn page(&self) -> Result<usize, UiError> {
+    pub(crate) fn page(&self) -> Result<usize, UiError> {
         match self.page.trim() {
             "" => Ok(1),
             text => text.parse::<usize>().ok().filter(|n| (1..=1_000_000).contains(n)).ok_or_else(
@@ -148,7 +165,7 @@ impl Filters {
         }
     }
 
-    fn query(&self) -> Result<ListQuery, UiError> {
+    pub(crate) fn query(&self) -> Result<ListQuery, UiError> {
         let some = |text: &str| Some(text.trim().to_string()).filter(|t| !t.is_empty());
         Ok(ListQuery {
             state: some(&self.state),
@@ -181,10 +198,43 @@ struct ListPage {
 
 /// A column heading: its text and, when sortable, the sort a click asks for and how the
 /// list is sorted by it now (`ascending`, `descending`, or empty).
-struct Heading {
-    text: &'static str,
-    click: Option<String>,
-    aria_sort: &'static str,
+pub(crate) struct Heading {
+    pub(crate) text: &'static str,
+    pub(crate) click: Option<String>,
+    pub(crate) aria_sort: &'static str,
+}
+
+/// The headings of `columns` (text, and the REST sort column when sortable) for a list sorted
+/// by `sort`; a click on a column in `first_desc` (numbers, times) sorts the largest first,
+/// on any other from A.
+pub(crate) fn headings(
+    columns: &[(&'static str, Option<&'static str>)],
+    sort: &str,
+    first_desc: &[&str],
+) -> Vec<Heading> {
+    let (descending, sorted_by) = match sort.strip_prefix('-') {
+        Some(column) => (true, column),
+        None => (false, sort),
+    };
+    columns
+        .iter()
+        .map(|&(text, column)| match column {
+            None => Heading { text, click: None, aria_sort: "" },
+            Some(column) if column == sorted_by => Heading {
+                text,
+                click: Some(if descending { column.to_string() } else { format!("-{column}") }),
+                aria_sort: if descending { "descending" } else { "ascending" },
+            },
+            Some(column) => {
+                let click = if first_desc.contains(&column) {
+                    format!("-{column}")
+                } else {
+                    column.to_string()
+                };
+                Heading { text, click: Some(click), aria_sort: "" }
+            }
+        })
+        .collect()
 }
 
 /// The rows of a list (what the page polls), with the sortable headings and the pager.
@@ -250,28 +300,8 @@ impl Rows {
             }
         };
         let sort = filters.sort().to_string();
-        let (descending, sorted_by) = match sort.strip_prefix('-') {
-            Some(column) => (true, column),
-            None => (false, sort.as_str()),
-        };
-        let headings = kind
-            .columns()
-            .into_iter()
-            .map(|(text, column)| match column {
-                None => Heading { text, click: None, aria_sort: "" },
-                Some(column) if column == sorted_by => Heading {
-                    text,
-                    click: Some(if descending { column.to_string() } else { format!("-{column}") }),
-                    aria_sort: if descending { "descending" } else { "ascending" },
-                },
-                // Numbers and times start with the largest, words from A.
-                Some(column) => {
-                    let first_desc = matches!(column, "created_at_ms" | "restarts" | "attempts");
-                    let click = if first_desc { format!("-{column}") } else { column.to_string() };
-                    Heading { text, click: Some(click), aria_sort: "" }
-                }
-            })
-            .collect();
+        // Numbers and times start with the largest, words from A.
+        let headings = headings(&kind.columns(), &sort, &["created_at_ms", "restarts", "attempts"]);
         let empty = match kind {
             WorkList::Actors => "No actor matches.",
             WorkList::Tasks => "No task matches.",
