@@ -58,10 +58,12 @@ pub fn parse_proc_stat(text: &str) -> Option<(CpuTimes, u32)> {
                 let idle = values[3].saturating_add(values.get(4).copied().unwrap_or(0));
                 times = Some(CpuTimes { busy: total.saturating_sub(idle), total });
             }
-            Some(name) if name.len() > 3 && name.starts_with("cpu") => {
-                if name[3..].bytes().all(|b| b.is_ascii_digit()) {
-                    cpus = cpus.saturating_add(1);
-                }
+            Some(name)
+                if name.len() > 3
+                    && name.starts_with("cpu")
+                    && name[3..].bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                cpus = cpus.saturating_add(1);
             }
             _ => {}
         }
