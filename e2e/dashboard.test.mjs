@@ -124,8 +124,9 @@ const flash = (page, text) => page.locator('#flash').getByText(text).waitFor();
 
 /**
  * The operations view (issue 62): sort and pages, a log followed as it is written, the GPU
- * map of two 0.5-GPU actors on one instance, each action with the admin token, and each one
- * disabled in the page and refused by the head with a read token.
+ * map of two 0.5-GPU actors on one instance, measured use beside what is reserved, the Nodes
+ * table sorted, each action with the admin token, and each one disabled in the page and
+ * refused by the head with a read token.
  */
 async function operations(page, context, spare, cleanup) {
   page.on('dialog', (dialog) => dialog.accept()); // every action asks first: say yes
@@ -198,10 +199,26 @@ async function operations(page, context, spare, cleanup) {
     await part.waitFor();
     check((await part.locator('title').textContent()) === `${id} holds 0.5 of GPU 0`, `${id}'s hover text`);
   }
+  step('the node\'s measured use beside what it reserves, and what each actor uses');
+  await page.locator(`ul.bars.measured meter[aria-label^="memory measured in use on ${gpuNode.node_id}"]`).waitFor();
+  // The page looks again every 5 s: each actor's figures come with its node's heartbeats.
+  for (const id of halves) {
+    await page.locator('table.work tr', { hasText: id }).getByText(/\(attempt 1\)/).waitFor({ timeout: 30000 });
+  }
   const shot = screenshot.replace(/\.png$/, '-node.png');
   await page.mouse.move(0, 0);
   await page.screenshot({ path: shot, caret: 'initial', fullPage: true });
   step(`screenshot of the node page: ${shot}`);
+
+  step('the Nodes table sorted by its Actors heading: the busiest first, the heading says so');
+  await page.goto(`${base}/#nodes`);
+  await page.locator('#nodes-live').getByRole('button', { name: 'Actors', exact: true }).click();
+  await page.locator('#nodes-live th[aria-sort="descending"]', { hasText: 'Actors' }).waitFor();
+  const listed = (await api('GET', '/nodes?limit=500')).items;
+  const busiest = Math.max(...listed.map((n) => n.actors));
+  const top = await page.locator('#nodes-live table.nodes tbody tr').first().getAttribute('data-node');
+  check(listed.find((n) => n.node_id === top).actors === busiest, `${top} has the most actors (${busiest})`);
+  await page.getByText(/Rows 1–\d+ of \d+ matching/).waitFor();
 
   step('a task\'s log, followed in the page as it is written');
   const talker = await api('POST', '/tasks', {
@@ -273,6 +290,13 @@ async function operations(page, context, spare, cleanup) {
   await kill.waitFor();
   check(await kill.isDisabled(), 'Kill is disabled for a read token');
   await readPage.getByText('Actions need an admin token.').waitFor();
+  await readPage.goto(`${base}/#nodes`);
+  const drain = readPage.getByRole('button', { name: `Drain ${idle.node_id}` });
+  await drain.waitFor();
+  check(await drain.isDisabled(), 'Drain is disabled in the Nodes table for a read token');
+  const addTaint = readPage.getByRole('button', { name: 'Add taint' }).first();
+  check(await addTaint.isDisabled(), 'Add taint is disabled for a read token');
+  await readPage.getByText('Taints, drains and undrains need an admin token').waitFor();
   for (const [path, what] of [
     [`/ui/actors/${halves[1]}/kill`, 'kill'],
     [`/ui/tasks/${ids[0]}/cancel`, 'cancel'],

@@ -24,7 +24,8 @@
 //!   script reads the head's change stream, `GET /api/v1/watch?listing=false`, and fires
 //!   `berth:changed` on them, at most every 250 ms), or every 2 s while the stream is down; a
 //!   look is skipped while the person edits inside its region, so typing a taint is never
-//!   wiped out.
+//!   wiped out. Pages that show measured use (a node's, a running actor's or task's) also
+//!   look every 5 s: measurements change with every heartbeat, the cluster need not.
 //! - Reads come from the published [`View`](crate::view::View); taints and drains call the
 //!   [`HeadHandle`] in-process, exactly as the REST API does, and render the head's answer.
 

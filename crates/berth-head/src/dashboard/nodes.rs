@@ -58,10 +58,7 @@ pub(crate) async fn page(
     RawQuery(q): RawQuery,
 ) -> Result<Response, UiError> {
     let filters = node_filters(q.as_deref())?;
-    let mut table =
-        NodesTable::new(&ui.handle.view(), &filters, is_admin(role.as_ref()), None, None)?;
-    // The first rendering holds the order and page in the form itself.
-    table.oob = false;
+    let table = NodesTable::new(&ui.handle.view(), &filters, is_admin(role.as_ref()), None, None)?;
     Ok(render(&NodesPage { filters, states: NODE_STATES, sizes: PAGE_SIZES, table }))
 }
 
@@ -411,12 +408,11 @@ pub(crate) struct NodesTable {
     first: usize,
     page: usize,
     next_cursor: Option<String>,
-    /// The order and page shown, carried by the filter form's hidden fields.
+    /// The order and page shown, held by hidden fields in the table itself that every
+    /// request of the page includes (not out of band into the form, as the other lists do: a
+    /// refresh answered after the person left the page would find no form to swap into).
     sort: String,
     cursor: String,
-    /// Whether the hidden fields go out of band (a refresh) or are in the page (its first
-    /// rendering, before the form exists).
-    oob: bool,
     /// No node at all has registered (rather than none matching the filters).
     no_nodes: bool,
 }
@@ -497,7 +493,6 @@ impl NodesTable {
             next_cursor: list.next_cursor,
             sort,
             cursor: filters.cursor().to_string(),
-            oob: true,
             no_nodes: view.nodes.is_empty(),
         })
     }
@@ -507,11 +502,10 @@ impl NodesTable {
         self.first + self.rows.len().saturating_sub(1)
     }
 
-    /// The filter form's hidden fields that hold the order and page shown.
+    /// The hidden fields that hold the order and page shown.
     fn state_fields(&self) -> String {
-        let oob = if self.oob { r#" hx-swap-oob="true""# } else { "" };
         format!(
-            r#"<span id="node-list-state"{oob}><input type="hidden" name="sort" value="{}"><input type="hidden" name="cursor" value="{}"><input type="hidden" name="page" value="{}"></span>"#,
+            r#"<span id="node-list-state"><input type="hidden" name="sort" value="{}"><input type="hidden" name="cursor" value="{}"><input type="hidden" name="page" value="{}"></span>"#,
             format::attr(&self.sort),
             format::attr(&self.cursor),
             self.page

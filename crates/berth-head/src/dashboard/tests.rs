@@ -885,7 +885,7 @@ async fn the_nodes_table_is_filtered_sorted_and_paged_and_read_only_for_read_tok
         view.nodes.insert(n.node_id.clone(), Arc::new(n));
     }
     let h = harness_with(view, None);
-    // By ID at first; the order and page in the form itself.
+    // By ID at first; the order and page in the table, included by every request.
     let page = get(&h.router, "/ui/nodes?limit=20").await.ok().to_string();
     assert!(page.contains(r#"<form id="node-filters""#), "{page}");
     assert!(
@@ -906,7 +906,13 @@ async fn the_nodes_table_is_filtered_sorted_and_paged_and_read_only_for_read_tok
     let busiest = get(&h.router, "/ui/nodes/table?sort=-actors&limit=20").await.ok().to_string();
     assert!(busiest.find(">node-34<").unwrap() < busiest.find(">node-33<").unwrap(), "{busiest}");
     assert!(busiest.contains(r#"aria-sort="descending""#), "{busiest}");
-    assert!(busiest.contains(r#"<span id="node-list-state" hx-swap-oob="true">"#), "{busiest}");
+    assert!(
+        busiest.contains(
+            r#"<span id="node-list-state"><input type="hidden" name="sort" value="-actors">"#
+        ),
+        "{busiest}"
+    );
+    assert!(!busiest.contains("hx-swap-oob=\"true\"><input"), "no state out of band: {busiest}");
     // The next page continues where the first ended.
     let marker = r#"hx-vals='{"cursor": ""#;
     let at = busiest.find(marker).unwrap() + marker.len();
@@ -1022,6 +1028,8 @@ async fn measured_use_shows_beside_what_was_reserved_on_node_and_work_pages() {
     assert!(page.contains("2.00 / 8"), "machine CPU: {page}");
     assert!(page.contains("1Gi / 4Gi"), "machine memory: {page}");
     assert!(page.contains(r#"aria-label="CPU measured in use on node-1: 25%""#), "{page}");
+    // Measurements change without the cluster changing: the page also looks every 5 s.
+    assert!(page.contains(r#"hx-trigger="berth:changed, every 5s""#), "{page}");
     assert!(page.contains("CPU 0.99 · memory 10Mi · 2 processes (attempt 1)"), "{page}");
     let actor = get(&h.router, "/ui/actors/actor-1").await.ok().to_string();
     assert!(
@@ -1031,8 +1039,11 @@ async fn measured_use_shows_beside_what_was_reserved_on_node_and_work_pages() {
     // The task's first measurement: no CPU figure yet.
     let task = get(&h.router, "/ui/tasks/task-1").await.ok().to_string();
     assert!(task.contains("CPU — · memory 10Mi · 2 processes (attempt 1)"), "{task}");
+    assert!(actor.contains(r#"hx-trigger="berth:changed, every 5s""#), "{actor}");
     let other = get(&h.router, "/ui/actors/actor-2").await.ok().to_string();
     assert!(other.contains("not measured"), "{other}");
+    // A pending actor runs nowhere: nothing to look at again.
+    assert!(other.contains(r#"hx-trigger="berth:changed""#), "{other}");
     // A dead node's last measurement is never shown.
     h.measurements.record("node-3", 1, 1_700_000_000_000, measured).unwrap();
     let dead = get(&h.router, "/ui/nodes/node-3").await.ok().to_string();

@@ -529,6 +529,9 @@ pub(crate) struct Detail {
     attempts: Vec<u32>,
     /// The logs can be followed: the work may still write.
     followable: bool,
+    /// It runs on a node whose agent may measure it: the live part also looks again every
+    /// 5 s, since measurements change without the cluster changing.
+    measures: bool,
 }
 
 /// A button that changes something, after the person confirms.
@@ -627,6 +630,7 @@ impl Detail {
             flash: None,
             attempts: vec![],
             followable: false,
+            measures: false,
             list_title: kind.title(),
             list_page: kind.page(),
             noun,
@@ -690,6 +694,7 @@ impl Detail {
             d.attempts = (1..=a.restarts.saturating_add(1)).collect();
         }
         d.followable = alive;
+        d.measures = alive && a.node_id.is_some();
         d
     }
 
@@ -733,6 +738,7 @@ impl Detail {
             d.attempts = (1..=t.attempts.max(1)).collect();
         }
         d.followable = !t.state.is_final();
+        d.measures = !t.state.is_final() && t.node_id.is_some();
         d
     }
 
