@@ -467,10 +467,11 @@ impl Agent {
             node_id: session.node_id.clone(),
             session: session.session,
             usage: Default::default(),
+            measured: None,
         };
         let (tx, rx) = mpsc::channel(4);
         // The first beat goes out with the stream, so a head may wait for it before answering.
-        let _ = tx.try_send(beat.clone());
+        let _ = tx.try_send(self.measured(&beat).await);
         let mut inbound =
             match tokio::time::timeout(CALL_TIMEOUT, client.heartbeat(ReceiverStream::new(rx)))
                 .await
@@ -484,7 +485,7 @@ impl Agent {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = ticker.tick() => match tx.try_send(beat.clone()) {
+                _ = ticker.tick() => match tx.try_send(self.measured(&beat).await) {
                     Ok(()) => {}
                     // The transport is not taking beats as fast as they come; skipping one
                     // is harmless.
@@ -500,6 +501,19 @@ impl Agent {
                 },
             }
         }
+    }
+
+    /// `beat` with what the runner measures now, if it measures (on a blocking thread: it
+    /// reads `/proc`). A measurement that fails leaves the beat without one: liveness never
+    /// waits on it.
+    async fn measured(&self, beat: &HeartbeatRequest) -> HeartbeatRequest {
+        let mut beat = beat.clone();
+        if self.runner.measures() {
+            let runner = self.runner.clone();
+            beat.measured =
+                tokio::task::spawn_blocking(move || runner.measure()).await.ok().flatten();
+        }
+        beat
     }
 
     async fn assignments(&self, mut client: Client, session: &Session, events: &Events) -> Ended {

@@ -15,6 +15,8 @@
 //!   process group, with logs, `CUDA_VISIBLE_DEVICES` from the GPU instances, SIGTERM then
 //!   SIGKILL on stop, and re-adoption of its processes by the next agent (`state.json` and
 //!   its journal).
+//! - [`measure`]: what the machine and each running attempt use (CPU, memory), read from
+//!   `/proc` at the heartbeat's pace by runners that run processes ([`Runner::measure`]).
 //! - [`sim`]: many in-process agents speaking the real protocol to a real head
 //!   ([`SimCluster`], [`SimNode::mix`]), with [`AckRunner`]s for the head's tests and for
 //!   benchmarks, or [`ProcessRunner`]s for `berth up` ([`RunnerKind`]).
@@ -44,6 +46,7 @@
 pub mod agent;
 pub mod config;
 pub mod discover;
+pub mod measure;
 #[cfg(unix)]
 pub mod process;
 pub mod runner;

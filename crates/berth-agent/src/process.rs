@@ -363,6 +363,9 @@ struct Shared {
     forks: Mutex<fork_server::ForkServers>,
     activity: watch::Sender<Activity>,
     detached: watch::Sender<bool>,
+    /// The previous look at the machine and the groups, for CPU figures. Locked alone (never
+    /// with `inner`): a measurement reads `/proc` for milliseconds.
+    sampler: Mutex<crate::measure::Sampler>,
 }
 
 /// Counts a watcher task while it lives (created before the task is spawned, so that
@@ -446,6 +449,7 @@ impl ProcessRunner {
             forks: Mutex::new(forks),
             activity,
             detached,
+            sampler: Mutex::new(crate::measure::Sampler::new()),
         });
         shared.adopt(file);
         Ok(ProcessRunner { shared, _lock: lock })
@@ -532,6 +536,28 @@ impl Runner for ProcessRunner {
 
     fn registered(&self, node_id: &str) {
         node_id.clone_into(&mut self.shared.lock().node_id);
+    }
+
+    fn measures(&self) -> bool {
+        true
+    }
+
+    fn measure(&self) -> Option<berth_api::agent::Measured> {
+        let groups: Vec<crate::measure::Group> = {
+            let inner = self.shared.lock();
+            inner
+                .procs
+                .values()
+                .filter(|p| !p.stopping)
+                .map(|p| crate::measure::Group {
+                    work_id: p.work_id.clone(),
+                    attempt: p.attempt,
+                    pgid: p.pgid,
+                })
+                .collect()
+        };
+        let mut sampler = self.shared.sampler.lock().unwrap_or_else(|p| p.into_inner());
+        sampler.sample(&groups, std::time::Instant::now())
     }
 
     fn log_file(&self, work_id: &str, stream: LogStream) -> Option<PathBuf> {

@@ -153,6 +153,18 @@ pub trait Runner: Send + Sync + 'static {
         let _ = (work_id, stream);
         None
     }
+    /// True when [`Runner::measure`] measures anything; false (the default) spares the agent
+    /// a trip to a blocking thread per heartbeat (simulated nodes, thousands to a process).
+    fn measures(&self) -> bool {
+        false
+    }
+    /// What the machine and the attempts running now use (see [`crate::measure`]), for the
+    /// next heartbeat; `None` when this runner does not measure. Unlike the other methods it
+    /// may take milliseconds (it reads `/proc`): the agent calls it on a blocking thread, once
+    /// per heartbeat.
+    fn measure(&self) -> Option<agent::Measured> {
+        None
+    }
 }
 
 /// Why `work_id` cannot name a file, or `None` when it can: 1 to 200 letters, digits, `-`, `_`

@@ -21,12 +21,14 @@ use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
 mod autoscaler;
+mod measured;
 mod resource_table;
 mod thin_str;
 mod wire;
 pub use autoscaler::{
     AutoscaledNode, AutoscalerDecision, AutoscalerPlan, AutoscalerStatus, NodeTypeStatus, PlanItem,
 };
+pub use measured::{NodeMeasured, WorkMeasured};
 pub use resource_table::ResourceTable;
 pub use thin_str::ThinStr;
 use utoipa::{IntoParams, ToSchema};
@@ -325,10 +327,15 @@ pub struct BatchItem<T> {
 /// A list answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct List<T> {
-    /// The matching objects (at most `limit`), in creation order.
+    /// The matching objects of this page (at most `limit`), in the order `sort` asks
+    /// (creation order by default).
     pub items: Vec<T>,
-    /// How many matched before `limit` cut the list.
+    /// How many objects match the filters, over every page.
     pub total: usize,
+    /// The `cursor` of the next page, when there is one (the same filters and `sort` with it
+    /// answer the objects after this page's last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
     /// For actors, tasks and placement groups: how many finished objects of this kind the
     /// head has forgotten, and what it keeps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -397,6 +404,31 @@ pub struct Node {
     /// Why it is dead, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_reason: Option<String>,
+    /// What happened to it, oldest first (the last [`NODE_HISTORY`] entries): registrations,
+    /// missed heartbeats, death, drains, taint, label and resource changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<NodeEvent>,
+    /// What its machine actually uses, as its agent last measured it; absent when not known
+    /// (see [`NodeMeasured`]). Never in the watch stream's events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Box<NodeMeasured>>,
+}
+
+/// The most entries a node's history keeps (the oldest go first).
+pub const NODE_HISTORY: usize = 100;
+
+/// Something that happened to a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeEvent {
+    /// When (ms since the Unix epoch).
+    pub at_ms: u64,
+    /// What: `registered`, `registered_again`, `suspect` (heartbeats late), `alive` (back
+    /// after `suspect`), `dead`, `draining`, `undrained`, `taints_added`, `taints_removed`,
+    /// `labels_changed`, `resources_changed`.
+    pub kind: String,
+    /// Details in words.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 /// Taints to add or remove, key to value (the body of the taint routes and the dashboard's):
@@ -892,8 +924,19 @@ pub struct ListQuery {
     pub node: Option<String>,
     /// Only objects with this label, `key=value` (actors; nodes).
     pub label: Option<String>,
+    /// Only objects whose name or ID contains this text, in any case (nodes: whose ID or
+    /// address does); at most 256 characters.
+    pub name: Option<String>,
     /// At most this many items (default 1000, at most 100000).
     pub limit: Option<usize>,
+    /// The column to sort by, with `-` before it for descending: `created_at_ms` (the
+    /// default for actors, tasks and groups, oldest first), `-created_at_ms` (newest first),
+    /// `name`, `state`… (the 400 answer to an unknown one lists the columns). Ties go by
+    /// creation order (nodes: by ID).
+    pub sort: Option<String>,
+    /// Where the page starts: the `next_cursor` of the previous page, asked with the same
+    /// `sort`.
+    pub cursor: Option<String>,
 }
 
 /// Filters of `GET /api/v1/watch`; each is optional and they combine with AND.

@@ -149,6 +149,14 @@ enum Command {
     #[command(after_help = "Examples:\n  berth drain gpu-1\n  berth drain 10.0.0.3")]
     Drain(client::drain::DrainArgs),
 
+    /// End a node's drain: it takes new work again, and waiting work is decided again (a node
+    /// that is not draining is left as it is).
+    ///
+    /// Exit status: 0; 1 when the head cannot be reached or answers an error (404 for an
+    /// unknown node, 409 for a dead one).
+    #[command(after_help = "Examples:\n  berth undrain gpu-1")]
+    Undrain(client::drain::DrainArgs),
+
     /// List, create and revoke the head's tokens (an admin token is needed).
     ///
     /// Roles: admin (the REST API and dashboard, tokens included), read (GETs and dry runs),
@@ -263,6 +271,7 @@ fn main() -> ExitCode {
         Command::Pg(args) => client::pg::run(args, &mut stdout.lock()),
         Command::Kill(args) => client::kill::run(args, &mut stdout.lock()),
         Command::Drain(args) => client::drain::run(args, &mut stdout.lock()),
+        Command::Undrain(args) => client::drain::undrain(args, &mut stdout.lock()),
         Command::Autoscaler(args) => client::autoscaler::run(args, &mut stdout.lock()),
         Command::Token(args) => client::token::run(args, &mut stdout.lock()),
         Command::Logs(args) => client::logs::run(args, &mut stdout.lock()),

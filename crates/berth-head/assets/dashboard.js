@@ -215,6 +215,101 @@
     });
   }
 
+  // Logs in the page: `GET /api/v1/logs/{id}` read with fetch (the token goes in a header),
+  // streamed into the panel's <pre>. The head's log holds every attempt, each after a
+  // `=== berth: ID attempt N …` line; the attempt picked is cut out here. The panel keeps the
+  // last LOG_KEEP characters (a tail), and a follow stops when the panel leaves the page.
+  var LOG_KEEP = 200000;
+  var logReading = null;
+
+  function stopLog() {
+    if (logReading) logReading.abort();
+    logReading = null;
+  }
+
+  function keepAttempt(text, attempt, state) {
+    // `state.inside`: whether the text so far is in the attempt picked; lines are cut whole.
+    if (!attempt) return text;
+    var out = '';
+    var lines = (state.rest + text).split('\n');
+    state.rest = lines.pop();
+    lines.forEach(function (line) {
+      var header = /^=== berth: \S+ attempt (\d+)/.exec(line);
+      if (header) state.inside = header[1] === attempt;
+      if (state.inside) out += line + '\n';
+    });
+    return out;
+  }
+
+  function showLog(panel) {
+    stopLog();
+    var form = panel.querySelector('[data-log-form]');
+    var pre = panel.querySelector('[data-log-text]');
+    var status = panel.querySelector('[data-log-status]');
+    var id = panel.getAttribute('data-logs');
+    var stream = form.elements.stream.value;
+    var attempt = form.elements.attempt.value;
+    var follow = form.elements.follow.checked && !form.elements.follow.disabled;
+    var controller = new AbortController();
+    logReading = controller;
+    pre.textContent = '';
+    status.textContent = 'Reading ' + (stream === 'err' ? 'stderr' : 'stdout') + ' of ' + id + '…';
+    var url = '/api/v1/logs/' + encodeURIComponent(id) + '?stream=' + stream + (follow ? '&follow=true' : '');
+    var state = { rest: '', inside: false };
+    fetch(url, { headers: { Authorization: 'Bearer ' + token() }, signal: controller.signal })
+      .then(function (response) {
+        if (!response.ok) {
+          return response.text().then(function (body) {
+            var message = body;
+            try { message = JSON.parse(body).message; } catch (e) { /* plain text */ }
+            throw new Error('The head answered ' + response.status + ': ' + message);
+          });
+        }
+        status.textContent = follow ? 'Following: new output appears as it is written.' : 'Reading…';
+        var reader = response.body.getReader();
+        var decoder = new TextDecoder();
+        function read() {
+          return reader.read().then(function (chunk) {
+            if (!document.body.contains(pre)) { controller.abort(); return; }
+            if (chunk.done) {
+              pre.textContent += keepAttempt(decoder.decode() + '\n', attempt, state);
+              status.textContent = 'The whole log' + (attempt ? ' of attempt ' + attempt : '') + ' (' + pre.textContent.length + ' characters shown).';
+              if (logReading === controller) logReading = null;
+              return;
+            }
+            var text = pre.textContent + keepAttempt(decoder.decode(chunk.value, { stream: true }), attempt, state);
+            if (text.length > LOG_KEEP) text = text.slice(text.length - LOG_KEEP);
+            var atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+            pre.textContent = text;
+            if (atEnd) pre.scrollTop = pre.scrollHeight;
+            return read();
+          });
+        }
+        return read();
+      })
+      .catch(function (err) {
+        if (controller.signal.aborted) {
+          status.textContent = 'Stopped.';
+          return;
+        }
+        status.textContent = err.message;
+        if (logReading === controller) logReading = null;
+      });
+  }
+
+  document.addEventListener('submit', function (event) {
+    var form = event.target.closest && event.target.closest('[data-log-form]');
+    if (!form) return;
+    event.preventDefault();
+    showLog(form.closest('[data-logs]'));
+  });
+
+  document.addEventListener('click', function (event) {
+    if (event.target.closest && event.target.closest('[data-log-stop]')) stopLog();
+  });
+
+  window.addEventListener('hashchange', stopLog);
+
   // After htmx has read its configuration (its own DOMContentLoaded handler runs first).
   document.addEventListener('DOMContentLoaded', function () {
     if (!ROUTE.test(location.hash)) history.replaceState(null, '', '#overview');

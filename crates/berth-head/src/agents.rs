@@ -5,6 +5,9 @@
 //! interval would compete with decisions). Each live session has a [`Liveness`] cell; the
 //! heartbeat stream writes the time into it, and the owner's periodic tick reads it.
 //!
+//! Measurements riding on heartbeats (what the machine and its work use) go the same way:
+//! into the shared [`Measurements`], never through the owner.
+//!
 //! Log streams (`Logs`) reach the owner once, when they open, to check the session (the same
 //! lookup a heartbeat stream makes); from then on they belong to the [`LogStreams`] registry
 //! and their bytes never pass through the owner.
@@ -23,11 +26,13 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::{debug, warn};
 
 use crate::clock::now_ms;
 use crate::command::{AgentCommand, Command, Liveness};
 use crate::keyring::Keyring;
 use crate::logs::LogStreams;
+use crate::measured::Measurements;
 use berth_api::rest::Role;
 
 /// The request metadata naming the node of a `Logs` stream.
@@ -40,14 +45,18 @@ pub(crate) const LOG_SESSION_METADATA: &str = "berth-session";
 pub(crate) struct AgentApi {
     commands: mpsc::Sender<Command>,
     logs: Arc<LogStreams>,
+    /// Where heartbeats leave their measurements.
+    measurements: Arc<Measurements>,
 }
 
 impl AgentApi {
-    /// The service, wrapped in the token check; log streams register in `logs`.
+    /// The service, wrapped in the token check; log streams register in `logs`, heartbeats
+    /// leave their measurements in `measurements`.
     pub(crate) fn server(
         commands: mpsc::Sender<Command>,
         keyring: Keyring,
         logs: Arc<LogStreams>,
+        measurements: Arc<Measurements>,
     ) -> tonic::service::interceptor::InterceptedService<
         AgentServiceServer<AgentApi>,
         impl tonic::service::Interceptor + Clone,
@@ -68,7 +77,7 @@ impl AgentApi {
                 )),
             }
         };
-        AgentServiceServer::with_interceptor(AgentApi { commands, logs }, check)
+        AgentServiceServer::with_interceptor(AgentApi { commands, logs, measurements }, check)
     }
 
     async fn ask<T>(
@@ -107,8 +116,12 @@ impl AgentService for AgentApi {
         let (tx, rx) = mpsc::channel::<Result<HeartbeatReply, Status>>(4);
         tokio::spawn(async move {
             let mut cell: Option<Arc<Liveness>> = None;
+            // The node and session whose measurements this stream keeps, and whether a bad
+            // one was already reported (once per stream: a broken agent repeats itself).
+            let mut measuring: Option<(String, u64)> = None;
+            let mut warned = false;
             while let Some(message) = inbound.next().await {
-                let Ok(beat) = message else { break };
+                let Ok(mut beat) = message else { break };
                 let live = match &cell {
                     Some(live) if live.session == beat.session => live.clone(),
                     _ => {
@@ -139,9 +152,30 @@ impl AgentService for AgentApi {
                 }
                 let now = now_ms();
                 live.last_seen_ms.store(now, Ordering::Release);
+                if let Some(measured) = beat.measured.take() {
+                    let node_id = std::mem::take(&mut beat.node_id);
+                    match api.measurements.record(&node_id, live.session, now, measured) {
+                        Ok(()) => {}
+                        Err(why) if !warned => {
+                            warned = true;
+                            warn!(node_id, "dropped a measurement from the agent: {why}");
+                        }
+                        Err(why) => debug!(node_id, "dropped a measurement from the agent: {why}"),
+                    }
+                    if measuring.as_ref().is_none_or(|(_, s)| *s != live.session) {
+                        if let Some((old, session)) = measuring.take() {
+                            api.measurements.forget(&old, session);
+                        }
+                        measuring = Some((node_id, live.session));
+                    }
+                }
                 if tx.send(Ok(HeartbeatReply { head_time_ms: now })).await.is_err() {
                     break;
                 }
+            }
+            // The agent is gone or will register again: its measurement is no longer news.
+            if let Some((node_id, session)) = measuring {
+                api.measurements.forget(&node_id, session);
             }
         });
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))

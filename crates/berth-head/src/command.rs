@@ -64,6 +64,10 @@ pub(crate) enum Command {
         node: String,
         reply: Reply<Node>,
     },
+    UndrainNode {
+        node: String,
+        reply: Reply<Node>,
+    },
     Taints {
         node: String,
         taints: StringMap,

@@ -24,13 +24,16 @@
 //!   script reads the head's change stream, `GET /api/v1/watch?listing=false`, and fires
 //!   `berth:changed` on them, at most every 250 ms), or every 2 s while the stream is down; a
 //!   look is skipped while the person edits inside its region, so typing a taint is never
-//!   wiped out.
+//!   wiped out. Pages that show measured use (a node's, a running actor's or task's) also
+//!   look every 5 s: measurements change with every heartbeat, the cluster need not.
 //! - Reads come from the published [`View`](crate::view::View); taints and drains call the
 //!   [`HeadHandle`] in-process, exactly as the REST API does, and render the head's answer.
 
 mod format;
 mod nodes;
 mod overview;
+pub(crate) mod samples;
+mod svg;
 #[cfg(test)]
 mod tests;
 mod work;
@@ -60,29 +63,36 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 #[derive(Clone)]
 pub(crate) struct Ui {
     handle: HeadHandle,
+    /// The last hour of the cluster, for the overview's charts.
+    samples: samples::Samples,
 }
 
 /// The dashboard's routes: `/`, `/ui/assets/{file}` (both public) and the data fragments
 /// under `/ui/` (token required). No fallback: this router is merged into the REST router,
 /// whose fallback answers unknown paths.
-pub(crate) fn router(handle: HeadHandle, keyring: Keyring) -> Router {
+pub(crate) fn router(handle: HeadHandle, keyring: Keyring, samples: samples::Samples) -> Router {
     let data = Router::new()
         .route("/ui/overview", get(overview::overview))
         .route("/ui/nodes", get(nodes::page))
         .route("/ui/nodes/table", get(nodes::table))
         .route("/ui/nodes/{node}/taints", post(nodes::add_taint).delete(nodes::remove_taint))
+        .route("/ui/nodes/{node}", get(nodes::detail))
         .route("/ui/nodes/{node}/drain", post(nodes::drain))
+        .route("/ui/nodes/{node}/undrain", post(nodes::undrain))
         .route("/ui/actors", get(work::actors_page))
         .route("/ui/actors/rows", get(work::actor_rows))
         .route("/ui/actors/{id}", get(work::actor_detail))
+        .route("/ui/actors/{id}/kill", post(work::kill_actor))
         .route("/ui/tasks", get(work::tasks_page))
         .route("/ui/tasks/rows", get(work::task_rows))
         .route("/ui/tasks/{id}", get(work::task_detail))
+        .route("/ui/tasks/{id}/cancel", post(work::cancel_task))
         .route("/ui/groups", get(work::groups_page))
         .route("/ui/groups/rows", get(work::group_rows))
         .route("/ui/groups/{id}", get(work::group_detail))
+        .route("/ui/groups/{id}/remove", post(work::remove_group))
         .route_layer(middleware::from_fn_with_state(keyring, require_token))
-        .with_state(Ui { handle });
+        .with_state(Ui { handle, samples });
     Router::new()
         .route("/", get(shell))
         .route("/ui/assets/{file}", get(asset))
@@ -171,7 +181,12 @@ async fn require_token(State(keyring): State<Keyring>, req: Request, next: Next)
     let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let message = match keyring.check(presented) {
         Ok(role) => match crate::http::gate::forbidden(role, req.method(), req.uri().path()) {
-            None => return next.run(req).await,
+            None => {
+                // The pages show actions disabled for a token that may not take them.
+                let mut req = req;
+                req.extensions_mut().insert(role);
+                return next.run(req).await;
+            }
             Some(message) => {
                 return UiError {
                     status: StatusCode::FORBIDDEN,
@@ -290,6 +305,11 @@ fn render(template: &impl Template) -> Response {
             (StatusCode::INTERNAL_SERVER_ERROR, "the page could not be rendered").into_response()
         }
     }
+}
+
+/// The role of the request's token (the token check puts it there); read-only when absent.
+fn is_admin(role: Option<&axum::Extension<berth_api::rest::Role>>) -> bool {
+    matches!(role, Some(axum::Extension(berth_api::rest::Role::Admin)))
 }
 
 /// A path parameter, or a 400 fragment when it is not valid percent-encoded UTF-8.

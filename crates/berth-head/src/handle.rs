@@ -60,6 +60,8 @@ pub struct HeadHandle {
     pub(crate) store: Arc<StoreHealth>,
     /// The most of each kind of thing one request may hold.
     pub(crate) limits: Arc<berth_api::limits::Limits>,
+    /// What the nodes' agents last measured (heartbeats write it; reads show it).
+    pub(crate) measurements: Arc<crate::measured::Measurements>,
 }
 
 impl HeadHandle {
@@ -239,6 +241,12 @@ impl HeadHandle {
     pub async fn drain_node(&self, node: &str) -> Result<Node, HeadError> {
         let node = node.to_string();
         self.ask(|reply| Command::DrainNode { node, reply }).await
+    }
+
+    /// Ends a node's drain (by ID or address): it takes new work again.
+    pub async fn undrain_node(&self, node: &str) -> Result<Node, HeadError> {
+        let node = node.to_string();
+        self.ask(|reply| Command::UndrainNode { node, reply }).await
     }
 
     /// Adds taints to a node (by ID or address).

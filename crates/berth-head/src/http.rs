@@ -114,6 +114,7 @@ pub(crate) fn router_with_logs(
         .route("/api/v1/nodes", get(nodes::list_nodes))
         .route("/api/v1/nodes/{node}", get(nodes::get_node))
         .route("/api/v1/nodes/{node}/drain", post(nodes::drain_node))
+        .route("/api/v1/nodes/{node}/undrain", post(nodes::undrain_node))
         .route("/api/v1/nodes/{node}/taints", post(nodes::add_taints).delete(nodes::remove_taints))
         .route("/api/v1/nodes/{node}/labels", post(nodes::set_labels).delete(nodes::remove_labels))
         .route("/api/v1/nodes/{node}/resources", put(nodes::set_resources))
@@ -208,6 +209,7 @@ async fn method_not_allowed(req: Request) -> Response {
         nodes::list_nodes,
         nodes::get_node,
         nodes::drain_node,
+        nodes::undrain_node,
         nodes::add_taints,
         nodes::remove_taints,
         nodes::set_labels,
@@ -250,6 +252,9 @@ async fn method_not_allowed(req: Request) -> Response {
         rest::NodeTypeStatus,
         rest::PlanItem,
         rest::Node,
+        rest::NodeEvent,
+        rest::NodeMeasured,
+        rest::WorkMeasured,
         rest::NodeState,
         rest::Taint,
         rest::TaintsBody,

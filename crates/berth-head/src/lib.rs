@@ -29,6 +29,7 @@ mod http;
 mod ids;
 pub mod keyring;
 mod logs;
+mod measured;
 mod metrics;
 mod owner;
 mod records;
@@ -397,6 +398,7 @@ pub async fn start_on(
         work_keys,
         store: store_health.clone(),
         limits: Arc::new(config.limits.clone()),
+        measurements: Default::default(),
     };
 
     let epoch = lease.epoch();
@@ -434,14 +436,26 @@ pub async fn start_on(
     // The agents' log streams, shared by the agent protocol and the REST API (never the owner).
     let log_streams = Arc::new(logs::LogStreams::default());
     let autoscaler_commands = commands_tx.clone();
-    let agents = AgentApi::server(commands_tx, keyring.clone(), log_streams.clone());
+    let agents = AgentApi::server(
+        commands_tx,
+        keyring.clone(),
+        log_streams.clone(),
+        handle.measurements.clone(),
+    );
     let grpc_path = format!(
         "/{}/{{*rest}}",
         <berth_api::agent::agent_service_server::AgentServiceServer<AgentApi> as tonic::server::NamedService>::NAME
     );
+    // The last hour, for the dashboard's charts; the sampler reads only the published view.
+    let samples = dashboard::samples::Samples::default();
+    tokio::spawn(dashboard::samples::run(
+        samples.clone(),
+        handle.view.clone(),
+        shutdown_rx.clone(),
+    ));
     let rest =
         http::router_with_logs(handle.clone(), keyring.clone(), metrics.clone(), log_streams)
-            .merge(dashboard::router(handle.clone(), keyring));
+            .merge(dashboard::router(handle.clone(), keyring, samples));
     let router = rest.route_service(
         &grpc_path,
         tower::ServiceExt::map_request(agents, |req: axum::http::Request<axum::body::Body>| {

@@ -24,6 +24,12 @@
 //! - `berth_autoscaler_nodes{state}`: autoscaled nodes now (`launching`, `alive`, `idle`,
 //!   `removing`), and `berth_autoscaler_events_total{event}`: `launched`, `registered`,
 //!   `failed` (the provider failed), `given_up` (never registered), `removed`.
+//! - `berth_node_cpu_used_cores{node}`, `berth_node_cpus{node}`,
+//!   `berth_node_memory_used_bytes{node}` and `berth_node_memory_total_bytes{node}`: what each
+//!   live node's machine uses, as its agent last measured it (nodes whose agent measures).
+//!   One series per node, set afresh at each scrape, so a node that goes leaves no series
+//!   behind. What each actor or task uses is not here (one series per work item would grow
+//!   without bound): it is in the REST API (`GET /api/v1/nodes/{node}`) and the dashboard.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -31,6 +37,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets_range, Histogram};
 use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
 
 /// The content type of [`Metrics::render`]'s text (prometheus-client writes OpenMetrics).
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -44,6 +52,11 @@ struct OutcomeLabels {
 struct PendingLabels {
     kind: String,
     waiting: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -102,6 +115,13 @@ pub(crate) struct Metrics {
     connections: Gauge,
     connections_evicted: Counter,
     connections_refused: Counter,
+    node_cpu_used: Family<NodeLabels, Gauge<f64, AtomicU64>>,
+    node_cpus: Family<NodeLabels, Gauge>,
+    node_memory_used: Family<NodeLabels, Gauge>,
+    node_memory_total: Family<NodeLabels, Gauge>,
+    /// Held through a scrape: the per-node families are cleared and set again for each, and
+    /// a concurrent scrape must not render them half set.
+    scrape: Mutex<()>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -204,7 +224,34 @@ impl Metrics {
             "New connections closed at once: every one served had a request in flight",
             connections_refused.clone(),
         );
+        let node_cpu_used = Family::<NodeLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "berth_node_cpu_used_cores",
+            "CPU a node's machine uses, in cores, as its agent last measured it",
+            node_cpu_used.clone(),
+        );
+        let node_cpus = Family::<NodeLabels, Gauge>::default();
+        registry.register("berth_node_cpus", "A node's machine's logical CPUs", node_cpus.clone());
+        let node_memory_used = Family::<NodeLabels, Gauge>::default();
+        registry.register_with_unit(
+            "berth_node_memory_used",
+            "Memory a node's machine uses, as its agent last measured it",
+            Unit::Bytes,
+            node_memory_used.clone(),
+        );
+        let node_memory_total = Family::<NodeLabels, Gauge>::default();
+        registry.register_with_unit(
+            "berth_node_memory_total",
+            "A node's machine's memory",
+            Unit::Bytes,
+            node_memory_total.clone(),
+        );
         Metrics {
+            node_cpu_used,
+            node_cpus,
+            node_memory_used,
+            node_memory_total,
+            scrape: Mutex::new(()),
             connections,
             connections_evicted,
             connections_refused,
@@ -325,6 +372,39 @@ impl Metrics {
         self.http_requests.get_or_create(&labels).inc();
         let labels = RouteLabels { method: labels.method, route: labels.route };
         self.http_seconds.get_or_create(&labels).observe(seconds);
+    }
+
+    /// A scrape: the counts of `view` ([`Metrics::count`]), each live node's `measured`
+    /// machine, then every family rendered.
+    pub(crate) fn scrape(
+        &self,
+        view: &crate::view::View,
+        measured: &[(String, berth_api::rest::NodeMeasured)],
+    ) -> String {
+        let _scrape = self.scrape.lock().unwrap_or_else(|p| p.into_inner());
+        self.count(view);
+        self.node_cpu_used.clear();
+        self.node_cpus.clear();
+        self.node_memory_used.clear();
+        self.node_memory_total.clear();
+        for (node_id, m) in measured {
+            let live = view
+                .nodes
+                .get(node_id.as_str())
+                .is_some_and(|n| n.state != berth_api::rest::NodeState::Dead);
+            if !live {
+                continue;
+            }
+            let labels = NodeLabels { node: node_id.clone() };
+            if let Some(millicores) = m.cpu_millicores {
+                self.node_cpu_used.get_or_create(&labels).set(millicores as f64 / 1000.0);
+            }
+            let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            self.node_cpus.get_or_create(&labels).set(i64::from(m.cpus));
+            self.node_memory_used.get_or_create(&labels).set(clamp(m.memory_used_bytes));
+            self.node_memory_total.get_or_create(&labels).set(clamp(m.memory_total_bytes));
+        }
+        self.render()
     }
 
     /// Every family in the OpenMetrics text format (ends with `# EOF`).

@@ -324,6 +324,10 @@ impl Owner {
                 let answer = self.drain_node(&node);
                 self.reply(reply, answer);
             }
+            Command::UndrainNode { node, reply } => {
+                let answer = self.undrain_node(&node);
+                self.reply(reply, answer);
+            }
             Command::Taints { node, taints, add, reply } => {
                 let answer = self.change_taints(&node, &taints, add);
                 self.reply(reply, answer);

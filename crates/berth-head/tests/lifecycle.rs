@@ -244,6 +244,7 @@ async fn silent_node_is_declared_dead_and_its_actor_moves() {
         node_id: "b".into(),
         session: reg_b.session,
         usage: Default::default(),
+        measured: None,
     };
     let mut view = head.handle.subscribe();
     let moved = tokio::time::timeout(Duration::from_secs(20), async {

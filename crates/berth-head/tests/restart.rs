@@ -278,3 +278,51 @@ async fn a_creation_retried_after_a_crash_is_made_once() {
     assert_ne!(head.handle.create_actor(other).await.unwrap().actor_id, actor.actor_id);
     head.shutdown().await;
 }
+
+/// A node's drain, its end (undrain) and its history are kept with the node's record: a head
+/// crashed and started again on the same data directory shows the node as it was left
+/// (draining, then undrained) with every event it had, at the same times, and an undrain
+/// made by the restarted head survives the next crash too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undrain_and_node_history_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let kinds = |node: &berth_api::rest::Node| -> Vec<String> {
+        node.history.iter().map(|e| e.kind.clone()).collect()
+    };
+
+    let head = boot(&config).await;
+    let mut a = agent(&head).await;
+    a.register(with_token(&head, registration())).await.unwrap();
+    head.handle.drain_node("gpu-1").await.unwrap();
+    let undrained = head.handle.undrain_node("gpu-1").await.unwrap();
+    assert_eq!(undrained.state, berth_api::rest::NodeState::Alive);
+    head.handle.add_taints("gpu-1", [("maintenance".into(), "soon".into())].into()).await.unwrap();
+    head.handle.set_labels("gpu-1", [("tier".into(), "gold".into())].into()).await.unwrap();
+    let drained = head.handle.drain_node("gpu-1").await.unwrap();
+    let before = drained.history.clone();
+    assert_eq!(
+        kinds(&drained),
+        ["registered", "draining", "undrained", "taints_added", "labels_changed", "draining"]
+    );
+    head.crash().await;
+
+    // Back as it was left: draining, with the same history (what the restart adds comes
+    // after it).
+    let head = boot(&config).await;
+    let node = head.handle.view().node("gpu-1").expect("the node is back");
+    assert_eq!(node.state, berth_api::rest::NodeState::Draining);
+    assert_eq!(node.history[..before.len()], before[..], "{:#?}", node.history);
+    // The restarted head ends the drain; that survives the next crash.
+    let undrained = head.handle.undrain_node("gpu-1").await.unwrap();
+    assert_eq!(undrained.state, berth_api::rest::NodeState::Alive);
+    let before = undrained.history.clone();
+    assert_eq!(before.last().map(|e| e.kind.as_str()), Some("undrained"));
+    head.crash().await;
+
+    let head = boot(&config).await;
+    let node = head.handle.view().node("gpu-1").expect("the node is back");
+    assert_eq!(node.state, berth_api::rest::NodeState::Alive);
+    assert_eq!(node.history[..before.len()], before[..], "{:#?}", node.history);
+    head.shutdown().await;
+}

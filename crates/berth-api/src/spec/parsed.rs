@@ -135,6 +135,18 @@ impl<'de> Deserialize<'de> for ResourceName {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ByResource<V>(pub(super) Vec<(ResourceName, V)>);
 
+impl<V> ByResource<V> {
+    /// The value given for `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&V> {
+        self.0.iter().find(|(n, _)| n.0 == name).map(|(_, value)| value)
+    }
+
+    /// The entries, in the order read.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
+        self.0.iter().map(|(name, value)| (name.0.as_str(), value))
+    }
+}
+
 impl<V: Serialize> Serialize for ByResource<V> {
     /// A map, in the order read.
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {

@@ -1,4 +1,5 @@
-//! `berth drain NODE`: no new work on a node; its actors move elsewhere.
+//! `berth drain NODE`: no new work on a node; its actors move elsewhere. `berth undrain
+//! NODE` ends that.
 
 use std::io::Write;
 
@@ -8,7 +9,7 @@ use clap::Args;
 use super::view;
 use super::{api_path, json_text, write_out, Endpoint, HeadArgs, Output, OutputArgs, NO_BODY};
 
-/// The flags of `berth drain`.
+/// The flags of `berth drain` and `berth undrain`.
 #[derive(Debug, Args)]
 pub struct DrainArgs {
     /// The node, by ID or IP address.
@@ -35,6 +36,18 @@ pub fn run(args: &DrainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             node.actors,
             node.tasks
         )
+    };
+    write_out(out, &text)
+}
+
+/// Ends the node's drain and prints its state after.
+pub fn undrain(args: &DrainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let client = Endpoint::from_args(&args.head)?.client()?;
+    let node: Node = client.post(&api_path(&["nodes", &args.node, "undrain"]), NO_BODY)?;
+    let text = if args.output.output == Output::Json {
+        json_text(&node)?
+    } else {
+        format!("{} {} (it takes new work again)\n", node.node_id, view::name(&node.state))
     };
     write_out(out, &text)
 }

@@ -37,14 +37,30 @@ pub struct ListArgs {
     #[arg(long, value_name = "KEY=VALUE")]
     pub label: Option<String>,
 
-    /// At most this many, oldest first (the head's default: 1000).
+    /// Only objects whose name or ID contains this text, in any case (nodes: whose ID or
+    /// address does).
+    #[arg(long, value_name = "TEXT")]
+    pub name: Option<String>,
+
+    /// At most this many (the head's default: 1000); a last line gives the --cursor of the
+    /// next page.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: Option<u64>,
+
+    /// The column to sort by, with - before it for descending: -created_at_ms is newest
+    /// first; name, state, node_id… (the head says which columns a list has). Default:
+    /// creation order (nodes: by ID).
+    #[arg(long, value_name = "COLUMN", allow_hyphen_values = true)]
+    pub sort: Option<String>,
+
+    /// Start after the page that printed this cursor (with the same --sort and filters).
+    #[arg(long, value_name = "CURSOR")]
+    pub cursor: Option<String>,
 
     /// Instead of a list: the matching objects as they are, then each change as it happens,
     /// one line each (`--output json`: the head's change events), until Ctrl-C. Filters:
     /// --state and --label.
-    #[arg(long, conflicts_with_all = ["namespace", "node", "limit"])]
+    #[arg(long, conflicts_with_all = ["namespace", "node", "limit", "name", "sort", "cursor"])]
     pub watch: bool,
 
     #[command(flatten)]
@@ -119,7 +135,10 @@ pub fn query(args: &ListArgs) -> Result<ListQuery, BadInput> {
         namespace: args.namespace.clone(),
         node: args.node.clone(),
         label: args.label.clone(),
+        name: args.name.clone(),
         limit: args.limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        sort: args.sort.clone(),
+        cursor: args.cursor.clone(),
     })
 }
 
@@ -192,6 +211,9 @@ pub fn render<T>(list: &List<T>, table: fn(&[T]) -> String, what: What) -> Strin
             what.plural()
         ));
     }
+    if let Some(cursor) = &list.next_cursor {
+        text.push_str(&format!("(the next page: add --cursor {cursor})\n"));
+    }
     if let Some(forgotten) = list.forgotten.filter(|f| f.dropped > 0) {
         text.push_str(&format!(
             "({} finished {} forgotten: the head keeps finished ones {} after they end, at most \
@@ -252,10 +274,22 @@ mod tests {
 
     #[test]
     fn cut_lists_say_so() {
-        let list = List { items: vec![fixtures::node()], total: 3, forgotten: None };
+        let list = List {
+            items: vec![fixtures::node()],
+            total: 3,
+            next_cursor: Some("7b7d".into()),
+            forgotten: None,
+        };
         let text = render(&list, view::nodes_table, What::Nodes);
-        assert!(text.ends_with("(1 of 3 nodes shown; raise --limit to see more)\n"), "{text}");
-        let empty: List<Node> = List { items: vec![], total: 0, forgotten: None };
+        assert!(
+            text.ends_with(
+                "(1 of 3 nodes shown; raise --limit to see more)\n(the next page: add --cursor \
+                 7b7d)\n"
+            ),
+            "{text}"
+        );
+        let empty: List<Node> =
+            List { items: vec![], total: 0, next_cursor: None, forgotten: None };
         assert_eq!(render(&empty, view::nodes_table, What::Nodes), "no nodes match\n");
     }
 
@@ -263,7 +297,8 @@ mod tests {
     fn forgotten_finished_objects_are_counted() {
         let forgotten =
             berth_api::rest::Forgotten { dropped: 12, keep_finished_s: 3600, keep_finished: 10 };
-        let list: List<Node> = List { items: vec![], total: 0, forgotten: Some(forgotten) };
+        let list: List<Node> =
+            List { items: vec![], total: 0, next_cursor: None, forgotten: Some(forgotten) };
         let text = render(&list, view::nodes_table, What::Tasks);
         assert_eq!(
             text,

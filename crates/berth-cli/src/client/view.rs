@@ -666,6 +666,8 @@ pub mod fixtures {
             tasks: 1,
             registered_at_ms: 1_700_000_000_000,
             dead_reason: None,
+            history: Vec::new(),
+            measured: None,
         }
     }
 

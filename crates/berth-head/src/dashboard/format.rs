@@ -75,6 +75,76 @@ impl Bar {
     }
 }
 
+/// CPU in cores from thousandths of a core: `1.50`.
+pub(crate) fn cores(millicores: u64) -> String {
+    format!("{:.2}", millicores as f64 / 1000.0)
+}
+
+/// Bytes with a binary unit, as memory amounts are shown: `1.5Gi`.
+pub(crate) fn bytes(n: u64) -> String {
+    amount("memory", &n.to_string())
+}
+
+/// What an attempt uses, measured: `CPU 0.99 · memory 10Mi · 2 processes (attempt 1)`; the
+/// CPU is `—` on its first measurement.
+pub(crate) fn work_use(w: &berth_api::rest::WorkMeasured) -> String {
+    let cpu = w.cpu_millicores.map(cores).unwrap_or_else(|| NONE.to_string());
+    let processes =
+        if w.processes == 1 { "1 process".into() } else { format!("{} processes", w.processes) };
+    format!("CPU {cpu} · memory {} · {processes} (attempt {})", bytes(w.memory_bytes), w.attempt)
+}
+
+impl Bar {
+    /// A bar of what a machine uses, measured: `used` of `total` (both in the same unit), with
+    /// their words.
+    pub(crate) fn measured(name: &str, used: f64, total: f64, words: (String, String)) -> Bar {
+        let share = if total > 0.0 { (used / total).clamp(0.0, 1.0) } else { 0.0 };
+        let mut percent = (share * 100.0).round() as u32;
+        if share > 0.0 && percent == 0 {
+            percent = 1;
+        }
+        Bar { name: name.to_string(), used: words.0, total: words.1, percent }
+    }
+
+    /// The machine's CPU and memory bars from its measurement (no CPU bar on the first one).
+    pub(crate) fn machine(m: &berth_api::rest::NodeMeasured) -> Vec<Bar> {
+        let mut bars = Vec::with_capacity(2);
+        if let Some(millicores) = m.cpu_millicores {
+            let cpus = f64::from(m.cpus);
+            bars.push(Bar::measured(
+                "CPU",
+                millicores as f64 / 1000.0,
+                cpus,
+                (cores(millicores), m.cpus.to_string()),
+            ));
+        }
+        bars.push(Bar::measured(
+            "memory",
+            m.memory_used_bytes as f64,
+            m.memory_total_bytes as f64,
+            (bytes(m.memory_used_bytes), bytes(m.memory_total_bytes)),
+        ));
+        bars
+    }
+}
+
+/// Text escaped for an HTML attribute value or element (for the few bits of HTML built
+/// outside a template).
+pub(crate) fn attr(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Milliseconds since the Unix epoch as UTC: `2023-11-14 22:13:20Z`.
 pub(crate) fn time(ms: u64) -> String {
     berth_api::text::utc(ms / 1000, ' ')
@@ -197,6 +267,41 @@ mod tests {
         assert_eq!(amount("memory", "512"), "512");
         assert_eq!(amount("GPU", "0.5"), "0.5");
         assert_eq!(amount("memory", "lots"), "lots");
+    }
+
+    #[test]
+    fn measured_use_reads_in_cores_and_binary_units() {
+        assert_eq!(cores(1500), "1.50");
+        assert_eq!(cores(7), "0.01");
+        assert_eq!(bytes(10 << 20), "10Mi");
+        let w = berth_api::rest::WorkMeasured {
+            work_id: "task-1".into(),
+            attempt: 2,
+            at_ms: 1,
+            cpu_millicores: Some(990),
+            memory_bytes: 1536 << 20,
+            processes: 1,
+        };
+        assert_eq!(work_use(&w), "CPU 0.99 · memory 1.5Gi · 1 process (attempt 2)");
+        let first = berth_api::rest::WorkMeasured { cpu_millicores: None, processes: 3, ..w };
+        assert_eq!(work_use(&first), "CPU — · memory 1.5Gi · 3 processes (attempt 2)");
+        let m = berth_api::rest::NodeMeasured {
+            at_ms: 1,
+            cpu_millicores: Some(2000),
+            cpus: 8,
+            memory_used_bytes: 1 << 30,
+            memory_total_bytes: 4 << 30,
+            work: vec![],
+        };
+        let bars: Vec<_> =
+            Bar::machine(&m).into_iter().map(|b| (b.name, b.used, b.total, b.percent)).collect();
+        assert_eq!(
+            bars,
+            [
+                ("CPU".to_string(), "2.00".to_string(), "8".to_string(), 25),
+                ("memory".to_string(), "1Gi".to_string(), "4Gi".to_string(), 25)
+            ]
+        );
     }
 
     #[test]

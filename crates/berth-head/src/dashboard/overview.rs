@@ -7,12 +7,61 @@ use axum::response::Response;
 use berth_api::rest::{ClusterStatus, StringCounts};
 
 use super::format::{self, Bar};
+use super::samples::Sample;
+use super::svg::{self, Point};
 use super::{render, Ui};
 use crate::view::View;
 
 /// `GET /ui/overview`: the whole page, which polls itself.
 pub(crate) async fn overview(State(ui): State<Ui>) -> Response {
-    render(&Overview::new(&ui.handle.view()))
+    let view = ui.handle.view();
+    let mut page = Overview::new(&view);
+    // The samples, and the cluster as it is now as the last point: the charts end at the
+    // moment the page shows, not at the last sample up to 10 s before.
+    let now = crate::clock::now_ms();
+    let mut samples = ui.samples.all();
+    samples.push(Sample::of(&view, now));
+    page.charts = charts(&samples, now);
+    render(&page)
+}
+
+/// The most resources charted (the first by name; the table shows every one).
+const MOST_CHARTS: usize = 8;
+
+/// A chart per resource (reserved and total) and one of the waiting requests, over the
+/// samples of the last hour.
+fn charts(samples: &[Sample], now_ms: u64) -> Vec<(String, String)> {
+    let mut names: Vec<&String> = Vec::new();
+    for sample in samples {
+        for name in sample.resources.keys() {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    names.sort();
+    names.truncate(MOST_CHARTS);
+    let mut out: Vec<(String, String)> = names
+        .into_iter()
+        .map(|name| {
+            let points: Vec<Point> = samples
+                .iter()
+                .map(|s| {
+                    let (used, total) = s.resources.get(name).copied().unwrap_or_default();
+                    Point { at_ms: s.at_ms, value: used, total: Some(total) }
+                })
+                .collect();
+            let label = format!("{name} reserved");
+            let picture = svg::chart(&label, name, &points, now_ms);
+            (label, picture)
+        })
+        .collect();
+    let waiting: Vec<Point> = samples
+        .iter()
+        .map(|s| Point { at_ms: s.at_ms, value: s.waiting as f64, total: None })
+        .collect();
+    out.push(("Waiting requests".into(), svg::chart("Waiting requests", "", &waiting, now_ms)));
+    out
 }
 
 /// The overview page.
@@ -33,6 +82,8 @@ pub(crate) struct Overview {
     demand: Vec<DemandRow>,
     /// The autoscaler, when the head runs one.
     autoscaler: Option<AutoscalerCard>,
+    /// The last hour: label and SVG chart.
+    charts: Vec<(String, String)>,
 }
 
 /// The autoscaler at a glance: nodes per type and the latest decisions.
@@ -115,6 +166,7 @@ impl Overview {
             pending,
             demand,
             autoscaler: view.autoscaler.as_deref().map(AutoscalerCard::new),
+            charts: Vec::new(),
         }
     }
 }

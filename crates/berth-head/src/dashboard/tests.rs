@@ -60,6 +60,8 @@ fn node(id: &str, state: NodeState, labels: &[(&str, &str)], taints: &[(&str, &s
         tasks: 0,
         registered_at_ms: 1,
         dead_reason: None,
+        history: Vec::new(),
+        measured: None,
     }
 }
 
@@ -214,13 +216,18 @@ type Asked = Arc<std::sync::Mutex<Vec<(String, StringMap, Option<bool>)>>>;
 struct Harness {
     router: Router,
     asked: Asked,
+    /// A read-only token's secret.
+    read: String,
     _view: watch::Sender<Arc<View>>,
+    /// What the agents measured, as heartbeats would leave it.
+    measurements: Arc<crate::measured::Measurements>,
 }
 
 /// The dashboard over `view`, with a stand-in owner that answers taint and drain commands
 /// with the node (its taints changed as asked), or with `fail`.
 fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
     let (commands_tx, mut commands) = mpsc::channel::<Command>(16);
+    let first = super::samples::Sample::of(&view, 1_700_000_000_000);
     let (view_tx, view_rx) = watch::channel(Arc::new(view));
     let handle = HeadHandle {
         commands: commands_tx,
@@ -229,7 +236,9 @@ fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
         work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
         store: Arc::default(),
         limits: Arc::default(),
+        measurements: Arc::default(),
     };
+    let measurements = handle.measurements.clone();
     let asked: Asked = Arc::default();
     let record = asked.clone();
     tokio::spawn(async move {
@@ -260,6 +269,56 @@ fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
                     );
                     let _ = reply.send(result);
                 }
+                Command::UndrainNode { node, reply } => {
+                    record.lock().unwrap().push((node.clone(), map(&[("undrain", "")]), None));
+                    let result = fail.clone().map_or_else(
+                        || {
+                            answer(&node).map(|mut n| {
+                                n.state = NodeState::Alive;
+                                n
+                            })
+                        },
+                        Err,
+                    );
+                    let _ = reply.send(result);
+                }
+                Command::KillActor { id, reply } => {
+                    record.lock().unwrap().push((id.clone(), map(&[("kill", "")]), None));
+                    let result = current
+                        .actor(&id)
+                        .map(|a| {
+                            let mut a = (*a).clone();
+                            a.state = ActorState::Dead;
+                            a.death_reason = Some("killed by a user".into());
+                            a
+                        })
+                        .ok_or(HeadError::NotFound { what: "actor", id });
+                    let _ = reply.send(fail.clone().map_or(result, Err));
+                }
+                Command::CancelTask { id, reply } => {
+                    record.lock().unwrap().push((id.clone(), map(&[("cancel", "")]), None));
+                    let result = current
+                        .task(&id)
+                        .map(|t| {
+                            let mut t = (*t).clone();
+                            t.state = TaskState::Cancelled;
+                            t
+                        })
+                        .ok_or(HeadError::NotFound { what: "task", id });
+                    let _ = reply.send(fail.clone().map_or(result, Err));
+                }
+                Command::RemoveGroup { id, reply } => {
+                    record.lock().unwrap().push((id.clone(), map(&[("remove", "")]), None));
+                    let result = current
+                        .group(&id)
+                        .map(|g| {
+                            let mut g = (*g).clone();
+                            g.state = GroupState::Removed;
+                            g
+                        })
+                        .ok_or(HeadError::NotFound { what: "placement_group", id });
+                    let _ = reply.send(fail.clone().map_or(result, Err));
+                }
                 Command::DrainNode { node, reply } => {
                     record.lock().unwrap().push((node.clone(), StringMap::new(), None));
                     let result = fail.clone().map_or_else(
@@ -277,11 +336,11 @@ fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
             }
         }
     });
-    Harness {
-        router: router(handle, crate::keyring::Keyring::in_memory(TOKEN, "agent-secret")),
-        asked,
-        _view: view_tx,
-    }
+    let keyring = crate::keyring::Keyring::in_memory(TOKEN, "agent-secret");
+    let (_, read) = keyring.create(berth_api::rest::Role::Read, "reader", 1).unwrap();
+    let samples = super::samples::Samples::default();
+    samples.push(first);
+    Harness { router: router(handle, keyring, samples), asked, read, _view: view_tx, measurements }
 }
 
 fn harness() -> Harness {
@@ -367,6 +426,11 @@ const DATA_ROUTES: &[(&str, &str)] = &[
     ("POST", "/ui/nodes/node-1/taints"),
     ("DELETE", "/ui/nodes/node-1/taints"),
     ("POST", "/ui/nodes/node-1/drain"),
+    ("POST", "/ui/nodes/node-1/undrain"),
+    ("GET", "/ui/nodes/node-1"),
+    ("POST", "/ui/actors/actor-1/kill"),
+    ("POST", "/ui/tasks/task-1/cancel"),
+    ("POST", "/ui/groups/pg-1/remove"),
     ("GET", "/ui/actors"),
     ("GET", "/ui/actors/rows"),
     ("GET", "/ui/actors/actor-1"),
@@ -694,8 +758,9 @@ async fn lists_filter_by_state_namespace_node_and_label() {
 async fn details_show_the_options_the_history_and_why_it_waits() {
     let h = harness();
     let html = get(&h.router, "/ui/actors/actor-2").await.ok().to_string();
-    assert!(html
-        .contains(r#"hx-get="/ui/actors/actor-2" hx-trigger="berth:changed" hx-swap="outerHTML""#));
+    assert!(html.contains(
+        r#"hx-get="/ui/actors/actor-2?part=live" hx-trigger="berth:changed" hx-swap="outerHTML""#
+    ));
     assert!(html.contains("Actor actor-2"), "{html}");
     assert!(html.contains("<p>0/3 nodes can take it now: 2 too little GPU in total"), "{html}");
     assert!(html.contains("Why no node could ever take it"), "{html}");
@@ -722,4 +787,295 @@ async fn details_show_the_options_the_history_and_why_it_waits() {
         .contains("actor actor-9 not found"));
     get(&h.router, "/ui/tasks/actor-1").await.error(404, None);
     get(&h.router, "/ui/groups/nope").await.error(404, None);
+}
+
+#[tokio::test]
+async fn lists_are_newest_first_sortable_by_their_columns_and_paged() {
+    let mut view = sample_view();
+    for seq in 10..=14 {
+        let mut a = actor(seq, ActorState::Alive, Some("node-1"), &[]);
+        a.created_at_ms = 1_700_000_000_000 + seq;
+        view.actors.insert(seq, Arc::new(a));
+    }
+    let h = harness_with(view, None);
+    let page = get(&h.router, "/ui/actors?limit=20").await.ok().to_string();
+    let first = page.find("actor-14").unwrap();
+    assert!(first < page.find("actor-10").unwrap(), "newest first: {page}");
+    assert!(page.contains(r#"aria-sort="descending""#), "{page}");
+    // The order and page live in the form, not out of band, on the first rendering.
+    assert!(
+        page.contains(
+            r#"<span id="list-state"><input type="hidden" name="sort" value="-created_at_ms">"#
+        ),
+        "{page}"
+    );
+    // A click on Name sorts by name, A first.
+    assert!(
+        page.contains(r#"hx-vals='{"sort": "name", "cursor": "", "page": "1"}'>Name</button>"#),
+        "{page}"
+    );
+    let by_name = get(&h.router, "/ui/actors/rows?sort=name&limit=20").await.ok().to_string();
+    assert!(by_name.find("web-1<").unwrap() < by_name.find("web-14").unwrap(), "{by_name}");
+    assert!(by_name.contains(r#"<span id="list-state" hx-swap-oob="true">"#), "{by_name}");
+    // Pages of 20: the 7 actors fit; a search narrows them.
+    assert!(by_name.contains("Rows 1–7 of 7 matching") && !by_name.contains("Next page"));
+    let found = get(&h.router, "/ui/actors/rows?name=WEB-1").await.ok().to_string();
+    assert!(found.contains("of 6 matching"), "web-1 and web-10 to 14: {found}");
+    get(&h.router, "/ui/actors/rows?sort=colour").await.error(400, Some("sort"));
+    get(&h.router, "/ui/actors/rows?limit=7").await.error(400, Some("limit"));
+    get(&h.router, "/ui/actors/rows?page=0").await.error(400, Some("page"));
+    get(&h.router, "/ui/actors/rows?cursor=zz").await.error(400, Some("cursor"));
+}
+
+#[tokio::test]
+async fn a_page_of_twenty_has_a_next_page_that_continues_where_it_ended() {
+    let mut view = View::default();
+    for seq in 1..=25 {
+        let mut t = task(seq, TaskState::Running);
+        t.created_at_ms = seq;
+        view.tasks.insert(seq, Arc::new(t));
+    }
+    let h = harness_with(view, None);
+    let first = get(&h.router, "/ui/tasks/rows?limit=20").await.ok().to_string();
+    assert!(first.contains("Rows 1–20 of 25 matching"), "{first}");
+    let marker = r#"hx-vals='{"cursor": ""#;
+    let at = first.find(marker).unwrap() + marker.len();
+    let cursor = &first[at..at + first[at..].find('"').unwrap()];
+    let second = get(&h.router, &format!("/ui/tasks/rows?limit=20&page=2&cursor={cursor}"))
+        .await
+        .ok()
+        .to_string();
+    assert!(second.contains("Rows 21–25 of 25 matching"), "{second}");
+    assert!(second.contains(">task-5<") && !second.contains(">task-6<"), "{second}");
+    assert!(second.contains("First page"));
+}
+
+#[tokio::test]
+async fn actions_ask_first_answer_with_the_heads_word_and_are_disabled_for_read_tokens() {
+    let h = harness();
+    let page = get(&h.router, "/ui/actors/actor-1").await.ok().to_string();
+    assert!(page.contains(r#"hx-post="/ui/actors/actor-1/kill""#), "{page}");
+    assert!(page.contains(r#"hx-confirm="Kill actor-1?"#), "{page}");
+    assert!(!page.contains("disabled"), "{page}");
+    let killed = send(&h.router, Method::POST, "/ui/actors/actor-1/kill", Some(TOKEN), None).await;
+    let text = killed.ok();
+    assert!(text.contains("actor-1 killed: it is DEAD."), "{text}");
+    assert!(!text.contains(r#"hx-post="/ui/actors/actor-1/kill""#), "a dead actor has no kill");
+    for (uri, word) in
+        [("/ui/tasks/task-1/cancel", "cancelled"), ("/ui/groups/pg-1/remove", "removed")]
+    {
+        let answer = send(&h.router, Method::POST, uri, Some(TOKEN), None).await;
+        assert!(answer.ok().contains(word), "{}", answer.text);
+    }
+    let asked: Vec<String> = h.asked.lock().unwrap().iter().map(|(id, _, _)| id.clone()).collect();
+    assert_eq!(asked, ["actor-1", "task-1", "pg-1"]);
+    // A read token: the buttons are disabled, and the head refuses the action anyway.
+    let read = send(&h.router, Method::GET, "/ui/tasks/task-1", Some(&h.read), None).await;
+    assert!(read.ok().contains("disabled title=\"Needs an admin token"), "{}", read.text);
+    for uri in [
+        "/ui/actors/actor-1/kill",
+        "/ui/tasks/task-1/cancel",
+        "/ui/groups/pg-1/remove",
+        "/ui/nodes/node-1/drain",
+        "/ui/nodes/node-1/undrain",
+    ] {
+        send(&h.router, Method::POST, uri, Some(&h.read), None).await.error(403, None);
+    }
+    assert_eq!(h.asked.lock().unwrap().len(), 3, "nothing more reached the head");
+}
+
+#[tokio::test]
+async fn the_nodes_table_is_filtered_sorted_and_paged_and_read_only_for_read_tokens() {
+    let mut view = sample_view();
+    for i in 10..=34 {
+        let mut n = node(&format!("node-{i}"), NodeState::Alive, &[("zone", "c")], &[]);
+        n.actors = i;
+        view.nodes.insert(n.node_id.clone(), Arc::new(n));
+    }
+    let h = harness_with(view, None);
+    // By ID at first; the order and page in the table, included by every request.
+    let page = get(&h.router, "/ui/nodes?limit=20").await.ok().to_string();
+    assert!(page.contains(r#"<form id="node-filters""#), "{page}");
+    assert!(
+        page.contains(
+            r#"<span id="node-list-state"><input type="hidden" name="sort" value="node_id">"#
+        ),
+        "{page}"
+    );
+    assert!(page.contains("Rows 1–20 of 28 matching"), "{page}");
+    assert!(page.find(">node-1<").unwrap() < page.find(">node-10<").unwrap(), "{page}");
+    // A click on Actors sorts the most first.
+    assert!(
+        page.contains(
+            r#"hx-vals='{"sort": "-actors", "cursor": "", "page": "1"}'>Actors</button>"#
+        ),
+        "{page}"
+    );
+    let busiest = get(&h.router, "/ui/nodes/table?sort=-actors&limit=20").await.ok().to_string();
+    assert!(busiest.find(">node-34<").unwrap() < busiest.find(">node-33<").unwrap(), "{busiest}");
+    assert!(busiest.contains(r#"aria-sort="descending""#), "{busiest}");
+    assert!(
+        busiest.contains(
+            r#"<span id="node-list-state"><input type="hidden" name="sort" value="-actors">"#
+        ),
+        "{busiest}"
+    );
+    assert!(!busiest.contains("hx-swap-oob=\"true\"><input"), "no state out of band: {busiest}");
+    // The next page continues where the first ended.
+    let marker = r#"hx-vals='{"cursor": ""#;
+    let at = busiest.find(marker).unwrap() + marker.len();
+    let cursor = &busiest[at..at + busiest[at..].find('"').unwrap()];
+    let second =
+        get(&h.router, &format!("/ui/nodes/table?sort=-actors&limit=20&page=2&cursor={cursor}"))
+            .await
+            .ok()
+            .to_string();
+    assert!(second.contains("Rows 21–28 of 28 matching"), "{second}");
+    assert!(second.contains(">node-14<") && !second.contains(">node-15<"), "{second}");
+    // Filters: state, label, ID or address.
+    let dead = get(&h.router, "/ui/nodes/table?state=DEAD").await.ok().to_string();
+    assert!(dead.contains("of 1 matching") && dead.contains(">node-3<"), "{dead}");
+    let zone = get(&h.router, "/ui/nodes/table?label=zone%3Da").await.ok().to_string();
+    assert!(zone.contains("of 1 matching") && zone.contains(">node-1<"), "{zone}");
+    let none = get(&h.router, "/ui/nodes/table?name=nothing-like-it").await.ok().to_string();
+    assert!(none.contains("No node matches."), "{none}");
+    get(&h.router, "/ui/nodes/table?sort=colour").await.error(400, Some("sort"));
+    get(&h.router, "/ui/nodes/table?limit=7").await.error(400, Some("limit"));
+    get(&h.router, "/ui/nodes/table?cursor=zz").await.error(400, Some("cursor"));
+    // An action answers the page it was taken from (the form's fields travel with it).
+    let answer = send(
+        &h.router,
+        Method::POST,
+        "/ui/nodes/node-34/drain",
+        Some(TOKEN),
+        Some("sort=-actors&limit=20&page=1&cursor="),
+    )
+    .await;
+    let text = answer.ok();
+    assert!(text.contains("node-34 is draining"), "{text}");
+    assert!(text.find(">node-34<").unwrap() < text.find(">node-33<").unwrap(), "{text}");
+    // A read token sees every action disabled, and the head refuses them anyway.
+    assert!(!busiest.contains("disabled"), "{busiest}");
+    let read = send(&h.router, Method::GET, "/ui/nodes/table", Some(&h.read), None).await;
+    let text = read.ok();
+    assert!(text.contains("need an admin token"), "{text}");
+    for control in [
+        r#"aria-label="Drain node-1" disabled title="Needs an admin token"#,
+        r#"aria-label="Remove taint gpu_node=true from node-2" disabled title="Needs an admin token"#,
+        r#"<button type="submit" disabled title="Needs an admin token: this one may only read">Add taint</button>"#,
+    ] {
+        assert!(text.contains(control), "missing {control}: {text}");
+    }
+    let taint = Some("taint=a%3Db");
+    send(&h.router, Method::POST, "/ui/nodes/node-1/taints", Some(&h.read), taint)
+        .await
+        .error(403, None);
+    send(&h.router, Method::DELETE, "/ui/nodes/node-2/taints", Some(&h.read), taint)
+        .await
+        .error(403, None);
+}
+
+#[tokio::test]
+async fn a_nodes_page_has_its_gpu_map_history_and_undrain() {
+    let mut view = sample_view();
+    for seq in [5, 6] {
+        let mut a = actor(seq, ActorState::Alive, Some("node-1"), &[]);
+        Arc::make_mut(&mut a.spec).placement =
+            PlacementSpec::from_json(json!({"resources": {"GPU": 0.5}})).unwrap();
+        a.instances = BTreeMap::from([("GPU".to_string(), vec![2])]);
+        view.actors.insert(seq, Arc::new(a));
+    }
+    let mut draining = node("node-4", NodeState::Draining, &[], &[]);
+    draining.history = vec![berth_api::rest::NodeEvent {
+        at_ms: 1_700_000_000_000,
+        kind: "draining".into(),
+        message: "takes no new work".into(),
+    }];
+    view.nodes.insert("node-4".into(), Arc::new(draining));
+    let h = harness_with(view, None);
+    let page = get(&h.router, "/ui/nodes/node-1").await.ok().to_string();
+    for holder in ["actor-5", "actor-6"] {
+        assert!(
+            page.contains(&format!(r#"data-holder="{holder}" data-instance="2" data-share="0.5""#)),
+            "{page}"
+        );
+    }
+    assert_eq!(page.matches("<text x=\"0\"").count(), 4, "4 GPU instances: {page}");
+    assert!(page.contains(r#"hx-post="/ui/nodes/node-1/drain?from=detail""#));
+    let drained = get(&h.router, "/ui/nodes/node-4").await.ok().to_string();
+    assert!(drained.contains("takes no new work") && drained.contains(">draining<"), "{drained}");
+    let answer =
+        send(&h.router, Method::POST, "/ui/nodes/node-4/undrain?from=detail", Some(TOKEN), None)
+            .await;
+    assert!(answer.ok().contains("node-4 is ALIVE: it takes new work again"), "{}", answer.text);
+    let table = get(&h.router, "/ui/nodes/table").await.ok().to_string();
+    assert!(table.contains(r#"aria-label="Undrain node-4""#), "{table}");
+    assert!(table.contains(r##"<a class="node-id" href="#nodes/node-1">node-1</a>"##), "{table}");
+}
+
+#[tokio::test]
+async fn measured_use_shows_beside_what_was_reserved_on_node_and_work_pages() {
+    let h = harness();
+    let unmeasured = get(&h.router, "/ui/nodes/node-1").await.ok().to_string();
+    assert!(unmeasured.contains("Not measured"), "{unmeasured}");
+    let work = |id: &str, attempt, cpu| berth_api::agent::WorkMeasured {
+        work_id: String::from(id),
+        attempt,
+        cpu_millicores: cpu,
+        memory_bytes: 10 << 20,
+        processes: 2,
+    };
+    let measured = berth_api::agent::Measured {
+        cpu_millicores: Some(2000),
+        cpus: 8,
+        memory_used_bytes: 1 << 30,
+        memory_total_bytes: 4 << 30,
+        work: vec![work("actor-1", 1, Some(990)), work("task-1", 1, None)],
+    };
+    h.measurements.record("node-1", 1, 1_700_000_000_000, measured.clone()).unwrap();
+    let page = get(&h.router, "/ui/nodes/node-1").await.ok().to_string();
+    assert!(page.contains("2.00 / 8"), "machine CPU: {page}");
+    assert!(page.contains("1Gi / 4Gi"), "machine memory: {page}");
+    assert!(page.contains(r#"aria-label="CPU measured in use on node-1: 25%""#), "{page}");
+    // Measurements change without the cluster changing: the page also looks every 5 s.
+    assert!(page.contains(r#"hx-trigger="berth:changed, every 5s""#), "{page}");
+    assert!(page.contains("CPU 0.99 · memory 10Mi · 2 processes (attempt 1)"), "{page}");
+    let actor = get(&h.router, "/ui/actors/actor-1").await.ok().to_string();
+    assert!(
+        actor.contains("CPU 0.99 · memory 10Mi · 2 processes (attempt 1); reserved CPU 1"),
+        "{actor}"
+    );
+    // The task's first measurement: no CPU figure yet.
+    let task = get(&h.router, "/ui/tasks/task-1").await.ok().to_string();
+    assert!(task.contains("CPU — · memory 10Mi · 2 processes (attempt 1)"), "{task}");
+    assert!(actor.contains(r#"hx-trigger="berth:changed, every 5s""#), "{actor}");
+    let other = get(&h.router, "/ui/actors/actor-2").await.ok().to_string();
+    assert!(other.contains("not measured"), "{other}");
+    // A pending actor runs nowhere: nothing to look at again.
+    assert!(other.contains(r#"hx-trigger="berth:changed""#), "{other}");
+    // A dead node's last measurement is never shown.
+    h.measurements.record("node-3", 1, 1_700_000_000_000, measured).unwrap();
+    let dead = get(&h.router, "/ui/nodes/node-3").await.ok().to_string();
+    assert!(dead.contains("Not measured") && !dead.contains("2.00 / 8"), "{dead}");
+}
+
+#[tokio::test]
+async fn the_overview_charts_the_last_hour_and_a_group_shows_its_bundles_on_their_nodes() {
+    let h = harness();
+    let overview = get(&h.router, "/ui/overview").await.ok().to_string();
+    assert!(
+        overview.contains(r#"aria-label="GPU reserved: 0 of 8 now over the last hour""#),
+        "{overview}"
+    );
+    assert!(overview.contains("Waiting requests: 1 now"), "{overview}");
+    let group = get(&h.router, "/ui/groups/pg-1").await.ok().to_string();
+    assert!(
+        group.contains(r#"class="bundle-map""#) && group.contains("data-bundle=\"0\""),
+        "{group}"
+    );
+    assert!(!group.contains("data-logs"), "a group has no logs");
+    let task = get(&h.router, "/ui/tasks/task-1").await.ok().to_string();
+    assert!(task.contains(r#"data-logs="task-1""#), "{task}");
+    let live = get(&h.router, "/ui/tasks/task-1?part=live").await.ok().to_string();
+    assert!(!live.contains("data-logs"), "the live part leaves the logs alone: {live}");
 }

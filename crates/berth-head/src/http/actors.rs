@@ -66,7 +66,9 @@ pub(crate) async fn create_actors(
 /// List actors.
 ///
 /// Filters: `state` (PENDING, ALIVE, RESTARTING, DEAD), `namespace`, `node`, `label`
-/// (`key=value`), `limit`.
+/// (`key=value`), `name` (in the name or ID). Paged: `limit`, `sort` (`actor_id`, creation
+/// order, by default; `-created_at_ms` is newest first; also `name`, `namespace`, `state`,
+/// `node_id`, `restarts`), `cursor` (the last page's `next_cursor`).
 #[utoipa::path(
     get, path = "/api/v1/actors", tag = "actors", operation_id = "list_actors",
     params(ListQuery),

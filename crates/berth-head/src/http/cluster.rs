@@ -24,8 +24,9 @@ pub(crate) async fn healthz() -> Json<Health> {
         content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"))
 )]
 pub(crate) async fn metrics(State(api): State<Api>) -> Response {
-    api.metrics.count(&api.handle.view());
-    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], api.metrics.render()).into_response()
+    let measured = api.handle.measurements.nodes();
+    let text = api.metrics.scrape(&api.handle.view(), &measured);
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
 
 /// The cluster at a glance: nodes, resources, counts, what waits, and autoscaler demand.

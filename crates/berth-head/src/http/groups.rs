@@ -41,7 +41,9 @@ pub(crate) async fn create_group(
 /// List placement groups.
 ///
 /// Filters: `state` (PENDING, CREATED, RESCHEDULING, REMOVED), `namespace`, `node` (groups
-/// with a bundle there), `limit`.
+/// with a bundle there), `name` (in the name or ID). Paged: `limit`, `sort` (`group_id`,
+/// creation order, by default; `-created_at_ms` is newest first; also `name`, `namespace`,
+/// `state`, `strategy`), `cursor` (the last page's `next_cursor`).
 #[utoipa::path(
     get, path = "/api/v1/placement_groups", tag = "placement_groups", operation_id = "list_groups",
     params(ListQuery),

@@ -395,6 +395,8 @@ mod tests {
             tasks: 0,
             registered_at_ms: 1,
             dead_reason: None,
+            history: Vec::new(),
+            measured: None,
         };
         view.nodes.insert("n1".into(), Arc::new(node));
         view.actors.insert(1, Arc::new(actor(state)));
@@ -420,6 +422,7 @@ mod tests {
             work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
             store: Arc::default(),
             limits: Arc::default(),
+            measurements: Default::default(),
         };
         let router = super::super::router_with_logs(
             handle,

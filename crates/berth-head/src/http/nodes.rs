@@ -13,7 +13,11 @@ use crate::error::HeadError;
 
 /// List nodes.
 ///
-/// Filters: `state` (ALIVE, DRAINING, DEAD), `label` (`key=value`), `node` (an ID), `limit`.
+/// Each live node carries its machine's last measurement (`measured`, without the attempts:
+/// those are in `GET /api/v1/nodes/{node}`).
+///
+/// Filters: `state` (ALIVE, DRAINING, DEAD), `label` (`key=value`), `name` (in the ID or
+/// address). Paged: `limit`, `sort` (`node_id` by default), `cursor`.
 #[utoipa::path(
     get, path = "/api/v1/nodes", tag = "nodes", operation_id = "list_nodes",
     params(ListQuery),
@@ -26,10 +30,15 @@ pub(crate) async fn list_nodes(
     State(api): State<Api>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<List<Node>>, Failure> {
-    Ok(Json(api.handle.view().list_nodes(&query)?))
+    let mut list = api.handle.view().list_nodes(&query)?;
+    for node in &mut list.items {
+        api.handle.measurements.fill(node, false);
+    }
+    Ok(Json(list))
 }
 
-/// Get one node, by ID or by address.
+/// Get one node, by ID or by address, with what its machine and each attempt on it use as
+/// last measured (`measured`, when its agent measures).
 #[utoipa::path(
     get, path = "/api/v1/nodes/{node}", tag = "nodes", operation_id = "get_node",
     params(("node" = String, Path, description = "The node's ID, or its address")),
@@ -44,7 +53,9 @@ pub(crate) async fn get_node(
 ) -> Result<Response, Failure> {
     let view = api.handle.view();
     let found = view.node(&node).ok_or(HeadError::NotFound { what: "node", id: node })?;
-    Ok(Json(&*found).into_response())
+    let mut node = (*found).clone();
+    api.handle.measurements.fill(&mut node, true);
+    Ok(Json(node).into_response())
 }
 
 /// Drain a node: it takes no new work and its actors move elsewhere.
@@ -63,6 +74,25 @@ pub(crate) async fn drain_node(
     PathId(node): PathId,
 ) -> Result<Json<Node>, Failure> {
     Ok(Json(api.handle.drain_node(&node).await?))
+}
+
+/// End a node's drain: it takes new work again and waiting work is decided again. A node
+/// that is not draining is answered as it is.
+#[utoipa::path(
+    post, path = "/api/v1/nodes/{node}/undrain", tag = "nodes", operation_id = "undrain_node",
+    params(("node" = String, Path, description = "The node's ID, or its address")),
+    responses(
+        (status = 200, description = "The node, now ALIVE", body = Node),
+        (status = 404, description = "No such node", body = ApiError),
+        (status = 409, description = "The node is dead", body = ApiError),
+        (status = 503, description = "The change could not be made durable", body = ApiError),
+    )
+)]
+pub(crate) async fn undrain_node(
+    State(api): State<Api>,
+    PathId(node): PathId,
+) -> Result<Json<Node>, Failure> {
+    Ok(Json(api.handle.undrain_node(&node).await?))
 }
 
 /// Add taints to a node: `{"gpu_node": "true"}`.

@@ -63,7 +63,9 @@ pub(crate) async fn submit_tasks(
 /// List tasks.
 ///
 /// Filters: `state` (PENDING, RUNNING, FINISHED, FAILED, CANCELLED), `namespace`, `node`,
-/// `limit`.
+/// `name` (in the name or ID). Paged: `limit`, `sort` (`task_id`, creation order, by
+/// default; `-created_at_ms` is newest first; also `name`, `namespace`, `state`, `node_id`,
+/// `attempts`, `exit_code`), `cursor` (the last page's `next_cursor`).
 #[utoipa::path(
     get, path = "/api/v1/tasks", tag = "tasks", operation_id = "list_tasks",
     params(ListQuery),

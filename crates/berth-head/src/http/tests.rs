@@ -39,6 +39,8 @@ fn node(id: &str, address: &str, state: NodeState, labels: &[(&str, &str)]) -> N
         tasks: 0,
         registered_at_ms: 1,
         dead_reason: None,
+        history: Vec::new(),
+        measured: None,
     }
 }
 
@@ -123,6 +125,7 @@ struct Harness {
     commands: mpsc::Receiver<Command>,
     view: watch::Sender<Arc<View>>,
     metrics: Arc<Metrics>,
+    measurements: Arc<crate::measured::Measurements>,
 }
 
 fn harness() -> Harness {
@@ -135,11 +138,13 @@ fn harness() -> Harness {
         work_keys: Arc::new(crate::work_keys::WorkKeys::with_secret(&[7; 32])),
         store: Arc::default(),
         limits: Arc::default(),
+        measurements: Arc::default(),
     };
+    let measurements = handle.measurements.clone();
     let metrics = Arc::new(Metrics::new());
     let router =
         router(handle, crate::keyring::Keyring::in_memory(TOKEN, "agent-secret"), metrics.clone());
-    Harness { router, commands, view, metrics }
+    Harness { router, commands, view, metrics, measurements }
 }
 
 /// A stand-in owner: answers every command with `answer` (the kind of object asked for is
@@ -189,6 +194,7 @@ fn owner(
                     let _ = reply.send(err.map_or_else(|| Ok(group(1, GroupState::Removed)), Err));
                 }
                 Command::DrainNode { reply, .. }
+                | Command::UndrainNode { reply, .. }
                 | Command::Taints { reply, .. }
                 | Command::Labels { reply, .. }
                 | Command::Resources { reply, .. } => {
@@ -298,6 +304,7 @@ fn routes() -> Vec<(Method, &'static str, &'static str, Option<&'static str>)> {
         (Method::GET, "/api/v1/nodes", "/api/v1/nodes", None),
         (Method::GET, "/api/v1/nodes/node-1", "/api/v1/nodes/{node}", None),
         (Method::POST, "/api/v1/nodes/node-1/drain", "/api/v1/nodes/{node}/drain", None),
+        (Method::POST, "/api/v1/nodes/node-1/undrain", "/api/v1/nodes/{node}/undrain", None),
         (
             Method::POST,
             "/api/v1/nodes/node-1/taints",
@@ -436,10 +443,10 @@ async fn http_every_route_answers_with_the_token() {
     }
     drop(h.router);
     drop(h.view);
-    // 17 commands: drain, 2 taints, 2 labels, resources, create actor, kill, submit, 2
+    // 18 commands: drain, undrain, 2 taints, 2 labels, resources, create actor, kill, submit, 2
     // batches, cancel, create group, remove, dry run, autoscaler plan, and the token list
     // written after the create (the revoke of an unknown token fails before it).
-    assert_eq!(owner.await.unwrap(), 17);
+    assert_eq!(owner.await.unwrap(), 18);
 }
 
 #[tokio::test]
@@ -553,7 +560,21 @@ async fn http_list_filters_and_bad_queries() {
     assert_eq!(count(get(r, "/api/v1/actors?node=node-1&unknown=1").await.json()), (1, 1));
     assert_eq!(count(get(r, "/api/v1/tasks?state=RUNNING").await.json()), (1, 1));
     assert_eq!(count(get(r, "/api/v1/placement_groups?state=pending").await.json()), (1, 1));
+    // Pages: newest first, then the rest through the cursor; a name search.
+    let first = get(r, "/api/v1/actors?sort=-created_at_ms&limit=1").await.json();
+    assert_eq!(count(first.clone()), (1, 2));
+    let cursor = first["next_cursor"].as_str().expect("a next page").to_string();
+    let second =
+        get(r, &format!("/api/v1/actors?sort=-created_at_ms&limit=1&cursor={cursor}")).await.json();
+    assert_eq!(count(second.clone()), (1, 2));
+    assert!(second.get("next_cursor").is_none(), "the last page: {second}");
+    assert_ne!(first["items"][0]["actor_id"], second["items"][0]["actor_id"]);
+    assert_eq!(count(get(r, "/api/v1/nodes?sort=-node_id&name=NODE-2").await.json()), (1, 1));
     for (uri, field) in [
+        ("/api/v1/actors?sort=colour", "sort"),
+        ("/api/v1/tasks?sort=-restarts", "sort"),
+        ("/api/v1/actors?cursor=nothex", "cursor"),
+        ("/api/v1/actors?sort=name&cursor=7b7d", "cursor"),
         ("/api/v1/nodes?state=SLEEPY", "state"),
         ("/api/v1/actors?state=RUNNING", "state"),
         ("/api/v1/tasks?state=", "state"),
@@ -851,6 +872,57 @@ async fn http_metrics_record_requests_by_route_template() {
     }
     assert!(!text.contains("actor-9"));
     assert!(h.metrics.render().contains(r#"route="/metrics""#));
+}
+
+#[tokio::test]
+async fn http_measured_usage_is_in_nodes_and_metrics_for_live_nodes_only() {
+    let h = harness();
+    let measured = |work_id: &str| berth_api::agent::Measured {
+        cpu_millicores: Some(1500),
+        cpus: 4,
+        memory_used_bytes: 1 << 30,
+        memory_total_bytes: 4 << 30,
+        work: vec![berth_api::agent::WorkMeasured {
+            work_id: work_id.into(),
+            attempt: 1,
+            cpu_millicores: Some(990),
+            memory_bytes: 10 << 20,
+            processes: 2,
+        }],
+    };
+    // node-1 is alive, node-2 dead (its stream may linger: never shown).
+    h.measurements.record("node-1", 1, 1000, measured("actor-1")).unwrap();
+    h.measurements.record("node-2", 1, 1000, measured("task-1")).unwrap();
+    let one: serde_json::Value =
+        serde_json::from_slice(&get(&h.router, "/api/v1/nodes/node-1").await.body).unwrap();
+    assert_eq!(one["measured"]["cpu_millicores"], 1500);
+    assert_eq!(one["measured"]["memory_total_bytes"], 4u64 << 30);
+    assert_eq!(one["measured"]["work"][0]["work_id"], "actor-1");
+    assert_eq!(one["measured"]["work"][0]["cpu_millicores"], 990);
+    let dead: serde_json::Value =
+        serde_json::from_slice(&get(&h.router, "/api/v1/nodes/node-2").await.body).unwrap();
+    assert!(dead.get("measured").is_none(), "{dead}");
+    let list: serde_json::Value =
+        serde_json::from_slice(&get(&h.router, "/api/v1/nodes").await.body).unwrap();
+    assert_eq!(list["items"][0]["measured"]["cpus"], 4);
+    // Lists leave the attempts out.
+    assert!(list["items"][0]["measured"].get("work").is_none(), "{list}");
+    assert!(list["items"][1].get("measured").is_none(), "{list}");
+    let text = String::from_utf8(get(&h.router, "/metrics").await.body).unwrap();
+    for needle in [
+        r#"berth_node_cpu_used_cores{node="node-1"} 1.5"#,
+        r#"berth_node_cpus{node="node-1"} 4"#,
+        r#"berth_node_memory_used_bytes{node="node-1"} 1073741824"#,
+        r#"berth_node_memory_total_bytes{node="node-1"} 4294967296"#,
+    ] {
+        assert!(text.contains(needle), "missing {needle}\n{text}");
+    }
+    assert!(!text.contains(r#"node="node-2""#), "{text}");
+    assert!(!text.contains("actor-1"), "no per-work series: {text}");
+    // A node whose measurement is gone leaves no series behind.
+    h.measurements.forget("node-1", 1);
+    let text = String::from_utf8(get(&h.router, "/metrics").await.body).unwrap();
+    assert!(!text.contains(r#"node="node-1""#), "{text}");
 }
 
 #[tokio::test]

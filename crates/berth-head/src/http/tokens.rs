@@ -34,7 +34,7 @@ impl From<KeyringError> for Failure {
 )]
 pub(crate) async fn list_tokens(State(api): State<Api>) -> Json<List<TokenInfo>> {
     let items = api.keyring.list();
-    Json(List { total: items.len(), items, forgotten: None })
+    Json(List { total: items.len(), items, next_cursor: None, forgotten: None })
 }
 
 /// Create a token with a role; its secret is in this answer and nowhere else.

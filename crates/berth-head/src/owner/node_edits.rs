@@ -96,6 +96,8 @@ impl Owner {
                 }
             }
         }
+        let kind = if add { "taints_added" } else { "taints_removed" };
+        self.node_event(&id, kind, pairs(taints));
         Ok(self.edited(&id, index))
     }
 
@@ -138,6 +140,12 @@ impl Owner {
             .set_labels(index, facts, labels)
             .map_err(|e| HeadError::invalid(berth_core::labels::NODE_ID, e.to_string()))?;
         self.nodes.get_mut(&id).expect("found").record.user_labels = user;
+        let mut message = pairs(set);
+        if !remove.is_empty() {
+            let removed = format!("removed {}", remove.join(", "));
+            message = if message.is_empty() { removed } else { format!("{message}; {removed}") };
+        }
+        self.node_event(&id, "labels_changed", message);
         Ok(self.edited(&id, index))
     }
 
@@ -202,6 +210,7 @@ impl Owner {
                 record.resources.insert(name.clone(), total.to_string());
             }
         }
+        self.node_event(&id, "resources_changed", pairs(resources));
         Ok(self.edited(&id, index))
     }
 
@@ -258,6 +267,7 @@ impl Owner {
         }
         entry.record.node.state = ApiNodeState::Draining;
         let _ = self.cluster.set_state(index, NodeState::Draining);
+        self.node_event(&id, "draining", "takes no new work; its actors move".into());
         self.trigger(Trigger::NodeLost(index));
         // Actors move (a move is not a restart); tasks run to completion.
         let actors: Vec<WorkId> =
@@ -270,4 +280,25 @@ impl Owner {
         self.refresh_node(&id);
         Ok((*self.view.nodes[&id]).clone())
     }
+
+    /// Ends a node's drain: it takes new work again, and the work waiting is decided again.
+    /// An alive node is left as it is; a dead one cannot be undrained (its agent registers
+    /// it again).
+    pub(crate) fn undrain_node(&mut self, node: &str) -> Result<rest::Node, HeadError> {
+        let (id, index) = self.editable_node(node)?;
+        let entry = self.nodes.get_mut(&id).expect("found");
+        if entry.record.node.state == ApiNodeState::Alive {
+            self.refresh_node(&id);
+            return Ok((*self.view.nodes[&id]).clone());
+        }
+        entry.record.node.state = ApiNodeState::Alive;
+        let _ = self.cluster.set_state(index, NodeState::Alive);
+        self.node_event(&id, "undrained", "takes new work again".into());
+        Ok(self.edited(&id, index))
+    }
+}
+
+/// `a=1, b=2`, for history entries.
+fn pairs(map: &StringMap) -> String {
+    map.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
 }

@@ -33,6 +33,8 @@ pub(crate) struct NodeEntry {
     /// Actors and tasks whose current attempt is placed here.
     pub(crate) actors: u64,
     pub(crate) tasks: u64,
+    /// Its heartbeats are late (past half the timeout): in its history once per lapse.
+    pub(crate) suspect: bool,
 }
 
 /// A registration, checked: what the core needs to add the node.
@@ -185,6 +187,8 @@ impl Owner {
                 tasks: 0,
                 registered_at_ms: now_ms(),
                 dead_reason: None,
+                history: Vec::new(),
+                measured: None,
             };
             let record = NodeRecord {
                 node: base,
@@ -194,7 +198,11 @@ impl Owner {
                 facts: registration.facts,
                 taints: registration.taints,
             };
-            self.nodes.insert(node_id.clone(), NodeEntry { index, record, actors: 0, tasks: 0 });
+            self.nodes.insert(
+                node_id.clone(),
+                NodeEntry { index, record, actors: 0, tasks: 0, suspect: false },
+            );
+            self.node_event(&node_id, "registered", format!("from {}", request.address));
             self.trigger(Trigger::NodeJoined(index));
         } else {
             // A known node (the agent or the head restarted): the head's record wins (labels
@@ -205,6 +213,12 @@ impl Owner {
             let entry = self.nodes.get_mut(&node_id).expect("known");
             entry.record.node.address = request.address.clone();
             entry.record.node.registered_at_ms = now_ms();
+            entry.suspect = false;
+            self.node_event(
+                &node_id,
+                "registered_again",
+                format!("from {} (its agent or the head restarted)", request.address),
+            );
         }
         // End any previous session.
         if let Some(old) = self.links.remove(&node_id) {
@@ -422,6 +436,7 @@ impl Owner {
             .map(|(id, _)| id.clone())
             .collect();
         silent.sort();
+        self.note_late_heartbeats(now, timeout);
         for id in silent {
             self.node_died(&id, format!("no heartbeat for {} ms", timeout));
         }
@@ -432,7 +447,8 @@ impl Owner {
         let Some(entry) = self.nodes.get_mut(node_id) else { return };
         let index = entry.index;
         entry.record.node.state = ApiNodeState::Dead;
-        entry.record.node.dead_reason = Some(reason);
+        entry.record.node.dead_reason = Some(reason.clone());
+        self.node_event(node_id, "dead", reason);
         let _ = self.cluster.set_state(index, NodeState::Dead);
         if let Some(link) = self.links.remove(node_id) {
             link.liveness.ended.store(true, Ordering::Release);
@@ -451,6 +467,45 @@ impl Owner {
             self.group_lost_bundles(seq, node_id);
         }
         self.mark_node(node_id);
+    }
+
+    /// Notes in their histories the live nodes whose heartbeats are later than half the
+    /// timeout (`suspect`), and those heard from again after that (`alive`); whether such a
+    /// node is dead is still the timeout's to say.
+    fn note_late_heartbeats(&mut self, now: u64, timeout: u64) {
+        let mut changes = Vec::new();
+        for (id, entry) in &self.nodes {
+            if entry.record.node.state == ApiNodeState::Dead {
+                continue;
+            }
+            let Some(link) = self.links.get(id) else { continue };
+            let silent = now.saturating_sub(link.liveness.last_seen_ms.load(Ordering::Acquire));
+            let late = silent > timeout / 2;
+            if late != entry.suspect {
+                changes.push((id.clone(), late, silent));
+            }
+        }
+        for (id, late, silent) in changes {
+            self.nodes.get_mut(&id).expect("listed").suspect = late;
+            if late {
+                self.node_event(&id, "suspect", format!("no heartbeat for {silent} ms"));
+            } else {
+                self.node_event(&id, "alive", "heartbeats again".to_string());
+            }
+            self.mark_node(&id);
+            self.refresh_node(&id);
+        }
+    }
+
+    /// Adds an entry to a node's history (kept with its record, the last
+    /// [`rest::NODE_HISTORY`]); the caller marks the node.
+    pub(crate) fn node_event(&mut self, node_id: &str, kind: &str, message: String) {
+        let Some(entry) = self.nodes.get_mut(node_id) else { return };
+        let history = &mut entry.record.node.history;
+        if history.len() >= rest::NODE_HISTORY {
+            history.remove(0);
+        }
+        history.push(rest::NodeEvent { at_ms: now_ms(), kind: kind.to_string(), message });
     }
 
     /// Marks a node to be written and shown anew.

@@ -192,7 +192,10 @@ impl Owner {
             });
             self.links.insert(node_id.clone(), AgentLink { liveness, assignments: None });
         }
-        self.nodes.insert(node_id.clone(), NodeEntry { index, record, actors: 0, tasks: 0 });
+        self.nodes.insert(
+            node_id.clone(),
+            NodeEntry { index, record, actors: 0, tasks: 0, suspect: false },
+        );
         self.touched.insert(node_id);
         Ok(())
     }
