@@ -44,51 +44,24 @@ mod schema;
 mod source;
 mod strategy;
 
-use std::collections::{HashMap, HashSet};
-use std::convert::Infallible;
 use std::fmt;
 use std::io;
-use std::marker::PhantomData;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use berth_core::actors::{MatchMode, OnPeerMoved};
-use berth_core::cluster::NodeSpec;
-use berth_core::labels::{self, LabelError, Labels, NodeFacts};
-use berth_core::placement_group::GroupSpec;
-use berth_core::request::{GroupPlacement, NodeLabel};
-use berth_core::selector::{LabelSelector, SelectorError};
-use berth_core::taints::rare_taint_key;
-use berth_core::{
-    Allocation, Cluster, ClusterError, ConfigError, InstanceId, NodeAffinity, NodeError, NodeId,
-    NodeIndex, NodeState, Quantity, Reason, Request, ResourceId, ResourceRegistry, ResourceSet,
-    SchedulerConfig, Strategy, UnknownResources,
-};
-use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
-use serde::ser::SerializeMap;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_saphyr::{MessageFormatter, NonFiniteFloatPolicy};
 use thiserror::Error;
 
 pub use actors::{actor_spec, AffinityDraft};
-use actors::{ActorEntry, ActorSection, ExpressionEntry, MatchName, OnPeerMovedName};
-use cluster::*;
 pub use cluster::{load_cluster, ClusterSnapshot};
-use groups::{BundleIndex, GroupIdText, GroupSection, ReservedGroupEntry};
 pub use groups::{GroupFallback, GroupStrategyName, SelectorList};
-use label_maps::*;
 pub use label_maps::{check_taint, label_error_text, selector_error_text};
 pub use label_maps::{ByLabelKey, Expression, ExpressionMap, LabelText};
 pub use labels_file::{load_labels_file, parse_labels_text};
 pub use located::{At, Located};
-use parsed::*;
 pub use parsed::{ByResource, FallbackEntry, ResourceMap, ResourceName};
 pub use placement::{PlacementGroupSpec, PlacementSpec};
-use request::*;
 pub use request::{load_request, LoadedRequest, ParsedRequest};
 pub use source::Source;
-use source::*;
 pub use strategy::StrategySpec;
-use strategy::*;
 
 /// Which of the two input files an error is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,12 +193,15 @@ fn window(text: &str, column: usize) -> (String, usize) {
 const SNIPPET_WIDTH: usize = 80;
 
 /// The field name `Located` reads its inner value from; it shows up in the paths
-/// `serde_path_to_error` records and is removed by [`field_path`].
+/// `serde_path_to_error` records and is removed by [`source::field_path`].
 const SPANNED_VALUE: &str = "value";
 
 /// Helpers of the unit tests beside each parser.
 #[cfg(test)]
 mod test_support {
+    use serde::de::DeserializeOwned;
+
+    use super::source::Source;
     use super::*;
 
     pub(super) fn source(kind: FileKind, text: &str) -> Source {
@@ -242,6 +218,7 @@ mod test_support {
 
 #[cfg(test)]
 mod tests {
+    use super::parsed::ClusterFile;
     use super::test_support::*;
     use super::*;
 

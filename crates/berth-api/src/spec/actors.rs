@@ -19,10 +19,11 @@ use serde::de::{self, Deserializer};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
-use super::{
-    label_error_text, reserve_on, under, ByLabelKey, InputError, LabelText, Reservation,
-    ResourceMap, Source, StringOnly,
-};
+use super::cluster::{reserve_on, Reservation};
+use super::label_maps::{label_error_text, ByLabelKey, LabelText, StringOnly};
+use super::parsed::ResourceMap;
+use super::source::{under, Source};
+use super::InputError;
 
 // ---------------------------------------------------------------------------------------------
 // Values checked while parsing.
@@ -466,7 +467,8 @@ mod tests {
 
     use berth_core::actors::{AffinityOperator, MatchMode, OnPeerMoved};
 
-    use super::super::{FileKind, InputError, RequestFile, Source, StrategySpec};
+    use super::super::parsed::RequestFile;
+    use super::super::{FileKind, InputError, Source, StrategySpec};
     use super::*;
 
     fn source(text: &str) -> Source {

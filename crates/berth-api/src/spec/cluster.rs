@@ -1,6 +1,24 @@
 //! Building the cluster file: nodes, allocations, rare resources, the scheduler settings.
 
-use super::*;
+use super::label_maps::{label_error_text, ByLabelKey, FactValue};
+use super::located::{At, Located};
+use super::parsed::{
+    AllocationEntry, ClusterFile, InstanceMap, NodeEntry, ResourceMap, ResourceName,
+    SchedulerSection, INSTANCES_KEY, RESOURCES_KEY,
+};
+use super::source::{core_path, under, Source};
+use super::{FileKind, InputError};
+use berth_core::cluster::NodeSpec;
+use berth_core::labels::NodeFacts;
+use berth_core::labels::{LabelError, Labels};
+use berth_core::taints::rare_taint_key;
+use berth_core::{
+    labels, Allocation, Cluster, ClusterError, ConfigError, InstanceId, NodeError, NodeIndex,
+    NodeState, Reason, Request, ResourceId, ResourceRegistry, ResourceSet, SchedulerConfig,
+    Strategy, UnknownResources,
+};
+use std::collections::HashMap;
+use std::path::Path;
 
 /// A loaded cluster file: the cluster and the scheduler settings.
 #[derive(Debug)]
@@ -49,8 +67,8 @@ pub(super) fn build_cluster(source: &Source) -> Result<ClusterSnapshot, InputErr
         .iter()
         .map(|node| (node.id.value.as_str(), node.state.unwrap_or(NodeState::Alive)))
         .collect();
-    actors::place_actors(source, &mut cluster, &file.actors, &states)?;
-    groups::reserve_groups(source, &mut cluster, &file.placement_groups, &states)?;
+    super::actors::place_actors(source, &mut cluster, &file.actors, &states)?;
+    super::groups::reserve_groups(source, &mut cluster, &file.placement_groups, &states)?;
     for (i, node) in file.nodes.iter().enumerate() {
         set_state(source, &mut cluster, i, node)?;
     }
@@ -465,6 +483,7 @@ pub(super) fn instance_list(
 mod tests {
     use super::*;
     use crate::spec::test_support::source;
+    use berth_core::Quantity;
 
     fn build(text: &str) -> Result<ClusterSnapshot, String> {
         build_cluster(&source(FileKind::Cluster, text)).map_err(|e| e.to_string())

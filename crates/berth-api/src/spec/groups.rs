@@ -18,11 +18,13 @@ use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::actors::NamespaceText;
+use super::cluster::{request_amounts, reserve_on, Reservation};
+use super::label_maps::{ExpressionMap, StringOnly};
+use super::parsed::{InstanceMap, ResourceMap};
 use super::placement::PlacementGroupSpec;
-use super::{
-    request_amounts, reserve_on, selector, under, ExpressionMap, InputError, InstanceMap,
-    Reservation, ResourceMap, Source, StringOnly,
-};
+use super::request::selector;
+use super::source::{under, Source};
+use super::InputError;
 
 /// A placement group's ID: the syntax of a label value, not empty.
 #[derive(Debug)]

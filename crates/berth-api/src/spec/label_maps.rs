@@ -1,7 +1,15 @@
 //! Labels, taints, selectors and tolerations: maps of label key to text, each entry checked
 //! while parsing, and the texts of their errors.
 
-use super::*;
+use super::strategy::PairMap;
+use berth_core::labels;
+use berth_core::labels::{LabelError, Labels};
+use berth_core::selector::{LabelSelector, SelectorError};
+use serde::de::{DeserializeSeed, MapAccess, Visitor};
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::HashSet;
+use std::fmt;
+use std::marker::PhantomData;
 
 /// A map of label key to text, in file order: node labels, taints, a label selector or
 /// tolerations. Each entry is checked while parsing by `T`'s rule, key and value together at
@@ -258,8 +266,9 @@ pub fn check_taint(key: &str, value: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::spec::parsed::ClusterFile;
     use crate::spec::test_support::*;
+    use crate::spec::FileKind;
 
     #[test]
     fn label_values_are_strings_only() {

@@ -1,6 +1,11 @@
 //! The labels file (`berth validate labels`, an agent's `--labels-file`).
 
-use super::*;
+use super::label_maps::{label_error_text, LabelMap};
+use super::located::Located;
+use super::source::Source;
+use super::{FileKind, InputError};
+use berth_core::labels::Labels;
+use std::path::Path;
 
 /// Reads a labels file (`berth validate labels --labels-file`): a YAML map of label key to
 /// value, user labels only (`berth.io/node-id` is Berth's). A file with nothing in it (or only

@@ -16,10 +16,11 @@ use berth_core::labels::{Labels, NodeFacts};
 use berth_core::{Cluster, NodeId, Quantity, ResourceRegistry};
 use serde::Deserialize;
 
-use super::{
-    label_error_field, node_spec, resource_set, under, FactValue, FileKind, InputError, LabelMap,
-    NodeEntry, ResourceMap, Source, TaintMap,
-};
+use super::cluster::{label_error_field, node_spec, resource_set};
+use super::label_maps::{FactValue, LabelMap, TaintMap};
+use super::parsed::{NodeEntry, ResourceMap};
+use super::source::{core_path, under, Source};
+use super::{FileKind, InputError};
 
 /// Default `idle_timeout_s`: a node with nothing on it for this long is removed.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -310,7 +311,7 @@ fn node_type(
             source.invalid(path, super::label_error_text("label", label), location)
         }
         berth_core::ClusterError::Node(node_err) => source.invalid(
-            super::core_path(&node_err.field(), |section| under(&field, section)),
+            core_path(&node_err.field(), |section| under(&field, section)),
             node_err.rule(),
             Some(node.resources.referenced),
         ),

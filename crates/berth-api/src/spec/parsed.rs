@@ -1,7 +1,19 @@
 //! The input files as serde reads them: the cluster and request files' sections, resource
 //! maps, allocations and the value types whose rules are checked while parsing.
 
-use super::*;
+use super::actors::{ActorEntry, ActorSection};
+use super::groups::{GroupSection, ReservedGroupEntry};
+use super::label_maps::{ExpressionMap, FactValue, LabelMap, TaintMap};
+use super::located::Located;
+use super::strategy::StrategySpec;
+use berth_core::{InstanceId, NodeId, NodeState, Quantity, ResourceRegistry};
+use serde::de::IntoDeserializer;
+use serde::de::{DeserializeOwned, DeserializeSeed, MapAccess, Visitor};
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::fmt;
+use std::marker::PhantomData;
 
 /// The cluster file.
 #[derive(Debug, Deserialize)]
@@ -475,6 +487,7 @@ impl<'de> DeserializeSeed<'de> for Reject {
 mod tests {
     use super::*;
     use crate::spec::test_support::*;
+    use crate::spec::FileKind;
 
     #[test]
     fn allocation_forms_are_told_apart_by_their_values() {

@@ -11,11 +11,13 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::actors::affinity;
+use super::cluster::request_amounts;
 use super::groups::{build_group, GroupFallback, GroupStrategyName, SelectorList};
 use super::request::selector;
 use super::schema;
-use super::{core_path, request_amounts, At, ExpressionMap, InputError, Located, ResourceMap};
-use super::{FallbackEntry, Source, StrategySpec};
+use super::source::core_path;
+use super::StrategySpec;
+use super::{At, ExpressionMap, FallbackEntry, InputError, Located, ResourceMap, Source};
 
 /// Where and on what an actor or task runs: what it reserves, how a node is chosen, which
 /// labels the node must have (and the alternatives), which taints it accepts.

@@ -1,6 +1,17 @@
 //! Building the request file (and a REST body): an actor or task, or a placement group.
 
-use super::*;
+use super::label_maps::{selector_error_text, ExpressionMap};
+use super::located::Located;
+use super::parsed::{RequestFile, ResourceMap};
+use super::placement::PlacementSpec;
+use super::source::{under, Source};
+use super::{actors, groups};
+use super::{FileKind, InputError};
+use berth_core::labels::LabelError;
+use berth_core::placement_group::GroupSpec;
+use berth_core::selector::{LabelSelector, SelectorError};
+use berth_core::{Cluster, Request};
+use std::path::Path;
 
 /// What a request file asks for: an actor or task to place, or a placement group.
 #[derive(Debug)]
@@ -139,6 +150,7 @@ pub(super) fn selector(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use berth_core::{Quantity, ResourceRegistry};
 
     #[test]
     fn json_bodies_are_read_with_the_same_rules_and_full_paths() {

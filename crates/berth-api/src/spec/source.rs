@@ -1,7 +1,13 @@
 //! Reading and parsing one file: its text kept for error snippets, YAML or JSON through
 //! serde with the field path recorded, and the paths of the errors.
 
-use super::*;
+use super::located::At;
+use super::Invalid;
+use super::{FileKind, InputError, SPANNED_VALUE};
+use serde::de::DeserializeOwned;
+use serde_saphyr::MessageFormatter;
+use serde_saphyr::NonFiniteFloatPolicy;
+use std::path::{Path, PathBuf};
 
 /// What errors name: one input file (its text kept for error snippets), or a REST body.
 #[derive(Debug)]
@@ -216,7 +222,7 @@ pub(super) fn core_path(field: &str, section: impl FnOnce(&str) -> String) -> St
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::spec::parsed::{ClusterFile, RequestFile};
     use crate::spec::test_support::*;
 
     #[test]

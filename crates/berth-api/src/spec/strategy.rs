@@ -1,6 +1,19 @@
 //! `scheduling_strategy`: its names, its map form and the checks of each strategy's keys.
 
-use super::*;
+use super::actors::AffinityDraft;
+use super::actors::{ExpressionEntry, MatchName, OnPeerMovedName};
+use super::groups::{BundleIndex, GroupIdText};
+use super::label_maps::{selector_error_text, ByLabelKey, ExpressionMap};
+use super::located::Located;
+use berth_core::actors::{MatchMode, OnPeerMoved};
+use berth_core::request::{GroupPlacement, NodeLabel};
+use berth_core::selector::LabelSelector;
+use berth_core::NodeAffinity;
+use berth_core::Strategy;
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
 
 /// A strategy name, case-insensitive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -371,7 +384,9 @@ pub(super) const PLACEMENT_GROUP_NEEDS_GROUP: &str =
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::parsed::RequestFile;
     use crate::spec::test_support::*;
+    use crate::spec::FileKind;
 
     #[test]
     fn strategy_accepts_names_in_any_case_and_the_map_form() {
