@@ -23,7 +23,11 @@
 //! - `parsed`: the files as serde reads them (sections, resource maps, allocations);
 //! - `label_maps`: labels, taints, selectors and tolerations, checked entry by entry;
 //! - `strategy`: `scheduling_strategy`, its names and map forms;
-//! - `cluster` and `request`: building the cluster file and a request (or a REST body);
+//! - `located`: [`Located`], a value with the line and column it was written at (8 bytes);
+//! - `placement`: [`PlacementSpec`] and [`PlacementGroupSpec`], the typed placement that the
+//!   request file, the REST bodies and the head's records share, and the one build of a core
+//!   request or group from them (`schema`: their OpenAPI schemas);
+//! - `cluster` and `request`: building the cluster file and a request file;
 //! - `actors` (`actors:`, `actor:`, ACTOR_AFFINITY), `groups` (`placement_groups:`,
 //!   `placement_group:`, PLACEMENT_GROUP), `node_types` (the autoscaler's file),
 //!   `profile` (the scheduler profile, into the core's typed `Profile`) and `labels_file`
