@@ -13,11 +13,12 @@ import java.util.Set;
 import org.junit.jupiter.api.Test;
 
 /**
- * Seed 000's Java examples, as written there with {@code Ray} read as {@code Berth}, on a real
- * cluster (examples/local/sdk-tests.yaml: CPU nodes cpu-a and cpu-b, tainted GPU nodes); each
- * checks where the actor went.
+ * The Java examples of Ray's actor-affinity design (actor labels, affinity and anti-affinity),
+ * as written there with {@code Ray} read as {@code Berth}, on a real cluster
+ * (examples/local/sdk-tests.yaml: CPU nodes cpu-a and cpu-b, tainted GPU nodes); each checks
+ * where the actor went.
  */
-class SeedExamplesTest extends ClusterTest {
+class RayExamplesTest extends ClusterTest {
 
   private static String node(ActorHandle<Counter> actor) {
     return actor.task(Counter::node).remote().get(60_000);
