@@ -9,6 +9,8 @@
 //! would be ahead of the store), and a restart reloads the truth.
 //!
 //! - `owner/work.rs`: actors and tasks (create, place, start, exit, restart, kill).
+//! - `owner/work_table.rs`: the table they are held in, one entry kind for both, and what
+//!   differs between them (`WorkObject`).
 //! - `owner/groups.rs`: placement groups.
 //! - `owner/nodes.rs`: agents (register, sessions, liveness), node death.
 //! - `owner/node_edits.rs`: taints, labels, capacity and drain of a running node.
@@ -30,6 +32,7 @@ mod restore;
 mod retention;
 mod settings;
 mod work;
+mod work_table;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -108,14 +111,8 @@ pub(crate) struct Owner {
     pub(crate) scheduler: Scheduler,
     pub(crate) rng: ChaCha8Rng,
     pub(crate) queue: PendingQueue<WorkId>,
-    /// Boxed: an entry is about 600 bytes, and a table of them inline was most of the head's
-    /// memory per actor (a hash table keeps up to half its slots free) and of a batch's time
-    /// (each doubling moved every entry into freshly zeroed pages).
-    pub(crate) actors: HashMap<u64, Box<work::ActorEntry>>,
-    /// Named actors by (namespace, name): the last actor created with the name.
-    pub(crate) names: HashMap<(String, Box<str>), u64>,
-    /// Boxed, as `actors`.
-    pub(crate) tasks: HashMap<u64, Box<work::TaskEntry>>,
+    /// Every actor and task, and the actors' names.
+    pub(crate) work: work_table::WorkTable,
     pub(crate) groups: HashMap<u64, groups::GroupEntry>,
     /// Groups waiting to be reserved (or re-planned), oldest first.
     pub(crate) waiting_groups: BTreeSet<u64>,
@@ -166,12 +163,10 @@ pub(crate) struct Owner {
 /// changed.
 #[derive(Default)]
 pub(crate) struct Dirty {
-    pub(crate) actors: BTreeSet<u64>,
-    pub(crate) tasks: BTreeSet<u64>,
+    pub(crate) work: BTreeSet<WorkId>,
     pub(crate) groups: BTreeSet<u64>,
     pub(crate) nodes: BTreeSet<String>,
-    pub(crate) shown_actors: BTreeSet<u64>,
-    pub(crate) shown_tasks: BTreeSet<u64>,
+    pub(crate) shown_work: BTreeSet<WorkId>,
     pub(crate) shown_groups: BTreeSet<u64>,
     /// Attempts started this cycle (written alone unless their object is written whole).
     pub(crate) starts: Vec<(WorkId, records::StartRecord)>,
@@ -191,9 +186,7 @@ impl Owner {
             scheduler: Scheduler::new(config.scheduler.clone()),
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue: PendingQueue::new(),
-            actors: HashMap::new(),
-            names: HashMap::new(),
-            tasks: HashMap::new(),
+            work: work_table::WorkTable::default(),
             groups: HashMap::new(),
             waiting_groups: BTreeSet::new(),
             groups_to_retry: BTreeSet::new(),
@@ -230,8 +223,8 @@ impl Owner {
     pub(crate) fn created_with(&self, kind: ObjectKind, key: Option<&str>) -> Option<u64> {
         let seq = *self.idempotency.get(&(kind, Box::from(key?)))?;
         let kept = match kind {
-            ObjectKind::Actor => self.actors.contains_key(&seq),
-            ObjectKind::Task => self.tasks.contains_key(&seq),
+            ObjectKind::Actor => self.work.contains(WorkId::Actor(seq)),
+            ObjectKind::Task => self.work.contains(WorkId::Task(seq)),
             ObjectKind::Group => self.groups.contains_key(&seq),
         };
         kept.then_some(seq)
@@ -438,45 +431,32 @@ impl Owner {
             batch.delete(table, key);
         }
         let dirty = std::mem::take(&mut self.dirty);
-        for seq in &dirty.actors {
-            if let Some(entry) = self.actors.get(seq) {
-                let record = encode(&entry.record(&self.cluster));
-                batch.put(Table::Actors, records::store_key(ObjectKind::Actor, *seq), record);
-                self.note_finished(ObjectKind::Actor, *seq);
+        for key in &dirty.work {
+            if let Some(entry) = self.work.get(*key) {
+                let (kind, seq) = key.view_key();
+                let table = if kind == ObjectKind::Actor { Table::Actors } else { Table::Tasks };
+                batch.put(table, records::store_key(kind, seq), entry.record(&self.cluster));
+                self.note_finished(kind, seq);
             }
         }
-        for seq in dirty.actors.union(&dirty.shown_actors) {
-            if let Some(entry) = self.actors.get(seq) {
-                let api = entry.api.clone();
-                let old = self.view.actors.insert(*seq, api.clone());
-                self.view.changes.push(changed(old.is_some()), Object::Actor(api));
-            }
-        }
-        for seq in &dirty.tasks {
-            if let Some(entry) = self.tasks.get(seq) {
-                let record = encode(&entry.record(&self.cluster));
-                batch.put(Table::Tasks, records::store_key(ObjectKind::Task, *seq), record);
-                self.note_finished(ObjectKind::Task, *seq);
-            }
-        }
-        for seq in dirty.tasks.union(&dirty.shown_tasks) {
-            if let Some(entry) = self.tasks.get(seq) {
-                let api = entry.api.clone();
-                let old = self.view.tasks.insert(*seq, api.clone());
-                self.view.changes.push(changed(old.is_some()), Object::Task(api));
+        for key in dirty.work.union(&dirty.shown_work) {
+            let Some(entry) = self.work.get(*key) else { continue };
+            let (_, seq) = key.view_key();
+            match &entry.api {
+                work_table::WorkApi::Actor(api) => {
+                    let old = self.view.actors.insert(seq, api.clone());
+                    self.view.changes.push(changed(old.is_some()), Object::Actor(api.clone()));
+                }
+                work_table::WorkApi::Task(api) => {
+                    let old = self.view.tasks.insert(seq, api.clone());
+                    self.view.changes.push(changed(old.is_some()), Object::Task(api.clone()));
+                }
             }
         }
         for (key, start) in &dirty.starts {
             // Not for an object written whole, nor one forgotten since (both end before it).
-            let (kind, seq, whole, known) = match *key {
-                WorkId::Actor(seq) => {
-                    (ObjectKind::Actor, seq, &dirty.actors, self.actors.contains_key(&seq))
-                }
-                WorkId::Task(seq) => {
-                    (ObjectKind::Task, seq, &dirty.tasks, self.tasks.contains_key(&seq))
-                }
-            };
-            if known && !whole.contains(&seq) {
+            if self.work.contains(*key) && !dirty.work.contains(key) {
+                let (kind, seq) = key.view_key();
                 batch.put(Table::Starts, records::store_key(kind, seq), encode(start));
             }
         }
@@ -951,7 +931,7 @@ mod tests {
             let mut restarted = test_owner(dir.path());
             let restored = restarted.restore(&store.load().await.unwrap(), &Sequences::default());
             let actor = restarted.view.actor("actor-1").unwrap();
-            let started = restarted.actors[&1].started;
+            let started = restarted.work.get(WorkId::Actor(1)).unwrap().started;
             (actor, started, restored.skipped)
         };
         let (actor, started, skipped) = restore().await;

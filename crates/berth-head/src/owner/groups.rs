@@ -11,7 +11,7 @@ use berth_core::placement_group::{GroupId, GroupSpec};
 use berth_core::{group_may_help, Allocation, Cluster, Trigger};
 
 use super::convert;
-use super::work::{push_event, WorkId};
+use super::work_table::{push_event, WorkId};
 use super::{Owner, MAX_GROUP_WORK};
 use crate::clock::now_ms;
 use crate::error::HeadError;
@@ -277,26 +277,12 @@ impl Owner {
             waiting.contains(&key) || allocation.is_some_and(|a| in_bundle_of(a, id))
         };
         let inside: Vec<WorkId> = self
-            .actors
+            .work
             .iter()
-            .filter(|(s, e)| {
-                inside_group(WorkId::Actor(**s), e.allocation.as_ref())
-                    && e.api.state != berth_api::rest::ActorState::Dead
+            .filter(|(key, e)| {
+                inside_group(*key, e.allocation.as_ref()) && !e.object().ended_for_good()
             })
-            .map(|(s, _)| WorkId::Actor(*s))
-            .chain(
-                self.tasks
-                    .iter()
-                    .filter(|(s, e)| {
-                        inside_group(WorkId::Task(**s), e.allocation.as_ref())
-                            && matches!(
-                                e.api.state,
-                                berth_api::rest::TaskState::Pending
-                                    | berth_api::rest::TaskState::Running
-                            )
-                    })
-                    .map(|(s, _)| WorkId::Task(*s)),
-            )
+            .map(|(key, _)| key)
             .collect();
         for key in inside {
             match key {

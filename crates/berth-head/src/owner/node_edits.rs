@@ -13,7 +13,7 @@ use berth_core::instances::MAX_INSTANCES;
 use berth_core::labels::Labels;
 use berth_core::{NodeIndex, NodeState, Quantity, Trigger};
 
-use super::work::{Ending, WorkId};
+use super::work_table::{Ending, WorkId};
 use super::Owner;
 use crate::error::HeadError;
 use berth_api::limits::Limit;

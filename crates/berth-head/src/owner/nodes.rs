@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::convert;
-use super::work::{Ending, WorkId};
+use super::work_table::{Ending, WorkId};
 use super::{AgentLink, Owner};
 use crate::clock::now_ms;
 use crate::command::{AgentCommand, Liveness};
@@ -327,19 +327,10 @@ impl Owner {
     pub(crate) fn work_on(&self, node: &str) -> Vec<WorkId> {
         let Some(index) = self.nodes.get(node).map(|n| n.index) else { return Vec::new() };
         let on = |attempt: Option<super::work::Attempt>| attempt.is_some_and(|a| a.node == index);
-        let mut out: Vec<WorkId> = self
-            .actors
-            .iter()
-            .filter(|(_, e)| on(e.current()))
-            .map(|(s, _)| WorkId::Actor(*s))
-            .chain(
-                self.tasks.iter().filter(|(_, e)| on(e.current())).map(|(s, _)| WorkId::Task(*s)),
-            )
-            .collect();
-        out.sort_by_key(|k| match k {
-            WorkId::Actor(s) => (0, *s),
-            WorkId::Task(s) => (1, *s),
-        });
+        let mut out: Vec<WorkId> =
+            self.work.iter().filter(|(_, e)| on(e.current())).map(|(key, _)| key).collect();
+        // Actors first, each kind in creation order.
+        out.sort();
         out
     }
 
@@ -390,9 +381,8 @@ impl Owner {
     /// Applies one report of a live session; a report of no current attempt (or without a
     /// status) is answered `current: false`.
     fn report(&mut self, report: StatusReport) -> StatusReply {
-        let key = match ObjectKind::parse(&report.work_id) {
-            Some((ObjectKind::Actor, seq)) if self.actors.contains_key(&seq) => WorkId::Actor(seq),
-            Some((ObjectKind::Task, seq)) if self.tasks.contains_key(&seq) => WorkId::Task(seq),
+        let key = match WorkId::parse(&report.work_id) {
+            Some(key) if self.work.contains(key) => key,
             _ => return StatusReply { current: false },
         };
         let current = self

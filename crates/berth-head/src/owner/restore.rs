@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use berth_api::rest::{ActorState, GroupState, NodeState as ApiNodeState, TaskState};
+use berth_api::rest::{GroupState, NodeState as ApiNodeState};
 use berth_core::cluster::NodeSpec;
 use berth_core::labels::Labels;
 use berth_core::{Allocation, NodeId, NodeState, Quantity, Request, ResourceSet};
@@ -18,16 +18,14 @@ use berth_store::{Snapshot, Table};
 use super::groups::{build_group, GroupEntry};
 use super::nodes::NodeEntry;
 use super::retention::Ledger;
-use super::work::{
-    affinity_of, build_actor, build_task, record_start, ActorEntry, Ending, TaskEntry, WorkId,
-    WorkObject,
-};
+use super::work::{affinity_of, build_actor, build_task};
+use super::work_table::{record_start, Ending, Work, WorkApi, WorkId, WorkObject};
 use super::{convert, AgentLink, Owner};
 use crate::clock::now_ms;
 use crate::command::Liveness;
 use crate::ids::Sequences;
 use crate::records::{
-    self, parse_store_key, ActorRecord, GroupRecord, NodeRecord, Placement, StartRecord,
+    self, parse_store_key, ActorRecord, GroupRecord, NodeRecord, Placement, StartRecord, TaskRecord,
 };
 use berth_api::ObjectKind;
 
@@ -60,11 +58,11 @@ fn decode<T: serde::de::DeserializeOwned>(
 /// Applies the start stored apart for the `seq`th object of `kind` (see [`StartRecord`]) to
 /// its restored `api` and `placement`, when it is one of `attempt` and `placement` does not
 /// show it yet. A start that cannot be read is reported in `out` and not applied.
-fn apply_start<A: WorkObject>(
+fn apply_start(
     snapshot: &Snapshot,
     (kind, seq, attempt): (ObjectKind, u64, u32),
     placement: &mut Option<Placement>,
-    api: &mut A,
+    api: &mut dyn WorkObject,
     out: &mut Restored,
 ) {
     let Some(placed) = placement.as_mut().filter(|p| !p.started) else { return };
@@ -77,6 +75,24 @@ fn apply_start<A: WorkObject>(
         }
         Ok(_) => {}
         Err(err) => out.skipped.push(format!("{} {key}: {err}", Table::Starts)),
+    }
+}
+
+/// An actor's or task's record (`kind`) under `key`: its object, attempt and placement; none
+/// (reported in `out`) if it cannot be read.
+fn read_work(
+    kind: ObjectKind,
+    key: &str,
+    bytes: &[u8],
+    out: &mut Restored,
+) -> Option<(WorkApi, u32, Option<Placement>)> {
+    let table = records::table(kind);
+    if kind == ObjectKind::Actor {
+        let record = decode::<ActorRecord>(table, key, bytes, &mut out.skipped)?;
+        Some((WorkApi::Actor(Arc::new(record.actor)), record.attempt, record.placement))
+    } else {
+        let record = decode::<TaskRecord>(table, key, bytes, &mut out.skipped)?;
+        Some((WorkApi::Task(Arc::new(record.task)), record.attempt, record.placement))
     }
 }
 
@@ -125,20 +141,16 @@ impl Owner {
 
     /// The creations' idempotency keys, from the objects kept.
     fn restore_idempotency_keys(&mut self) {
-        let actors: Vec<(u64, Option<berth_api::rest::ThinStr>)> =
-            self.actors.iter().map(|(s, e)| (*s, e.api.spec.idempotency_key.clone())).collect();
-        let tasks: Vec<(u64, Option<berth_api::rest::ThinStr>)> =
-            self.tasks.iter().map(|(s, e)| (*s, e.api.spec.idempotency_key.clone())).collect();
-        let groups: Vec<(u64, Option<String>)> =
-            self.groups.iter().map(|(s, e)| (*s, e.api.idempotency_key.clone())).collect();
-        for (seq, key) in actors {
-            self.remember_key(ObjectKind::Actor, key.as_deref(), seq);
-        }
-        for (seq, key) in tasks {
-            self.remember_key(ObjectKind::Task, key.as_deref(), seq);
-        }
-        for (seq, key) in groups {
-            self.remember_key(ObjectKind::Group, key.as_deref(), seq);
+        let work = self.work.iter().map(|(key, e)| {
+            let (kind, seq) = key.view_key();
+            (kind, seq, e.object().idempotency_key().map(Box::<str>::from))
+        });
+        let groups = self.groups.iter().map(|(s, e)| {
+            (ObjectKind::Group, *s, e.api.idempotency_key.as_deref().map(Box::<str>::from))
+        });
+        let keys: Vec<(ObjectKind, u64, Option<Box<str>>)> = work.chain(groups).collect();
+        for (kind, seq, key) in keys {
+            self.remember_key(kind, key.as_deref(), seq);
         }
     }
 
@@ -271,106 +283,60 @@ impl Owner {
     fn restore_work(&mut self, snapshot: &Snapshot, out: &mut Restored) -> Vec<(WorkId, Request)> {
         let mut waiting = Vec::new();
         let mut lost = Vec::new();
-        for (key, bytes) in snapshot.table(Table::Actors) {
-            let Some(record) = decode::<ActorRecord>(Table::Actors, key, bytes, &mut out.skipped)
-            else {
-                continue;
-            };
-            let Some((seq, current)) = self.record_seq(ObjectKind::Actor, key, out) else {
-                continue;
-            };
-            let request = match build_actor(&self.cluster, seq, &record.actor.spec) {
-                Ok(r) => r,
-                Err(err) => {
-                    out.skipped.push(format!("actor {key}: {err}"));
+        for kind in [ObjectKind::Actor, ObjectKind::Task] {
+            for (key, bytes) in snapshot.table(records::table(kind)) {
+                let Some((api, attempt, mut placement)) = read_work(kind, key, bytes, out) else {
                     continue;
+                };
+                let Some((seq, current)) = self.record_seq(kind, key, out) else {
+                    continue;
+                };
+                let request = match &api {
+                    WorkApi::Actor(actor) => build_actor(&self.cluster, seq, &actor.spec),
+                    WorkApi::Task(task) => build_task(&self.cluster, &task.spec),
+                };
+                let request = match request {
+                    Ok(r) => r,
+                    Err(err) => {
+                        out.skipped.push(format!("{} {key}: {err}", kind.word()));
+                        continue;
+                    }
+                };
+                let mut work = Work::new(api);
+                work.attempt = attempt;
+                apply_start(snapshot, (kind, seq, attempt), &mut placement, work.object_mut(), out);
+                if let (Some(spec), Some(actor)) = (request.actor(), work.actor_mut()) {
+                    // One ID for the API object and the scheduler's record, as when created.
+                    actor.actor_id = spec.id.shared();
                 }
-            };
-            let mut placement = record.placement;
-            let mut actor = record.actor;
-            let attempt = record.attempt;
-            apply_start(
-                snapshot,
-                (ObjectKind::Actor, seq, attempt),
-                &mut placement,
-                &mut actor,
-                out,
-            );
-            let state = actor.state;
-            if let Some(spec) = request.actor() {
-                // One ID for the API object and the scheduler's record, as when created.
-                actor.actor_id = spec.id.shared();
-            }
-            let entry = ActorEntry {
-                api: Arc::new(actor),
-                attempt: record.attempt,
-                started: false,
-                allocation: None,
-                last_diagnosis: None,
-            };
-            self.view.actors.insert(seq, entry.api.clone());
-            if let Some(name) = &entry.api.name {
-                self.names.insert((entry.api.namespace.clone(), name.clone()), seq);
-            }
-            self.actors.insert(seq, Box::new(entry));
-            if !current {
-                self.replace_key(ObjectKind::Actor, key, seq);
-            }
-            out.actors += 1;
-            let key = WorkId::Actor(seq);
-            match (state, placement) {
-                (ActorState::Dead, _) => {}
-                (_, Some(placement)) => {
-                    if let Err(err) = self.rereserve(key, placement, &request) {
-                        lost.push((key, err));
+                match &work.api {
+                    WorkApi::Actor(actor) => {
+                        self.view.actors.insert(seq, actor.clone());
+                        if let Some(name) = &actor.name {
+                            self.work.names.insert((actor.namespace.clone(), name.clone()), seq);
+                        }
+                        out.actors += 1;
+                    }
+                    WorkApi::Task(task) => {
+                        self.view.tasks.insert(seq, task.clone());
+                        out.tasks += 1;
                     }
                 }
-                (_, None) => waiting.push((key, request)),
-            }
-        }
-        for (key, bytes) in snapshot.table(Table::Tasks) {
-            let Some(record) =
-                decode::<crate::records::TaskRecord>(Table::Tasks, key, bytes, &mut out.skipped)
-            else {
-                continue;
-            };
-            let Some((seq, current)) = self.record_seq(ObjectKind::Task, key, out) else {
-                continue;
-            };
-            let request = match build_task(&self.cluster, &record.task.spec) {
-                Ok(r) => r,
-                Err(err) => {
-                    out.skipped.push(format!("task {key}: {err}"));
-                    continue;
+                let ended = work.object().ended_for_good();
+                let work_id = WorkId::of(kind, seq).expect("an actor's or a task's kind");
+                self.work.insert(work_id, work);
+                if !current {
+                    self.replace_key(kind, key, seq);
                 }
-            };
-            let mut placement = record.placement;
-            let mut task = record.task;
-            let attempt = record.attempt;
-            apply_start(snapshot, (ObjectKind::Task, seq, attempt), &mut placement, &mut task, out);
-            let state = task.state;
-            let entry = TaskEntry {
-                api: Arc::new(task),
-                attempt: record.attempt,
-                started: false,
-                allocation: None,
-                last_diagnosis: None,
-            };
-            self.view.tasks.insert(seq, entry.api.clone());
-            self.tasks.insert(seq, Box::new(entry));
-            if !current {
-                self.replace_key(ObjectKind::Task, key, seq);
-            }
-            out.tasks += 1;
-            let key = WorkId::Task(seq);
-            match (state, placement) {
-                (TaskState::Finished | TaskState::Failed | TaskState::Cancelled, _) => {}
-                (_, Some(placement)) => {
-                    if let Err(err) = self.rereserve(key, placement, &request) {
-                        lost.push((key, err));
+                match (ended, placement) {
+                    (true, _) => {}
+                    (false, Some(placement)) => {
+                        if let Err(err) = self.rereserve(work_id, placement, &request) {
+                            lost.push((work_id, err));
+                        }
                     }
+                    (false, None) => waiting.push((work_id, request)),
                 }
-                (_, None) => waiting.push((key, request)),
             }
         }
         for (key, err) in lost {
@@ -390,10 +356,9 @@ impl Owner {
             out.skipped.push(format!("{word} {key}: not a key of a {word}"));
             return None;
         };
-        let known = match kind {
-            ObjectKind::Actor => self.actors.contains_key(&seq),
-            ObjectKind::Task => self.tasks.contains_key(&seq),
-            ObjectKind::Group => self.groups.contains_key(&seq),
+        let known = match WorkId::of(kind, seq) {
+            Some(key) => self.work.contains(key),
+            None => self.groups.contains_key(&seq),
         };
         if known {
             out.skipped.push(format!("{word} {key}: a second record of {}", kind.id(seq)));
@@ -406,10 +371,9 @@ impl Owner {
     /// cycle deletes that key and writes the object under its current one.
     fn replace_key(&mut self, kind: ObjectKind, key: &str, seq: u64) {
         self.stale_keys.push((records::table(kind), key.to_owned()));
-        match kind {
-            ObjectKind::Actor => self.dirty.actors.insert(seq),
-            ObjectKind::Task => self.dirty.tasks.insert(seq),
-            ObjectKind::Group => self.dirty.groups.insert(seq),
+        match WorkId::of(kind, seq) {
+            Some(key) => self.dirty.work.insert(key),
+            None => self.dirty.groups.insert(seq),
         };
     }
 
@@ -443,18 +407,9 @@ impl Owner {
             }
         }
         let node_id = placement.node_id.clone();
-        match key {
-            WorkId::Actor(seq) => {
-                let e = self.actors.get_mut(&seq).expect("known");
-                e.allocation = Some(allocation);
-                e.started = placement.started;
-            }
-            WorkId::Task(seq) => {
-                let e = self.tasks.get_mut(&seq).expect("known");
-                e.allocation = Some(allocation);
-                e.started = placement.started;
-            }
-        }
+        let e = self.work.known(key);
+        e.allocation = Some(allocation);
+        e.started = placement.started;
         self.count_on(&node_id, key, 1);
         Ok(())
     }

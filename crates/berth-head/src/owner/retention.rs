@@ -11,10 +11,11 @@
 use crate::changes::{ChangeType, Object};
 use std::collections::{HashSet, VecDeque};
 
-use berth_api::rest::{ActorState, Event, Forgotten, GroupState, TaskState};
+use berth_api::rest::{Event, Forgotten, GroupState};
 use berth_store::{Batch, Snapshot, Table};
 use serde::{Deserialize, Serialize};
 
+use super::work_table::{Work, WorkId};
 use super::Owner;
 use crate::config::Retention;
 use crate::records::encode;
@@ -147,23 +148,14 @@ impl Owner {
     /// Notes every object of this cycle's writes that is finished (called as they are written,
     /// so whatever path finished an object, it is noted).
     pub(crate) fn note_finished(&mut self, kind: ObjectKind, seq: u64) {
-        let at_ms = match kind {
-            ObjectKind::Actor => self
-                .actors
-                .get(&seq)
-                .filter(|e| e.api.state == ActorState::Dead)
-                .map(|e| finished_at(&e.api.history, e.api.created_at_ms)),
-            ObjectKind::Task => self
-                .tasks
-                .get(&seq)
-                .filter(|e| {
-                    matches!(
-                        e.api.state,
-                        TaskState::Finished | TaskState::Failed | TaskState::Cancelled
-                    )
-                })
-                .map(|e| finished_at(&e.api.history, e.api.created_at_ms)),
-            ObjectKind::Group => self
+        let at_ms = match WorkId::of(kind, seq) {
+            Some(key) => self
+                .work
+                .get(key)
+                .map(Work::object)
+                .filter(|o| o.ended_for_good())
+                .map(|o| finished_at(o.events(), o.created_at_ms())),
+            None => self
                 .groups
                 .get(&seq)
                 .filter(|e| e.api.state == GroupState::Removed)
@@ -179,8 +171,10 @@ impl Owner {
     pub(crate) fn note_restored_finished(&mut self) {
         let at = |history: &[Event]| history.last().map_or(0, |e| e.at_ms);
         let mut all: Vec<(u64, ObjectKind, u64)> = Vec::new();
-        all.extend(self.actors.iter().map(|(&s, e)| (at(&e.api.history), ObjectKind::Actor, s)));
-        all.extend(self.tasks.iter().map(|(&s, e)| (at(&e.api.history), ObjectKind::Task, s)));
+        all.extend(self.work.iter().map(|(key, e)| {
+            let (kind, seq) = key.view_key();
+            (at(e.object().events()), kind, seq)
+        }));
         all.extend(self.groups.iter().map(|(&s, e)| (at(&e.api.history), ObjectKind::Group, s)));
         all.sort_unstable();
         for (_, kind, seq) in all {
@@ -205,37 +199,28 @@ impl Owner {
     fn forget(&mut self, kind: ObjectKind, seq: u64) {
         let key: Option<Box<str>>;
         let present = match kind {
-            ObjectKind::Actor => {
-                let entry = self.actors.remove(&seq);
-                key = entry
-                    .as_ref()
-                    .and_then(|e| e.api.spec.idempotency_key.as_deref().map(Box::from));
-                if let Some(api) = entry.as_ref().map(|e| &e.api) {
+            ObjectKind::Actor | ObjectKind::Task => {
+                let work_id = WorkId::of(kind, seq).expect("an actor's or a task's kind");
+                let entry = self.work.remove(work_id);
+                key = entry.as_ref().and_then(|e| e.object().idempotency_key().map(Box::from));
+                if let Some(api) = entry.as_ref().and_then(|e| e.actor()) {
                     // The name may already belong to a newer actor.
                     if let Some(name) = &api.name {
                         let key = (api.namespace.clone(), name.clone());
-                        if self.names.get(&key) == Some(&seq) {
-                            self.names.remove(&key);
+                        if self.work.names.get(&key) == Some(&seq) {
+                            self.work.names.remove(&key);
                         }
                     }
                 }
-                if let Some(last) = self.view.actors.remove(&seq) {
-                    self.view.changes.push(ChangeType::Deleted, Object::Actor(last));
+                let last = match kind {
+                    ObjectKind::Actor => self.view.actors.remove(&seq).map(Object::Actor),
+                    _ => self.view.tasks.remove(&seq).map(Object::Task),
+                };
+                if let Some(last) = last {
+                    self.view.changes.push(ChangeType::Deleted, last);
                 }
-                self.dirty.actors.remove(&seq);
-                self.dirty.shown_actors.remove(&seq);
-                entry.is_some()
-            }
-            ObjectKind::Task => {
-                let entry = self.tasks.remove(&seq);
-                key = entry
-                    .as_ref()
-                    .and_then(|e| e.api.spec.idempotency_key.as_deref().map(Box::from));
-                if let Some(last) = self.view.tasks.remove(&seq) {
-                    self.view.changes.push(ChangeType::Deleted, Object::Task(last));
-                }
-                self.dirty.tasks.remove(&seq);
-                self.dirty.shown_tasks.remove(&seq);
+                self.dirty.work.remove(&work_id);
+                self.dirty.shown_work.remove(&work_id);
                 entry.is_some()
             }
             ObjectKind::Group => {
