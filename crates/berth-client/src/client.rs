@@ -109,22 +109,7 @@ impl Client {
     /// connection it has no room for; one between two states answers 503), with the waits of
     /// [`Client::create`]. A read that timed out is not sent again: its wait was spent.
     fn read<T>(&self, send: impl Fn() -> Result<T, ClientError>) -> Result<T, ClientError> {
-        let mut delay = Duration::from_millis(200);
-        let mut attempt = 1;
-        loop {
-            match send() {
-                Err(err)
-                    if attempt < CREATE_ATTEMPTS
-                        && err.may_retry()
-                        && !matches!(err, ClientError::TimedOut { .. }) =>
-                {
-                    std::thread::sleep(delay);
-                    delay = (delay * 2).min(Duration::from_secs(2));
-                    attempt += 1;
-                }
-                other => return other,
-            }
-        }
+        with_retries(send, |err, _| err.may_retry() && !matches!(err, ClientError::TimedOut { .. }))
     }
 
     /// `GET path?query`, the query serialized from `query` (`None` fields are left out).
@@ -166,26 +151,17 @@ impl Client {
         T: DeserializeOwned,
     {
         let key = new_idempotency_key();
-        let mut delay = Duration::from_millis(200);
-        let mut attempt = 1;
-        loop {
-            let answer =
-                self.call(Method::POST, path, Some(body), NO_QUERY, ANSWER_TIMEOUT, Some(&key));
-            match answer {
-                // A head that went away after the first attempt may be restarting.
-                Err(err)
-                    if attempt < CREATE_ATTEMPTS
-                        && (err.may_retry()
-                            || (attempt > 1 && matches!(err, ClientError::Unreachable { .. }))) =>
-                {
-                    eprintln!("berth: {err}; sending it again ({attempt}/{CREATE_ATTEMPTS}, same idempotency key)");
-                    std::thread::sleep(delay);
-                    delay = (delay * 2).min(Duration::from_secs(2));
-                    attempt += 1;
-                }
-                other => return other,
+        let send =
+            || self.call(Method::POST, path, Some(body), NO_QUERY, ANSWER_TIMEOUT, Some(&key));
+        with_retries(send, |err, attempt| {
+            // A head that went away after the first attempt may be restarting.
+            let again =
+                err.may_retry() || (attempt > 1 && matches!(err, ClientError::Unreachable { .. }));
+            if again {
+                eprintln!("berth: {err}; sending it again ({attempt}/{CREATE_ATTEMPTS}, same idempotency key)");
             }
-        }
+            again
+        })
     }
 
     /// `PUT path` with `body` as JSON.
@@ -414,6 +390,27 @@ impl Client {
             (None, None) => {
                 format!("the head at {} wants a token and none was sent; {fix}", self.address)
             }
+        }
+    }
+}
+
+/// Runs `send` until it succeeds, fails for good, or was sent [`CREATE_ATTEMPTS`] times:
+/// `again(err, attempt)` says whether the error of attempt `attempt` (from 1) is worth sending
+/// again, after waits of 0.2, 0.4, 0.8, 1.6 and 2 s.
+fn with_retries<T>(
+    send: impl Fn() -> Result<T, ClientError>,
+    again: impl Fn(&ClientError, u32) -> bool,
+) -> Result<T, ClientError> {
+    let mut delay = Duration::from_millis(200);
+    let mut attempt = 1;
+    loop {
+        match send() {
+            Err(err) if attempt < CREATE_ATTEMPTS && again(&err, attempt) => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(2));
+                attempt += 1;
+            }
+            other => return other,
         }
     }
 }
