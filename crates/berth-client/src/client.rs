@@ -99,7 +99,7 @@ impl Client {
         &self.address
     }
 
-    /// `GET path` (a path from the server's root: `/api/v1/nodes`; see [`api_path`]).
+    /// `GET path` (from the server's root: `/api/v1/nodes`; see [`api_path`](crate::api_path)).
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         self.read(|| self.call(Method::GET, path, NO_BODY, NO_QUERY, ANSWER_TIMEOUT, None))
     }
