@@ -1,15 +1,12 @@
 //! `berth bench`: decision speed on synthetic clusters (see `berth_sim::bench` for the method);
-//! `berth bench api`: the head's speed through its REST API (see `bench/api.rs`).
+//! `berth bench api`: the head's speed through its REST API (its own module tree: `bench/api.rs`
+//! and `bench/api/`); `berth bench retention` and `berth bench failover`.
 //!
 //! Each case (a workload at a cluster size) runs in its own child process — this binary again,
 //! with the hidden `--case` flag — so that its peak memory is its own and one case cannot warm
 //! or pollute another's caches.
 
-mod agents;
 mod api;
-mod api_report;
-mod conn;
-mod cpu;
 mod failover;
 mod retention;
 
@@ -168,7 +165,7 @@ fn options(args: &BenchArgs) -> anyhow::Result<BenchOptions> {
 /// Runs the benchmark and writes the results to `out`; progress goes to stderr.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     match args.suite {
-        Suite::Api => return run_api(args, out),
+        Suite::Api => return api::command(args, out),
         Suite::Retention => return run_retention(args, out),
         Suite::Failover => return run_failover(args, out),
         Suite::Decisions => {}
@@ -283,7 +280,7 @@ fn table(results: &[BenchResult]) -> String {
     format!("{table}\n")
 }
 
-/// `berth bench retention`.
+/// `berth bench failover`.
 fn run_failover(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let Some(store) = args.store.clone() else {
         bail!(
@@ -342,6 +339,7 @@ fn run_failover(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `berth bench retention`.
 fn run_retention(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let tasks = args.tasks.unwrap_or(if args.quick { 20_000 } else { 1_000_000 });
     if let Some(case) = &args.case {
@@ -384,61 +382,5 @@ fn run_retention(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         table.add_row(figures_row(cells));
     }
     writeln!(out, "{table}")?;
-    Ok(())
-}
-
-/// `berth bench api`.
-fn run_api(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let quick = args.quick;
-    let settings = api::ApiBench {
-        actors: args.actors.unwrap_or(if quick { 2_000 } else { 20_000 }),
-        burst: if quick { 1_000 } else { 10_000 },
-        groups: args.groups.unwrap_or(if quick { 500 } else { 5_000 }),
-        nodes: args.nodes.as_ref().and_then(|n| n.first().copied()).unwrap_or(100),
-        concurrency: args.concurrency,
-        assignment_window: crate::daemon::assignment_window(args.assignment_window)?,
-        batch_actors: if quick { 10_000 } else { 100_000 },
-        batch_size: 1_000,
-        watchers: if quick { 100 } else { 1_000 },
-        watched_actors: if quick { 2_000 } else { 20_000 },
-        scale_actors: if quick { 10_000 } else { 100_000 },
-        scale_nodes: if quick { 100 } else { 1_000 },
-        scale_in: None,
-        agents_in: None,
-    };
-    if let Some(case) = &args.case {
-        if agents::is_case(case) {
-            return agents::run_case(case);
-        }
-        let exe = std::env::current_exe().context("cannot find this program to run the agents")?;
-        let mut settings = api::ApiBench { agents_in: Some(exe), ..settings };
-        api::apply_scale_case(case, &mut settings)?;
-        let scale = api::run_scale(&settings, &mut |step| eprintln!("{step}…"))?;
-        writeln!(out, "{}", serde_json::to_string(&scale)?)?;
-        return Ok(());
-    }
-    let exe = std::env::current_exe().context("cannot find this program to run phase 6")?;
-    // Phase 6 in a process of its own; the agents of phases 1 to 5 too, so that their CPU
-    // time is theirs (phase 6 starts its own agents' process).
-    let settings = api::ApiBench { scale_in: Some(exe.clone()), agents_in: Some(exe), ..settings };
-    let runs = args.runs.unwrap_or(if quick { 1 } else { 3 });
-    if runs == 0 {
-        bail!("--runs: must be at least 1");
-    }
-    let mut results = Vec::with_capacity(runs);
-    for run in 1..=runs {
-        let result = api::run(&settings, &mut |step| match runs {
-            1 => eprintln!("{step}…"),
-            _ => eprintln!("run {run} of {runs}: {step}…"),
-        })?;
-        if args.output == BenchOutput::Json {
-            // One object per run, as it ends.
-            writeln!(out, "{}", serde_json::to_string(&result)?)?;
-        }
-        results.push(result);
-    }
-    if args.output == BenchOutput::Table {
-        writeln!(out, "{}", api_report::render(&results))?;
-    }
     Ok(())
 }

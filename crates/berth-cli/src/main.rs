@@ -6,7 +6,7 @@
 //! read into core types by `berth_api::spec`, and `render` prints results. The commands that
 //! talk to a running head (`status`, `list`, `get`, `taint`, `label`, `node`, `actor`, `task`,
 //! `pg`, `kill`, `drain`, `autoscaler`, `token`, `logs`, and `explain` with an ID or without
-//! `--cluster`) are under `client`, with the REST client they share.
+//! `--cluster`) are under `client`; the REST client they share is the `berth-client` crate.
 //!
 //! Exit statuses: 0 when the command did its job (for `explain`, any decision: placed, pending
 //! and infeasible are all answers), 2 for bad input (command line or files; the message names
@@ -254,7 +254,7 @@ fn main() -> ExitCode {
     // clap prints its own usage errors and exits with status 2, and with 0 for --help.
     let cli = Cli::parse();
     // reqwest (every client here, the benchmarks' too) needs a rustls provider even for HTTP.
-    berth_head::tls::install_crypto_provider();
+    berth_client::install_crypto_provider();
     let stdout = io::stdout();
     let result = match &cli.command {
         Command::Explain(args) => explain::run(args, &mut stdout.lock()),
@@ -306,6 +306,10 @@ fn report(err: &anyhow::Error) -> ExitCode {
         return ExitCode::from(EXIT_BAD_INPUT);
     }
     if let Some(bad) = err.downcast_ref::<client::BadInput>() {
+        let _ = writeln!(stderr, "error: {bad}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    if let Some(bad) = err.downcast_ref::<berth_client::SetupError>() {
         let _ = writeln!(stderr, "error: {bad}");
         return ExitCode::from(EXIT_BAD_INPUT);
     }

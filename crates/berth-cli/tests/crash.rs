@@ -162,7 +162,7 @@ impl Client {
 
 /// An HTTP client (reqwest is built without a default TLS provider: the CLI installs one).
 fn http() -> reqwest::blocking::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    berth_client::install_crypto_provider();
     reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()

@@ -34,7 +34,20 @@
 //!    beside it), over all of them and over the second half (created once the first half is
 //!    ALIVE: the cost of one more actor, without what the head holds once whatever its size,
 //!    such as the change log, full long before the half way).
+//!
+//! Layout: this file holds the phases and [`command`] (`berth bench api`'s flags into
+//! [`ApiBench`], the runs, the output). Under `api/`: `conn.rs`, the load's lean HTTP/1.1
+//! connections and the watchers' event streams (not `berth_client`'s client, whose work per
+//! request would be charged to the head: see there); `agents.rs`, the simulated agents'
+//! process; `cpu.rs`, CPU time by who spent it; `report.rs`, the table. `/metrics` is read
+//! with `berth_client`'s HTTP settings.
 
+mod agents;
+mod conn;
+mod cpu;
+mod report;
+
+use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,9 +58,9 @@ use berth_api::rest::ActorState;
 use berth_head::HeadConfig;
 use serde::Serialize;
 
-use super::agents::{scale_nodes, AgentsProcess};
-use super::conn::{Answer, Conn};
-use super::cpu;
+use self::agents::{scale_nodes, AgentsProcess};
+use self::conn::{Answer, Conn};
+use super::{BenchArgs, BenchOutput};
 
 /// Settings of `berth bench api`.
 #[derive(Clone, Debug)]
@@ -81,7 +94,7 @@ pub struct ApiBench {
     /// earlier phases freed but the allocator still holds.
     pub scale_in: Option<std::path::PathBuf>,
     /// Runs phase 6's simulated agents in a child process of this program (`bench api --case
-    /// agents:…`, see [`super::agents`]), so that this process's memory is the head's and the
+    /// agents:…`, see [`agents`]), so that this process's memory is the head's and the
     /// client's; without it (the unit tests) they run in this process.
     pub agents_in: Option<std::path::PathBuf>,
 }
@@ -327,7 +340,7 @@ async fn watch_team(
     deadline: Instant,
 ) -> anyhow::Result<bool> {
     let url = format!("{base}/api/v1/watch?kind=actor&label=team=t{team}&listing=false");
-    let opened = super::conn::EventStream::open(&url, &token).await;
+    let opened = conn::EventStream::open(&url, &token).await;
     // Told either way, then let go of: the bench waits until every watcher follows, and stops
     // at the first that cannot (it had waited forever for one that failed).
     let _ = ready.send(opened.as_ref().map(|_| ()).map_err(|e| format!("{e:#}"))).await;
@@ -383,7 +396,7 @@ fn data_line(event: &[u8]) -> Option<&[u8]> {
 }
 
 /// Raises this process's limit of open files to at least `wanted` (within the hard limit).
-pub(super) fn raise_open_files(wanted: usize) -> anyhow::Result<()> {
+fn raise_open_files(wanted: usize) -> anyhow::Result<()> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
     let wanted = wanted as u64;
@@ -718,7 +731,7 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
     let agents_pid = agents.pid();
     let result = client_runtime.block_on(async {
         let token = head.token.as_str().to_string();
-        let client = reqwest::Client::builder()
+        let client = berth_client::async_http_builder()
             .pool_max_idle_per_host(settings.concurrency)
             .tcp_nodelay(true)
             .build()?;
@@ -938,6 +951,62 @@ pub fn run(settings: &ApiBench, progress: &mut dyn FnMut(&str)) -> anyhow::Resul
     result.scale_agents_bytes_per_actor = scale.agents_bytes_per_actor;
     result.scale_agents_marginal_bytes_per_actor = scale.agents_marginal_bytes_per_actor;
     Ok(result)
+}
+
+/// `berth bench api`.
+pub fn command(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let quick = args.quick;
+    let settings = ApiBench {
+        actors: args.actors.unwrap_or(if quick { 2_000 } else { 20_000 }),
+        burst: if quick { 1_000 } else { 10_000 },
+        groups: args.groups.unwrap_or(if quick { 500 } else { 5_000 }),
+        nodes: args.nodes.as_ref().and_then(|n| n.first().copied()).unwrap_or(100),
+        concurrency: args.concurrency,
+        assignment_window: crate::daemon::assignment_window(args.assignment_window)?,
+        batch_actors: if quick { 10_000 } else { 100_000 },
+        batch_size: 1_000,
+        watchers: if quick { 100 } else { 1_000 },
+        watched_actors: if quick { 2_000 } else { 20_000 },
+        scale_actors: if quick { 10_000 } else { 100_000 },
+        scale_nodes: if quick { 100 } else { 1_000 },
+        scale_in: None,
+        agents_in: None,
+    };
+    if let Some(case) = &args.case {
+        if agents::is_case(case) {
+            return agents::run_case(case);
+        }
+        let exe = std::env::current_exe().context("cannot find this program to run the agents")?;
+        let mut settings = ApiBench { agents_in: Some(exe), ..settings };
+        apply_scale_case(case, &mut settings)?;
+        let scale = run_scale(&settings, &mut |step| eprintln!("{step}…"))?;
+        writeln!(out, "{}", serde_json::to_string(&scale)?)?;
+        return Ok(());
+    }
+    let exe = std::env::current_exe().context("cannot find this program to run phase 6")?;
+    // Phase 6 in a process of its own; the agents of phases 1 to 5 too, so that their CPU
+    // time is theirs (phase 6 starts its own agents' process).
+    let settings = ApiBench { scale_in: Some(exe.clone()), agents_in: Some(exe), ..settings };
+    let runs = args.runs.unwrap_or(if quick { 1 } else { 3 });
+    if runs == 0 {
+        bail!("--runs: must be at least 1");
+    }
+    let mut results = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        let result = self::run(&settings, &mut |step| match runs {
+            1 => eprintln!("{step}…"),
+            _ => eprintln!("run {run} of {runs}: {step}…"),
+        })?;
+        if args.output == BenchOutput::Json {
+            // One object per run, as it ends.
+            writeln!(out, "{}", serde_json::to_string(&result)?)?;
+        }
+        results.push(result);
+    }
+    if args.output == BenchOutput::Table {
+        writeln!(out, "{}", report::render(&results))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

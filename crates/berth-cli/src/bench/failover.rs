@@ -20,6 +20,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context};
 use berth_agent::{SimCluster, SimNode, SimOptions};
+use berth_api::local::AGENT_TOKEN_FILE;
+use berth_client::{Endpoint, Environment, Overrides};
 use serde::Serialize;
 
 /// How long any one wait may take before the bench gives up.
@@ -129,7 +131,7 @@ pub fn run(settings: &FailoverBench, progress: &mut dyn FnMut(&str)) -> anyhow::
     let root = tempfile::Builder::new().prefix("berth-bench-failover-").tempdir()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
+        let http = berth_client::async_http_builder().timeout(Duration::from_secs(30)).build()?;
         // One after the other: the first takes the lease, the second stands by.
         let first = Head::start(&exe, settings, root.path().join("a"), free_port()?)?;
         wait_health(&http, &first, "ok").await?;
@@ -137,9 +139,17 @@ pub fn run(settings: &FailoverBench, progress: &mut dyn FnMut(&str)) -> anyhow::
         wait_health(&http, &second, "standby").await?;
         let mut heads = [first, second];
         let mut active = 0;
-        let token = std::fs::read_to_string(heads[0].dir.join("token"))?.trim().to_string();
-        let agent_token = std::fs::read_to_string(heads[0].dir.join("agent-token"))?;
         let both = format!("{},{}", heads[0].address(), heads[1].address());
+        // The heads' token as the CLI finds it, from the first head's data directory (the
+        // environment left out, as it is for the heads).
+        let given = Overrides {
+            address: Some(both.clone()),
+            data_dir: Some(heads[0].dir.clone()),
+            ca: None,
+        };
+        let endpoint = Endpoint::resolve(&given, &Environment::default())?;
+        let token = endpoint.token.context("the first head wrote no token file")?.secret;
+        let agent_token = std::fs::read_to_string(heads[0].dir.join(AGENT_TOKEN_FILE))?;
         let nodes: Vec<SimNode> = (0..settings.nodes)
             .map(|i| {
                 let mut node = SimNode::new(format!("node-{i:04}"));
@@ -165,7 +175,7 @@ pub fn run(settings: &FailoverBench, progress: &mut dyn FnMut(&str)) -> anyhow::
             heads[active].kill();
             let prober = {
                 let (http, token) = (http.clone(), token.clone());
-                let addresses = [heads[0].address(), heads[1].address()];
+                let addresses = endpoint.addresses.clone();
                 tokio::spawn(
                     async move { first_creation(&http, &addresses, &token, started).await },
                 )

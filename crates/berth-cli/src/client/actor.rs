@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::flags::{self, map_value, pairs, ProcessArgs};
 use super::view;
-use super::{api_path, json_text, write_out, Endpoint, HeadArgs, Output, OutputArgs};
+use super::{api_path, json_text, write_out, HeadArgs, Output, OutputArgs};
 
 /// The flags of `berth actor`.
 #[derive(Debug, Args)]
@@ -90,7 +90,7 @@ pub fn run(args: &ActorArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 
 fn create(args: &CreateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let body = body(args)?;
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let actor: Actor = client.create(&api_path(&["actors"]), &body)?;
     let text = match args.output.output {
         Output::Json => json_text(&actor)?,

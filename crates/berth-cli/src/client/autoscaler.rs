@@ -13,7 +13,7 @@ use berth_autoscaler::{Fleet, Want};
 use clap::{Args, Subcommand};
 
 use super::view::{columns, pairs, time};
-use super::{api_path, json_text, write_out, BadInput, Endpoint, HeadArgs, Output, OutputArgs};
+use super::{api_path, json_text, write_out, BadInput, HeadArgs, Output, OutputArgs};
 
 /// `berth autoscaler …`.
 #[derive(Debug, Args)]
@@ -78,7 +78,7 @@ pub struct PlanArgs {
 pub fn run(args: &AutoscalerArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     match &args.command {
         AutoscalerCommand::Status(args) => {
-            let client = Endpoint::from_args(&args.head)?.client()?;
+            let client = args.head.client()?;
             let status: AutoscalerStatus = client.get(&api_path(&["autoscaler"]))?;
             let text = match args.output.output {
                 Output::Table => render_status(&status),
@@ -113,7 +113,7 @@ fn live(args: &PlanArgs) -> anyhow::Result<AutoscalerPlan> {
             Some(value)
         }
     };
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     Ok(client.post(&api_path(&["autoscaler", "plan"]), body.as_ref())?)
 }
 

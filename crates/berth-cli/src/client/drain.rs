@@ -7,7 +7,7 @@ use berth_api::rest::Node;
 use clap::Args;
 
 use super::view;
-use super::{api_path, json_text, write_out, Endpoint, HeadArgs, Output, OutputArgs, NO_BODY};
+use super::{api_path, json_text, write_out, HeadArgs, Output, OutputArgs, NO_BODY};
 
 /// The flags of `berth drain` and `berth undrain`.
 #[derive(Debug, Args)]
@@ -24,7 +24,7 @@ pub struct DrainArgs {
 
 /// Drains the node and prints its state after.
 pub fn run(args: &DrainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let node: Node = client.post(&api_path(&["nodes", &args.node, "drain"]), NO_BODY)?;
     let text = if args.output.output == Output::Json {
         json_text(&node)?
@@ -42,7 +42,7 @@ pub fn run(args: &DrainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 
 /// Ends the node's drain and prints its state after.
 pub fn undrain(args: &DrainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let node: Node = client.post(&api_path(&["nodes", &args.node, "undrain"]), NO_BODY)?;
     let text = if args.output.output == Output::Json {
         json_text(&node)?

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::flags::parse_yaml;
 use super::view::{self, columns};
-use super::{api_path, json_text, write_out, BadInput, Endpoint, ObjectKind};
+use super::{api_path, json_text, write_out, BadInput, ObjectKind};
 use crate::explain::{ExplainArgs, Output};
 
 /// `berth explain ID` or `berth explain --request FILE` against the head.
@@ -22,7 +22,7 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let json = args.output == Output::Json;
     let text = if let Some(id) = &args.id {
         check_id(id)?;
-        let client = Endpoint::from_args(&args.head)?.client()?;
+        let client = args.head.client()?;
         let explanation: Explanation = client.get(&api_path(&["explain", id]))?;
         if json {
             json_text(&explanation)?
@@ -32,7 +32,7 @@ pub fn run(args: &ExplainArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     } else if let Some(path) = &args.request {
         // Checked here first, with the file's name, line and column, as offline.
         let body = request_document(path)?;
-        let client = Endpoint::from_args(&args.head)?.client()?;
+        let client = args.head.client()?;
         let dry_run: DryRun = client.post(&api_path(&["explain"]), Some(&body))?;
         if json {
             json_text(&dry_run)?

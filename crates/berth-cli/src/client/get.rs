@@ -8,8 +8,7 @@ use clap::Args;
 
 use super::view;
 use super::{
-    api_path, json_text, object_kind, write_out, BadInput, Endpoint, HeadArgs, ObjectKind, Output,
-    OutputArgs,
+    api_path, json_text, object_kind, write_out, BadInput, HeadArgs, ObjectKind, Output, OutputArgs,
 };
 
 /// The flags of `berth get`.
@@ -80,7 +79,7 @@ fn is_node_word(word: &str) -> bool {
 /// Fetches and prints.
 pub fn run(args: &GetArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let target = target(&args.id)?;
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     if args.watch {
         let (kind, id) = match &target {
             Target::Node(node) => ("node", node.clone()),

@@ -7,8 +7,7 @@ use clap::Args;
 
 use super::view;
 use super::{
-    api_path, json_text, object_kind, write_out, Endpoint, HeadArgs, ObjectKind, Output,
-    OutputArgs, NO_BODY,
+    api_path, json_text, object_kind, write_out, HeadArgs, ObjectKind, Output, OutputArgs, NO_BODY,
 };
 
 /// The flags of `berth kill`.
@@ -37,7 +36,7 @@ pub fn call(kind: ObjectKind, id: &str) -> (&'static str, String) {
 /// Stops the object and prints its state after.
 pub fn run(args: &KillArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let kind = object_kind(&args.id)?;
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let (_, path) = call(kind, &args.id);
     let json = args.output.output == Output::Json;
     let text = match kind {

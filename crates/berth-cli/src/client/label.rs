@@ -6,7 +6,7 @@ use berth_api::rest::{LabelKeysBody, LabelsBody, Node, StringMap};
 use clap::Args;
 
 use super::view;
-use super::{api_path, json_text, write_out, BadInput, Endpoint, HeadArgs, Output, OutputArgs};
+use super::{api_path, json_text, write_out, BadInput, HeadArgs, Output, OutputArgs};
 
 /// The flags of `berth label`.
 #[derive(Debug, Args)]
@@ -75,7 +75,7 @@ pub fn change(changes: &[String]) -> Result<Change, BadInput> {
 /// Sends the changes (labels set first, then removed) and prints the node's labels after.
 pub fn run(args: &LabelArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let change = change(&args.changes)?;
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let path = api_path(&["nodes", &args.node, "labels"]);
     let mut node: Option<Node> = None;
     if !change.set.is_empty() {

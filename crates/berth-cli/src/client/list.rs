@@ -8,9 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::view;
-use super::{
-    api_path, json_text, write_out, BadInput, Client, Endpoint, HeadArgs, Output, OutputArgs,
-};
+use super::{api_path, json_text, write_out, BadInput, Client, HeadArgs, Output, OutputArgs};
 
 /// The flags of `berth list`.
 #[derive(Debug, Args)]
@@ -145,7 +143,7 @@ pub fn query(args: &ListArgs) -> Result<ListQuery, BadInput> {
 /// Lists and prints.
 pub fn run(args: &ListArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let query = query(args)?;
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let output = args.output.output;
     if args.watch {
         let kind = match args.what {
@@ -313,7 +311,7 @@ mod tests {
     fn query_string() {
         // The query as the head's extractor reads it: unset filters left out.
         let q = ListQuery { label: Some("app=web".into()), limit: Some(2), ..ListQuery::default() };
-        let client = crate::client::http_builder(None).build().unwrap();
+        let client = berth_client::http_builder(None).build().unwrap();
         let request = client.get("http://h:1/api/v1/actors").query(&q).build().unwrap();
         assert_eq!(request.url().query(), Some("label=app%3Dweb&limit=2"));
     }

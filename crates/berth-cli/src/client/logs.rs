@@ -12,13 +12,8 @@ use anyhow::Context;
 use berth_api::rest::{LogStream, LogsQuery};
 use clap::{Args, ValueEnum};
 use reqwest::blocking::Response;
-use reqwest::header::AUTHORIZATION;
-use serde::Serialize;
 
-use super::{
-    api_path, http_builder, object_kind, BadInput, Client, ClientError, Endpoint, HeadArgs,
-    ObjectKind, ANSWER_TIMEOUT,
-};
+use super::{api_path, object_kind, BadInput, HeadArgs, ObjectKind};
 
 /// The bytes read from the answer at a time.
 const BUFFER: usize = 64 * 1024;
@@ -65,7 +60,7 @@ pub fn run(args: &LogsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let query = LogsQuery {
         stream: Some(match args.stream {
             StreamArg::Out => LogStream::Out,
@@ -92,50 +87,5 @@ fn copy(mut response: Response, out: &mut dyn Write) -> anyhow::Result<()> {
         out.write_all(&buffer[..n])
             .and_then(|()| out.flush())
             .context("cannot write the output")?;
-    }
-}
-
-impl Client {
-    /// `GET path?query` whose answer is a stream of bytes: the response once the head answered
-    /// 2xx, its body not read yet; an error answer as for every call. With `endless`, nothing
-    /// times out once connected (a followed log may be silent for hours); otherwise each read
-    /// waits at most the usual answer time, however long the whole answer takes.
-    pub fn get_streamed<Q: Serialize + ?Sized>(
-        &self,
-        path: &str,
-        query: &Q,
-        endless: bool,
-    ) -> Result<Response, ClientError> {
-        let call = format!("GET {path}");
-        let http = if endless {
-            http_builder(self.tls.as_ref()).timeout(None).build().map_err(|source| {
-                ClientError::Transport {
-                    address: self.address.clone(),
-                    call: call.clone(),
-                    hint: String::new(),
-                    source,
-                }
-            })?
-        } else {
-            self.http.clone()
-        };
-        let mut request = http.get(format!("{}{path}", self.base)).query(query);
-        if let Some(token) = &self.token {
-            request = request.header(AUTHORIZATION, format!("Bearer {}", token.secret));
-        }
-        let response = request.send().map_err(|err| self.send_error(&call, ANSWER_TIMEOUT, err))?;
-        if response.status().is_success() {
-            return Ok(response);
-        }
-        let status = response.status().as_u16();
-        match self.decode::<serde_json::Value>(&call, ANSWER_TIMEOUT, response) {
-            Err(err) => Err(err),
-            Ok(_) => Err(ClientError::BadAnswer {
-                address: self.address.clone(),
-                call,
-                status,
-                detail: "an error status with a success body".into(),
-            }),
-        }
     }
 }

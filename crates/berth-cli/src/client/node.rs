@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 
 use super::flags::pairs;
 use super::view;
-use super::{api_path, json_text, write_out, BadInput, Endpoint, HeadArgs, Output, OutputArgs};
+use super::{api_path, json_text, write_out, BadInput, HeadArgs, Output, OutputArgs};
 
 /// `berth node …`.
 #[derive(Debug, Args)]
@@ -78,7 +78,7 @@ pub fn run(args: &NodeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     match &args.command {
         NodeCommand::SetResources(args) => {
             let body = resources(&args.resources)?;
-            let client = Endpoint::from_args(&args.head)?.client()?;
+            let client = args.head.client()?;
             let node: Node = client.put(&api_path(&["nodes", &args.node, "resources"]), &body)?;
             let text = match args.output.output {
                 Output::Json => json_text(&node)?,

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::flags::{self, bundles, expressions, map_value, selector_list};
 use super::view;
-use super::{api_path, json_text, write_out, BadInput, Endpoint, HeadArgs, Output, OutputArgs};
+use super::{api_path, json_text, write_out, BadInput, HeadArgs, Output, OutputArgs};
 
 /// The longest wait the head grants.
 const MAX_WAIT_S: f64 = 600.0;
@@ -147,7 +147,7 @@ pub fn run(args: &PgArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 fn create(args: &CreateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let body = body(args)?;
     let wait = wait(args)?;
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let mut group: Group = client.create(&api_path(&["placement_groups"]), &body)?;
     let mut failed = None;
     if let Some(seconds) = wait.filter(|_| group.state != GroupState::Created) {

@@ -7,7 +7,7 @@ use berth_api::rest::{ClusterStatus, Demand, StringCounts};
 use clap::Args;
 
 use super::view::{self, amount, bar, columns};
-use super::{api_path, json_text, write_out, Endpoint, HeadArgs, Output, OutputArgs};
+use super::{api_path, json_text, write_out, HeadArgs, Output, OutputArgs};
 
 /// The flags of `berth status`.
 #[derive(Debug, Args)]
@@ -20,7 +20,7 @@ pub struct StatusArgs {
 
 /// Asks the head for the cluster's status and prints it.
 pub fn run(args: &StatusArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let status: ClusterStatus = client.get(&api_path(&["cluster", "status"]))?;
     let text = match args.output.output {
         Output::Table => render(client.address(), &status),

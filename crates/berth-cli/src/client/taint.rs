@@ -8,7 +8,7 @@ use clap::{ArgGroup, Args};
 
 use super::flags::pairs;
 use super::view;
-use super::{api_path, json_text, write_out, BadInput, Endpoint, HeadArgs, Output, OutputArgs};
+use super::{api_path, json_text, write_out, BadInput, HeadArgs, Output, OutputArgs};
 
 /// The flags of `berth taint`.
 #[derive(Debug, Args)]
@@ -94,7 +94,7 @@ pub fn change(args: &TaintArgs) -> Result<Change, BadInput> {
 /// Sends the change and prints the node's taints as they are now.
 pub fn run(args: &TaintArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let change = change(args)?;
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let path = api_path(&["nodes", &change.node, "taints"]);
     let node: Node = if change.append {
         client.post(&path, Some(&change.taints))?

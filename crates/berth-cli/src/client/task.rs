@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::flags::{self, ProcessArgs};
 use super::view;
-use super::{api_path, json_text, write_out, Endpoint, HeadArgs, Output, OutputArgs};
+use super::{api_path, json_text, write_out, HeadArgs, Output, OutputArgs};
 
 /// The flags of `berth task`.
 #[derive(Debug, Args)]
@@ -74,7 +74,7 @@ pub fn run(args: &TaskArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 
 fn submit(args: &SubmitArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let body = body(args)?;
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let task: Task = client.create(&api_path(&["tasks"]), &body)?;
     let text = match args.output.output {
         Output::Json => json_text(&task)?,

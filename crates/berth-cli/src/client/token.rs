@@ -6,7 +6,7 @@ use berth_api::rest::{List, Role, TokenCreate, TokenCreated, TokenInfo};
 use clap::{Args, Subcommand, ValueEnum};
 use comfy_table::{presets, Table};
 
-use super::{api_path, json_text, write_out, Endpoint, HeadArgs, Output, OutputArgs, NO_BODY};
+use super::{api_path, json_text, write_out, HeadArgs, Output, OutputArgs, NO_BODY};
 
 /// The flags of `berth token`.
 #[derive(Debug, Args)]
@@ -87,7 +87,7 @@ fn table(tokens: &[TokenInfo]) -> String {
 
 /// Runs `berth token …`.
 pub fn run(args: &TokenArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let client = Endpoint::from_args(&args.head)?.client()?;
+    let client = args.head.client()?;
     let json = args.output.output == Output::Json;
     let text = match &args.action {
         TokenAction::List => {

@@ -7,7 +7,7 @@
 
 use comfy_table::{presets, Cell, CellAlignment, Table};
 
-use super::api::{ApiResult, Load};
+use super::{ApiResult, Load};
 
 /// The table of `runs` (at least one), with the machine's line above it.
 pub fn render(runs: &[ApiResult]) -> String {

@@ -71,7 +71,7 @@ pub fn run_case(case: &str) -> anyhow::Result<()> {
         bail!("the agents' process reads the agent token on the first line of its input");
     }
     // Each node keeps a connection to the head.
-    super::api::raise_open_files(nodes + 256)?;
+    super::raise_open_files(nodes + 256)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let sim = runtime.block_on(async {
         let sim = SimCluster::start(&address, token, scale_nodes(nodes, per_node))
@@ -86,8 +86,8 @@ pub fn run_case(case: &str) -> anyhow::Result<()> {
     for line in input.lines() {
         match line?.as_str() {
             "memory" => {
-                super::release_free_memory();
-                writeln!(out, "{}", super::retention::memory().0)?;
+                crate::bench::release_free_memory();
+                writeln!(out, "{}", crate::bench::retention::memory().0)?;
                 out.flush()?;
             }
             other => bail!("the agents' process takes `memory` or the end of input, not {other:?}"),
