@@ -331,7 +331,7 @@ fn a_stopped_agent_is_suspect_then_alive_again_with_its_work_untouched() {
     a.signal(Signal::SIGSTOP);
     // Polled, not waited for: it must be seen SUSPECT before the timeout would make it DEAD.
     let suspect = wait_for("node a is no longer ALIVE", WAIT, || {
-        let node = cluster.json(&["get", "node", "a", "--output", "json"]);
+        let node = cluster.json(&["get", "node", "a"]);
         if node["state"] == "ALIVE" {
             Err(node.to_string())
         } else {
@@ -349,7 +349,7 @@ fn a_stopped_agent_is_suspect_then_alive_again_with_its_work_untouched() {
     assert_eq!(cluster.json(&["get", &actor])["history"], placed["history"]);
     let status = cluster.ok(&["status"]);
     assert!(status.contains("1 suspect (heartbeats late)"), "{status}");
-    let still = cluster.json(&["get", "node", "a", "--output", "json"]);
+    let still = cluster.json(&["get", "node", "a"]);
     let stopped_for = stopped_at.elapsed();
     a.signal(Signal::SIGCONT);
     assert_eq!(still["state"], "SUSPECT", "still suspect after {stopped_for:?}: {still}");
