@@ -399,9 +399,17 @@ impl Connection {
         }
         match tls {
             None => {
-                let h2 = self.lane.is_some()
-                    && speaks_h2(&tcp, self.settings.header_timeout, shutdown.clone()).await;
-                self.http_on(h2, tcp, activity, shutdown).await
+                let h2 = match &self.lane {
+                    None => Some(false),
+                    Some(_) => {
+                        let wait = self.settings.header_timeout;
+                        speaks_h2(&tcp, wait, &activity, shutdown.clone()).await
+                    }
+                };
+                // None: told to make room while it had sent nothing; it carried no request.
+                if let Some(h2) = h2 {
+                    self.http_on(h2, tcp, activity, shutdown).await
+                }
             }
             Some(acceptor) => {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
@@ -505,24 +513,32 @@ impl Connection {
 
 /// Whether the client on `tcp` opens with the HTTP/2 preface, looking (not reading) for at
 /// most `wait` and only until the head stops; a client that sends nothing meanwhile is taken
-/// for HTTP/1 (and the idle rules deal with it).
-async fn speaks_h2(tcp: &TcpStream, wait: Duration, mut shutdown: watch::Receiver<bool>) -> bool {
+/// for HTTP/1 (and the idle rules deal with it). `None` when the connection is told to make
+/// room for another meanwhile (`activity`): it has sent nothing, so it is dropped at once, as
+/// a served connection that never carried a request is.
+async fn speaks_h2(
+    tcp: &TcpStream,
+    wait: Duration,
+    activity: &Activity,
+    mut shutdown: watch::Receiver<bool>,
+) -> Option<bool> {
     let deadline = tokio::time::Instant::now() + wait;
     let mut buf = [0u8; H2_PREFACE.len()];
     loop {
         let peeked = tokio::select! {
             peeked = tokio::time::timeout_at(deadline, tcp.peek(&mut buf)) => peeked,
-            () = stopped(&mut shutdown) => return false,
+            () = activity.close.notified() => return None,
+            () = stopped(&mut shutdown) => return Some(false),
         };
         let n = match peeked {
             Ok(Ok(n)) if n > 0 => n,
-            _ => return false,
+            _ => return Some(false),
         };
         if !H2_PREFACE.starts_with(&buf[..n]) {
-            return false;
+            return Some(false);
         }
         if n == H2_PREFACE.len() {
-            return true;
+            return Some(true);
         }
         // Part of the preface: the rest is on its way (a peek would find the same bytes at
         // once, so it waits a moment rather than spin).
@@ -693,12 +709,13 @@ mod tests {
         let (accepted, _) = listener.accept().await.unwrap();
         first.write_all(&H2_PREFACE[..10]).await.unwrap();
         let looking = tokio::spawn(async move {
-            let h2 = speaks_h2(&accepted, Duration::from_secs(10), stopped).await;
+            let activity = Activity::new(Instant::now());
+            let h2 = speaks_h2(&accepted, Duration::from_secs(10), &activity, stopped).await;
             (h2, accepted)
         });
         first.write_all(&H2_PREFACE[10..]).await.unwrap();
         let (h2, accepted) = looking.await.unwrap();
-        assert!(h2, "the whole preface, in two parts");
+        assert_eq!(h2, Some(true), "the whole preface, in two parts");
         // Nothing was read: the connection's server still sees the preface.
         let mut buf = [0u8; 24];
         assert_eq!(accepted.peek(&mut buf).await.unwrap(), 24);
@@ -706,11 +723,19 @@ mod tests {
         let (_stop, stopped) = watch::channel(false);
         let _silent = TcpStream::connect(address).await.unwrap();
         let (accepted, _) = listener.accept().await.unwrap();
-        assert!(!speaks_h2(&accepted, Duration::from_millis(100), stopped.clone()).await);
+        let activity = Activity::new(Instant::now());
+        let wait = Duration::from_millis(100);
+        assert_eq!(speaks_h2(&accepted, wait, &activity, stopped.clone()).await, Some(false));
         let mut http1 = TcpStream::connect(address).await.unwrap();
         http1.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
         let (accepted, _) = listener.accept().await.unwrap();
-        assert!(!speaks_h2(&accepted, Duration::from_secs(10), stopped).await);
+        let wait = Duration::from_secs(10);
+        assert_eq!(speaks_h2(&accepted, wait, &activity, stopped.clone()).await, Some(false));
+        // Told to make room while it has sent nothing: dropped, not waited for.
+        let _silent = TcpStream::connect(address).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        activity.close.notify_one();
+        assert_eq!(speaks_h2(&accepted, wait, &activity, stopped).await, None);
     }
 
     #[tokio::test]
