@@ -64,11 +64,21 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_BATCH: usize = 1024;
 /// The longest wait for a TCP connection to the head.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// HTTP/2 pings on an idle connection, so a vanished head (a partition, a dead machine) is
-/// noticed even when no call is failing: within 5 s, well inside the grace a head that took
-/// over gives its agents to register again (see the head's `RESTORE_GRACE`).
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The head's heartbeat timeout until a head says otherwise (its default).
+const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The HTTP/2 keepalive for a head whose heartbeat timeout is `head_timeout`: a ping after the
+/// head was silent for that long, and the connection given up if the ping is not answered
+/// within a third of it more (1 to 5 s). So a vanished head (a partition, a dead machine) is
+/// noticed even when no call fails, but never before the head itself would call this node
+/// dead: a head too busy to answer pings for a while (a saturated machine) keeps its agents'
+/// connections. The silence it takes (at most the timeout and 5 s) stays within the grace a
+/// head that took over gives its agents to register again (the timeout and 10 s: the head's
+/// `RESTORE_GRACE`).
+fn keepalive(head_timeout: Duration) -> (Duration, Duration) {
+    let interval = head_timeout.max(Duration::from_secs(1));
+    (interval, (head_timeout / 3).clamp(Duration::from_secs(1), Duration::from_secs(5)))
+}
 /// The heartbeat interval used when the head's reply says 0.
 const FALLBACK_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -204,6 +214,8 @@ pub struct Agent {
     auth: MetadataValue<Ascii>,
     runner: Arc<dyn Runner>,
     status: Arc<watch::Sender<AgentStatus>>,
+    /// The heartbeat timeout the head last said (ms): what the keepalive is sized for.
+    head_timeout_ms: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Agent {
@@ -222,7 +234,15 @@ impl Agent {
         let urls = config.head_urls()?;
         let auth = config.authorization()?;
         let (status, _) = watch::channel(AgentStatus::default());
-        Ok(Agent { config, urls, current: 0.into(), auth, runner, status: Arc::new(status) })
+        Ok(Agent {
+            config,
+            urls,
+            current: 0.into(),
+            auth,
+            runner,
+            status: Arc::new(status),
+            head_timeout_ms: (DEFAULT_HEAD_TIMEOUT.as_millis() as u64).into(),
+        })
     }
 
     /// Validates `config` and runs an agent until `shutdown` turns true (or its sender is
@@ -327,11 +347,13 @@ impl Agent {
                 .tls_config(tls)
                 .map_err(|e| Ended::Fatal(AgentError::Tls(e.to_string())))?;
         }
+        let head_timeout = self.head_timeout_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let (interval, timeout) = keepalive(Duration::from_millis(head_timeout));
         let endpoint = endpoint
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
-            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .http2_keep_alive_interval(interval)
+            .keep_alive_timeout(timeout)
             .keep_alive_while_idle(true);
         // A fresh lazy channel per session: nothing of a broken connection is reused, and a
         // head that is down fails the first call (retried after the backoff).
@@ -389,6 +411,17 @@ impl Agent {
             }
             ms => Duration::from_millis(u64::from(ms)),
         };
+        // The session's streams go on a connection whose keepalive fits the head's timeout
+        // (the registration used the last one known).
+        let said = u64::from(reply.heartbeat_timeout_ms);
+        let known = self.head_timeout_ms.load(std::sync::atomic::Ordering::Relaxed);
+        if said != 0 && said != known {
+            self.head_timeout_ms.store(said, std::sync::atomic::Ordering::Relaxed);
+            client = match self.client() {
+                Ok(client) => client,
+                Err(ended) => return ended,
+            };
+        }
         self.runner.registered(node_id);
         let session = Session { node_id: node_id.clone(), session: reply.session };
         info!(node_id = %session.node_id, session = session.session, ?interval, "registered");
@@ -844,6 +877,21 @@ mod tests {
 
     fn agent() -> Agent {
         Agent::new(AgentConfig::new("127.0.0.1:1", "t"), Arc::new(AckRunner::new())).unwrap()
+    }
+
+    #[test]
+    fn the_keepalive_never_gives_up_before_the_heads_timeout_nor_long_after() {
+        let s = Duration::from_secs;
+        assert_eq!(keepalive(DEFAULT_HEAD_TIMEOUT), (s(30), s(5)));
+        assert_eq!(keepalive(s(6)), (s(6), s(2)));
+        assert_eq!(keepalive(s(1)), (s(1), s(1)));
+        for ms in [100, 1_000, 5_000, 30_000, 120_000] {
+            let timeout = Duration::from_millis(ms);
+            let (interval, wait) = keepalive(timeout);
+            assert!(interval + wait >= timeout, "{ms} ms");
+            // Within the grace a head that took over gives (the timeout and 10 s).
+            assert!(interval + wait <= timeout.max(s(1)) + s(10), "{ms} ms");
+        }
     }
 
     #[tokio::test]

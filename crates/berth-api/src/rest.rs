@@ -365,6 +365,10 @@ pub enum NodeState {
     Alive,
     /// Takes no new work; its actors are moved off it.
     Draining,
+    /// Its heartbeats are late (past a third of the head's heartbeat timeout): it takes no new
+    /// work, and keeps what it runs (nothing is restarted or released) until it is heard from
+    /// again (back to `ALIVE`, or `DRAINING` if it was draining) or the timeout passes (`DEAD`).
+    Suspect,
     /// Heartbeats stopped (or it was removed); its work was moved.
     Dead,
 }
@@ -969,6 +973,9 @@ pub struct NodeCounts {
     pub alive: u64,
     /// Draining.
     pub draining: u64,
+    /// Suspect: heartbeats late, not dead yet.
+    #[serde(default)]
+    pub suspect: u64,
     /// Dead.
     pub dead: u64,
 }
@@ -1004,7 +1011,7 @@ pub struct Demand {
 pub struct ClusterStatus {
     /// Nodes by state.
     pub nodes: NodeCounts,
-    /// Resource name to amounts over the alive and draining nodes.
+    /// Resource name to amounts over the alive and draining nodes (not suspect or dead ones).
     pub resources: BTreeMap<String, ResourceUse>,
     /// Actor counts by state (`ALIVE`: 3).
     #[schema(value_type = std::collections::HashMap<String, u64>)]

@@ -71,8 +71,14 @@ pub struct HeadOptions {
     /// A scheduler profile (YAML, as `berth explain --profile`): scorers, weights, pick.
     #[arg(long, value_name = "FILE")]
     pub scheduler_config: Option<PathBuf>,
-    /// Seconds without a heartbeat after which a node is declared dead.
-    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    /// Seconds without a heartbeat after which a node is declared dead (its actors restart
+    /// elsewhere); after a third of it, the node is SUSPECT (no new work goes there, nothing
+    /// is restarted yet).
+    #[arg(
+        long,
+        default_value_t = berth_head::config::DEFAULT_HEARTBEAT_TIMEOUT.as_secs_f64(),
+        value_name = "SECONDS"
+    )]
     pub heartbeat_timeout: f64,
     /// Seconds a finished object (DEAD actor; FINISHED, FAILED or CANCELLED task; REMOVED
     /// placement group) is kept before the head forgets it.

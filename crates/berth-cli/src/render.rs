@@ -601,6 +601,7 @@ fn state_name(state: NodeState) -> &'static str {
     match state {
         NodeState::Alive => "alive",
         NodeState::Draining => "draining",
+        NodeState::Suspect => "suspect",
         NodeState::Dead => "dead",
     }
 }

@@ -11,6 +11,11 @@
 //!   is measured and printed), then the partitioned agent reaches the head again and stops its
 //!   copy: one copy remains. `silent_partition_then_heal_fences_the_stale_copy` does the same
 //!   with a partition that closes nothing (a black hole: the agent notices nothing).
+//! - `a_stopped_agent_is_suspect_then_alive_again_with_its_work_untouched`: an agent stopped
+//!   with SIGSTOP for longer than the suspect threshold but shorter than the heartbeat timeout
+//!   (a machine too busy to run it) makes its node SUSPECT, not DEAD: new work waits instead of
+//!   going there, its actor is not restarted; continued, the node is ALIVE again with the same
+//!   actor process, and the head logged both at their levels.
 //! - `drain_moves_actors_without_losing_them`: `berth drain` moves both actors of a node, none
 //!   is lost on the way, their old processes end with SIGTERM, and the node takes no new work.
 //!
@@ -295,6 +300,84 @@ fn partition_then_heal(partition: Partition) {
     assert_eq!(recorded_pid(&cluster, "a", &actor), None, "a no longer records the copy");
     drop(a);
     drop(proxy);
+}
+
+/// The head's `--heartbeat-timeout` for the SIGSTOP test, in seconds: its nodes are SUSPECT
+/// after a third of it (3 s), which leaves 6 s to see that and continue the agent, on a
+/// machine busy with other tests.
+const SUSPECT_TEST_TIMEOUT_S: u64 = 9;
+
+/// Agent `a` is stopped (SIGSTOP: it runs nothing, answers nothing, its connection stays open,
+/// as on a machine too loaded to schedule it) until the head calls `a` SUSPECT, then
+/// continued. Meanwhile an actor that must run on `a` waits (PENDING) rather than going there,
+/// and `a`'s actor is left as it is; continued, `a` is ALIVE again without registering anew,
+/// the waiting actor starts there, and the first one is the same process, never restarted.
+#[test]
+fn a_stopped_agent_is_suspect_then_alive_again_with_its_work_untouched() {
+    use nix::sys::signal::Signal;
+    let _serial = serial();
+    let cluster = Cluster::new();
+    let timeout = SUSPECT_TEST_TIMEOUT_S.to_string();
+    let (head, address) = cluster.head(&["--heartbeat-timeout", &timeout]);
+    let mut a = agent(&cluster, &address, "a");
+    let _b = agent(&cluster, &address, "b");
+    let before = cluster.wait_node("a", "ALIVE");
+    cluster.wait_node("b", "ALIVE");
+    let actor = create_actor(&cluster, "sleep 600", "a");
+    let placed = wait_alive_on(&cluster, &actor, "a");
+    let copy = wait_copies(&cluster, &actor, &["a"]).remove(0);
+
+    let stopped_at = Instant::now();
+    a.signal(Signal::SIGSTOP);
+    // Polled, not waited for: it must be seen SUSPECT before the timeout would make it DEAD.
+    let suspect = wait_for("node a is no longer ALIVE", WAIT, || {
+        let node = cluster.json(&["get", "node", "a"]);
+        if node["state"] == "ALIVE" {
+            Err(node.to_string())
+        } else {
+            Ok(node)
+        }
+    });
+    let suspect_after = stopped_at.elapsed();
+    assert_eq!(suspect["state"], "SUSPECT", "after {suspect_after:?}: {suspect}");
+    assert_eq!(events(&suspect).last().map(String::as_str), Some("suspect"), "{suspect}");
+    // New work that must go to `a` waits for it; `a`'s actor is left alone.
+    let strategy = r#"{"type": "NODE_AFFINITY", "node_id": "a", "soft": false}"#;
+    let waiting = cluster.sleeper(&["--resources", "CPU=1", "--strategy", strategy]);
+    let pending = cluster.json(&["get", &waiting]);
+    assert_eq!(pending["state"], "PENDING", "{pending}");
+    assert_eq!(cluster.json(&["get", &actor])["history"], placed["history"]);
+    let status = cluster.ok(&["status"]);
+    assert!(status.contains("1 suspect (heartbeats late)"), "{status}");
+    let still = cluster.json(&["get", "node", "a"]);
+    let stopped_for = stopped_at.elapsed();
+    a.signal(Signal::SIGCONT);
+    assert_eq!(still["state"], "SUSPECT", "still suspect after {stopped_for:?}: {still}");
+    assert!(
+        stopped_for < Duration::from_secs(SUSPECT_TEST_TIMEOUT_S),
+        "the agent must be continued within the timeout (the machine is too slow?): {stopped_for:?}"
+    );
+
+    let back = cluster.wait_node("a", "ALIVE");
+    println!(
+        "agent a stopped: SUSPECT seen after {suspect_after:?}, continued after {stopped_for:?}, \
+         ALIVE again after {:?}",
+        stopped_at.elapsed()
+    );
+    let kinds = events(&back);
+    assert_eq!(&kinds[kinds.len() - 2..], ["suspect", "alive"], "{back}");
+    assert!(!kinds.contains(&"dead".to_string()), "{back}");
+    assert_eq!(back["registered_at_ms"], before["registered_at_ms"], "the same session: {back}");
+    wait_alive_on(&cluster, &waiting, "a");
+    let after = cluster.json(&["get", &actor]);
+    assert_eq!((&after["state"], &after["node_id"]), (&"ALIVE".into(), &"a".into()), "{after}");
+    assert_eq!(after["restarts"], 0, "{after}");
+    assert_eq!(after["history"], placed["history"], "nothing happened to {actor}");
+    assert_eq!(copies(&cluster, &actor), vec![copy], "the same process, on a");
+    let log = head.log();
+    for line in ["WARN", "node a is SUSPECT: no heartbeat for", "node a is ALIVE again"] {
+        assert!(log.contains(line), "the head's log says {line:?}:\n{log}");
+    }
 }
 
 /// `berth drain a` with two actors on `a`: both move to `b` and none is ever DEAD on the way

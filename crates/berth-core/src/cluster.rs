@@ -191,6 +191,7 @@ pub struct Cluster {
     by_id: FxHashMap<NodeId, NodeIndex>,
     alive: NodeSet,
     draining: NodeSet,
+    suspect: NodeSet,
     dead: NodeSet,
     /// Label key → value → nodes, for selectors.
     label_index: LabelIndex,
@@ -557,7 +558,7 @@ impl Cluster {
             .filter_map(|(i, slot)| slot.as_ref().map(|node| (NodeIndex(i as u32), node)))
     }
 
-    /// Number of nodes that were not removed (alive, draining or dead).
+    /// Number of nodes that were not removed (alive, draining, suspect or dead).
     pub fn len(&self) -> usize {
         self.by_id.len()
     }
@@ -582,13 +583,18 @@ impl Cluster {
         &self.draining
     }
 
+    /// Nodes whose heartbeats are late: they keep their work but take nothing new.
+    pub fn suspect(&self) -> &NodeSet {
+        &self.suspect
+    }
+
     /// Nodes declared dead.
     pub fn dead(&self) -> &NodeSet {
         &self.dead
     }
 
-    /// Moves a node to `state`. Alive ⇄ draining in either direction; any state → dead; a dead
-    /// node stays dead.
+    /// Moves a node to `state`. Alive, draining and suspect to one another in any direction;
+    /// any state → dead; a dead node stays dead. Only death touches what the node holds.
     pub fn set_state(&mut self, index: NodeIndex, state: NodeState) -> Result<(), ClusterError> {
         let node = slot_mut(&mut self.nodes, &mut self.feed, index)?;
         if node.state() == NodeState::Dead && state != NodeState::Dead {
@@ -607,7 +613,7 @@ impl Cluster {
                 }
             }
         }
-        for set in [&mut self.alive, &mut self.draining, &mut self.dead] {
+        for set in [&mut self.alive, &mut self.draining, &mut self.suspect, &mut self.dead] {
             set.remove(index);
         }
         self.largest.0.take();
@@ -615,6 +621,7 @@ impl Cluster {
         match state {
             NodeState::Alive => self.alive.insert(index),
             NodeState::Draining => self.draining.insert(index),
+            NodeState::Suspect => self.suspect.insert(index),
             NodeState::Dead => self.dead.insert(index),
         };
         Ok(())
@@ -644,7 +651,13 @@ impl Cluster {
         self.by_id.remove(node.id());
         self.label_index.remove(index, node.labels());
         self.actors.remove_node(index);
-        for set in [&mut self.alive, &mut self.draining, &mut self.dead, &mut self.tainted] {
+        for set in [
+            &mut self.alive,
+            &mut self.draining,
+            &mut self.suspect,
+            &mut self.dead,
+            &mut self.tainted,
+        ] {
             set.remove(index);
         }
         self.largest.0.take();
@@ -996,12 +1009,22 @@ impl Cluster {
                     return Err(format!("{}: resource #{i} index says {}", node.id(), !has));
                 }
             }
-            let in_sets = [&self.alive, &self.draining, &self.dead]
-                .iter()
-                .filter(|set| set.contains(index))
-                .count();
+            let sets = [
+                (&self.alive, NodeState::Alive),
+                (&self.draining, NodeState::Draining),
+                (&self.suspect, NodeState::Suspect),
+                (&self.dead, NodeState::Dead),
+            ];
+            let in_sets = sets.iter().filter(|(set, _)| set.contains(index)).count();
             if in_sets != 1 {
                 return Err(format!("{} is in {in_sets} state sets", node.id()));
+            }
+            if !sets.iter().any(|(set, state)| set.contains(index) && *state == node.state()) {
+                return Err(format!(
+                    "{} is {:?} but not in that state's set",
+                    node.id(),
+                    node.state()
+                ));
             }
         }
         Ok(())
@@ -1188,5 +1211,26 @@ mod tests {
             c.set_state(index(&c, "b"), NodeState::Alive),
             Err(ClusterError::Dead(_))
         ));
+    }
+
+    #[test]
+    fn a_suspect_node_moves_between_the_live_states_and_can_still_die() {
+        let mut c = cluster(&[("a", "CPU=4")]);
+        let a = index(&c, "a");
+        let set = resources(c.registry_mut(), "CPU=1");
+        for state in [NodeState::Suspect, NodeState::Draining, NodeState::Suspect] {
+            c.set_state(a, state).unwrap();
+            assert_eq!(c.node(a).unwrap().state(), state);
+            assert_eq!(c.suspect().contains(a), state == NodeState::Suspect);
+            assert!(matches!(c.reserve(a, &set), Err(ClusterError::NotAlive { .. })));
+            c.check_invariants().unwrap();
+        }
+        c.set_state(a, NodeState::Alive).unwrap();
+        assert!(c.reserve(a, &set).is_ok());
+        c.set_state(a, NodeState::Suspect).unwrap();
+        c.set_state(a, NodeState::Dead).unwrap();
+        assert!(!c.suspect().contains(a) && c.dead().contains(a));
+        assert!(matches!(c.set_state(a, NodeState::Suspect), Err(ClusterError::Dead(_))));
+        c.check_invariants().unwrap();
     }
 }

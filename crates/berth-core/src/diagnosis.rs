@@ -32,6 +32,8 @@ pub enum Reason {
     Dead,
     /// The node is draining.
     Draining,
+    /// The node's heartbeats are late: it may come back, so this is worth waiting for.
+    Suspect,
     /// The request's hard node affinity names another node.
     NotAffinityNode,
     /// The node's labels do not match the label selector in force.
@@ -86,6 +88,8 @@ pub enum ReasonKind {
     ActorAffinity(u16),
     /// See [`Reason::AntiAffinityGuard`].
     AntiAffinityGuard,
+    /// See [`Reason::Suspect`].
+    Suspect,
     /// See [`Reason::KeptForPrimary`]: too little `resource` would be left for idle `primary`.
     KeptForPrimary {
         /// The primary resource.
@@ -115,6 +119,7 @@ impl Reason {
         match *self {
             Reason::Dead => ReasonKind::Dead,
             Reason::Draining => ReasonKind::Draining,
+            Reason::Suspect => ReasonKind::Suspect,
             Reason::NotAffinityNode => ReasonKind::NotAffinityNode,
             Reason::LabelMismatch => ReasonKind::LabelMismatch,
             Reason::ActorAffinity(i) => ReasonKind::ActorAffinity(i),
@@ -189,6 +194,7 @@ impl ReasonKind {
                 | ReasonKind::KeptForPrimary { .. }
                 | ReasonKind::ActorAffinity(_)
                 | ReasonKind::AntiAffinityGuard
+                | ReasonKind::Suspect
         )
     }
 
@@ -199,6 +205,7 @@ impl ReasonKind {
         match self {
             ReasonKind::Dead => "dead".to_string(),
             ReasonKind::Draining => "draining".to_string(),
+            ReasonKind::Suspect => "suspect (heartbeats late)".to_string(),
             ReasonKind::NotAffinityNode => "not the affinity node".to_string(),
             ReasonKind::LabelMismatch => "labels do not match".to_string(),
             ReasonKind::ActorAffinity(ANY_EXPRESSION) => {
@@ -233,6 +240,7 @@ impl ReasonKind {
         match self {
             ReasonKind::Dead => "dead".to_string(),
             ReasonKind::Draining => "draining".to_string(),
+            ReasonKind::Suspect => "suspect".to_string(),
             ReasonKind::NotAffinityNode => "not_affinity_node".to_string(),
             ReasonKind::LabelMismatch => "label_mismatch".to_string(),
             ReasonKind::ActorAffinity(ANY_EXPRESSION) => "actor_affinity:any".to_string(),

@@ -85,6 +85,11 @@ pub enum NodeState {
     Alive,
     /// Keeps what it runs, takes nothing new.
     Draining,
+    /// Its heartbeats are late: it keeps what it runs (nothing is released or restarted) and
+    /// takes nothing new until it is heard from again (alive) or declared dead. Unlike a
+    /// draining node, it may come back at any moment, so work that only it could take waits
+    /// (pending) rather than being called infeasible.
+    Suspect,
     /// Gone: takes nothing, and releases against it are ignored (its resources went with it).
     /// Its ledger is kept as it was, for inspection.
     Dead,

@@ -37,9 +37,9 @@ pub enum Trigger {
     /// This node joined the cluster.
     NodeJoined(NodeIndex),
     /// This node changed: its capacity (up or down), labels or taints (a removed taint wakes
-    /// the requests it kept away), or it became alive again after draining.
+    /// the requests it kept away), or it became alive again after draining or being suspect.
     NodeChanged(NodeIndex),
-    /// This node died, was removed, or started draining.
+    /// This node died, was removed, started draining, or became suspect.
     NodeLost(NodeIndex),
     /// An actor was placed, moved or removed: requests waiting on actor affinity (or kept away
     /// by an actor's anti-affinity) may now be placed.

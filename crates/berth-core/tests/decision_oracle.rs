@@ -30,6 +30,7 @@ fn node_spec() -> impl Strategy<Value = NodeSpec> {
             NodeState::Alive,
             NodeState::Alive,
             NodeState::Draining,
+            NodeState::Suspect,
             NodeState::Dead,
         ]),
     )
@@ -83,7 +84,11 @@ fn oracle(cluster: &Cluster, request: &ResourceSet) -> Outcome {
     });
     if now {
         Outcome::Placed
-    } else if alive.iter().any(|(_, n)| request.is_subset_of(n.total())) {
+    } else if alive.iter().any(|(_, n)| request.is_subset_of(n.total()))
+        // A suspect node may be back at any moment: the request waits for it, whatever its
+        // size (it is not looked at closely while its heartbeats are late).
+        || cluster.nodes().any(|(_, n)| n.state() == NodeState::Suspect)
+    {
         Outcome::Pending
     } else {
         Outcome::Infeasible

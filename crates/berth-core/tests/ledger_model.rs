@@ -196,6 +196,7 @@ fn op() -> impl Strategy<Value = Op> {
     let state = prop_oneof![
         3 => Just(NodeState::Alive),
         2 => Just(NodeState::Draining),
+        2 => Just(NodeState::Suspect),
         1 => Just(NodeState::Dead),
     ];
     let add_gpu = prop_oneof![10 => gpu_whole_total(), 1 => gpu_fractional_total()];
@@ -231,6 +232,7 @@ fn gpu_op() -> impl Strategy<Value = Op> {
     let state = prop_oneof![
         4 => Just(NodeState::Alive),
         1 => Just(NodeState::Draining),
+        1 => Just(NodeState::Suspect),
     ];
     prop_oneof![
         8 => (only(), request).prop_map(|(node, request)| Op::Reserve { node, request }),
@@ -789,11 +791,13 @@ impl Harness {
                 (
                     self.cluster.alive().contains(index),
                     self.cluster.draining().contains(index),
+                    self.cluster.suspect().contains(index),
                     self.cluster.dead().contains(index),
                 ),
                 (
                     model.state == NodeState::Alive,
                     model.state == NodeState::Draining,
+                    model.state == NodeState::Suspect,
                     model.state == NodeState::Dead,
                 )
             );

@@ -2,8 +2,10 @@
 //! and the session, and turns each call into an [`AgentCommand`] for the owner task.
 //!
 //! Heartbeats are the exception: they never reach the owner (one message per node every
-//! interval would compete with decisions). Each live session has a [`Liveness`] cell; the
-//! heartbeat stream writes the time into it, and the owner's periodic tick reads it.
+//! interval would compete with decisions, and a busy owner would hold up the beats that keep
+//! its nodes alive). Each live session has a [`Liveness`] cell, which the owner publishes in
+//! the shared [`Sessions`] when the session begins; the heartbeat stream finds it there and
+//! writes the time into it (an atomic store), and the owner's periodic tick reads it.
 //!
 //! Measurements riding on heartbeats (what the machine and its work use) go the same way:
 //! into the shared [`Measurements`], never through the owner.
@@ -29,7 +31,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, warn};
 
 use crate::clock::now_ms;
-use crate::command::{AgentCommand, Command, Liveness};
+use crate::command::{AgentCommand, Command, Liveness, Sessions};
 use crate::keyring::Keyring;
 use crate::logs::LogStreams;
 use crate::measured::Measurements;
@@ -47,6 +49,8 @@ pub(crate) struct AgentApi {
     logs: Arc<LogStreams>,
     /// Where heartbeats leave their measurements.
     measurements: Arc<Measurements>,
+    /// Where heartbeat streams find their session's liveness cell.
+    sessions: Arc<Sessions>,
 }
 
 impl AgentApi {
@@ -57,6 +61,7 @@ impl AgentApi {
         keyring: Keyring,
         logs: Arc<LogStreams>,
         measurements: Arc<Measurements>,
+        sessions: Arc<Sessions>,
     ) -> tonic::service::interceptor::InterceptedService<
         AgentServiceServer<AgentApi>,
         impl tonic::service::Interceptor + Clone,
@@ -77,7 +82,8 @@ impl AgentApi {
                 )),
             }
         };
-        AgentServiceServer::with_interceptor(AgentApi { commands, logs, measurements }, check)
+        let api = AgentApi { commands, logs, measurements, sessions };
+        AgentServiceServer::with_interceptor(api, check)
     }
 
     async fn ask<T>(
@@ -124,22 +130,20 @@ impl AgentService for AgentApi {
                 let Ok(mut beat) = message else { break };
                 let live = match &cell {
                     Some(live) if live.session == beat.session => live.clone(),
-                    _ => {
-                        let (node_id, session) = (beat.node_id.clone(), beat.session);
-                        match api
-                            .ask(|reply| AgentCommand::Heartbeat { node_id, session, reply })
-                            .await
-                        {
-                            Ok(live) => {
-                                cell = Some(live.clone());
-                                live
-                            }
-                            Err(status) => {
-                                let _ = tx.send(Err(status)).await;
-                                break;
-                            }
+                    _ => match api.sessions.find(&beat.node_id, beat.session) {
+                        Some(live) => {
+                            cell = Some(live.clone());
+                            live
                         }
-                    }
+                        None => {
+                            let status = Status::failed_precondition(format!(
+                                "no live session {} for node {}: register again",
+                                beat.session, beat.node_id
+                            ));
+                            let _ = tx.send(Err(status)).await;
+                            break;
+                        }
+                    },
                 };
                 if live.ended.load(Ordering::Acquire) {
                     let _ = tx

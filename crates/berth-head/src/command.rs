@@ -157,6 +157,30 @@ pub(crate) struct Liveness {
     pub(crate) ended: std::sync::atomic::AtomicBool,
 }
 
+/// The live sessions' [`Liveness`] cells, by node: the owner writes them as sessions begin
+/// and end, and heartbeat streams find theirs here, so that a heartbeat never waits for the
+/// owner (a busy owner would otherwise hold up the very beats that keep its nodes alive).
+#[derive(Debug, Default)]
+pub(crate) struct Sessions(std::sync::RwLock<std::collections::HashMap<String, Arc<Liveness>>>);
+
+impl Sessions {
+    /// `node`'s session is now `cell`'s.
+    pub(crate) fn begin(&self, node: &str, cell: Arc<Liveness>) {
+        self.0.write().unwrap_or_else(|p| p.into_inner()).insert(node.to_string(), cell);
+    }
+
+    /// `node` has no live session any more.
+    pub(crate) fn end(&self, node: &str) {
+        self.0.write().unwrap_or_else(|p| p.into_inner()).remove(node);
+    }
+
+    /// The cell of `node`'s session `session`, if that session is live.
+    pub(crate) fn find(&self, node: &str, session: u64) -> Option<Arc<Liveness>> {
+        let sessions = self.0.read().unwrap_or_else(|p| p.into_inner());
+        sessions.get(node).filter(|cell| cell.session == session).cloned()
+    }
+}
+
 /// The sending half of a node's assignment stream.
 pub(crate) type AssignmentSender = mpsc::UnboundedSender<Result<Assignment, Status>>;
 

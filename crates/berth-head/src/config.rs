@@ -20,7 +20,8 @@ pub struct HeadConfig {
     pub scheduler: SchedulerConfig,
     /// How often agents heartbeat.
     pub heartbeat_interval: Duration,
-    /// Silence after which a node is declared dead.
+    /// Silence after which a node is declared dead (it is SUSPECT before, from
+    /// [`HeadConfig::suspect_after`]).
     pub heartbeat_timeout: Duration,
     /// Seed of the head's RNG (ties among equal nodes, RANDOM).
     pub seed: u64,
@@ -83,6 +84,18 @@ impl HeadConfig {
     pub fn store_retry_window(&self) -> Duration {
         self.store_retry.unwrap_or(self.lease_ttl)
     }
+
+    /// Silence after which a live node is SUSPECT (takes no new work; nothing of it is
+    /// restarted or released): a third of the heartbeat timeout, so that new work stops going
+    /// to a silent node well before it is declared dead, but at least two heartbeat intervals
+    /// and a second (a late beat or a scheduling hiccup is not news), and at most the timeout
+    /// (with a timeout that short, a node goes straight to DEAD).
+    pub fn suspect_after(&self) -> Duration {
+        (self.heartbeat_timeout / 3)
+            .max(self.heartbeat_interval * 2)
+            .max(Duration::from_secs(1))
+            .min(self.heartbeat_timeout)
+    }
 }
 
 /// How the head's autoscaler runs.
@@ -134,9 +147,14 @@ pub const DEFAULT_ASSIGNMENT_WINDOW: Duration = Duration::from_millis(10);
 
 /// Default heartbeat period.
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
-/// Default silence before a node is dead (Ray's default is 30 s; ours is shorter because a
-/// heartbeat here is a few bytes on a stream, not a polled RPC).
-pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default silence before a node is dead: 30 s. Trusted systems wait about this long: Ray's
+/// health checks fail a node after 15 to 30 s of missed checks, Kubernetes marks a node
+/// not-ready after 40 to 50 s. 5 s, what Berth had, took healthy nodes for dead on a saturated
+/// 2-core machine (a burst of Python tasks at load 20), and a false death costs restarts and
+/// failed retries, while a slower true death costs only a later restart; 30 s gave no false
+/// death in that run. The top of Ray's range, below Kubernetes': nodes are SUSPECT (no new
+/// work) after a third of it, so new work stops going to a silent node within 10 s anyway.
+pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The default most connections at once: far above what a cluster's agents, CLIs and
 /// dashboards open, and within the open-file limit the head raises itself to at start.

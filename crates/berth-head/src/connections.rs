@@ -21,6 +21,14 @@
 //!
 //! Shutdown: every connection is asked to finish gracefully (requests in flight are answered);
 //! [`serve`] returns when all have ended.
+//!
+//! HTTP/2 connections (the agents' gRPC: heartbeats, assignments, reports) are served on a
+//! [`Lane`], a runtime on a thread of its own, apart from the HTTP/1 connections of REST, the
+//! dashboard and the SDKs: a burst of REST requests keeps the main runtime's workers busy, but
+//! the operating system still gives the lane's thread its turn, so the heartbeats that keep
+//! nodes alive are read and recorded while it lasts. Without TLS an HTTP/2 connection is known
+//! by its preface (REST clients speak HTTP/1.1); with TLS, by ALPN, so a browser or client that
+//! negotiates HTTP/2 over TLS shares the lane.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -36,7 +44,7 @@ use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
@@ -51,6 +59,50 @@ pub(crate) struct Settings {
     pub(crate) header_timeout: Duration,
     /// How long a connection may stay with no request in flight.
     pub(crate) idle_timeout: Duration,
+    /// The silence after which an HTTP/2 peer is pinged (and given as long again to answer):
+    /// at least [`KEEPALIVE`], and at least the heartbeat timeout, so that an agent too busy to
+    /// answer for a while (a saturated machine) keeps its connection until the heartbeat clock
+    /// would call it dead anyway.
+    pub(crate) keepalive: Duration,
+}
+
+/// The least HTTP/2 keepalive: a ping after this much silence, the connection closed if it is
+/// not answered within as long again.
+pub(crate) const KEEPALIVE: Duration = Duration::from_secs(20);
+
+/// The preface every HTTP/2 connection without TLS opens with (RFC 9113, section 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A runtime on a thread of its own (`berth-agents`) for the HTTP/2 connections. It ends, and
+/// every connection on it with it, when this is dropped (with the server that holds it).
+pub(crate) struct Lane {
+    handle: tokio::runtime::Handle,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Lane {
+    /// Starts the thread and its runtime.
+    pub(crate) async fn start() -> std::io::Result<Lane> {
+        let (ready, built) = oneshot::channel::<std::io::Result<tokio::runtime::Handle>>();
+        let (stop, stopped) = oneshot::channel::<()>();
+        std::thread::Builder::new().name("berth-agents".into()).spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    let _ = ready.send(Err(err));
+                    return;
+                }
+            };
+            let _ = ready.send(Ok(runtime.handle().clone()));
+            // Ends when the lane is dropped; the runtime is dropped here, on its own thread.
+            runtime.block_on(async {
+                let _ = stopped.await;
+            });
+        })?;
+        let handle =
+            built.await.map_err(|_| std::io::Error::other("the lane's thread ended"))??;
+        Ok(Lane { handle, _stop: stop })
+    }
 }
 
 /// How long a TLS handshake may take.
@@ -204,23 +256,25 @@ impl Registry {
 }
 
 /// Serves `router` on `listener` (over TLS with `tls`) by `settings` until `shutdown` turns
-/// true; returns once every connection has ended.
+/// true, HTTP/2 connections on `lane` when there is one; returns once every connection has
+/// ended.
 pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     tls: Option<TlsAcceptor>,
     settings: Settings,
-    metrics: Option<Arc<Metrics>>,
+    (metrics, lane): (Option<Arc<Metrics>>, Option<Lane>),
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let lane_handle = lane.as_ref().map(|lane| lane.handle.clone());
     let mut builder = Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_timeout);
     // Pings find a peer that vanished (its machine lost) on an HTTP/2 connection (agents).
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(Some(Duration::from_secs(20)))
-        .keep_alive_timeout(Duration::from_secs(20));
+        .keep_alive_interval(Some(settings.keepalive.max(KEEPALIVE)))
+        .keep_alive_timeout(settings.keepalive.max(KEEPALIVE));
     let served = Arc::new(Semaphore::new(settings.max));
     let admitting = Arc::new(Semaphore::new(ADMITTING));
     let registry = Arc::new(Registry::default());
@@ -246,12 +300,13 @@ pub(crate) async fn serve(
                     if let Some(m) = &metrics {
                         m.connection_evicted();
                     }
-                    let (served, registry, router, builder, metrics) = (
+                    let (served, registry, router, builder, metrics, lane) = (
                         served.clone(),
                         registry.clone(),
                         router.clone(),
                         builder.clone(),
                         metrics.clone(),
+                        lane_handle.clone(),
                     );
                     let (tls, shutdown) = (tls.clone(), shutdown.clone());
                     tokio::spawn(async move {
@@ -259,8 +314,14 @@ pub(crate) async fn serve(
                         drop(waiting);
                         match permit {
                             Ok(Ok(permit)) => {
-                                let connection =
-                                    Connection { settings, registry, router, builder, metrics };
+                                let connection = Connection {
+                                    settings,
+                                    registry,
+                                    router,
+                                    builder,
+                                    metrics,
+                                    lane,
+                                };
                                 connection.run(tcp, tls, epoch, shutdown, permit).await;
                             }
                             // The room went to another: refused after all.
@@ -296,6 +357,7 @@ pub(crate) async fn serve(
             router: router.clone(),
             builder: builder.clone(),
             metrics: metrics.clone(),
+            lane: lane_handle.clone(),
         };
         let (tls, shutdown) = (tls.clone(), shutdown.clone());
         tokio::spawn(connection.run(tcp, tls, epoch, shutdown, permit));
@@ -303,6 +365,7 @@ pub(crate) async fn serve(
     registry.close_all();
     // Every connection returns its permit when it ends.
     let _ = served.acquire_many(settings.max as u32).await;
+    drop(lane);
 }
 
 /// What serving one connection needs.
@@ -312,6 +375,8 @@ struct Connection {
     router: Router,
     builder: Builder<TokioExecutor>,
     metrics: Option<Arc<Metrics>>,
+    /// Where HTTP/2 connections are served, if apart.
+    lane: Option<tokio::runtime::Handle>,
 }
 
 impl Connection {
@@ -333,10 +398,25 @@ impl Connection {
             m.connection_opened();
         }
         match tls {
-            None => self.http(tcp, activity, shutdown).await,
+            None => {
+                let h2 = match &self.lane {
+                    None => Some(false),
+                    Some(_) => {
+                        let wait = self.settings.header_timeout;
+                        speaks_h2(&tcp, wait, &activity, shutdown.clone()).await
+                    }
+                };
+                // None: told to make room while it had sent nothing; it carried no request.
+                if let Some(h2) = h2 {
+                    self.http_on(h2, tcp, activity, shutdown).await
+                }
+            }
             Some(acceptor) => {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => self.http(stream, activity, shutdown).await,
+                    Ok(Ok(stream)) => {
+                        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                        self.http_on(h2, stream, activity, shutdown).await
+                    }
                     Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
                     Err(_) => tracing::debug!("TLS handshake timed out"),
                 }
@@ -345,6 +425,35 @@ impl Connection {
         self.registry.remove(id);
         if let Some(m) = &self.metrics {
             m.connection_closed();
+        }
+    }
+
+    /// [`Connection::http`], on the lane when the connection speaks HTTP/2 (`h2`) and there
+    /// is one.
+    async fn http_on<I>(
+        &self,
+        h2: bool,
+        io: I,
+        activity: Arc<Activity>,
+        shutdown: watch::Receiver<bool>,
+    ) where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        match &self.lane {
+            Some(lane) if h2 => {
+                let connection = Connection {
+                    settings: self.settings,
+                    registry: self.registry.clone(),
+                    router: self.router.clone(),
+                    builder: self.builder.clone(),
+                    metrics: self.metrics.clone(),
+                    lane: None,
+                };
+                // The lane gone (the head stopping) ends the connection.
+                let _ =
+                    lane.spawn(async move { connection.http(io, activity, shutdown).await }).await;
+            }
+            _ => self.http(io, activity, shutdown).await,
         }
     }
 
@@ -399,6 +508,41 @@ impl Connection {
             // Idle: nothing to answer. A client in the middle of its headers is cut off.
             let _ = tokio::time::timeout(IDLE_GRACE, connection).await;
         }
+    }
+}
+
+/// Whether the client on `tcp` opens with the HTTP/2 preface, looking (not reading) for at
+/// most `wait` and only until the head stops; a client that sends nothing meanwhile is taken
+/// for HTTP/1 (and the idle rules deal with it). `None` when the connection is told to make
+/// room for another meanwhile (`activity`): it has sent nothing, so it is dropped at once, as
+/// a served connection that never carried a request is.
+async fn speaks_h2(
+    tcp: &TcpStream,
+    wait: Duration,
+    activity: &Activity,
+    mut shutdown: watch::Receiver<bool>,
+) -> Option<bool> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut buf = [0u8; H2_PREFACE.len()];
+    loop {
+        let peeked = tokio::select! {
+            peeked = tokio::time::timeout_at(deadline, tcp.peek(&mut buf)) => peeked,
+            () = activity.close.notified() => return None,
+            () = stopped(&mut shutdown) => return Some(false),
+        };
+        let n = match peeked {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return Some(false),
+        };
+        if !H2_PREFACE.starts_with(&buf[..n]) {
+            return Some(false);
+        }
+        if n == H2_PREFACE.len() {
+            return Some(true);
+        }
+        // Part of the preface: the rest is on its way (a peek would find the same bytes at
+        // once, so it waits a moment rather than spin).
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
@@ -460,7 +604,14 @@ mod tests {
         );
         let metrics = Arc::new(Metrics::new());
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(serve(listener, router, None, settings, Some(metrics.clone()), stopped));
+        tokio::spawn(serve(
+            listener,
+            router,
+            None,
+            settings,
+            (Some(metrics.clone()), None),
+            stopped,
+        ));
         Server { address, metrics, held, release, stop }
     }
 
@@ -469,6 +620,7 @@ mod tests {
             max,
             header_timeout: Duration::from_millis(300),
             idle_timeout: Duration::from_secs(60),
+            keepalive: KEEPALIVE,
         }
     }
 
@@ -505,6 +657,85 @@ mod tests {
         let text = server.metrics.render();
         let line = text.lines().find(|l| l.starts_with(&format!("{name} ")));
         line.unwrap_or_default().rsplit(' ').next().unwrap_or_default().to_string()
+    }
+
+    /// The thread a request to `/thread` was answered on.
+    fn thread_router() -> Router {
+        Router::new().route(
+            "/thread",
+            get(|| async { std::thread::current().name().unwrap_or("?").to_string() }),
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn http2_connections_are_served_on_the_lane_and_http1_ones_are_not() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = watch::channel(false);
+        let lane = Lane::start().await.unwrap();
+        let served = tokio::spawn(serve(
+            listener,
+            thread_router(),
+            None,
+            settings(8),
+            (None, Some(lane)),
+            stopped,
+        ));
+        // HTTP/1.1, as REST clients speak it.
+        let (_, answer) = get_on_new(address, "/thread").await;
+        assert!(answer.ends_with("\r\n\r\ntokio-rt-worker"), "the main runtime's: {answer}");
+        // HTTP/2 without TLS (prior knowledge), as the agents' gRPC client speaks it.
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let request = hyper::Request::get(format!("http://{address}/thread"))
+            .body(tonic::body::Body::empty())
+            .unwrap();
+        let response = tower::ServiceExt::oneshot(channel, request).await.unwrap();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"berth-agents");
+        stop.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(10), served).await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_client_that_sends_part_of_the_preface_or_nothing_is_told_apart() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (_stop, stopped) = watch::channel(false);
+        let mut first = TcpStream::connect(address).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        first.write_all(&H2_PREFACE[..10]).await.unwrap();
+        let looking = tokio::spawn(async move {
+            let activity = Activity::new(Instant::now());
+            let h2 = speaks_h2(&accepted, Duration::from_secs(10), &activity, stopped).await;
+            (h2, accepted)
+        });
+        first.write_all(&H2_PREFACE[10..]).await.unwrap();
+        let (h2, accepted) = looking.await.unwrap();
+        assert_eq!(h2, Some(true), "the whole preface, in two parts");
+        // Nothing was read: the connection's server still sees the preface.
+        let mut buf = [0u8; 24];
+        assert_eq!(accepted.peek(&mut buf).await.unwrap(), 24);
+
+        let (_stop, stopped) = watch::channel(false);
+        let _silent = TcpStream::connect(address).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let activity = Activity::new(Instant::now());
+        let wait = Duration::from_millis(100);
+        assert_eq!(speaks_h2(&accepted, wait, &activity, stopped.clone()).await, Some(false));
+        let mut http1 = TcpStream::connect(address).await.unwrap();
+        http1.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let wait = Duration::from_secs(10);
+        assert_eq!(speaks_h2(&accepted, wait, &activity, stopped.clone()).await, Some(false));
+        // Told to make room while it has sent nothing: dropped, not waited for.
+        let _silent = TcpStream::connect(address).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        activity.close.notify_one();
+        assert_eq!(speaks_h2(&accepted, wait, &activity, stopped).await, None);
     }
 
     #[tokio::test]

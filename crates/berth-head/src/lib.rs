@@ -96,8 +96,9 @@ pub enum StartError {
     /// The settings are invalid.
     #[error("{0}")]
     Config(String),
-    /// The committer's thread could not be started.
-    #[error("cannot start the store's commit thread: {0}")]
+    /// A thread of the head (the store's committer, the agents' connections) could not be
+    /// started.
+    #[error("cannot start a thread of the head: {0}")]
     Thread(std::io::Error),
 }
 
@@ -310,6 +311,7 @@ pub async fn start_on(
         max: connections::raise_open_files(config.max_connections),
         header_timeout: config.header_timeout,
         idle_timeout: config.idle_timeout,
+        keepalive: config.heartbeat_timeout,
     };
     let (lease, listener) = standby::acquire(
         &store,
@@ -340,6 +342,7 @@ pub async fn start_on(
     let (stopped_tx, stopped_rx) = watch::channel(None::<Stop>);
     let mut owner = Owner::new(config.clone(), metrics.clone(), work_keys.clone());
     owner.stopped = Some(stopped_tx.clone());
+    let sessions = owner.sessions.clone();
     let restored = owner.restore(&snapshot, &sequences);
     // IDs go on after the highest this data directory handed out, even over a store that lost
     // them and was accepted as it is.
@@ -441,6 +444,7 @@ pub async fn start_on(
         keyring.clone(),
         log_streams.clone(),
         handle.measurements.clone(),
+        sessions,
     );
     let grpc_path = format!(
         "/{}/{{*rest}}",
@@ -464,12 +468,14 @@ pub async fn start_on(
     );
     let tls_served = tls.is_some();
     let url = format!("{}://{address}", if tls_served { "https" } else { "http" });
+    // The agents' connections on a thread of their own (see `connections`).
+    let lane = connections::Lane::start().await.map_err(StartError::Thread)?;
     let server = tokio::spawn(connections::serve(
         listener,
         router,
         tls,
         connection_settings,
-        Some(metrics.clone()),
+        (Some(metrics.clone()), Some(lane)),
         shutdown_rx.clone(),
     ));
     let autoscaler = config.autoscaler.as_ref().map(|a| {

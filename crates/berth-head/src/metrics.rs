@@ -9,7 +9,11 @@
 //!   planned, so a waiting group adds nothing here until room could exist).
 //! - `berth_pending{kind,waiting}`: requests waiting now, by kind (`actor`, `task`,
 //!   `placement_group`) and why (`pending`, `infeasible`).
-//! - `berth_nodes{state}`: nodes by state (`alive`, `draining`, `dead`).
+//! - `berth_nodes{state}`: nodes by state (`alive`, `draining`, `suspect`, `dead`).
+//! - `berth_node_transitions_total{to}`: nodes that became `suspect` (heartbeats late), `dead`
+//!   (for any reason: heartbeats stopped, or removed) or `alive` again after being suspect.
+//!   A `suspect` count that grows without `dead` says the head or its machine is overloaded
+//!   (or the network slow), not that nodes die.
 //! - `berth_store_commit_seconds` and `berth_store_ops_total`: group commits and the writes
 //!   they carried.
 //! - `berth_owner_cycle_seconds` and `berth_owner_commands_total`: the owner task's cycles
@@ -104,6 +108,7 @@ pub(crate) struct Metrics {
     bundles_ranked: Counter,
     pending: Family<PendingLabels, Gauge>,
     nodes: Family<StateLabels, Gauge>,
+    node_transitions: Family<TransitionLabels, Counter>,
     commit_seconds: Histogram,
     store_ops: Counter,
     cycle_seconds: Histogram,
@@ -127,6 +132,11 @@ pub(crate) struct Metrics {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventLabels {
     event: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransitionLabels {
+    to: &'static str,
 }
 
 impl Default for Metrics {
@@ -166,6 +176,12 @@ impl Metrics {
         );
         let nodes = Family::<StateLabels, Gauge>::default();
         registry.register("berth_nodes", "Nodes, by state", nodes.clone());
+        let node_transitions = Family::<TransitionLabels, Counter>::default();
+        registry.register(
+            "berth_node_transitions",
+            "Nodes that became suspect (heartbeats late), dead, or alive again after suspect",
+            node_transitions.clone(),
+        );
         let commit_seconds = commit_histogram();
         registry.register_with_unit(
             "berth_store_commit",
@@ -247,6 +263,7 @@ impl Metrics {
             node_memory_total.clone(),
         );
         Metrics {
+            node_transitions,
             node_cpu_used,
             node_cpus,
             node_memory_used,
@@ -307,10 +324,11 @@ impl Metrics {
     /// counting them at every cycle instead walked every node a thousand times a second under
     /// load, for a figure read every few seconds.
     pub(crate) fn count(&self, view: &crate::view::View) {
-        let (alive, draining, dead) = view.status_counts();
-        self.set_nodes("alive", alive as i64);
-        self.set_nodes("draining", draining as i64);
-        self.set_nodes("dead", dead as i64);
+        let counts = view.status_counts();
+        self.set_nodes("alive", counts.alive as i64);
+        self.set_nodes("draining", counts.draining as i64);
+        self.set_nodes("suspect", counts.suspect as i64);
+        self.set_nodes("dead", counts.dead as i64);
         let mut pending = [[0i64; 2]; 3];
         for w in view.waiting.values() {
             let kind = match w.item.kind.as_str() {
@@ -336,6 +354,11 @@ impl Metrics {
     /// How many nodes are in `state` (`alive`, `draining`, `dead`).
     pub(crate) fn set_autoscaler_nodes(&self, state: &str, n: i64) {
         self.autoscaler_nodes.get_or_create(&StateLabels { state: state.to_string() }).set(n);
+    }
+
+    /// A node became `to`: `suspect`, `dead` or `alive` (again, after suspect).
+    pub(crate) fn node_transition(&self, to: &'static str) {
+        self.node_transitions.get_or_create(&TransitionLabels { to }).inc();
     }
 
     pub(crate) fn autoscaler_event(&self, event: &str) {

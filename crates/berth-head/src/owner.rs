@@ -25,6 +25,8 @@ mod convert;
 #[cfg(test)]
 mod cost_tests;
 mod groups;
+#[cfg(test)]
+mod liveness_tests;
 mod node_edits;
 mod nodes;
 mod outbox;
@@ -125,6 +127,12 @@ pub(crate) struct Owner {
     pub(crate) bundles_ranked: u64,
     pub(crate) nodes: HashMap<String, nodes::NodeEntry>,
     pub(crate) links: HashMap<String, AgentLink>,
+    /// When the heartbeat clock last ran (ms since the epoch; 0 before it ran): a long gap
+    /// means the head itself was stopped or starved (see `check_liveness_at`).
+    pub(crate) liveness_checked_ms: u64,
+    /// The live sessions' liveness cells, shared with the heartbeat streams (`links` holds
+    /// the same cells).
+    pub(crate) sessions: Arc<crate::command::Sessions>,
     pub(crate) view: View,
     pub(crate) dirty: Dirty,
     pub(crate) effects: Vec<Effect>,
@@ -194,6 +202,8 @@ impl Owner {
             bundles_ranked: 0,
             nodes: HashMap::new(),
             links: HashMap::new(),
+            liveness_checked_ms: 0,
+            sessions: Default::default(),
             view: View::default(),
             dirty: Dirty::default(),
             effects: Vec::new(),

@@ -62,7 +62,7 @@ pub(crate) async fn acquire(
         router(active_rx),
         tls,
         settings,
-        None,
+        (None, None),
         stop_rx,
     ));
     let poll = (ttl / 5).clamp(Duration::from_millis(100), Duration::from_secs(1));

@@ -383,7 +383,7 @@ impl View {
     /// Nodes matching `query` (`state`, `label`, `name`: the ID or address; `namespace` and
     /// `node` do not apply), one page of them.
     pub fn list_nodes(&self, query: &ListQuery) -> Result<List<Node>, QueryError> {
-        let filter = Filter::new(query, &["ALIVE", "DRAINING", "DEAD"])?;
+        let filter = Filter::new(query, &["ALIVE", "DRAINING", "SUSPECT", "DEAD"])?;
         let order = Order::new(query, NODE_COLUMNS)?;
         let rows = self
             .nodes
@@ -522,14 +522,15 @@ impl View {
         })
     }
 
-    /// Nodes alive, draining and dead.
-    pub fn status_counts(&self) -> (u64, u64, u64) {
-        let mut counts = (0, 0, 0);
+    /// Nodes by state.
+    pub fn status_counts(&self) -> NodeCounts {
+        let mut counts = NodeCounts::default();
         for node in self.nodes.values() {
             match node.state {
-                NodeState::Alive => counts.0 += 1,
-                NodeState::Draining => counts.1 += 1,
-                NodeState::Dead => counts.2 += 1,
+                NodeState::Alive => counts.alive += 1,
+                NodeState::Draining => counts.draining += 1,
+                NodeState::Suspect => counts.suspect += 1,
+                NodeState::Dead => counts.dead += 1,
             }
         }
         counts
@@ -544,6 +545,12 @@ impl View {
             match node.state {
                 NodeState::Alive => counts.alive += 1,
                 NodeState::Draining => counts.draining += 1,
+                // Not counted in the sums, as the status says: until it is heard from, what it
+                // has is not what the cluster can use.
+                NodeState::Suspect => {
+                    counts.suspect += 1;
+                    continue;
+                }
                 NodeState::Dead => {
                     counts.dead += 1;
                     continue;

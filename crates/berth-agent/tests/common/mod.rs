@@ -205,6 +205,7 @@ impl AgentService for Service {
             session,
             heartbeat_interval_ms: INTERVAL_MS,
             stop,
+            heartbeat_timeout_ms: 0,
         }))
     }
 

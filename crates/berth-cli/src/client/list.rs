@@ -17,7 +17,7 @@ pub struct ListArgs {
     #[arg(value_enum, value_name = "WHAT")]
     pub what: What,
 
-    /// Only objects in this state (any case): ALIVE, DRAINING or DEAD for nodes; PENDING,
+    /// Only objects in this state (any case): ALIVE, DRAINING, SUSPECT or DEAD for nodes; PENDING,
     /// ALIVE, RESTARTING or DEAD for actors; PENDING, RUNNING, FINISHED, FAILED or CANCELLED
     /// for tasks; PENDING, CREATED, RESCHEDULING or REMOVED for placement groups.
     #[arg(long, value_name = "STATE")]

@@ -47,7 +47,16 @@ pub fn render(address: &str, status: &ClusterStatus) -> String {
     if !status.warnings.is_empty() {
         out.push('\n');
     }
-    let _ = writeln!(out, "Nodes: {} alive, {} draining, {} dead", n.alive, n.draining, n.dead);
+    // Suspect nodes are named only when there are some: it is rare, and worth the eye.
+    let suspect = match n.suspect {
+        0 => String::new(),
+        s => format!(", {s} suspect (heartbeats late)"),
+    };
+    let _ = writeln!(
+        out,
+        "Nodes: {} alive, {} draining{suspect}, {} dead",
+        n.alive, n.draining, n.dead
+    );
     if !status.rare_resources.is_empty() {
         let names = status.rare_resources.join(", ");
         let _ = writeln!(
@@ -164,7 +173,7 @@ mod tests {
 
     fn status() -> ClusterStatus {
         ClusterStatus {
-            nodes: NodeCounts { alive: 3, draining: 1, dead: 0 },
+            nodes: NodeCounts { alive: 3, draining: 1, suspect: 0, dead: 0 },
             resources: [
                 ("CPU".to_string(), usage("32", "8", "24")),
                 ("GPU".to_string(), usage("4", "4", "0")),

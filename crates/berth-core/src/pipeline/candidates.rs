@@ -23,7 +23,7 @@ use crate::resource::Shortfall;
 /// (`excluded`) or for now (`waiting`: actor affinity, which placements elsewhere can change).
 pub(super) struct Candidates<'c> {
     pub(super) include: Cow<'c, NodeSet>,
-    excluded: SmallVec<[Excluded<'c>; 4]>,
+    excluded: SmallVec<[Excluded<'c>; 5]>,
     /// Nodes actor affinity rules out for now, rule by rule: each entry's set minus the next
     /// entry's set (minus `include` after the last) waits for its reason. Kept as the sets the
     /// rules narrowed (no copy), so the nodes a rule ruled out are built only when listed
@@ -93,19 +93,28 @@ pub(super) fn candidates<'c>(
             include: Cow::Borrowed(cluster.alive()),
             excluded: smallvec![
                 Excluded::listed(Cow::Borrowed(cluster.draining()), Reason::Draining),
+                Excluded::listed(Cow::Borrowed(cluster.suspect()), Reason::Suspect),
                 Excluded::listed(Cow::Borrowed(cluster.dead()), Reason::Dead),
             ],
             waiting: SmallVec::new(),
         },
         Scope::Only(target) => {
             let only: NodeSet = target.into_iter().collect();
-            let all = cluster.alive().union(cluster.draining()).union(cluster.dead());
+            let all = cluster
+                .alive()
+                .union(cluster.draining())
+                .union(cluster.suspect())
+                .union(cluster.dead());
             Candidates {
                 include: Cow::Owned(cluster.alive().intersection(&only)),
                 excluded: smallvec![
                     Excluded::listed(
                         Cow::Owned(cluster.draining().intersection(&only)),
                         Reason::Draining
+                    ),
+                    Excluded::listed(
+                        Cow::Owned(cluster.suspect().intersection(&only)),
+                        Reason::Suspect
                     ),
                     Excluded::listed(Cow::Owned(cluster.dead().intersection(&only)), Reason::Dead),
                     Excluded::listed(Cow::Owned(all.difference(&only)), Reason::NotAffinityNode),

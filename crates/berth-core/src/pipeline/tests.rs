@@ -565,6 +565,64 @@ fn explaining_does_not_change_the_decision() {
     assert!(chosen.len() > 1, "the RNG is exercised");
 }
 
+/// A suspect node (heartbeats late) takes nothing new, keeps what it holds, and makes the
+/// work that only it could take wait (pending, not infeasible): it may be back at any moment.
+/// Heard from again, it takes work as before.
+#[test]
+fn a_suspect_node_takes_nothing_new_keeps_its_work_and_is_waited_for() {
+    let mut c = cluster(&[("a", "CPU=2"), ("s", "CPU=8")]);
+    let held = occupy(&mut c, "s", "CPU=1");
+    let s_index = index(&c, "s");
+    let before = c.node(s_index).unwrap().available().clone();
+    c.set_state(s_index, NodeState::Suspect).unwrap();
+    assert_eq!(c.node(s_index).unwrap().available(), &before, "nothing released");
+    let mut s = Scheduler::new(SchedulerConfig::default());
+
+    // Fits on both: goes to the alive one, whatever the scores would say.
+    let req = request(&mut c, "CPU=1", Strategy::Spread);
+    let decision = s.place(&mut c, &req, &mut rng(0));
+    assert_eq!(outcome(&c, &decision), "placed:a");
+    // Fits only on the suspect node: waits for it.
+    let req = request(&mut c, "CPU=4", Strategy::Default);
+    let Decision::Pending(diagnosis) = s.place(&mut c, &req, &mut rng(0)) else {
+        panic!("pending expected")
+    };
+    assert_eq!(
+        rejected(&diagnosis),
+        [(ReasonKind::Suspect, 1), (ReasonKind::InsufficientTotal(ResourceId::CPU), 1)]
+    );
+    assert_eq!(
+        diagnosis.describe(&c),
+        "DEFAULT: 0/2 nodes can take it now: 1 suspect (heartbeats late), 1 too little CPU in total"
+    );
+    // Affinity to it: as to a busy node (it may be back soon): hard or soft, it waits, unless
+    // soft and allowed to spill.
+    for (soft, spill, expected) in
+        [(false, false, "pending"), (true, false, "pending"), (true, true, "placed:a")]
+    {
+        let req = request(&mut c, "CPU=1", affinity("s", soft, spill, false));
+        let decision = s.place(&mut c, &req, &mut rng(0));
+        assert_eq!(outcome(&c, &decision), expected, "soft: {soft}, spill: {spill}");
+    }
+    let one = resources(c.registry_mut(), "CPU=1");
+    let eight = resources(c.registry_mut(), "CPU=8");
+    let suspect = index(&c, "s");
+    assert!(matches!(
+        c.reserve(suspect, &one),
+        Err(crate::ClusterError::NotAlive { state: NodeState::Suspect, .. })
+    ));
+    // A release on it is credited (it is not dead): it holds what it held, less what ended.
+    c.release(&held);
+    assert_eq!(c.node(suspect).unwrap().available(), &eight);
+
+    // Back: it takes the work that waited.
+    c.set_state(s_index, NodeState::Alive).unwrap();
+    let req = request(&mut c, "CPU=4", Strategy::Default);
+    let decision = s.place(&mut c, &req, &mut rng(0));
+    assert_eq!(outcome(&c, &decision), "placed:s");
+    c.check_invariants().unwrap();
+}
+
 #[test]
 fn explaining_records_every_filter_for_every_node() {
     let mut c = cluster(&[("a", "CPU=4"), ("b", "CPU=4,GPU=1"), ("d", "CPU=4")]);

@@ -25,7 +25,7 @@ pub(crate) fn word<T: Serialize>(value: &T) -> String {
 pub(crate) fn state_class(state: &str) -> &'static str {
     match state {
         "ALIVE" | "RUNNING" | "CREATED" => "ok",
-        "PENDING" | "RESTARTING" | "DRAINING" | "RESCHEDULING" => "wait",
+        "PENDING" | "RESTARTING" | "DRAINING" | "SUSPECT" | "RESCHEDULING" => "wait",
         "DEAD" | "FAILED" => "bad",
         _ => "done",
     }

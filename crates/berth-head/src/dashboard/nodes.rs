@@ -29,7 +29,7 @@ use crate::view::View;
 const NODE_SORT: &str = "node_id";
 
 /// The node states the filter offers.
-const NODE_STATES: &[&str] = &["ALIVE", "DRAINING", "DEAD"];
+const NODE_STATES: &[&str] = &["ALIVE", "DRAINING", "SUSPECT", "DEAD"];
 
 /// The table's columns: heading, and the REST list's sort column (none: not sortable).
 const NODE_COLUMNS: [(&str, Option<&str>); 8] = [

@@ -16,7 +16,7 @@ use crate::error::HeadError;
 /// Each live node carries its machine's last measurement (`measured`, without the attempts:
 /// those are in `GET /api/v1/nodes/{node}`).
 ///
-/// Filters: `state` (ALIVE, DRAINING, DEAD), `label` (`key=value`), `name` (in the ID or
+/// Filters: `state` (ALIVE, DRAINING, SUSPECT, DEAD), `label` (`key=value`), `name` (in the ID or
 /// address). Paged: `limit`, `sort` (`node_id` by default), `cursor`.
 #[utoipa::path(
     get, path = "/api/v1/nodes", tag = "nodes", operation_id = "list_nodes",

@@ -244,7 +244,10 @@ impl Owner {
                     }
                 }
                 RecordState::Alive => {
-                    if !matches!(state, Some(ApiState::Alive | ApiState::Draining)) {
+                    if !matches!(
+                        state,
+                        Some(ApiState::Alive | ApiState::Draining | ApiState::Suspect)
+                    ) {
                         autoscaler.set(&node_id, None);
                         autoscaler.idle_since.remove(&node_id);
                         autoscaler.count("lost");

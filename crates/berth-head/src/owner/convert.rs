@@ -138,6 +138,11 @@ pub(crate) fn node(
     out.actors = actors;
     out.tasks = tasks;
     let Some(node) = cluster.node(index) else { return out };
+    // Suspect is the heartbeat clock's word, never stored: the record keeps the state the node
+    // returns to (alive or draining) when it is heard from again.
+    if node.state() == berth_core::NodeState::Suspect {
+        out.state = rest::NodeState::Suspect;
+    }
     let labels = node.labels();
     let same = |shown: &StringMap| {
         shown.len() == labels.len()

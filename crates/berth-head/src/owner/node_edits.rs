@@ -266,7 +266,10 @@ impl Owner {
             return Ok((*self.view.nodes[&id]).clone());
         }
         entry.record.node.state = ApiNodeState::Draining;
-        let _ = self.cluster.set_state(index, NodeState::Draining);
+        // A suspect node stays suspect (it takes nothing new either way) until it is heard from.
+        if !entry.suspect {
+            let _ = self.cluster.set_state(index, NodeState::Draining);
+        }
         self.node_event(&id, "draining", "takes no new work; its actors move".into());
         self.trigger(Trigger::NodeLost(index));
         // Actors move (a move is not a restart); tasks run to completion.
@@ -292,7 +295,9 @@ impl Owner {
             return Ok((*self.view.nodes[&id]).clone());
         }
         entry.record.node.state = ApiNodeState::Alive;
-        let _ = self.cluster.set_state(index, NodeState::Alive);
+        if !entry.suspect {
+            let _ = self.cluster.set_state(index, NodeState::Alive);
+        }
         self.node_event(&id, "undrained", "takes new work again".into());
         Ok(self.edited(&id, index))
     }

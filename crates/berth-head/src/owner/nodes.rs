@@ -33,8 +33,20 @@ pub(crate) struct NodeEntry {
     /// Actors and tasks whose current attempt is placed here.
     pub(crate) actors: u64,
     pub(crate) tasks: u64,
-    /// Its heartbeats are late (past half the timeout): in its history once per lapse.
+    /// Its heartbeats are late (past [`HeadConfig::suspect_after`](crate::HeadConfig)): the
+    /// core holds it as suspect, and `record` keeps the state it returns to.
     pub(crate) suspect: bool,
+}
+
+/// What the heartbeat clock says of a live node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Heard {
+    /// Within the suspect threshold.
+    Recently,
+    /// Silent past the suspect threshold (ms), not past the timeout.
+    Late(u64),
+    /// Silent past the timeout (ms).
+    Silent(u64),
 }
 
 /// A registration, checked: what the core needs to add the node.
@@ -213,7 +225,7 @@ impl Owner {
             let entry = self.nodes.get_mut(&node_id).expect("known");
             entry.record.node.address = request.address.clone();
             entry.record.node.registered_at_ms = now_ms();
-            entry.suspect = false;
+            self.node_heard_again(&node_id, "its agent registered again");
             self.node_event(
                 &node_id,
                 "registered_again",
@@ -223,6 +235,7 @@ impl Owner {
         // End any previous session.
         if let Some(old) = self.links.remove(&node_id) {
             old.liveness.ended.store(true, Ordering::Release);
+            self.sessions.end(&node_id);
         }
         self.next_session += 1;
         let session = self.next_session;
@@ -231,6 +244,7 @@ impl Owner {
             last_seen_ms: AtomicU64::new(now_ms()),
             ended: AtomicBool::new(false),
         });
+        self.sessions.begin(&node_id, liveness.clone());
         self.links.insert(node_id.clone(), AgentLink { liveness, assignments: None });
         // Reconcile: what the agent runs that the head does not place there is stopped;
         // what the head placed there and had started but the agent no longer runs has ended.
@@ -271,6 +285,8 @@ impl Owner {
             session,
             heartbeat_interval_ms: self.config.heartbeat_interval.as_millis() as u32,
             stop,
+            heartbeat_timeout_ms: self.config.heartbeat_timeout.as_millis().min(u32::MAX as u128)
+                as u32,
         })
     }
 
@@ -408,40 +424,137 @@ impl Owner {
         StatusReply { current: true }
     }
 
-    /// Declares dead every node whose heartbeats stopped for longer than the timeout.
+    /// The heartbeat clock, once per tick: a live node silent for longer than
+    /// [`HeadConfig::suspect_after`](crate::HeadConfig::suspect_after) becomes suspect (it
+    /// takes nothing new; nothing of it is released or restarted), one heard from again is back
+    /// as it was, and one silent for longer than the heartbeat timeout is declared dead.
     pub(crate) fn check_liveness(&mut self) {
-        let now = now_ms();
+        self.check_liveness_at(now_ms());
+    }
+
+    /// [`Owner::check_liveness`] at `now` (ms since the epoch): tests move the clock.
+    pub(crate) fn check_liveness_at(&mut self, now: u64) {
         let timeout = self.config.heartbeat_timeout.as_millis() as u64;
-        let mut silent: Vec<String> = self
+        let suspect_after = self.config.suspect_after().as_millis() as u64;
+        // A head that did not get to check for that long was itself stopped or starved (a
+        // saturated machine, a paused process): the heartbeats that arrived meanwhile may
+        // still wait in its sockets. This round judges nobody; the next one, after the agent
+        // protocol had its turn, does.
+        let previous = std::mem::replace(&mut self.liveness_checked_ms, now);
+        if previous != 0 && now.saturating_sub(previous) > suspect_after {
+            tracing::warn!(
+                late_ms = now.saturating_sub(previous),
+                "the head did not check its nodes' heartbeats for {} ms (is its machine \
+                 overloaded?); no node is judged on this round",
+                now.saturating_sub(previous)
+            );
+            return;
+        }
+        let mut changes: Vec<(String, Heard)> = self
             .nodes
             .iter()
             .filter(|(_, n)| n.record.node.state != ApiNodeState::Dead)
-            .filter(|(id, _)| match self.links.get(*id) {
-                Some(link) => {
-                    now.saturating_sub(link.liveness.last_seen_ms.load(Ordering::Acquire)) > timeout
-                }
+            .filter_map(|(id, entry)| {
                 // Never registered since the head started: its time starts with the head.
-                None => false,
+                let link = self.links.get(id)?;
+                let silent = now.saturating_sub(link.liveness.last_seen_ms.load(Ordering::Acquire));
+                let heard = if silent > timeout {
+                    Heard::Silent(silent)
+                } else if silent > suspect_after {
+                    Heard::Late(silent)
+                } else {
+                    Heard::Recently
+                };
+                let change = match heard {
+                    Heard::Silent(_) => true,
+                    Heard::Late(_) => !entry.suspect,
+                    Heard::Recently => entry.suspect,
+                };
+                change.then(|| (id.clone(), heard))
             })
-            .map(|(id, _)| id.clone())
             .collect();
-        silent.sort();
-        self.note_late_heartbeats(now, timeout);
-        for id in silent {
-            self.node_died(&id, format!("no heartbeat for {} ms", timeout));
+        changes.sort_by(|a, b| a.0.cmp(&b.0));
+        for (id, heard) in changes {
+            match heard {
+                Heard::Silent(silent) => {
+                    let reason = format!("no heartbeat for {silent} ms (timeout {timeout} ms)");
+                    self.node_died(&id, reason);
+                }
+                Heard::Late(silent) => self.node_suspect(&id, silent),
+                Heard::Recently => self.node_heard_again(&id, "heartbeats again"),
+            }
         }
+    }
+
+    /// A live node's heartbeats are late: it takes nothing new until it is heard from again
+    /// or declared dead. Its work, bundles and assignment stream are left as they are.
+    fn node_suspect(&mut self, node_id: &str, silent: u64) {
+        let timeout = self.config.heartbeat_timeout.as_millis() as u64;
+        let Some(entry) = self.nodes.get_mut(node_id) else { return };
+        entry.suspect = true;
+        let index = entry.index;
+        let _ = self.cluster.set_state(index, NodeState::Suspect);
+        let reason = format!("no heartbeat for {silent} ms");
+        tracing::warn!(
+            node = node_id,
+            reason = %reason,
+            last_heartbeat_ms_ago = silent,
+            "node {node_id} is SUSPECT: {reason}; it takes no new work, and is declared dead if \
+             it stays silent for {timeout} ms"
+        );
+        self.metrics.node_transition("suspect");
+        self.node_event(node_id, "suspect", reason);
+        // Requests waiting for its room are decided again (they keep waiting for it).
+        self.trigger(Trigger::NodeLost(index));
+        self.mark_node(node_id);
+        self.refresh_node(node_id);
+    }
+
+    /// A suspect node was heard from (a heartbeat, or its agent registered again): back to the
+    /// state it had (alive, or draining), with its work as it was.
+    pub(crate) fn node_heard_again(&mut self, node_id: &str, how: &str) {
+        let Some(entry) = self.nodes.get_mut(node_id) else { return };
+        if !entry.suspect {
+            return;
+        }
+        entry.suspect = false;
+        let index = entry.index;
+        let (state, name) = match entry.record.node.state {
+            ApiNodeState::Draining => (NodeState::Draining, "DRAINING"),
+            _ => (NodeState::Alive, "ALIVE"),
+        };
+        let _ = self.cluster.set_state(index, state);
+        tracing::info!(node = node_id, "node {node_id} is {name} again: {how}");
+        self.metrics.node_transition("alive");
+        self.node_event(node_id, "alive", how.to_string());
+        self.trigger(Trigger::NodeChanged(index));
+        self.mark_node(node_id);
+        self.refresh_node(node_id);
     }
 
     /// The node is gone: its actors restart elsewhere, its tasks retry, its bundles re-plan.
     pub(crate) fn node_died(&mut self, node_id: &str, reason: String) {
         let Some(entry) = self.nodes.get_mut(node_id) else { return };
         let index = entry.index;
+        let last_heartbeat_ms_ago = self
+            .links
+            .get(node_id)
+            .map(|l| now_ms().saturating_sub(l.liveness.last_seen_ms.load(Ordering::Acquire)));
+        tracing::warn!(
+            node = node_id,
+            reason = %reason,
+            last_heartbeat_ms_ago,
+            "node {node_id} is DEAD: {reason}; its actors restart elsewhere and its tasks retry"
+        );
+        self.metrics.node_transition("dead");
+        entry.suspect = false;
         entry.record.node.state = ApiNodeState::Dead;
         entry.record.node.dead_reason = Some(reason.clone());
         self.node_event(node_id, "dead", reason);
         let _ = self.cluster.set_state(index, NodeState::Dead);
         if let Some(link) = self.links.remove(node_id) {
             link.liveness.ended.store(true, Ordering::Release);
+            self.sessions.end(node_id);
         }
         self.trigger(Trigger::NodeLost(index));
         for key in self.work_on(node_id) {
@@ -457,34 +570,6 @@ impl Owner {
             self.group_lost_bundles(seq, node_id);
         }
         self.mark_node(node_id);
-    }
-
-    /// Notes in their histories the live nodes whose heartbeats are later than half the
-    /// timeout (`suspect`), and those heard from again after that (`alive`); whether such a
-    /// node is dead is still the timeout's to say.
-    fn note_late_heartbeats(&mut self, now: u64, timeout: u64) {
-        let mut changes = Vec::new();
-        for (id, entry) in &self.nodes {
-            if entry.record.node.state == ApiNodeState::Dead {
-                continue;
-            }
-            let Some(link) = self.links.get(id) else { continue };
-            let silent = now.saturating_sub(link.liveness.last_seen_ms.load(Ordering::Acquire));
-            let late = silent > timeout / 2;
-            if late != entry.suspect {
-                changes.push((id.clone(), late, silent));
-            }
-        }
-        for (id, late, silent) in changes {
-            self.nodes.get_mut(&id).expect("listed").suspect = late;
-            if late {
-                self.node_event(&id, "suspect", format!("no heartbeat for {silent} ms"));
-            } else {
-                self.node_event(&id, "alive", "heartbeats again".to_string());
-            }
-            self.mark_node(&id);
-            self.refresh_node(&id);
-        }
     }
 
     /// Adds an entry to a node's history (kept with its record, the last

@@ -182,9 +182,15 @@ impl Owner {
         let facts = record.node_facts();
         let spec = NodeSpec { id, total, labels, facts, taints: record.taints.clone() };
         let index = self.cluster.add_node_with(spec).map_err(|e| e.to_string())?;
+        let mut record = record;
+        if record.node.state == ApiNodeState::Suspect {
+            record.node.state = ApiNodeState::Alive;
+        }
         let state = record.node.state;
         match state {
-            ApiNodeState::Alive => {}
+            // Never stored by this head (it is the heartbeat clock's word); a record that says
+            // it is alive until the restore's grace says otherwise.
+            ApiNodeState::Alive | ApiNodeState::Suspect => {}
             ApiNodeState::Draining => {
                 self.cluster.set_state(index, NodeState::Draining).map_err(|e| e.to_string())?
             }
@@ -202,6 +208,7 @@ impl Owner {
                 last_seen_ms: AtomicU64::new(now_ms() + RESTORE_GRACE.as_millis() as u64),
                 ended: AtomicBool::new(false),
             });
+            self.sessions.begin(&node_id, liveness.clone());
             self.links.insert(node_id.clone(), AgentLink { liveness, assignments: None });
         }
         self.nodes.insert(
