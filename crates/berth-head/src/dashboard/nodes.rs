@@ -265,38 +265,31 @@ impl NodeDetail {
                     });
                 }
             };
-        for a in view.actors.values() {
-            if a.node_id.as_deref() != Some(node.node_id.as_str()) || a.state == ActorState::Dead {
-                continue;
-            }
-            let href = format::link("actor", &a.actor_id);
-            hold(&a.actor_id, href.clone(), &a.spec.placement.resources.value, &a.instances);
-            let state = format::word(&a.state);
+        let here = |node_id: &Option<std::sync::Arc<str>>| {
+            node_id.as_deref() == Some(node.node_id.as_str())
+        };
+        // What runs here, actors then tasks: (kind, ID, state, resources, instances).
+        let actors =
+            view.actors.values().filter(|a| here(&a.node_id) && a.state != ActorState::Dead);
+        let tasks = view.tasks.values().filter(|t| here(&t.node_id) && !t.state.is_final());
+        let running = actors
+            .map(|a| {
+                ("actor", &a.actor_id, format::word(&a.state), &a.spec.placement, &a.instances)
+            })
+            .chain(tasks.map(|t| {
+                ("task", &t.task_id, format::word(&t.state), &t.spec.placement, &t.instances)
+            }));
+        for (kind, id, state, placement, instances) in running {
+            let href = format::link(kind, id);
+            hold(id, href.clone(), &placement.resources.value, instances);
             work.push(WorkRow {
-                id: a.actor_id.to_string(),
+                id: id.to_string(),
                 href,
                 class: format::state_class(&state),
                 state,
-                resources: format::spec_resources(&a.spec.placement.resources.value),
-                instances: format::instances(&a.instances),
-                uses: uses(&a.actor_id),
-            });
-        }
-        for t in view.tasks.values() {
-            if t.node_id.as_deref() != Some(node.node_id.as_str()) || t.state.is_final() {
-                continue;
-            }
-            let href = format::link("task", &t.task_id);
-            hold(&t.task_id, href.clone(), &t.spec.placement.resources.value, &t.instances);
-            let state = format::word(&t.state);
-            work.push(WorkRow {
-                id: t.task_id.to_string(),
-                href,
-                class: format::state_class(&state),
-                state,
-                resources: format::spec_resources(&t.spec.placement.resources.value),
-                instances: format::instances(&t.instances),
-                uses: uses(&t.task_id),
+                resources: format::spec_resources(&placement.resources.value),
+                instances: format::instances(instances),
+                uses: uses(id),
             });
         }
         let gpus =
