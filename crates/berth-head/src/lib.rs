@@ -342,7 +342,7 @@ pub async fn start_on(
     let (stopped_tx, stopped_rx) = watch::channel(None::<Stop>);
     let mut owner = Owner::new(config.clone(), metrics.clone(), work_keys.clone());
     owner.stopped = Some(stopped_tx.clone());
-    let sessions = owner.sessions.clone();
+    let sessions = owner.nodes.sessions().clone();
     let restored = owner.restore(&snapshot, &sequences);
     // IDs go on after the highest this data directory handed out, even over a store that lost
     // them and was accepted as it is.

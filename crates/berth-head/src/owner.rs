@@ -8,11 +8,14 @@
 //! for the disk. Commits are applied in cycle order; a failed commit stops the head (its memory
 //! would be ahead of the store), and a restart reloads the truth.
 //!
+//! - `owner/cycle.rs`: what a cycle produces (objects to write and show, answers, assignments,
+//!   triggers), gathered by every part and taken by `flush` and the committer.
 //! - `owner/work.rs`: actors and tasks (create, place, start, exit, restart, kill).
 //! - `owner/work_table.rs`: the table they are held in, one entry kind for both, and what
 //!   differs between them (`WorkObject`).
-//! - `owner/groups.rs`: placement groups.
-//! - `owner/nodes.rs`: agents (register, sessions, liveness), node death.
+//! - `owner/groups.rs`: placement groups (`Groups`: the groups, which wait, which to retry).
+//! - `owner/nodes.rs`: agents (register, sessions, liveness), node death (`Nodes`: the nodes
+//!   and their agents' sessions).
 //! - `owner/node_edits.rs`: taints, labels, capacity and drain of a running node.
 //! - `owner/convert.rs`: core values → API values.
 //! - `owner/restore.rs`: rebuilding the state from the store after a restart.
@@ -24,6 +27,7 @@ mod autoscale;
 mod convert;
 #[cfg(test)]
 mod cost_tests;
+mod cycle;
 mod groups;
 #[cfg(test)]
 mod liveness_tests;
@@ -36,7 +40,7 @@ mod settings;
 mod work;
 mod work_table;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,7 +53,6 @@ use tokio::sync::{mpsc, watch};
 
 use crate::changes::{ChangeType, Object};
 use crate::command::Command;
-use crate::command::{AssignmentSender, Liveness};
 use crate::config::HeadConfig;
 use crate::error::HeadError;
 use crate::metrics::Metrics;
@@ -69,45 +72,10 @@ pub(crate) use work::WorkId;
 /// cycle of 44 ms, then their commit of 28 ms, then the next four).
 const MAX_CYCLE_WORK: usize = 1024;
 
-/// The most bundles of waiting groups planned again in one cycle (the first group is planned
-/// whatever its size); the other groups a change helped wait for the next cycle.
-pub(crate) const MAX_GROUP_WORK: usize = 4096;
+pub(crate) use cycle::{Cycle, Effect};
 
-/// More distinct triggers than this in one cycle are retried as one `Everything`.
-const MAX_TRIGGERS: usize = 64;
-
-/// What a cycle hands to the committer.
-pub(crate) struct Cycle {
-    batch: Batch,
-    view: Arc<View>,
-    effects: Vec<Effect>,
-}
-
-impl Cycle {
-    /// Takes `next` (a later cycle) into this one: its writes after these, its view, its
-    /// effects after these.
-    fn merge(&mut self, next: Cycle) {
-        self.batch.append(next.batch);
-        self.view = next.view;
-        self.effects.extend(next.effects);
-    }
-}
-
-/// Something to do once the cycle is durable.
-pub(crate) enum Effect {
-    /// Answer a caller.
-    Reply(Box<dyn FnOnce() + Send>),
-    /// Send an agent an assignment.
-    Send(AssignmentSender, Box<Assignment>),
-}
-
-/// An agent's live connection.
-pub(crate) struct AgentLink {
-    pub(crate) liveness: Arc<Liveness>,
-    pub(crate) assignments: Option<AssignmentSender>,
-}
-
-/// The state the owner task holds.
+/// The state the owner task holds: the core's (the cluster, the scheduler, what waits) and
+/// the head's parts (work, groups, nodes), the view it publishes and the cycle's output.
 pub(crate) struct Owner {
     pub(crate) cluster: Cluster,
     pub(crate) scheduler: Scheduler,
@@ -115,69 +83,25 @@ pub(crate) struct Owner {
     pub(crate) queue: PendingQueue<WorkId>,
     /// Every actor and task, and the actors' names.
     pub(crate) work: work_table::WorkTable,
-    pub(crate) groups: HashMap<u64, groups::GroupEntry>,
-    /// Groups waiting to be reserved (or re-planned), oldest first.
-    pub(crate) waiting_groups: BTreeSet<u64>,
-    /// Waiting groups a change may have helped, to be planned again: at most
-    /// [`MAX_GROUP_WORK`] bundles a cycle, so that what waits never holds up what arrives.
-    pub(crate) groups_to_retry: BTreeSet<u64>,
-    /// The last group planned from `groups_to_retry`: the next cycle goes on after it.
-    pub(crate) group_cursor: u64,
-    /// The scheduler's [`Scheduler::bundles_ranked`] as last counted into the metrics.
-    pub(crate) bundles_ranked: u64,
-    pub(crate) nodes: HashMap<String, nodes::NodeEntry>,
-    pub(crate) links: HashMap<String, AgentLink>,
-    /// When the heartbeat clock last ran (ms since the epoch; 0 before it ran): a long gap
-    /// means the head itself was stopped or starved (see `check_liveness_at`).
-    pub(crate) liveness_checked_ms: u64,
-    /// The live sessions' liveness cells, shared with the heartbeat streams (`links` holds
-    /// the same cells).
-    pub(crate) sessions: Arc<crate::command::Sessions>,
+    pub(crate) groups: groups::Groups,
+    pub(crate) nodes: nodes::Nodes,
     pub(crate) view: View,
-    pub(crate) dirty: Dirty,
-    pub(crate) effects: Vec<Effect>,
-    pub(crate) triggers: Vec<Trigger>,
-    /// True when an actor stopped or moved this cycle (followers may have to follow).
-    pub(crate) peers_moved: bool,
-    /// Nodes whose view entry must be refreshed at the end of the cycle.
-    pub(crate) touched: BTreeSet<String>,
-    pub(crate) next_session: u64,
-    pub(crate) next_node: u64,
+    /// What this cycle has produced so far.
+    pub(crate) cycle: cycle::CycleOutput,
     /// Finished objects in the order they finished, and what was forgotten.
     pub(crate) finished: retention::Finished,
     pub(crate) config: HeadConfig,
     pub(crate) metrics: Arc<Metrics>,
     /// Derives the key each Start gives the work's process.
     pub(crate) work_keys: Arc<WorkKeys>,
-    /// The settings changed and must be written with this cycle.
-    pub(crate) settings_changed: bool,
     /// The autoscaler's records, when the head runs one.
     pub(crate) autoscaler: Option<autoscale::Autoscaler>,
-    /// Token hashes to write with this cycle.
-    pub(crate) keyring: Option<crate::keyring::StoredKeyring>,
-    /// Keys of records a restore found under an older form of their key: deleted with the
-    /// first cycle's writes, which write those objects again under [`records::store_key`].
-    pub(crate) stale_keys: Vec<(Table, String)>,
     /// Creations' idempotency keys: the object each created, while that object is kept.
     pub(crate) idempotency: HashMap<(ObjectKind, Box<str>), u64>,
     /// The ID counters the handle numbers new work with (the head's own once it starts).
     pub(crate) sequences: Arc<crate::ids::Sequences>,
     /// Where the owner stops the head when an agent's report proves the store behind.
     pub(crate) stopped: Option<watch::Sender<Option<crate::Stop>>>,
-}
-
-/// Objects changed this cycle: to write and show, or (derived changes such as a new
-/// diagnosis) only to show. Each is copied into the view once per cycle, however often it
-/// changed.
-#[derive(Default)]
-pub(crate) struct Dirty {
-    pub(crate) work: BTreeSet<WorkId>,
-    pub(crate) groups: BTreeSet<u64>,
-    pub(crate) nodes: BTreeSet<String>,
-    pub(crate) shown_work: BTreeSet<WorkId>,
-    pub(crate) shown_groups: BTreeSet<u64>,
-    /// Attempts started this cycle (written alone unless their object is written whole).
-    pub(crate) starts: Vec<(WorkId, records::StartRecord)>,
 }
 
 impl Owner {
@@ -195,32 +119,15 @@ impl Owner {
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue: PendingQueue::new(),
             work: work_table::WorkTable::default(),
-            groups: HashMap::new(),
-            waiting_groups: BTreeSet::new(),
-            groups_to_retry: BTreeSet::new(),
-            group_cursor: 0,
-            bundles_ranked: 0,
-            nodes: HashMap::new(),
-            links: HashMap::new(),
-            liveness_checked_ms: 0,
-            sessions: Default::default(),
+            groups: groups::Groups::default(),
+            nodes: nodes::Nodes::default(),
             view: View::default(),
-            dirty: Dirty::default(),
-            effects: Vec::new(),
-            triggers: Vec::new(),
-            peers_moved: false,
-            touched: BTreeSet::new(),
-            // Sessions must never repeat across head restarts: start from the clock.
-            next_session: crate::clock::now_ms() << 16,
-            next_node: 0,
+            cycle: cycle::CycleOutput::default(),
             finished: retention::Finished::default(),
             config,
             metrics,
             work_keys,
-            settings_changed: false,
             autoscaler,
-            keyring: None,
-            stale_keys: Vec::new(),
             idempotency: HashMap::default(),
             sequences: Arc::default(),
             stopped: None,
@@ -235,7 +142,7 @@ impl Owner {
         let kept = match kind {
             ObjectKind::Actor => self.work.contains(WorkId::Actor(seq)),
             ObjectKind::Task => self.work.contains(WorkId::Task(seq)),
-            ObjectKind::Group => self.groups.contains_key(&seq),
+            ObjectKind::Group => self.groups.contains(seq),
         };
         kept.then_some(seq)
     }
@@ -247,41 +154,21 @@ impl Owner {
         }
     }
 
-    /// Records that something changed which waiting requests may wait for.
-    pub(crate) fn trigger(&mut self, trigger: Trigger) {
-        if self.triggers.len() <= MAX_TRIGGERS && !self.triggers.contains(&trigger) {
-            self.triggers.push(trigger);
-        }
-    }
-
-    /// Queues an answer for when this cycle is durable.
-    pub(crate) fn reply<T: Send + 'static>(
-        &mut self,
-        reply: tokio::sync::oneshot::Sender<T>,
-        value: T,
-    ) {
-        self.effects.push(Effect::Reply(Box::new(move || {
-            let _ = reply.send(value);
-        })));
-    }
-
     /// Queues an assignment for `node` for when this cycle is durable. Without a stream open,
     /// nothing is sent: the agent gets every unstarted assignment when it opens one.
     pub(crate) fn send(&mut self, node: &str, assignment: Assignment) {
-        if let Some(tx) = self.links.get(node).and_then(|l| l.assignments.clone()) {
-            self.effects.push(Effect::Send(tx, Box::new(assignment)));
-        }
+        self.cycle.send(self.nodes.assignments_to(node), assignment);
     }
 
     fn apply(&mut self, command: Command) {
         match command {
             Command::CreateActor { seq, body, reply } => {
                 let answer = self.create_actor(seq, *body);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::SubmitTask { seq, body, reply } => {
                 let answer = self.submit_task(seq, *body);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::CreateActors { items, reply } => {
                 let half = items.len() / 2;
@@ -296,52 +183,52 @@ impl Owner {
                         self.create_actor(item.seq, *item.body)
                     })
                     .collect();
-                self.reply(reply, Ok(answers));
+                self.cycle.reply(reply, Ok(answers));
             }
             Command::SubmitTasks { items, reply } => {
                 let answers =
                     items.into_iter().map(|item| self.submit_task(item.seq, *item.body)).collect();
-                self.reply(reply, Ok(answers));
+                self.cycle.reply(reply, Ok(answers));
             }
             Command::CreateGroup { seq, body, reply } => {
                 let answer = self.create_group(seq, *body);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::KillActor { id, reply } => {
                 let answer = self.kill_actor(&id);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::RegisterEndpoint { id, endpoint, reply } => {
                 let answer = self.register_endpoint(&id, endpoint);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::CancelTask { id, reply } => {
                 let answer = self.cancel_task(&id);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::RemoveGroup { id, reply } => {
                 let answer = self.remove_group(&id);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::DrainNode { node, reply } => {
                 let answer = self.drain_node(&node);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::UndrainNode { node, reply } => {
                 let answer = self.undrain_node(&node);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::Taints { node, taints, add, reply } => {
                 let answer = self.change_taints(&node, &taints, add);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::Labels { node, set, remove, reply } => {
                 let answer = self.change_labels(&node, &set, &remove);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::Resources { node, resources, reply } => {
                 let answer = self.set_resources(&node, &resources);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             Command::DryRun { parsed, reply } => {
                 let answer = self.dry_run(&parsed);
@@ -350,12 +237,12 @@ impl Owner {
             }
             Command::Autoscale { reply } => {
                 let actions = self.autoscale();
-                self.reply(reply, actions);
+                self.cycle.reply(reply, actions);
             }
             Command::AutoscaleOutcome(outcome) => self.autoscale_outcome(outcome),
             Command::StoreKeyring { stored, reply } => {
-                self.keyring = Some(stored);
-                self.reply(reply, Ok(()));
+                self.cycle.keyring = Some(stored);
+                self.cycle.reply(reply, Ok(()));
             }
             Command::AutoscalePlan { settings, reply } => {
                 let answer = self.autoscale_dry_run(settings.as_deref()).ok_or_else(|| {
@@ -374,19 +261,15 @@ impl Owner {
 
     /// Retries what waits, for every change this cycle made.
     fn retry_waiting(&mut self) {
-        if self.triggers.len() > MAX_TRIGGERS {
-            self.triggers = vec![Trigger::Everything];
-        }
         // Groups first: a whole reservation is harder to find room for than one request.
-        if !self.waiting_groups.is_empty() {
-            let triggers = self.triggers.clone();
-            self.retry_groups(&triggers);
-        }
-        if self.triggers.is_empty() {
-            return;
+        if self.groups.any_waiting() {
+            self.retry_groups(&self.cycle.triggers());
         }
         // With what the groups' reservations changed (work waiting to go into them).
-        let triggers = std::mem::take(&mut self.triggers);
+        let triggers = self.cycle.take_triggers();
+        if triggers.is_empty() {
+            return;
+        }
         for trigger in triggers {
             if self.queue.is_empty() {
                 break;
@@ -399,31 +282,32 @@ impl Owner {
         }
         self.refresh_waiting();
         // An actor that stopped or moved can break `on_peer_moved: follow` actors' affinity.
-        if std::mem::take(&mut self.peers_moved) {
+        if self.cycle.take_peers_moved() {
             self.follow_peers();
         }
         // What this retry changed may help others (an actor placed satisfies an affinity).
-        if !self.triggers.is_empty() && !self.queue.is_empty() {
-            let again = std::mem::take(&mut self.triggers);
-            if again.iter().any(|t| matches!(t, Trigger::ActorsChanged)) {
-                let placed = self.queue.retry(
-                    Trigger::ActorsChanged,
-                    &mut self.scheduler,
-                    &mut self.cluster,
-                    &mut self.rng,
-                );
-                for (key, allocation) in placed {
-                    self.placed(key, allocation);
-                }
-                self.refresh_waiting();
+        let again = self.cycle.take_triggers();
+        let actors_changed =
+            again.iter().any(|t| matches!(t, Trigger::ActorsChanged | Trigger::Everything));
+        if actors_changed && !self.queue.is_empty() {
+            let placed = self.queue.retry(
+                Trigger::ActorsChanged,
+                &mut self.scheduler,
+                &mut self.cluster,
+                &mut self.rng,
+            );
+            for (key, allocation) in placed {
+                self.placed(key, allocation);
             }
+            self.refresh_waiting();
         }
-        self.triggers.clear();
+        // Nothing else it triggered can help what waits: placing only takes room.
+        let _ = self.cycle.take_triggers();
     }
 
     /// The cycle's writes.
     fn flush(&mut self) -> Batch {
-        for id in std::mem::take(&mut self.touched) {
+        for id in self.cycle.take_touched() {
             self.refresh_node(&id);
         }
         let mut batch = Batch::new();
@@ -434,13 +318,13 @@ impl Owner {
         }
         self.write_settings(&mut batch);
         self.write_autoscaler(&mut batch);
-        if let Some(stored) = self.keyring.take() {
+        if let Some(stored) = self.cycle.keyring.take() {
             batch.put(Table::Meta, crate::keyring::KEYRING_KEY, encode(&stored));
         }
-        for (table, key) in self.stale_keys.drain(..) {
+        for (table, key) in self.cycle.stale_keys.drain(..) {
             batch.delete(table, key);
         }
-        let dirty = std::mem::take(&mut self.dirty);
+        let dirty = self.cycle.take_dirty();
         for key in &dirty.work {
             if let Some(entry) = self.work.get(*key) {
                 let (kind, seq) = key.view_key();
@@ -471,7 +355,7 @@ impl Owner {
             }
         }
         for seq in &dirty.groups {
-            if let Some(entry) = self.groups.get(seq) {
+            if let Some(entry) = self.groups.get(*seq) {
                 batch.put(
                     Table::Groups,
                     records::store_key(ObjectKind::Group, *seq),
@@ -481,7 +365,7 @@ impl Owner {
             }
         }
         for seq in dirty.groups.union(&dirty.shown_groups) {
-            if let Some(entry) = self.groups.get(seq) {
+            if let Some(entry) = self.groups.get(*seq) {
                 let api = Arc::new(entry.api.clone());
                 let old = self.view.groups.insert(*seq, api.clone());
                 self.view.changes.push(changed(old.is_some()), Object::Group(api));
@@ -504,7 +388,7 @@ impl Owner {
         let batch = self.flush();
         self.view.generation += 1;
         // Answers and assignments of the restore: none can exist before anyone is served.
-        self.effects.clear();
+        drop(self.cycle.take_effects());
         (batch, Arc::new(self.view.clone()))
     }
 }
@@ -539,7 +423,7 @@ pub(crate) async fn run(
             }
             // Groups a change helped that the last cycle's budget left: a cycle of their own
             // once no command waits.
-            () = std::future::ready(()), if !owner.groups_to_retry.is_empty() => Command::Tick,
+            () = std::future::ready(()), if owner.groups.retries_left() => Command::Tick,
         };
         let busy = Instant::now();
         let mut work = first.work();
@@ -561,7 +445,7 @@ pub(crate) async fn run(
         let cycle = Cycle {
             batch,
             view: Arc::new(owner.view.clone()),
-            effects: std::mem::take(&mut owner.effects),
+            effects: owner.cycle.take_effects(),
         };
         owner.metrics.cycle(busy.elapsed().as_secs_f64(), applied as u64);
         if cycles.send(cycle).await.is_err() || stopping {
@@ -784,7 +668,7 @@ mod tests {
         };
         let reply = tokio::sync::oneshot::channel().0;
         owner.apply(Command::Agent(AgentCommand::Register { request: Box::new(request), reply }));
-        let session = owner.links["n1"].liveness.session;
+        let session = owner.nodes.link("n1").expect("registered").liveness.session;
         let (reply, opened) = tokio::sync::oneshot::channel();
         let open = AgentCommand::OpenAssignments { node_id: "n1".into(), session, reply };
         owner.apply(Command::Agent(open));
@@ -804,7 +688,7 @@ mod tests {
         let _ = owner.flush();
         // Nothing is sent before the cycle is durable: the committer sends what it queued.
         assert!(stream.try_recv().is_err());
-        for effect in std::mem::take(&mut owner.effects) {
+        for effect in owner.cycle.take_effects() {
             if let Effect::Send(tx, assignment) = effect {
                 tx.send(Ok(*assignment)).unwrap();
             }
@@ -815,7 +699,7 @@ mod tests {
         assert_eq!((start.command.as_str(), start.args.join(" ")), ("train", "--epochs 3".into()));
         assert_eq!(start.env.get("MODE").map(String::as_str), Some("fast"));
         assert_eq!(start.namespace, "default");
-        let resources: BTreeSet<(&str, &str)> =
+        let resources: std::collections::BTreeSet<(&str, &str)> =
             start.resources.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(resources, [("CPU", "0.5"), ("GPU", "1")].into());
         assert_eq!(start.instances["GPU"].ids, [0]);
@@ -877,7 +761,7 @@ mod tests {
         let restored = again.restore(&store.load().await.unwrap(), &Sequences::default());
         assert_eq!(restored.actors, 2);
         assert_eq!(restored.skipped, ["actor actor-1: a second record of actor-1"]);
-        assert!(again.stale_keys.is_empty(), "{:?}", again.stale_keys);
+        assert!(again.cycle.stale_keys.is_empty(), "{:?}", again.cycle.stale_keys);
     }
 
     #[tokio::test]
@@ -902,7 +786,7 @@ mod tests {
         owner.apply(Command::Agent(AgentCommand::Register { request: Box::new(request), reply }));
         owner.apply(batch(1, 1));
         let placed = owner.flush();
-        let session = owner.links["n1"].liveness.session;
+        let session = owner.nodes.link("n1").expect("registered").liveness.session;
         let report = StatusReport {
             node_id: "n1".into(),
             session,

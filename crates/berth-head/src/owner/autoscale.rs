@@ -173,7 +173,7 @@ impl Owner {
             let have = autoscaler.records.values().filter(|r| r.node_type == t.name).count();
             (have as u32) < t.min_nodes
         });
-        if needs_min || !self.queue.is_empty() || !self.waiting_groups.is_empty() {
+        if needs_min || !self.queue.is_empty() || self.groups.any_waiting() {
             let settings = autoscaler.planning_settings(now);
             let plan = self.plan_with(&settings, &fleet);
             // A node the plan puts waiting work on is not idle, whatever it holds now.
@@ -399,9 +399,9 @@ impl Owner {
         let keys: Vec<(String, &berth_core::Request)> =
             self.queue.iter().map(|q| (q.key.id(), &q.request)).collect();
         let groups: Vec<(String, &berth_core::placement_group::GroupSpec)> = self
-            .waiting_groups
-            .iter()
-            .filter_map(|seq| self.groups.get(seq).map(|g| (ObjectKind::Group.id(*seq), &g.spec)))
+            .groups
+            .waiting()
+            .filter_map(|seq| self.groups.get(seq).map(|g| (ObjectKind::Group.id(seq), &g.spec)))
             .collect();
         // Groups first, as the owner retries them.
         let wants: Vec<Want<'_>> = groups

@@ -28,7 +28,7 @@ fn cycle(owner: &mut Owner, command: Command) {
     owner.apply(command);
     owner.retry_waiting();
     let _ = owner.flush();
-    owner.effects.clear();
+    drop(owner.cycle.take_effects());
 }
 
 /// One tick of the heartbeat clock at `T0 + at`.
@@ -36,12 +36,18 @@ fn tick(owner: &mut Owner, at: u64) {
     owner.check_liveness_at(T0 + at);
     owner.retry_waiting();
     let _ = owner.flush();
-    owner.effects.clear();
+    drop(owner.cycle.take_effects());
 }
 
 /// Node `id`'s last heartbeat was at `T0 + at`.
 fn beat(owner: &Owner, id: &str, at: u64) {
-    owner.links[id].liveness.last_seen_ms.store(T0 + at, Ordering::Release);
+    owner
+        .nodes
+        .link(id)
+        .expect("registered")
+        .liveness
+        .last_seen_ms
+        .store(T0 + at, Ordering::Release);
 }
 
 fn register(owner: &mut Owner, id: &str, cpus: &str) {
@@ -74,7 +80,7 @@ fn create_actor(owner: &mut Owner, seq: u64) {
 fn started(owner: &mut Owner, node: &str, actor: &str, attempt: u32) {
     let report = StatusReport {
         node_id: node.into(),
-        session: owner.links[node].liveness.session,
+        session: owner.nodes.link(node).expect("registered").liveness.session,
         work_id: actor.into(),
         attempt,
         status: Some(status_report::Status::Started(Started { pid: 42 })),

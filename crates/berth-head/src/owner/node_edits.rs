@@ -19,43 +19,10 @@ use crate::error::HeadError;
 use berth_api::limits::Limit;
 
 impl Owner {
-    /// The node named `id_or_ip` (an ID, else the one live node with that address).
-    fn find_node(&self, id_or_ip: &str) -> Result<String, HeadError> {
-        if self.nodes.contains_key(id_or_ip) {
-            return Ok(id_or_ip.to_string());
-        }
-        let matches: Vec<&String> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| {
-                n.record.node.address == id_or_ip && n.record.node.state != ApiNodeState::Dead
-            })
-            .map(|(id, _)| id)
-            .collect();
-        match matches.as_slice() {
-            [one] => Ok((*one).clone()),
-            [] => Err(HeadError::NotFound { what: "node", id: id_or_ip.to_string() }),
-            _ => Err(HeadError::Conflict(format!(
-                "{} live nodes have address {id_or_ip}; name the node by ID",
-                matches.len()
-            ))),
-        }
-    }
-
-    /// The node named `id_or_ip` and its index, when it is not dead.
-    fn editable_node(&self, id_or_ip: &str) -> Result<(String, NodeIndex), HeadError> {
-        let id = self.find_node(id_or_ip)?;
-        let entry = &self.nodes[&id];
-        if entry.record.node.state == ApiNodeState::Dead {
-            return Err(HeadError::Conflict(format!("node {id} is dead")));
-        }
-        Ok((id, entry.index))
-    }
-
     /// Shows and writes the changed node, wakes what waits for it, and answers with it.
     fn edited(&mut self, id: &str, index: NodeIndex) -> rest::Node {
-        self.trigger(Trigger::NodeChanged(index));
-        self.mark_node(id);
+        self.cycle.trigger(Trigger::NodeChanged(index));
+        self.cycle.mark_node(id);
         self.refresh_node(id);
         (*self.view.nodes[id]).clone()
     }
@@ -66,7 +33,7 @@ impl Owner {
         taints: &StringMap,
         add: bool,
     ) -> Result<rest::Node, HeadError> {
-        let (id, index) = self.editable_node(node)?;
+        let (id, index) = self.nodes.editable(node)?;
         if add {
             // Check every taint first: all or nothing.
             if let Some(key) =
@@ -97,7 +64,7 @@ impl Owner {
             }
         }
         let kind = if add { "taints_added" } else { "taints_removed" };
-        self.node_event(&id, kind, pairs(taints));
+        self.nodes.event(&id, kind, pairs(taints));
         Ok(self.edited(&id, index))
     }
 
@@ -110,7 +77,7 @@ impl Owner {
         set: &StringMap,
         remove: &[String],
     ) -> Result<rest::Node, HeadError> {
-        let (id, index) = self.editable_node(node)?;
+        let (id, index) = self.nodes.editable(node)?;
         let record = &self.nodes[&id].record;
         let mut user = record.user_labels.clone();
         for key in remove {
@@ -145,7 +112,7 @@ impl Owner {
             let removed = format!("removed {}", remove.join(", "));
             message = if message.is_empty() { removed } else { format!("{message}; {removed}") };
         }
-        self.node_event(&id, "labels_changed", message);
+        self.nodes.event(&id, "labels_changed", message);
         Ok(self.edited(&id, index))
     }
 
@@ -156,7 +123,7 @@ impl Owner {
         node: &str,
         resources: &StringMap,
     ) -> Result<rest::Node, HeadError> {
-        let (id, index) = self.editable_node(node)?;
+        let (id, index) = self.nodes.editable(node)?;
         let record = &self.nodes[&id].record;
         // Check everything first: all or nothing (and no name enters the registry for a
         // change that is refused whole).
@@ -210,7 +177,7 @@ impl Owner {
                 record.resources.insert(name.clone(), total.to_string());
             }
         }
-        self.node_event(&id, "resources_changed", pairs(resources));
+        self.nodes.event(&id, "resources_changed", pairs(resources));
         Ok(self.edited(&id, index))
     }
 
@@ -253,13 +220,13 @@ impl Owner {
         }
         self.nodes.get_mut(node_id).expect("known").record.reported = Some(now);
         if changed {
-            self.trigger(Trigger::NodeChanged(index));
+            self.cycle.trigger(Trigger::NodeChanged(index));
         }
-        self.mark_node(node_id);
+        self.cycle.mark_node(node_id);
     }
 
     pub(crate) fn drain_node(&mut self, node: &str) -> Result<rest::Node, HeadError> {
-        let (id, index) = self.editable_node(node)?;
+        let (id, index) = self.nodes.editable(node)?;
         let entry = self.nodes.get_mut(&id).expect("found");
         if entry.record.node.state == ApiNodeState::Draining {
             self.refresh_node(&id);
@@ -270,8 +237,8 @@ impl Owner {
         if !entry.suspect {
             let _ = self.cluster.set_state(index, NodeState::Draining);
         }
-        self.node_event(&id, "draining", "takes no new work; its actors move".into());
-        self.trigger(Trigger::NodeLost(index));
+        self.nodes.event(&id, "draining", "takes no new work; its actors move".into());
+        self.cycle.trigger(Trigger::NodeLost(index));
         // Actors move (a move is not a restart); tasks run to completion.
         let actors: Vec<WorkId> =
             self.work_on(&id).into_iter().filter(|k| matches!(k, WorkId::Actor(_))).collect();
@@ -279,7 +246,7 @@ impl Owner {
             self.stop(key, "node draining");
             self.ended(key, Ending::Moved(format!("moved off draining node {id}")));
         }
-        self.mark_node(&id);
+        self.cycle.mark_node(&id);
         self.refresh_node(&id);
         Ok((*self.view.nodes[&id]).clone())
     }
@@ -288,7 +255,7 @@ impl Owner {
     /// An alive node is left as it is; a dead one cannot be undrained (its agent registers
     /// it again).
     pub(crate) fn undrain_node(&mut self, node: &str) -> Result<rest::Node, HeadError> {
-        let (id, index) = self.editable_node(node)?;
+        let (id, index) = self.nodes.editable(node)?;
         let entry = self.nodes.get_mut(&id).expect("found");
         if entry.record.node.state == ApiNodeState::Alive {
             self.refresh_node(&id);
@@ -298,7 +265,7 @@ impl Owner {
         if !entry.suspect {
             let _ = self.cluster.set_state(index, NodeState::Alive);
         }
-        self.node_event(&id, "undrained", "takes new work again".into());
+        self.nodes.event(&id, "undrained", "takes new work again".into());
         Ok(self.edited(&id, index))
     }
 }

@@ -1,7 +1,7 @@
 //! Nodes: agents registering (sessions), assignment streams, heartbeats and liveness, status
 //! reports and node death. What operators change on a node is in `node_edits.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -20,11 +20,247 @@ use tonic::Status;
 
 use super::convert;
 use super::work_table::{Ending, WorkId};
-use super::{AgentLink, Owner};
+use super::Owner;
 use crate::clock::now_ms;
-use crate::command::{AgentCommand, Liveness};
+use crate::command::{AgentCommand, AssignmentSender, Liveness, Sessions};
+use crate::error::HeadError;
 use crate::records::NodeRecord;
 use berth_api::ObjectKind;
+
+/// The nodes the owner holds, and their agents' sessions.
+pub(crate) struct Nodes {
+    entries: HashMap<String, NodeEntry>,
+    /// The agents' live sessions, by node.
+    links: HashMap<String, AgentLink>,
+    /// The same sessions' liveness cells, shared with the heartbeat streams.
+    sessions: Arc<Sessions>,
+    /// When the heartbeat clock last ran (ms since the epoch; 0 before it ran): a long gap
+    /// means the head itself was stopped or starved (see [`Nodes::judge`]).
+    liveness_checked_ms: u64,
+    next_session: u64,
+    next_node: u64,
+}
+
+/// An agent's live connection.
+pub(crate) struct AgentLink {
+    pub(crate) liveness: Arc<Liveness>,
+    pub(crate) assignments: Option<AssignmentSender>,
+}
+
+impl Default for Nodes {
+    fn default() -> Nodes {
+        Nodes {
+            entries: HashMap::new(),
+            links: HashMap::new(),
+            sessions: Arc::default(),
+            liveness_checked_ms: 0,
+            // Sessions must never repeat across head restarts: start from the clock.
+            next_session: now_ms() << 16,
+            next_node: 0,
+        }
+    }
+}
+
+impl Nodes {
+    pub(crate) fn get(&self, node_id: &str) -> Option<&NodeEntry> {
+        self.entries.get(node_id)
+    }
+
+    pub(crate) fn get_mut(&mut self, node_id: &str) -> Option<&mut NodeEntry> {
+        self.entries.get_mut(node_id)
+    }
+
+    pub(crate) fn contains(&self, node_id: &str) -> bool {
+        self.entries.contains_key(node_id)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &NodeEntry)> {
+        self.entries.iter()
+    }
+
+    pub(crate) fn insert(&mut self, node_id: String, entry: NodeEntry) {
+        self.entries.insert(node_id, entry);
+    }
+
+    /// The liveness cells of the live sessions, shared with the heartbeat streams.
+    pub(crate) fn sessions(&self) -> &Arc<Sessions> {
+        &self.sessions
+    }
+
+    /// Node `node_id`'s live session.
+    #[cfg(test)]
+    pub(crate) fn link(&self, node_id: &str) -> Option<&AgentLink> {
+        self.links.get(node_id)
+    }
+
+    /// An ID for a node registering without one: `node-N`, never one held.
+    fn new_node_id(&mut self) -> String {
+        loop {
+            self.next_node += 1;
+            let id = format!("node-{}", self.next_node);
+            if !self.entries.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// A restored node's ID: new IDs are numbered past it.
+    pub(crate) fn restored_id(&mut self, node_id: &str) {
+        if let Some(n) = node_id.strip_prefix("node-").and_then(|n| n.parse::<u64>().ok()) {
+            self.next_node = self.next_node.max(n);
+        }
+    }
+
+    /// A new session for `node_id`'s agent (ending any earlier one), last heard `last_seen_ms`;
+    /// session 0 is never handed out and stands for a node restored from the store, whose
+    /// agent must register.
+    fn begin_session(&mut self, node_id: &str, session: u64, last_seen_ms: u64) {
+        self.end_session(node_id);
+        let liveness = Arc::new(Liveness {
+            session,
+            last_seen_ms: AtomicU64::new(last_seen_ms),
+            ended: AtomicBool::new(false),
+        });
+        self.sessions.begin(node_id, liveness.clone());
+        self.links.insert(node_id.to_string(), AgentLink { liveness, assignments: None });
+    }
+
+    /// A registering agent's new session: its number.
+    fn new_session(&mut self, node_id: &str) -> u64 {
+        self.next_session += 1;
+        let session = self.next_session;
+        self.begin_session(node_id, session, now_ms());
+        session
+    }
+
+    /// A node restored from the store, last heard `last_seen_ms`: its agent must register.
+    pub(crate) fn restored_session(&mut self, node_id: &str, last_seen_ms: u64) {
+        self.begin_session(node_id, 0, last_seen_ms);
+    }
+
+    /// Ends `node_id`'s session, if it has one: its heartbeats and streams are refused.
+    fn end_session(&mut self, node_id: &str) {
+        if let Some(old) = self.links.remove(node_id) {
+            old.liveness.ended.store(true, Ordering::Release);
+            self.sessions.end(node_id);
+        }
+    }
+
+    /// `node_id`'s link if `session` is its live session; else the agent must register again.
+    fn live_link(&mut self, node_id: &str, session: u64) -> Result<&mut AgentLink, Status> {
+        match self.links.get_mut(node_id) {
+            Some(link) if link.liveness.session == session => Ok(link),
+            _ => Err(Status::failed_precondition(format!(
+                "no live session {session} for node {node_id}: register again"
+            ))),
+        }
+    }
+
+    /// Where `node_id`'s assignments go, while its agent has a stream open.
+    pub(crate) fn assignments_to(&self, node_id: &str) -> Option<AssignmentSender> {
+        self.links.get(node_id)?.assignments.clone()
+    }
+
+    /// How long ago `node_id` was last heard from, at `now`.
+    fn silent_ms(&self, node_id: &str, now: u64) -> Option<u64> {
+        let last = self.links.get(node_id)?.liveness.last_seen_ms.load(Ordering::Acquire);
+        Some(now.saturating_sub(last))
+    }
+
+    /// What the heartbeat clock says at `now` of the live nodes whose state it changes, in
+    /// order of their IDs; nothing when the clock itself ran late (see below).
+    fn judge(&mut self, now: u64, suspect_after: u64, timeout: u64) -> Vec<(String, Heard)> {
+        // A head that did not get to check for that long was itself stopped or starved (a
+        // saturated machine, a paused process): the heartbeats that arrived meanwhile may
+        // still wait in its sockets. This round judges nobody; the next one, after the agent
+        // protocol had its turn, does.
+        let previous = std::mem::replace(&mut self.liveness_checked_ms, now);
+        if previous != 0 && now.saturating_sub(previous) > suspect_after {
+            tracing::warn!(
+                late_ms = now.saturating_sub(previous),
+                "the head did not check its nodes' heartbeats for {} ms (is its machine \
+                 overloaded?); no node is judged on this round",
+                now.saturating_sub(previous)
+            );
+            return Vec::new();
+        }
+        let mut changes: Vec<(String, Heard)> = self
+            .entries
+            .iter()
+            .filter(|(_, n)| n.record.node.state != ApiNodeState::Dead)
+            .filter_map(|(id, entry)| {
+                // Never registered since the head started: its time starts with the head.
+                let silent = self.silent_ms(id, now)?;
+                let heard = if silent > timeout {
+                    Heard::Silent(silent)
+                } else if silent > suspect_after {
+                    Heard::Late(silent)
+                } else {
+                    Heard::Recently
+                };
+                let change = match heard {
+                    Heard::Silent(_) => true,
+                    Heard::Late(_) => !entry.suspect,
+                    Heard::Recently => entry.suspect,
+                };
+                change.then(|| (id.clone(), heard))
+            })
+            .collect();
+        changes.sort_by(|a, b| a.0.cmp(&b.0));
+        changes
+    }
+
+    /// The node named `id_or_ip` (an ID, else the one live node with that address).
+    pub(crate) fn find(&self, id_or_ip: &str) -> Result<String, HeadError> {
+        if self.contains(id_or_ip) {
+            return Ok(id_or_ip.to_string());
+        }
+        let matches: Vec<&String> = self
+            .iter()
+            .filter(|(_, n)| {
+                n.record.node.address == id_or_ip && n.record.node.state != ApiNodeState::Dead
+            })
+            .map(|(id, _)| id)
+            .collect();
+        match matches.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(HeadError::NotFound { what: "node", id: id_or_ip.to_string() }),
+            _ => Err(HeadError::Conflict(format!(
+                "{} live nodes have address {id_or_ip}; name the node by ID",
+                matches.len()
+            ))),
+        }
+    }
+
+    /// The node named `id_or_ip` and its index, when it is not dead.
+    pub(crate) fn editable(&self, id_or_ip: &str) -> Result<(String, NodeIndex), HeadError> {
+        let id = self.find(id_or_ip)?;
+        let entry = &self[id.as_str()];
+        if entry.record.node.state == ApiNodeState::Dead {
+            return Err(HeadError::Conflict(format!("node {id} is dead")));
+        }
+        Ok((id, entry.index))
+    }
+
+    /// Adds an entry to a node's history (kept with its record, the last
+    /// [`rest::NODE_HISTORY`]); the caller marks the node.
+    pub(crate) fn event(&mut self, node_id: &str, kind: &str, message: String) {
+        let Some(entry) = self.entries.get_mut(node_id) else { return };
+        let history = &mut entry.record.node.history;
+        if history.len() >= rest::NODE_HISTORY {
+            history.remove(0);
+        }
+        history.push(rest::NodeEvent { at_ms: now_ms(), kind: kind.to_string(), message });
+    }
+}
+
+impl std::ops::Index<&str> for Nodes {
+    type Output = NodeEntry;
+
+    fn index(&self, node_id: &str) -> &NodeEntry {
+        &self.entries[node_id]
+    }
+}
 
 /// A node as the owner holds it.
 pub(crate) struct NodeEntry {
@@ -36,6 +272,17 @@ pub(crate) struct NodeEntry {
     /// Its heartbeats are late (past [`HeadConfig::suspect_after`](crate::HeadConfig)): the
     /// core holds it as suspect, and `record` keeps the state it returns to.
     pub(crate) suspect: bool,
+}
+
+impl NodeEntry {
+    /// Counts `key`'s attempt on (+1) or off (-1) it.
+    pub(crate) fn count(&mut self, key: WorkId, delta: i64) {
+        let counter = match key {
+            WorkId::Actor(_) => &mut self.actors,
+            WorkId::Task(_) => &mut self.tasks,
+        };
+        *counter = counter.saturating_add_signed(delta);
+    }
 }
 
 /// What the heartbeat clock says of a live node.
@@ -67,7 +314,7 @@ impl Owner {
         match command {
             AgentCommand::Register { request, reply } => {
                 let answer = self.register(*request);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
             AgentCommand::OpenAssignments { node_id, session, reply } => {
                 let answer = self.open_assignments(&node_id, session);
@@ -75,17 +322,12 @@ impl Owner {
                 let _ = reply.send(answer);
             }
             AgentCommand::Heartbeat { node_id, session, reply } => {
-                let answer = match self.links.get(&node_id) {
-                    Some(link) if link.liveness.session == session => Ok(link.liveness.clone()),
-                    _ => Err(Status::failed_precondition(format!(
-                        "no live session {session} for node {node_id}: register again"
-                    ))),
-                };
+                let answer = self.nodes.live_link(&node_id, session).map(|l| l.liveness.clone());
                 let _ = reply.send(answer);
             }
             AgentCommand::Report { reports, reply } => {
                 let answer = self.reports(reports);
-                self.reply(reply, answer);
+                self.cycle.reply(reply, answer);
             }
         }
     }
@@ -168,13 +410,7 @@ impl Owner {
     fn register(&mut self, request: RegisterRequest) -> Result<RegisterReply, Status> {
         self.check_running_is_known(&request)?;
         let node_id = if request.node_id.is_empty() {
-            loop {
-                self.next_node += 1;
-                let id = format!("node-{}", self.next_node);
-                if !self.nodes.contains_key(&id) {
-                    break id;
-                }
-            }
+            self.nodes.new_node_id()
         } else {
             request.node_id.clone()
         };
@@ -183,7 +419,7 @@ impl Owner {
         if !known_alive {
             let registration = self.check_registration(&request, &node_id)?;
             // A dead node's ID comes back as a new node (its work has moved already).
-            if let Some(old) = self.nodes.remove(&node_id) {
+            if let Some(old) = self.nodes.entries.remove(&node_id) {
                 let _ = self.cluster.remove_node(old.index);
             }
             let index =
@@ -214,8 +450,8 @@ impl Owner {
                 node_id.clone(),
                 NodeEntry { index, record, actors: 0, tasks: 0, suspect: false },
             );
-            self.node_event(&node_id, "registered", format!("from {}", request.address));
-            self.trigger(Trigger::NodeJoined(index));
+            self.nodes.event(&node_id, "registered", format!("from {}", request.address));
+            self.cycle.trigger(Trigger::NodeJoined(index));
         } else {
             // A known node (the agent or the head restarted): the head's record wins (labels
             // and taints changed through the API stay), except for the resources the agent
@@ -226,26 +462,13 @@ impl Owner {
             entry.record.node.address = request.address.clone();
             entry.record.node.registered_at_ms = now_ms();
             self.node_heard_again(&node_id, "its agent registered again");
-            self.node_event(
+            self.nodes.event(
                 &node_id,
                 "registered_again",
                 format!("from {} (its agent or the head restarted)", request.address),
             );
         }
-        // End any previous session.
-        if let Some(old) = self.links.remove(&node_id) {
-            old.liveness.ended.store(true, Ordering::Release);
-            self.sessions.end(&node_id);
-        }
-        self.next_session += 1;
-        let session = self.next_session;
-        let liveness = Arc::new(Liveness {
-            session,
-            last_seen_ms: AtomicU64::new(now_ms()),
-            ended: AtomicBool::new(false),
-        });
-        self.sessions.begin(&node_id, liveness.clone());
-        self.links.insert(node_id.clone(), AgentLink { liveness, assignments: None });
+        let session = self.nodes.new_session(&node_id);
         // Reconcile: what the agent runs that the head does not place there is stopped;
         // what the head placed there and had started but the agent no longer runs has ended.
         let mut stop = Vec::new();
@@ -279,7 +502,7 @@ impl Owner {
                 self.ended(key, Ending::Exited { code: None, signal: None });
             }
         }
-        self.mark_node(&node_id);
+        self.cycle.mark_node(&node_id);
         Ok(RegisterReply {
             node_id,
             session,
@@ -355,14 +578,7 @@ impl Owner {
         node_id: &str,
         session: u64,
     ) -> Result<mpsc::UnboundedReceiver<Result<berth_api::agent::Assignment, Status>>, Status> {
-        match self.links.get(node_id) {
-            Some(link) if link.liveness.session == session => {}
-            _ => {
-                return Err(Status::failed_precondition(format!(
-                    "no live session {session} for node {node_id}: register again"
-                )))
-            }
-        }
+        self.nodes.live_link(node_id, session)?;
         let (tx, rx) = mpsc::unbounded_channel();
         // Every placed attempt not yet started, in order; already durable, so sent now.
         for key in self.work_on(node_id) {
@@ -372,7 +588,7 @@ impl Owner {
                 }
             }
         }
-        self.links.get_mut(node_id).expect("checked").assignments = Some(tx);
+        self.nodes.live_link(node_id, session)?.assignments = Some(tx);
         Ok(rx)
     }
 
@@ -380,15 +596,7 @@ impl Owner {
         // Every report must come from a live session: a stale one means the agent must
         // register again (and resend), so nothing of the batch is applied.
         for report in &reports.reports {
-            match self.links.get(&report.node_id) {
-                Some(link) if link.liveness.session == report.session => {}
-                _ => {
-                    return Err(Status::failed_precondition(format!(
-                        "no live session {} for node {}: register again",
-                        report.session, report.node_id
-                    )))
-                }
-            }
+            self.nodes.live_link(&report.node_id, report.session)?;
         }
         let replies = reports.reports.into_iter().map(|r| self.report(r)).collect();
         Ok(StatusReplies { replies })
@@ -436,45 +644,7 @@ impl Owner {
     pub(crate) fn check_liveness_at(&mut self, now: u64) {
         let timeout = self.config.heartbeat_timeout.as_millis() as u64;
         let suspect_after = self.config.suspect_after().as_millis() as u64;
-        // A head that did not get to check for that long was itself stopped or starved (a
-        // saturated machine, a paused process): the heartbeats that arrived meanwhile may
-        // still wait in its sockets. This round judges nobody; the next one, after the agent
-        // protocol had its turn, does.
-        let previous = std::mem::replace(&mut self.liveness_checked_ms, now);
-        if previous != 0 && now.saturating_sub(previous) > suspect_after {
-            tracing::warn!(
-                late_ms = now.saturating_sub(previous),
-                "the head did not check its nodes' heartbeats for {} ms (is its machine \
-                 overloaded?); no node is judged on this round",
-                now.saturating_sub(previous)
-            );
-            return;
-        }
-        let mut changes: Vec<(String, Heard)> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.record.node.state != ApiNodeState::Dead)
-            .filter_map(|(id, entry)| {
-                // Never registered since the head started: its time starts with the head.
-                let link = self.links.get(id)?;
-                let silent = now.saturating_sub(link.liveness.last_seen_ms.load(Ordering::Acquire));
-                let heard = if silent > timeout {
-                    Heard::Silent(silent)
-                } else if silent > suspect_after {
-                    Heard::Late(silent)
-                } else {
-                    Heard::Recently
-                };
-                let change = match heard {
-                    Heard::Silent(_) => true,
-                    Heard::Late(_) => !entry.suspect,
-                    Heard::Recently => entry.suspect,
-                };
-                change.then(|| (id.clone(), heard))
-            })
-            .collect();
-        changes.sort_by(|a, b| a.0.cmp(&b.0));
-        for (id, heard) in changes {
+        for (id, heard) in self.nodes.judge(now, suspect_after, timeout) {
             match heard {
                 Heard::Silent(silent) => {
                     let reason = format!("no heartbeat for {silent} ms (timeout {timeout} ms)");
@@ -503,10 +673,10 @@ impl Owner {
              it stays silent for {timeout} ms"
         );
         self.metrics.node_transition("suspect");
-        self.node_event(node_id, "suspect", reason);
+        self.nodes.event(node_id, "suspect", reason);
         // Requests waiting for its room are decided again (they keep waiting for it).
-        self.trigger(Trigger::NodeLost(index));
-        self.mark_node(node_id);
+        self.cycle.trigger(Trigger::NodeLost(index));
+        self.cycle.mark_node(node_id);
         self.refresh_node(node_id);
     }
 
@@ -526,20 +696,17 @@ impl Owner {
         let _ = self.cluster.set_state(index, state);
         tracing::info!(node = node_id, "node {node_id} is {name} again: {how}");
         self.metrics.node_transition("alive");
-        self.node_event(node_id, "alive", how.to_string());
-        self.trigger(Trigger::NodeChanged(index));
-        self.mark_node(node_id);
+        self.nodes.event(node_id, "alive", how.to_string());
+        self.cycle.trigger(Trigger::NodeChanged(index));
+        self.cycle.mark_node(node_id);
         self.refresh_node(node_id);
     }
 
     /// The node is gone: its actors restart elsewhere, its tasks retry, its bundles re-plan.
     pub(crate) fn node_died(&mut self, node_id: &str, reason: String) {
+        let last_heartbeat_ms_ago = self.nodes.silent_ms(node_id, now_ms());
         let Some(entry) = self.nodes.get_mut(node_id) else { return };
         let index = entry.index;
-        let last_heartbeat_ms_ago = self
-            .links
-            .get(node_id)
-            .map(|l| now_ms().saturating_sub(l.liveness.last_seen_ms.load(Ordering::Acquire)));
         tracing::warn!(
             node = node_id,
             reason = %reason,
@@ -550,43 +717,17 @@ impl Owner {
         entry.suspect = false;
         entry.record.node.state = ApiNodeState::Dead;
         entry.record.node.dead_reason = Some(reason.clone());
-        self.node_event(node_id, "dead", reason);
+        self.nodes.event(node_id, "dead", reason);
         let _ = self.cluster.set_state(index, NodeState::Dead);
-        if let Some(link) = self.links.remove(node_id) {
-            link.liveness.ended.store(true, Ordering::Release);
-            self.sessions.end(node_id);
-        }
-        self.trigger(Trigger::NodeLost(index));
+        self.nodes.end_session(node_id);
+        self.cycle.trigger(Trigger::NodeLost(index));
         for key in self.work_on(node_id) {
             self.ended(key, Ending::NodeDied(node_id.to_string()));
         }
-        let lost: Vec<u64> = self
-            .groups
-            .iter()
-            .filter(|(_, g)| g.api.bundles.iter().any(|b| b.node_id.as_deref() == Some(node_id)))
-            .map(|(s, _)| *s)
-            .collect();
-        for seq in lost {
+        for seq in self.groups.holding_bundles_on(node_id) {
             self.group_lost_bundles(seq, node_id);
         }
-        self.mark_node(node_id);
-    }
-
-    /// Adds an entry to a node's history (kept with its record, the last
-    /// [`rest::NODE_HISTORY`]); the caller marks the node.
-    pub(crate) fn node_event(&mut self, node_id: &str, kind: &str, message: String) {
-        let Some(entry) = self.nodes.get_mut(node_id) else { return };
-        let history = &mut entry.record.node.history;
-        if history.len() >= rest::NODE_HISTORY {
-            history.remove(0);
-        }
-        history.push(rest::NodeEvent { at_ms: now_ms(), kind: kind.to_string(), message });
-    }
-
-    /// Marks a node to be written and shown anew.
-    pub(crate) fn mark_node(&mut self, node_id: &str) {
-        self.dirty.nodes.insert(node_id.to_string());
-        self.touched.insert(node_id.to_string());
+        self.cycle.mark_node(node_id);
     }
 
     /// Updates a node's view entry (its ledger changes are shown, not written: derived).

@@ -6,7 +6,7 @@
 //! waiting. A placement that cannot be rebuilt (its node is gone) ends as if its node died.
 //! Restored nodes must heartbeat again within the timeout, counted from the restart.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use berth_api::rest::{GroupState, NodeState as ApiNodeState};
@@ -20,9 +20,8 @@ use super::nodes::NodeEntry;
 use super::retention::Ledger;
 use super::work::{affinity_of, build_actor, build_task};
 use super::work_table::{record_start, Ending, Work, WorkApi, WorkId, WorkObject};
-use super::{convert, AgentLink, Owner};
+use super::{convert, Owner};
 use crate::clock::now_ms;
-use crate::command::Liveness;
 use crate::ids::Sequences;
 use crate::records::{
     self, parse_store_key, ActorRecord, GroupRecord, NodeRecord, Placement, StartRecord, TaskRecord,
@@ -146,7 +145,7 @@ impl Owner {
             (kind, seq, e.object().idempotency_key().map(Box::<str>::from))
         });
         let groups = self.groups.iter().map(|(s, e)| {
-            (ObjectKind::Group, *s, e.api.idempotency_key.as_deref().map(Box::<str>::from))
+            (ObjectKind::Group, s, e.api.idempotency_key.as_deref().map(Box::<str>::from))
         });
         let keys: Vec<(ObjectKind, u64, Option<Box<str>>)> = work.chain(groups).collect();
         for (kind, seq, key) in keys {
@@ -164,9 +163,7 @@ impl Owner {
                 Ok(()) => out.nodes += 1,
                 Err(err) => out.skipped.push(format!("node {key}: {err}")),
             }
-            if let Some(n) = key.strip_prefix("node-").and_then(|n| n.parse::<u64>().ok()) {
-                self.next_node = self.next_node.max(n);
-            }
+            self.nodes.restored_id(key);
         }
     }
 
@@ -200,22 +197,17 @@ impl Owner {
         }
         let node_id = record.node.node_id.clone();
         if state != ApiNodeState::Dead {
-            // Session 0 is never handed out: the agent must register, within the timeout
-            // and a grace: after a takeover an agent may first have to notice that its old
-            // head is gone (across a partition, by its keepalive).
-            let liveness = Arc::new(Liveness {
-                session: 0,
-                last_seen_ms: AtomicU64::new(now_ms() + RESTORE_GRACE.as_millis() as u64),
-                ended: AtomicBool::new(false),
-            });
-            self.sessions.begin(&node_id, liveness.clone());
-            self.links.insert(node_id.clone(), AgentLink { liveness, assignments: None });
+            // The agent must register within the timeout and a grace: after a takeover an
+            // agent may first have to notice that its old head is gone (across a partition,
+            // by its keepalive).
+            let grace = RESTORE_GRACE.as_millis() as u64;
+            self.nodes.restored_session(&node_id, now_ms() + grace);
         }
         self.nodes.insert(
             node_id.clone(),
             NodeEntry { index, record, actors: 0, tasks: 0, suspect: false },
         );
-        self.touched.insert(node_id);
+        self.cycle.touch(&node_id);
         Ok(())
     }
 
@@ -246,14 +238,14 @@ impl Owner {
                     if let Err(err) = self.rereserve_group(&entry) {
                         tracing::warn!(group_id = %key, error = %err, "placement group could not be reserved again; placing it anew");
                         entry.api.state = GroupState::Pending;
-                        self.waiting_groups.insert(seq);
-                        self.dirty.groups.insert(seq);
+                        self.groups.wait(seq);
+                        self.cycle.mark_group(seq);
                     }
                 }
                 GroupState::Pending | GroupState::Rescheduling => {
                     // A partly lost group is placed anew, whole.
                     entry.api.state = GroupState::Pending;
-                    self.waiting_groups.insert(seq);
+                    self.groups.wait(seq);
                 }
                 GroupState::Removed => {}
             }
@@ -264,7 +256,10 @@ impl Owner {
             }
             out.groups += 1;
         }
-        self.groups_to_retry.extend(self.waiting_groups.iter().copied());
+        let waiting: Vec<u64> = self.groups.waiting().collect();
+        for seq in waiting {
+            self.groups.retry_soon(seq);
+        }
     }
 
     fn rereserve_group(&mut self, entry: &GroupEntry) -> Result<(), String> {
@@ -365,7 +360,7 @@ impl Owner {
         };
         let known = match WorkId::of(kind, seq) {
             Some(key) => self.work.contains(key),
-            None => self.groups.contains_key(&seq),
+            None => self.groups.contains(seq),
         };
         if known {
             out.skipped.push(format!("{word} {key}: a second record of {}", kind.id(seq)));
@@ -377,11 +372,11 @@ impl Owner {
     /// Notes that the restored object `seq` was stored under an old-form `key`: the first
     /// cycle deletes that key and writes the object under its current one.
     fn replace_key(&mut self, kind: ObjectKind, key: &str, seq: u64) {
-        self.stale_keys.push((records::table(kind), key.to_owned()));
+        self.cycle.stale_keys.push((records::table(kind), key.to_owned()));
         match WorkId::of(kind, seq) {
-            Some(key) => self.dirty.work.insert(key),
-            None => self.dirty.groups.insert(seq),
-        };
+            Some(key) => self.cycle.mark_work(key),
+            None => self.cycle.mark_group(seq),
+        }
     }
 
     /// Reserves `key`'s recorded placement again, with the same instances.

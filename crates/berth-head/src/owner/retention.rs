@@ -157,7 +157,7 @@ impl Owner {
                 .map(|o| finished_at(o.events(), o.created_at_ms())),
             None => self
                 .groups
-                .get(&seq)
+                .get(seq)
                 .filter(|e| e.api.state == GroupState::Removed)
                 .map(|e| finished_at(&e.api.history, e.api.created_at_ms)),
         };
@@ -175,7 +175,7 @@ impl Owner {
             let (kind, seq) = key.view_key();
             (at(e.object().events()), kind, seq)
         }));
-        all.extend(self.groups.iter().map(|(&s, e)| (at(&e.api.history), ObjectKind::Group, s)));
+        all.extend(self.groups.iter().map(|(s, e)| (at(&e.api.history), ObjectKind::Group, s)));
         all.sort_unstable();
         for (_, kind, seq) in all {
             self.note_finished(kind, seq);
@@ -219,18 +219,16 @@ impl Owner {
                 if let Some(last) = last {
                     self.view.changes.push(ChangeType::Deleted, last);
                 }
-                self.dirty.work.remove(&work_id);
-                self.dirty.shown_work.remove(&work_id);
+                self.cycle.forget_work(work_id);
                 entry.is_some()
             }
             ObjectKind::Group => {
-                let entry = self.groups.remove(&seq);
+                let entry = self.groups.remove(seq);
                 key = entry.as_ref().and_then(|e| e.api.idempotency_key.as_deref().map(Box::from));
                 if let Some(last) = self.view.groups.remove(&seq) {
                     self.view.changes.push(ChangeType::Deleted, Object::Group(last));
                 }
-                self.dirty.groups.remove(&seq);
-                self.dirty.shown_groups.remove(&seq);
+                self.cycle.forget_group(seq);
                 entry.is_some()
             }
         };

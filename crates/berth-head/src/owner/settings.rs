@@ -22,7 +22,7 @@ impl Owner {
             }),
         };
         let wanted = self.config.rare_resources.clone().unwrap_or_else(|| stored.clone());
-        self.settings_changed = wanted != stored;
+        self.cycle.settings_changed = wanted != stored;
         let mut ids = Vec::with_capacity(wanted.len());
         for name in &wanted {
             match self.cluster.registry_mut().intern(name) {
@@ -36,7 +36,7 @@ impl Owner {
 
     /// Adds the settings to `batch` when they changed.
     pub(crate) fn write_settings(&mut self, batch: &mut Batch) {
-        if std::mem::take(&mut self.settings_changed) {
+        if std::mem::take(&mut self.cycle.settings_changed) {
             batch.put(Table::Meta, RARE_KEY, encode(&self.view.rare_resources));
         }
     }

@@ -158,7 +158,7 @@ impl Owner {
                 let (diagnosis, shape) = (last.diagnosis.clone(), self.shape(&last.request));
                 let api = convert::diagnosis(&self.cluster, &diagnosis, infeasible, &last.request);
                 self.set_waiting(key, diagnosis, api, shape);
-                self.mark(key);
+                self.cycle.mark_work(key);
             }
         }
     }
@@ -173,7 +173,7 @@ impl Owner {
                 let reason = format!("it could not be placed again: {err}");
                 tracing::error!(work_id = %key.id(), %reason, "a spec no longer builds");
                 self.work.known(key).object_mut().end_for_good(reason);
-                self.mark(key);
+                self.cycle.mark_work(key);
             }
         }
     }
@@ -188,11 +188,6 @@ impl Owner {
             (WorkApi::Task(task), _) => build_task(&self.cluster, &task.spec),
             (WorkApi::Actor(_), WorkId::Task(_)) => unreachable!("a task's key names a task"),
         }
-    }
-
-    /// Marks `key` to be written and shown at the end of the cycle.
-    fn mark(&mut self, key: WorkId) {
-        self.dirty.work.insert(key);
     }
 
     /// What a queued `request` asks for, as the status's waiting list shows it.
@@ -245,7 +240,7 @@ impl Owner {
         for (key, diagnosis, api, shape) in changed {
             self.set_waiting(key, diagnosis, api, shape);
             // The diagnosis is derived state: shown, not stored.
-            self.dirty.shown_work.insert(key);
+            self.cycle.show_work(key);
         }
     }
 
@@ -275,24 +270,17 @@ impl Owner {
             &self.work_keys,
         );
         if matches!(key, WorkId::Actor(_)) {
-            self.trigger(Trigger::ActorsChanged);
+            self.cycle.trigger(Trigger::ActorsChanged);
         }
         self.send(&node_id, start);
-        self.mark(key);
+        self.cycle.mark_work(key);
     }
 
     /// Counts `key`'s attempt on (+1) or off (-1) `node`, and shows the node anew.
     pub(crate) fn count_on(&mut self, node: &str, key: WorkId, delta: i64) {
         if let Some(n) = self.nodes.get_mut(node) {
-            let counter = match key {
-                WorkId::Actor(_) => &mut n.actors,
-                WorkId::Task(_) => &mut n.tasks,
-            };
-            *counter = counter.saturating_add_signed(delta);
-            // Most placements of a cycle land on nodes already touched: no new string then.
-            if !self.touched.contains(node) {
-                self.touched.insert(node.to_string());
-            }
+            n.count(key, delta);
+            self.cycle.touch(node);
         }
     }
 
@@ -319,14 +307,14 @@ impl Owner {
         if let WorkId::Actor(seq) = key {
             let id = ObjectKind::Actor.id(seq);
             if self.cluster.remove_actor(&id).is_some() {
-                self.trigger(Trigger::ActorsChanged);
-                self.peers_moved = true;
+                self.cycle.trigger(Trigger::ActorsChanged);
+                self.cycle.peer_moved();
             }
         }
         let allocation = allocation?;
         let node_id = convert::node_id(&self.cluster, allocation.node());
         self.cluster.release(&allocation);
-        self.trigger(Trigger::Released(allocation.node()));
+        self.cycle.trigger(Trigger::Released(allocation.node()));
         self.count_on(&node_id, key, -1);
         Some(node_id)
     }
@@ -338,7 +326,7 @@ impl Owner {
         match self.work.known(key).object_mut().attempt_ended(&ending, node.as_ref(), text) {
             AfterEnd::Nothing => {}
             AfterEnd::Again => self.resubmit(key),
-            AfterEnd::Ended => self.mark(key),
+            AfterEnd::Ended => self.cycle.mark_work(key),
         }
     }
 
@@ -351,8 +339,7 @@ impl Owner {
         let e = self.work.known(key);
         e.started = true;
         record_start(e.object_mut(), &start);
-        self.dirty.shown_work.insert(key);
-        self.dirty.starts.push((key, start));
+        self.cycle.work_started(key, start);
     }
 
     /// `key`'s current attempt, while placed.
@@ -410,7 +397,7 @@ impl Owner {
             let address = endpoint.address.clone();
             push_event(&mut actor.history, EventKind::Listening, node.as_ref(), address);
             actor.endpoint = Some(Box::new(endpoint));
-            self.mark(key);
+            self.cycle.mark_work(key);
         }
         Ok(self.actor_answer(seq))
     }
@@ -439,7 +426,7 @@ impl Owner {
         actor.endpoint = None;
         actor.death_reason = Some("killed by a user".into());
         push_event(&mut actor.history, EventKind::Killed, node.as_ref(), "killed by a user");
-        self.mark(key);
+        self.cycle.mark_work(key);
         Ok(self.actor_answer(seq))
     }
 
@@ -463,7 +450,7 @@ impl Owner {
         task.state = TaskState::Cancelled;
         task.diagnosis = None;
         push_event(&mut task.history, EventKind::Cancelled, node.as_ref(), "cancelled by a user");
-        self.mark(key);
+        self.cycle.mark_work(key);
         Ok(self.task_answer(seq))
     }
 
