@@ -195,3 +195,51 @@ impl CycleOutput {
         std::mem::take(&mut self.dirty)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use berth_core::NodeIndex;
+
+    use super::*;
+
+    #[test]
+    fn triggers_are_kept_once_each_and_too_many_are_everything() {
+        let mut cycle = CycleOutput::default();
+        cycle.trigger(Trigger::ActorsChanged);
+        cycle.trigger(Trigger::ActorsChanged);
+        assert_eq!(cycle.take_triggers(), vec![Trigger::ActorsChanged]);
+        assert!(cycle.take_triggers().is_empty());
+        for i in 0..=MAX_TRIGGERS as u32 {
+            cycle.trigger(Trigger::Released(NodeIndex(i)));
+        }
+        assert_eq!(cycle.triggers(), vec![Trigger::Everything]);
+        assert_eq!(cycle.take_triggers(), vec![Trigger::Everything]);
+        assert!(cycle.take_triggers().is_empty());
+    }
+
+    #[test]
+    fn a_forgotten_object_is_neither_written_nor_shown() {
+        let mut cycle = CycleOutput::default();
+        cycle.mark_work(WorkId::Task(1));
+        cycle.show_work(WorkId::Task(1));
+        cycle.mark_work(WorkId::Task(2));
+        cycle.mark_group(7);
+        cycle.show_group(7);
+        cycle.forget_work(WorkId::Task(1));
+        cycle.forget_group(7);
+        let dirty = cycle.take_dirty();
+        assert_eq!(dirty.work.into_iter().collect::<Vec<_>>(), vec![WorkId::Task(2)]);
+        assert!(dirty.shown_work.is_empty() && dirty.groups.is_empty());
+        assert!(dirty.shown_groups.is_empty());
+    }
+
+    #[test]
+    fn marking_a_node_touches_it_once() {
+        let mut cycle = CycleOutput::default();
+        cycle.mark_node("a");
+        cycle.touch("a");
+        cycle.touch("b");
+        assert_eq!(cycle.take_touched().into_iter().collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(cycle.take_dirty().nodes.into_iter().collect::<Vec<_>>(), vec!["a"]);
+    }
+}

@@ -480,3 +480,49 @@ fn in_group(request: &berth_core::Request, id: &str) -> bool {
 fn in_bundle_of(allocation: &Allocation, id: &str) -> bool {
     matches!(allocation.source(), AllocationSource::Bundle { group, .. } if group.as_str() == id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The groups `next_to_plan` gives until the budget is spent, `spent` of it spent already.
+    fn planned(groups: &mut Groups, mut spent: usize) -> Vec<u64> {
+        std::iter::from_fn(|| groups.next_to_plan(&mut spent)).collect()
+    }
+
+    #[test]
+    fn retries_go_round_the_helped_groups_from_after_the_last_one_planned() {
+        let mut groups = Groups::default();
+        for seq in [3, 5, 8, 13] {
+            groups.retry_soon(seq);
+        }
+        // Room for two (a group held nowhere costs one bundle).
+        assert_eq!(planned(&mut groups, MAX_GROUP_WORK - 2), vec![3, 5]);
+        assert!(groups.retries_left());
+        // A group helped meanwhile, before the cursor, waits for its turn after 8 and 13.
+        groups.retry_soon(1);
+        assert_eq!(planned(&mut groups, MAX_GROUP_WORK - 2), vec![8, 13]);
+        assert_eq!(planned(&mut groups, 0), vec![1]);
+        assert!(!groups.retries_left());
+    }
+
+    #[test]
+    fn a_removed_group_is_neither_waiting_nor_retried() {
+        let mut groups = Groups::default();
+        groups.wait(4);
+        groups.retry_soon(4);
+        assert!(groups.any_waiting());
+        assert!(groups.remove(4).is_none());
+        assert!(!groups.any_waiting());
+        assert_eq!(planned(&mut groups, 0), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn bundles_ranked_are_counted_once_and_again_from_a_new_scheduler() {
+        let mut groups = Groups::default();
+        assert_eq!(groups.newly_ranked(10), 10);
+        assert_eq!(groups.newly_ranked(25), 15);
+        // A profile reload made the scheduler anew: it counts from 0.
+        assert_eq!(groups.newly_ranked(4), 4);
+    }
+}
