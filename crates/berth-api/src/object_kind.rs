@@ -1,4 +1,4 @@
-//! The kinds of object a user creates and names by ID (`actor-12`, `task-3`, `pg-7`): one
+//! The kinds of object a user creates and names by ID (`actor-12`, `task-3`, `pg-7`, `job-2`): one
 //! definition for the head, the CLI and every client.
 
 /// Which kind of object an ID names.
@@ -10,11 +10,14 @@ pub enum ObjectKind {
     Task,
     /// `pg-<n>`.
     Group,
+    /// `job-<n>`.
+    Job,
 }
 
 impl ObjectKind {
     /// Every kind, in the order of [`ObjectKind::index`].
-    pub const ALL: [ObjectKind; 3] = [ObjectKind::Actor, ObjectKind::Task, ObjectKind::Group];
+    pub const ALL: [ObjectKind; 4] =
+        [ObjectKind::Actor, ObjectKind::Task, ObjectKind::Group, ObjectKind::Job];
 
     /// The ID prefix.
     pub fn prefix(self) -> &'static str {
@@ -22,15 +25,17 @@ impl ObjectKind {
             ObjectKind::Actor => "actor-",
             ObjectKind::Task => "task-",
             ObjectKind::Group => "pg-",
+            ObjectKind::Job => "job-",
         }
     }
 
-    /// The word used in answers and paths' parameters: `actor`, `task`, `placement_group`.
+    /// The word used in answers and paths' parameters: `actor`, `task`, `placement_group`, `job`.
     pub fn word(self) -> &'static str {
         match self {
             ObjectKind::Actor => "actor",
             ObjectKind::Task => "task",
             ObjectKind::Group => "placement_group",
+            ObjectKind::Job => "job",
         }
     }
 
@@ -40,6 +45,7 @@ impl ObjectKind {
             ObjectKind::Actor => "actor",
             ObjectKind::Task => "task",
             ObjectKind::Group => "placement group",
+            ObjectKind::Job => "job",
         }
     }
 
@@ -49,15 +55,17 @@ impl ObjectKind {
             ObjectKind::Actor => "actors",
             ObjectKind::Task => "tasks",
             ObjectKind::Group => "placement_groups",
+            ObjectKind::Job => "jobs",
         }
     }
 
-    /// Its position in per-kind arrays (actors, tasks, groups).
+    /// Its position in per-kind arrays (actors, tasks, groups, jobs).
     pub fn index(self) -> usize {
         match self {
             ObjectKind::Actor => 0,
             ObjectKind::Task => 1,
             ObjectKind::Group => 2,
+            ObjectKind::Job => 3,
         }
     }
 

@@ -21,12 +21,17 @@ use serde::{Deserialize, Serialize};
 use thin_vec::ThinVec;
 
 mod autoscaler;
+mod job;
 mod measured;
 mod resource_table;
 mod thin_str;
 mod wire;
 pub use autoscaler::{
     AutoscaledNode, AutoscalerDecision, AutoscalerPlan, AutoscalerStatus, NodeTypeStatus, PlanItem,
+};
+pub use job::{
+    Job, JobCreate, JobEnd, JobState, Lifetime, DEFAULT_JOB_LEASE_S, MAX_JOB_LEASE_S,
+    MIN_JOB_LEASE_S,
 };
 pub use measured::{NodeMeasured, WorkMeasured};
 pub use resource_table::ResourceTable;
@@ -219,12 +224,14 @@ pub enum EventKind {
     Rescheduling,
     /// The group's lost bundles were placed again.
     Rescheduled,
+    /// The job ended (its driver finished, a user stopped it, or its lease ran out).
+    Ended,
     /// A word this version does not know (written by a newer head), read as `other`.
     Other,
 }
 
 impl EventKind {
-    const WORDS: [(EventKind, &'static str); 19] = [
+    const WORDS: [(EventKind, &'static str); 20] = [
         (EventKind::Created, "created"),
         (EventKind::Placed, "placed"),
         (EventKind::Started, "started"),
@@ -243,6 +250,7 @@ impl EventKind {
         (EventKind::Removed, "removed"),
         (EventKind::Rescheduling, "rescheduling"),
         (EventKind::Rescheduled, "rescheduled"),
+        (EventKind::Ended, "ended"),
         (EventKind::Other, "other"),
     ];
 
@@ -487,6 +495,20 @@ pub struct ActorCreate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub idempotency_key: Option<ThinStr>,
+    /// The job it belongs to (`job-3`), which must be RUNNING. Default: its owner's job, or
+    /// none (work of no job is detached: it ends only when it is ended by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub job_id: Option<ThinStr>,
+    /// The actor or task whose process creates it (`actor-5`, `task-9`), which must not have
+    /// ended: it ends when that process ends, unless it is detached. Default: the job's
+    /// driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub owner_id: Option<ThinStr>,
+    /// `detached`: it outlives its owner and its job. Default `non_detached`.
+    #[serde(default, skip_serializing_if = "Lifetime::is_default")]
+    pub lifetime: Lifetime,
     /// A name, unique among the namespace's live actors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -494,14 +516,14 @@ pub struct ActorCreate {
     /// Its namespace; default `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
-    pub namespace: Option<Box<str>>,
+    pub namespace: Option<ThinStr>,
     /// Actor labels (what other actors' affinity matches); at most 64 (the head's `labels`
     /// limit).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: StringMap,
     /// The program to run.
     #[schema(value_type = String)]
-    pub command: Box<str>,
+    pub command: ThinStr,
     /// Its arguments; at most 1,024 (the `args` limit).
     #[serde(default, skip_serializing_if = "<[String]>::is_empty")]
     #[schema(value_type = Vec<String>, max_items = 1024)]
@@ -666,6 +688,17 @@ pub struct TaskSubmit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub idempotency_key: Option<ThinStr>,
+    /// The job it belongs to (`job-3`), which must be RUNNING. Default: its owner's job, or
+    /// none (work of no job is detached: it ends only when it is ended by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub job_id: Option<ThinStr>,
+    /// The actor or task whose process creates it (`actor-5`, `task-9`), which must not have
+    /// ended: it ends when that process ends, unless it is detached. Default: the job's
+    /// driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub owner_id: Option<ThinStr>,
     /// A name for people; need not be unique.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -673,10 +706,10 @@ pub struct TaskSubmit {
     /// Its namespace (for actor affinity); default `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
-    pub namespace: Option<Box<str>>,
+    pub namespace: Option<ThinStr>,
     /// The program to run.
     #[schema(value_type = String)]
-    pub command: Box<str>,
+    pub command: ThinStr,
     /// Its arguments; at most 1,024 (the `args` limit).
     #[serde(default, skip_serializing_if = "<[String]>::is_empty")]
     #[schema(value_type = Vec<String>, max_items = 1024)]
@@ -809,6 +842,20 @@ pub struct GroupCreate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub idempotency_key: Option<ThinStr>,
+    /// The job it belongs to (`job-3`), which must be RUNNING. Default: its owner's job, or
+    /// none (work of no job is detached: it ends only when it is ended by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub job_id: Option<ThinStr>,
+    /// The actor or task whose process creates it (`actor-5`, `task-9`), which must not have
+    /// ended: it ends when that process ends, unless it is detached. Default: the job's
+    /// driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub owner_id: Option<ThinStr>,
+    /// `detached`: it outlives its owner and its job. Default `non_detached`.
+    #[serde(default, skip_serializing_if = "Lifetime::is_default")]
+    pub lifetime: Lifetime,
     /// A name for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -928,6 +975,8 @@ pub struct ListQuery {
     pub node: Option<String>,
     /// Only objects with this label, `key=value` (actors; nodes).
     pub label: Option<String>,
+    /// Only objects of this job (`job-3`; actors, tasks and placement groups).
+    pub job: Option<String>,
     /// Only objects whose name or ID contains this text, in any case (nodes: whose ID or
     /// address does); at most 256 characters.
     pub name: Option<String>,
@@ -946,10 +995,13 @@ pub struct ListQuery {
 /// Filters of `GET /api/v1/watch`; each is optional and they combine with AND.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, IntoParams)]
 pub struct WatchQuery {
-    /// Kinds, comma-separated: `node`, `actor`, `task`, `placement_group` (default: all).
+    /// Kinds, comma-separated: `node`, `actor`, `task`, `placement_group`, `job` (default:
+    /// all).
     pub kind: Option<String>,
     /// Only the object with this ID (`actor-12`, a node ID).
     pub id: Option<String>,
+    /// Only the objects of this job (`job-3`), and the job itself.
+    pub job: Option<String>,
     /// Only objects with this label, `key=value` (nodes; actors).
     pub label: Option<String>,
     /// Only changes that leave the object in this state (`ALIVE`, `PENDING`, ...; any case).

@@ -17,6 +17,7 @@ pub mod drain;
 pub mod explain;
 mod flags;
 pub mod get;
+pub mod job;
 pub mod kill;
 pub mod label;
 pub mod list;

@@ -208,12 +208,26 @@ enum Command {
     /// Stop the `berth start` or `berth up` running with this data directory.
     Stop(daemon::StopArgs),
 
-    /// Kill an actor, cancel a task or remove a placement group, by ID.
+    /// Stop a job (a driver's session), and with it what it owns.
+    ///
+    /// Its actors that are not detached are killed, its tasks cancelled and its placement
+    /// groups removed, and what those own in turn. Exit status: 0; 2 for bad flags or an ID
+    /// of no job; 1 when the head cannot be reached or answers an error (404 for an unknown
+    /// job).
+    #[command(after_help = "Examples:
+  berth list jobs
+  berth job stop job-3
+  \
+        berth job stop job-3 --reason \"superseded by job-4\"")]
+    Job(client::job::JobArgs),
+
+    /// Kill an actor, cancel a task, remove a placement group or stop a job, by ID.
     ///
     /// Prints its state after. Exit status: 0; 2 for an ID of no known kind; 1 when the head
     /// cannot be reached or answers an error.
     #[command(
-        after_help = "Examples:\n  berth kill actor-12\n  berth kill task-3\n  berth kill pg-7"
+        after_help = "Examples:\n  berth kill actor-12\n  berth kill task-3\n  berth kill pg-7\n  \
+                      berth kill job-3"
     )]
     Kill(client::kill::KillArgs),
 
@@ -270,6 +284,7 @@ fn main() -> ExitCode {
         Command::Task(args) => client::task::run(args, &mut stdout.lock()),
         Command::Pg(args) => client::pg::run(args, &mut stdout.lock()),
         Command::Kill(args) => client::kill::run(args, &mut stdout.lock()),
+        Command::Job(args) => client::job::run(args, &mut stdout.lock()),
         Command::Drain(args) => client::drain::run(args, &mut stdout.lock()),
         Command::Undrain(args) => client::drain::undrain(args, &mut stdout.lock()),
         Command::Autoscaler(args) => client::autoscaler::run(args, &mut stdout.lock()),

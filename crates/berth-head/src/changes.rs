@@ -1,5 +1,5 @@
 //! The change log behind the watch API (`GET /api/v1/watch`): every change to a node, actor,
-//! task or placement group, numbered in the order the owner made it, with the object as it
+//! task, placement group or job, numbered in the order the owner made it, with the object as it
 //! was after that change.
 //!
 //! The log is part of the published [`View`](crate::view::View): a cycle's changes become
@@ -14,7 +14,7 @@
 use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
-use berth_api::rest::{Actor, Group, Node, Task};
+use berth_api::rest::{Actor, Group, Job, Node, Task};
 use bytes::Bytes;
 use imbl::Vector;
 use serde::Serialize;
@@ -34,20 +34,28 @@ pub enum WatchKind {
     Task,
     /// A placement group.
     PlacementGroup,
+    /// A job.
+    Job,
 }
 
 impl WatchKind {
     /// Every kind.
-    pub const ALL: [WatchKind; 4] =
-        [WatchKind::Node, WatchKind::Actor, WatchKind::Task, WatchKind::PlacementGroup];
+    pub const ALL: [WatchKind; 5] = [
+        WatchKind::Node,
+        WatchKind::Actor,
+        WatchKind::Task,
+        WatchKind::PlacementGroup,
+        WatchKind::Job,
+    ];
 
-    /// Its word in the API (`node`, `actor`, `task`, `placement_group`).
+    /// Its word in the API (`node`, `actor`, `task`, `placement_group`, `job`).
     pub fn word(self) -> &'static str {
         match self {
             WatchKind::Node => "node",
             WatchKind::Actor => "actor",
             WatchKind::Task => "task",
             WatchKind::PlacementGroup => "placement_group",
+            WatchKind::Job => "job",
         }
     }
 }
@@ -63,6 +71,8 @@ pub enum Object {
     Task(Arc<Task>),
     /// A placement group.
     Group(Arc<Group>),
+    /// A job.
+    Job(Arc<Job>),
 }
 
 impl Serialize for Object {
@@ -72,6 +82,7 @@ impl Serialize for Object {
             Object::Actor(a) => a.serialize(serializer),
             Object::Task(t) => t.serialize(serializer),
             Object::Group(g) => g.serialize(serializer),
+            Object::Job(j) => j.serialize(serializer),
         }
     }
 }
@@ -84,6 +95,7 @@ impl Object {
             Object::Actor(_) => WatchKind::Actor,
             Object::Task(_) => WatchKind::Task,
             Object::Group(_) => WatchKind::PlacementGroup,
+            Object::Job(_) => WatchKind::Job,
         }
     }
 
@@ -94,6 +106,7 @@ impl Object {
             Object::Actor(a) => &a.actor_id,
             Object::Task(t) => &t.task_id,
             Object::Group(g) => &g.group_id,
+            Object::Job(j) => &j.job_id,
         }
     }
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use berth_api::agent::{Assignment, RegisterReply, RegisterRequest, StatusReplies, StatusReports};
 use berth_api::rest::{
-    Actor, ActorCreate, DryRun, Endpoint, Group, GroupCreate, Node, StringMap, Task, TaskSubmit,
+    Actor, ActorCreate, DryRun, Endpoint, Group, GroupCreate, Job, JobCreate, Node, StringMap,
+    Task, TaskSubmit,
 };
 use berth_api::spec::node_types::NodeType;
 use berth_api::spec::ParsedRequest;
@@ -37,6 +38,21 @@ pub(crate) enum Command {
     SubmitTasks {
         items: Vec<Prepared<TaskSubmit>>,
         reply: Reply<Vec<Result<Task, HeadError>>>,
+    },
+    CreateJob {
+        seq: u64,
+        body: Box<JobCreate>,
+        reply: Reply<Job>,
+    },
+    RenewJob {
+        id: String,
+        reply: Reply<Job>,
+    },
+    EndJob {
+        id: String,
+        ending: JobEnding,
+        reason: Option<String>,
+        reply: Reply<Job>,
     },
     CreateGroup {
         seq: u64,
@@ -116,6 +132,7 @@ impl Command {
         !matches!(
             self,
             Command::DryRun { .. }
+                | Command::RenewJob { .. }
                 | Command::Agent(_)
                 | Command::Tick
                 | Command::Autoscale { .. }
@@ -135,6 +152,15 @@ impl Command {
         }
         .max(1)
     }
+}
+
+/// How a job ends when asked to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JobEnding {
+    /// Its driver says it is done.
+    Finished,
+    /// A user stops it.
+    Stopped,
 }
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, HeadError>>;

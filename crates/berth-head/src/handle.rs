@@ -11,12 +11,12 @@ use std::time::Duration;
 use berth_api::limits::Limit;
 use berth_api::rest::{
     Actor, ActorCreate, ActorEndpoint, ActorState, DryRun, Endpoint, EndpointRegister, Group,
-    GroupCreate, Node, StringMap, Task, TaskSubmit, TasksEnded,
+    GroupCreate, Job, JobCreate, Node, StringMap, Task, TaskSubmit, TasksEnded,
 };
 use berth_api::spec::{FileKind, ParsedRequest};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::command::{Command, Prepared, Reply};
+use crate::command::{Command, JobEnding, Prepared, Reply};
 use crate::error::HeadError;
 use crate::ids::Sequences;
 use crate::store_health::StoreHealth;
@@ -217,6 +217,60 @@ impl HeadHandle {
         let seq = self.sequences.next(ObjectKind::Group);
         let body = Box::new(body);
         self.ask(|reply| Command::CreateGroup { seq, body, reply }).await
+    }
+
+    /// Creates a job, held by the lease its driver renews.
+    pub async fn create_job(&self, body: JobCreate) -> Result<Job, HeadError> {
+        if let Some(name) = body.name.as_deref().filter(|n| !n.is_empty()) {
+            check_name("name", name)?;
+        }
+        if let Some(ns) = &body.namespace {
+            check_name("namespace", ns)?;
+        }
+        check_idempotency_key(body.idempotency_key.as_deref())?;
+        if let Some(lease) = body.lease_s.filter(|l| !l.is_finite()) {
+            return Err(HeadError::invalid(
+                "lease_s",
+                format!("{lease} is not a number of seconds"),
+            ));
+        }
+        for (key, value) in &body.metadata {
+            let field = format!("metadata.{key}");
+            check_name(&field, key)?;
+            check_text(&field, value)?;
+        }
+        let seq = self.sequences.next(ObjectKind::Job);
+        let body = Box::new(body);
+        self.ask(|reply| Command::CreateJob { seq, body, reply }).await
+    }
+
+    /// Renews a running job's lease.
+    pub async fn renew_job(&self, id: &str) -> Result<Job, HeadError> {
+        let id = id.to_string();
+        self.ask(|reply| Command::RenewJob { id, reply }).await
+    }
+
+    /// Ends a job as its driver (FINISHED): what it owns ends with it.
+    pub async fn finish_job(&self, id: &str, reason: Option<String>) -> Result<Job, HeadError> {
+        self.end_job(id, JobEnding::Finished, reason).await
+    }
+
+    /// Stops a job as a user (STOPPED): what it owns ends with it.
+    pub async fn stop_job(&self, id: &str, reason: Option<String>) -> Result<Job, HeadError> {
+        self.end_job(id, JobEnding::Stopped, reason).await
+    }
+
+    async fn end_job(
+        &self,
+        id: &str,
+        ending: JobEnding,
+        reason: Option<String>,
+    ) -> Result<Job, HeadError> {
+        if let Some(reason) = &reason {
+            check_text("reason", reason)?;
+        }
+        let id = id.to_string();
+        self.ask(|reply| Command::EndJob { id, ending, reason, reply }).await
     }
 
     /// Kills an actor for good (no restart); its process is stopped.
@@ -471,6 +525,20 @@ impl HeadHandle {
 
 /// The most bytes of a name, namespace, argument or environment entry.
 pub const MAX_TEXT_BYTES: usize = 4096;
+
+/// Free text for people: at most [`MAX_TEXT_BYTES`], no hidden characters.
+fn check_text(field: &str, text: &str) -> Result<(), HeadError> {
+    if text.len() > MAX_TEXT_BYTES {
+        return Err(HeadError::invalid(
+            field,
+            format!("{} bytes; at most {MAX_TEXT_BYTES}", text.len()),
+        ));
+    }
+    match berth_api::text::hidden_character(text) {
+        Some(c) => Err(HeadError::invalid(field, berth_api::text::hidden_character_rule(c))),
+        None => Ok(()),
+    }
+}
 
 fn check_name(field: &str, name: &str) -> Result<(), HeadError> {
     if name.is_empty() || name.len() > 253 {

@@ -19,6 +19,7 @@ mod explain;
 mod extract;
 pub(crate) mod gate;
 mod groups;
+mod jobs;
 mod logs;
 mod nodes;
 mod tasks;
@@ -133,6 +134,11 @@ pub(crate) fn router_with_logs(
         .route("/api/v1/placement_groups", post(groups::create_group).get(groups::list_groups))
         .route("/api/v1/placement_groups/{id}", get(groups::get_group).delete(groups::remove_group))
         .route("/api/v1/placement_groups/{id}/wait", get(groups::wait_group))
+        .route("/api/v1/jobs", post(jobs::create_job).get(jobs::list_jobs))
+        .route("/api/v1/jobs/{id}", get(jobs::get_job))
+        .route("/api/v1/jobs/{id}/renew", post(jobs::renew_job))
+        .route("/api/v1/jobs/{id}/finish", post(jobs::finish_job))
+        .route("/api/v1/jobs/{id}/stop", post(jobs::stop_job))
         .route("/api/v1/explain", post(explain::dry_run))
         .route("/api/v1/explain/{id}", get(explain::explain))
         .route("/api/v1/logs/{id}", get(logs::logs))
@@ -233,6 +239,12 @@ async fn method_not_allowed(req: Request) -> Response {
         groups::get_group,
         groups::remove_group,
         groups::wait_group,
+        jobs::create_job,
+        jobs::list_jobs,
+        jobs::get_job,
+        jobs::renew_job,
+        jobs::finish_job,
+        jobs::stop_job,
         explain::explain,
         explain::dry_run,
         logs::logs,
@@ -276,6 +288,11 @@ async fn method_not_allowed(req: Request) -> Response {
         rest::GroupState,
         rest::GroupCreate,
         rest::Bundle,
+        rest::Job,
+        rest::JobState,
+        rest::JobCreate,
+        rest::JobEnd,
+        rest::Lifetime,
         rest::DryRun,
         rest::Explanation,
         rest::Diagnosis,
@@ -294,6 +311,7 @@ async fn method_not_allowed(req: Request) -> Response {
         (name = "actors", description = "Long-running processes, restarted on failure"),
         (name = "tasks", description = "Processes run to completion, retried on failure"),
         (name = "placement_groups", description = "Atomic reservations of bundles"),
+        (name = "jobs", description = "Drivers' sessions: what they own ends with them"),
         (name = "explain", description = "Why something is where it is, or waits; dry runs"),
         (name = "logs", description = "The output of actors and tasks, from their nodes"),
         (name = "tokens", description = "Who may do what: admin, read and agent tokens"),

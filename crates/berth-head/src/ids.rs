@@ -11,6 +11,7 @@ pub(crate) struct Sequences {
     pub(crate) actors: AtomicU64,
     pub(crate) tasks: AtomicU64,
     pub(crate) groups: AtomicU64,
+    pub(crate) jobs: AtomicU64,
 }
 
 impl Sequences {
@@ -20,6 +21,7 @@ impl Sequences {
             actors: self.actors.load(Ordering::Relaxed),
             tasks: self.tasks.load(Ordering::Relaxed),
             groups: self.groups.load(Ordering::Relaxed),
+            jobs: self.jobs.load(Ordering::Relaxed),
         }
     }
 
@@ -28,15 +30,21 @@ impl Sequences {
         self.actors.fetch_max(ids.actors, Ordering::Relaxed);
         self.tasks.fetch_max(ids.tasks, Ordering::Relaxed);
         self.groups.fetch_max(ids.groups, Ordering::Relaxed);
+        self.jobs.fetch_max(ids.jobs, Ordering::Relaxed);
     }
 
     /// The next number for `kind`.
     pub(crate) fn next(&self, kind: ObjectKind) -> u64 {
-        let counter = match kind {
+        self.of(kind).fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The counter of `kind`.
+    pub(crate) fn of(&self, kind: ObjectKind) -> &AtomicU64 {
+        match kind {
             ObjectKind::Actor => &self.actors,
             ObjectKind::Task => &self.tasks,
             ObjectKind::Group => &self.groups,
-        };
-        counter.fetch_add(1, Ordering::Relaxed) + 1
+            ObjectKind::Job => &self.jobs,
+        }
     }
 }

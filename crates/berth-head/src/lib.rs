@@ -354,11 +354,12 @@ pub async fn start_on(
         tracing::warn!(record = %skipped, "not reloaded");
     }
     let summary = format!(
-        "{} nodes, {} actors, {} tasks, {} placement groups{}",
+        "{} nodes, {} actors, {} tasks, {} placement groups, {} jobs{}",
         restored.nodes,
         restored.actors,
         restored.tasks,
         restored.groups,
+        restored.jobs,
         if restored.skipped.is_empty() {
             String::new()
         } else {

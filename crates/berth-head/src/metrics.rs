@@ -14,6 +14,9 @@
 //!   (for any reason: heartbeats stopped, or removed) or `alive` again after being suspect.
 //!   A `suspect` count that grows without `dead` says the head or its machine is overloaded
 //!   (or the network slow), not that nodes die.
+//! - `berth_jobs_ended_total{state}`: jobs that ended, by how (`finished`: their driver ended
+//!   them; `stopped`: a user did; `lost`: their driver stopped renewing its lease). A growing
+//!   `lost` count says drivers are killed, or cannot reach the head.
 //! - `berth_store_commit_seconds` and `berth_store_ops_total`: group commits and the writes
 //!   they carried.
 //! - `berth_owner_cycle_seconds` and `berth_owner_commands_total`: the owner task's cycles
@@ -109,6 +112,7 @@ pub(crate) struct Metrics {
     pending: Family<PendingLabels, Gauge>,
     nodes: Family<StateLabels, Gauge>,
     node_transitions: Family<TransitionLabels, Counter>,
+    jobs_ended: Family<JobLabels, Counter>,
     commit_seconds: Histogram,
     store_ops: Counter,
     cycle_seconds: Histogram,
@@ -132,6 +136,11 @@ pub(crate) struct Metrics {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventLabels {
     event: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -181,6 +190,12 @@ impl Metrics {
             "berth_node_transitions",
             "Nodes that became suspect (heartbeats late), dead, or alive again after suspect",
             node_transitions.clone(),
+        );
+        let jobs_ended = Family::<JobLabels, Counter>::default();
+        registry.register(
+            "berth_jobs_ended",
+            "Jobs that ended: finished by their driver, stopped by a user, or lost (no lease renewal)",
+            jobs_ended.clone(),
         );
         let commit_seconds = commit_histogram();
         registry.register_with_unit(
@@ -264,6 +279,7 @@ impl Metrics {
         );
         Metrics {
             node_transitions,
+            jobs_ended,
             node_cpu_used,
             node_cpus,
             node_memory_used,
@@ -359,6 +375,16 @@ impl Metrics {
     /// A node became `to`: `suspect`, `dead` or `alive` (again, after suspect).
     pub(crate) fn node_transition(&self, to: &'static str) {
         self.node_transitions.get_or_create(&TransitionLabels { to }).inc();
+    }
+
+    pub(crate) fn job_ended(&self, state: berth_api::rest::JobState) {
+        let state = match state {
+            berth_api::rest::JobState::Running => return,
+            berth_api::rest::JobState::Finished => "finished",
+            berth_api::rest::JobState::Stopped => "stopped",
+            berth_api::rest::JobState::Lost => "lost",
+        };
+        self.jobs_ended.get_or_create(&JobLabels { state }).inc();
     }
 
     pub(crate) fn autoscaler_event(&self, event: &str) {

@@ -14,6 +14,7 @@
 //! - `owner/work_table.rs`: the table they are held in, one entry kind for both, and what
 //!   differs between them (`WorkObject`).
 //! - `owner/groups.rs`: placement groups (`Groups`: the groups, which wait, which to retry).
+//! - `owner/jobs.rs`: jobs (a driver's lease) and ownership: what ends when its owner ends.
 //! - `owner/nodes.rs`: agents (register, sessions, liveness), node death (`Nodes`: the nodes
 //!   and their agents' sessions).
 //! - `owner/node_edits.rs`: taints, labels, capacity and drain of a running node.
@@ -29,6 +30,7 @@ mod convert;
 mod cost_tests;
 mod cycle;
 mod groups;
+mod jobs;
 #[cfg(test)]
 mod liveness_tests;
 mod node_edits;
@@ -85,6 +87,8 @@ pub(crate) struct Owner {
     pub(crate) work: work_table::WorkTable,
     pub(crate) groups: groups::Groups,
     pub(crate) nodes: nodes::Nodes,
+    /// The jobs, and what each owner owns.
+    pub(crate) jobs: jobs::Jobs,
     pub(crate) view: View,
     /// What this cycle has produced so far.
     pub(crate) cycle: cycle::CycleOutput,
@@ -121,6 +125,7 @@ impl Owner {
             work: work_table::WorkTable::default(),
             groups: groups::Groups::default(),
             nodes: nodes::Nodes::default(),
+            jobs: jobs::Jobs::default(),
             view: View::default(),
             cycle: cycle::CycleOutput::default(),
             finished: retention::Finished::default(),
@@ -143,6 +148,7 @@ impl Owner {
             ObjectKind::Actor => self.work.contains(WorkId::Actor(seq)),
             ObjectKind::Task => self.work.contains(WorkId::Task(seq)),
             ObjectKind::Group => self.groups.contains(seq),
+            ObjectKind::Job => self.jobs.contains(seq),
         };
         kept.then_some(seq)
     }
@@ -189,6 +195,19 @@ impl Owner {
                 let answers =
                     items.into_iter().map(|item| self.submit_task(item.seq, *item.body)).collect();
                 self.cycle.reply(reply, Ok(answers));
+            }
+            Command::CreateJob { seq, body, reply } => {
+                let answer = self.create_job(seq, *body);
+                self.cycle.reply(reply, answer);
+            }
+            Command::RenewJob { id, reply } => {
+                let answer = self.renew_job(&id);
+                // Changes nothing the store keeps, so nothing to wait for.
+                let _ = reply.send(answer);
+            }
+            Command::EndJob { id, ending, reason, reply } => {
+                let answer = self.end_job(&id, ending, reason);
+                self.cycle.reply(reply, answer);
             }
             Command::CreateGroup { seq, body, reply } => {
                 let answer = self.create_group(seq, *body);
@@ -369,6 +388,16 @@ impl Owner {
                 let api = Arc::new(entry.api.clone());
                 let old = self.view.groups.insert(*seq, api.clone());
                 self.view.changes.push(changed(old.is_some()), Object::Group(api));
+            }
+        }
+        for seq in &dirty.jobs {
+            if let Some(entry) = self.jobs.get(*seq) {
+                let key = records::store_key(ObjectKind::Job, *seq);
+                batch.put(Table::Jobs, key, encode(&entry.api));
+                let api = Arc::new(entry.api.clone());
+                let old = self.view.jobs.insert(*seq, api.clone());
+                self.view.changes.push(changed(old.is_some()), Object::Job(api));
+                self.note_finished(ObjectKind::Job, *seq);
             }
         }
         for id in dirty.nodes {

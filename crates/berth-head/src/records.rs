@@ -113,6 +113,7 @@ pub(crate) fn table(kind: ObjectKind) -> Table {
         ObjectKind::Actor => Table::Actors,
         ObjectKind::Task => Table::Tasks,
         ObjectKind::Group => Table::Groups,
+        ObjectKind::Job => Table::Jobs,
     }
 }
 
@@ -145,7 +146,7 @@ pub(crate) fn parse_store_key(key: &str) -> Option<(ObjectKind, u64, bool)> {
     if let Some((kind, seq)) = ObjectKind::parse(key) {
         return Some((kind, seq, key.len() == kind.prefix().len() + 20));
     }
-    [ObjectKind::Actor, ObjectKind::Task, ObjectKind::Group].into_iter().find_map(|kind| {
+    ObjectKind::ALL.into_iter().find_map(|kind| {
         let digits = key.strip_prefix(kind.prefix())?;
         if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return None;

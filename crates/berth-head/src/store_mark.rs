@@ -29,12 +29,15 @@ struct Mark {
     ids: Ids,
 }
 
-/// The highest actor, task and group numbers handed out.
+/// The highest actor, task, group and job numbers handed out.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub(crate) struct Ids {
     pub(crate) actors: u64,
     pub(crate) tasks: u64,
     pub(crate) groups: u64,
+    /// (Marks written before jobs existed have none.)
+    #[serde(default)]
+    pub(crate) jobs: u64,
 }
 
 impl Ids {
@@ -43,6 +46,7 @@ impl Ids {
             actors: self.actors.max(other.actors),
             tasks: self.tasks.max(other.tasks),
             groups: self.groups.max(other.groups),
+            jobs: self.jobs.max(other.jobs),
         }
     }
 }
@@ -108,7 +112,7 @@ mod tests {
         let there = StoreLocation::Redis { url: "redis://h:1/0".into(), prefix: "q".into() };
         assert_eq!(read(dir.path(), &here), None);
         let generation = Generation { id: "abc".into(), commits: 42 };
-        let ids = Ids { actors: 7, tasks: 3, groups: 0 };
+        let ids = Ids { actors: 7, tasks: 3, groups: 0, jobs: 2 };
         write(dir.path(), &here, &generation, ids);
         assert_eq!(read(dir.path(), &here), Some(Seen { generation: generation.clone(), ids }));
         // IDs only go up (a standby writes none).

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use berth_api::rest::Forgotten;
 use berth_api::rest::{
-    Actor, ClusterStatus, Demand, Explanation, Group, List, ListQuery, Node, NodeCounts, NodeState,
-    PendingItem, ResourceUse, StringMap, Task,
+    Actor, ClusterStatus, Demand, Explanation, Group, Job, List, ListQuery, Node, NodeCounts,
+    NodeState, PendingItem, ResourceUse, StringMap, Task,
 };
 use berth_core::Quantity;
 use imbl::OrdMap;
@@ -48,12 +48,14 @@ pub struct View {
     pub tasks: OrdMap<u64, Arc<Task>>,
     /// Placement groups by sequence number.
     pub groups: OrdMap<u64, Arc<Group>>,
+    /// Jobs by sequence number.
+    pub jobs: OrdMap<u64, Arc<Job>>,
     /// Waiting requests, oldest first.
     pub waiting: OrdMap<(ObjectKind, u64), Arc<PendingRequest>>,
     /// Commit cycles published so far (a change counter for pollers).
     pub generation: u64,
     /// Finished objects forgotten so far and what is kept, by [`ObjectKind::index`].
-    pub forgotten: [Forgotten; 3],
+    pub forgotten: [Forgotten; 4],
     /// The changes that led here, for watchers.
     pub changes: crate::changes::ChangeLog,
     /// Resources under rare-resource isolation.
@@ -81,6 +83,7 @@ struct Filter<'a> {
     state: Option<String>,
     namespace: Option<&'a str>,
     node: Option<&'a str>,
+    job: Option<&'a str>,
     label: Option<(&'a str, &'a str)>,
     /// Lower-cased: matched against lower-cased names and IDs.
     name: Option<String>,
@@ -136,6 +139,7 @@ impl<'a> Filter<'a> {
             state,
             namespace: query.namespace.as_deref(),
             node: query.node.as_deref(),
+            job: query.job.as_deref(),
             label,
             name,
             limit,
@@ -155,6 +159,11 @@ impl<'a> Filter<'a> {
             && self
                 .label
                 .is_none_or(|(k, v)| labels.and_then(|l| l.get(k)).is_some_and(|value| value == v))
+    }
+
+    /// Whether an object of job `job` is asked for.
+    fn of_job(&self, job: Option<&str>) -> bool {
+        self.job.is_none_or(|wanted| job == Some(wanted))
     }
 
     /// Whether one of `texts` (a name, an ID) contains the `name` searched for, in any case.
@@ -269,6 +278,15 @@ const TASK_COLUMNS: &[Column<Task>] = &[
     column("node_id", |t| Key::text(t.node_id.as_deref())),
     column("attempts", |t| Key::int(t.attempts)),
     column("exit_code", |t| t.exit_code.map_or(Key::Absent, Key::int)),
+];
+const JOB_COLUMNS: &[Column<Job>] = &[
+    id_column("job_id"),
+    column("created_at_ms", |j| Key::Int(j.created_at_ms.min(i64::MAX as u64) as i64)),
+    column("name", |j| Key::text(j.spec.name.as_deref())),
+    column("state", |j| Key::Text(upper(&j.state))),
+    column("ended_at_ms", |j| {
+        j.ended_at_ms.map_or(Key::Absent, |t| Key::Int(t.min(i64::MAX as u64) as i64))
+    }),
 ];
 const GROUP_COLUMNS: &[Column<Group>] = &[
     id_column("group_id"),
@@ -418,7 +436,8 @@ impl View {
                     Some(&a.namespace),
                     a.node_id.as_deref(),
                     Some(&a.spec.labels),
-                ) && filter.names(&[a.name.as_deref(), Some(&a.actor_id)])
+                ) && filter.of_job(a.spec.job_id.as_deref())
+                    && filter.names(&[a.name.as_deref(), Some(&a.actor_id)])
             })
             .map(|(seq, a)| (Key::Int(*seq as i64), a))
             .collect();
@@ -445,6 +464,7 @@ impl View {
             .iter()
             .filter(|(_, t)| {
                 filter.keeps(&upper(&t.state), Some(&t.namespace), t.node_id.as_deref(), None)
+                    && filter.of_job(t.spec.job_id.as_deref())
                     && filter.names(&[t.name.as_deref(), Some(&t.task_id)])
             })
             .map(|(seq, t)| (Key::Int(*seq as i64), t))
@@ -476,12 +496,43 @@ impl View {
                 // The node filter is `on_node` (a group has a node per bundle).
                 on_node
                     && filter.keeps(&upper(&g.state), Some(&g.namespace), filter.node, None)
+                    && filter.of_job(g.spec.job_id.as_deref())
                     && filter.names(&[g.name.as_deref(), Some(&g.group_id)])
             })
             .map(|(seq, g)| (Key::Int(*seq as i64), g))
             .collect();
         let mut list = filter.page(&order, rows);
         list.forgotten = Some(self.forgotten[ObjectKind::Group.index()]);
+        Ok(list)
+    }
+
+    /// The job with this ID.
+    pub fn job(&self, id: &str) -> Option<Arc<Job>> {
+        match ObjectKind::parse(id)? {
+            (ObjectKind::Job, seq) => self.jobs.get(&seq).cloned(),
+            _ => None,
+        }
+    }
+
+    /// Jobs matching `query` (`state`, `name`), one page of them.
+    pub fn list_jobs(&self, query: &ListQuery) -> Result<List<Job>, QueryError> {
+        let filter = Filter::new(query, &["RUNNING", "FINISHED", "STOPPED", "LOST"])?;
+        let order = Order::new(query, JOB_COLUMNS)?;
+        let rows = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| {
+                filter.keeps(
+                    &upper(&j.state),
+                    j.spec.namespace.as_deref().or(Some("default")),
+                    None,
+                    None,
+                ) && filter.names(&[j.spec.name.as_deref(), Some(&j.job_id)])
+            })
+            .map(|(seq, j)| (Key::Int(*seq as i64), j))
+            .collect();
+        let mut list = filter.page(&order, rows);
+        list.forgotten = Some(self.forgotten[ObjectKind::Job.index()]);
         Ok(list)
     }
 
@@ -503,6 +554,8 @@ impl View {
                 let node = g.bundles.first().and_then(|b| b.node_id.clone());
                 (ObjectKind::Group, upper(&g.state), node, g.diagnosis.clone())
             }
+            // A job is not placed: nothing to explain.
+            (ObjectKind::Job, _) => return None,
         };
         let summary = match (&diagnosis, &node_id) {
             (Some(d), _) if d.infeasible => {

@@ -24,12 +24,21 @@ pub enum Table {
     /// Starts of actors' and tasks' attempts, by the object's key: a start is written here
     /// alone, a few bytes, instead of its whole object again.
     Starts,
+    /// Jobs, by job ID.
+    Jobs,
 }
 
 impl Table {
     /// Every table, in a fixed order (the order of [`Table::index`]).
-    pub const ALL: [Table; 6] =
-        [Table::Nodes, Table::Actors, Table::Tasks, Table::Groups, Table::Meta, Table::Starts];
+    pub const ALL: [Table; 7] = [
+        Table::Nodes,
+        Table::Actors,
+        Table::Tasks,
+        Table::Groups,
+        Table::Meta,
+        Table::Starts,
+        Table::Jobs,
+    ];
 
     /// The table's stable name: the redb table name and the last part of the Redis hash key.
     /// Never change these: they name data on disk and in Redis.
@@ -41,6 +50,7 @@ impl Table {
             Table::Groups => "groups",
             Table::Meta => "meta",
             Table::Starts => "starts",
+            Table::Jobs => "jobs",
         }
     }
 
@@ -53,6 +63,7 @@ impl Table {
             Table::Groups => 3,
             Table::Meta => 4,
             Table::Starts => 5,
+            Table::Jobs => 6,
         }
     }
 }
@@ -70,7 +81,7 @@ mod tests {
     #[test]
     fn names_are_stable_and_distinct() {
         let names: Vec<&str> = Table::ALL.iter().map(|t| t.name()).collect();
-        assert_eq!(names, ["nodes", "actors", "tasks", "groups", "meta", "starts"]);
+        assert_eq!(names, ["nodes", "actors", "tasks", "groups", "meta", "starts", "jobs"]);
     }
 
     #[test]

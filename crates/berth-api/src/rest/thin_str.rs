@@ -25,6 +25,18 @@ impl From<&str> for ThinStr {
     }
 }
 
+impl From<String> for ThinStr {
+    fn from(text: String) -> ThinStr {
+        ThinStr::from(text.as_str())
+    }
+}
+
+impl From<Box<str>> for ThinStr {
+    fn from(text: Box<str>) -> ThinStr {
+        ThinStr::from(&*text)
+    }
+}
+
 impl std::ops::Deref for ThinStr {
     type Target = str;
 

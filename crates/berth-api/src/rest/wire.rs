@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::{default_retries, StringMap, ThinStr};
+use super::{default_retries, Lifetime, StringMap, ThinStr};
 use crate::spec::{
     ExpressionMap, FallbackEntry, GroupFallback, GroupStrategyName, Located, PlacementGroupSpec,
     PlacementSpec, ResourceMap, SelectorList, StrategySpec,
@@ -21,12 +21,18 @@ pub(super) struct ActorCreate {
     #[serde(default)]
     idempotency_key: Option<ThinStr>,
     #[serde(default)]
+    job_id: Option<ThinStr>,
+    #[serde(default)]
+    owner_id: Option<ThinStr>,
+    #[serde(default)]
+    lifetime: Lifetime,
+    #[serde(default)]
     name: Option<Box<str>>,
     #[serde(default)]
-    namespace: Option<Box<str>>,
+    namespace: Option<ThinStr>,
     #[serde(default)]
     labels: StringMap,
-    command: Box<str>,
+    command: ThinStr,
     #[serde(default)]
     args: Box<[String]>,
     #[serde(default)]
@@ -51,6 +57,9 @@ impl From<ActorCreate> for super::ActorCreate {
     fn from(b: ActorCreate) -> super::ActorCreate {
         super::ActorCreate {
             idempotency_key: b.idempotency_key,
+            job_id: b.job_id,
+            owner_id: b.owner_id,
+            lifetime: b.lifetime,
             name: b.name,
             namespace: b.namespace,
             labels: b.labels,
@@ -77,10 +86,14 @@ pub(super) struct TaskSubmit {
     #[serde(default)]
     idempotency_key: Option<ThinStr>,
     #[serde(default)]
+    job_id: Option<ThinStr>,
+    #[serde(default)]
+    owner_id: Option<ThinStr>,
+    #[serde(default)]
     name: Option<Box<str>>,
     #[serde(default)]
-    namespace: Option<Box<str>>,
-    command: Box<str>,
+    namespace: Option<ThinStr>,
+    command: ThinStr,
     #[serde(default)]
     args: Box<[String]>,
     #[serde(default)]
@@ -104,6 +117,8 @@ impl From<TaskSubmit> for super::TaskSubmit {
     fn from(b: TaskSubmit) -> super::TaskSubmit {
         super::TaskSubmit {
             idempotency_key: b.idempotency_key,
+            job_id: b.job_id,
+            owner_id: b.owner_id,
             name: b.name,
             namespace: b.namespace,
             command: b.command,
@@ -129,6 +144,12 @@ pub(super) struct GroupCreate {
     #[serde(default)]
     idempotency_key: Option<ThinStr>,
     #[serde(default)]
+    job_id: Option<ThinStr>,
+    #[serde(default)]
+    owner_id: Option<ThinStr>,
+    #[serde(default)]
+    lifetime: Lifetime,
+    #[serde(default)]
     name: Option<String>,
     #[serde(default)]
     namespace: Option<String>,
@@ -147,6 +168,9 @@ impl From<GroupCreate> for super::GroupCreate {
     fn from(b: GroupCreate) -> super::GroupCreate {
         super::GroupCreate {
             idempotency_key: b.idempotency_key,
+            job_id: b.job_id,
+            owner_id: b.owner_id,
+            lifetime: b.lifetime,
             name: b.name,
             namespace: b.namespace,
             placement: PlacementGroupSpec {

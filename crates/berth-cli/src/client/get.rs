@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use berth_api::rest::{Actor, Group, Node, Task};
+use berth_api::rest::{Actor, Group, Job, Node, Task};
 use clap::Args;
 
 use super::view;
@@ -14,8 +14,8 @@ use super::{
 /// The flags of `berth get`.
 #[derive(Debug, Args)]
 pub struct GetArgs {
-    /// An actor, task or placement group ID (`actor-12`, `task-3`, `pg-7`); or `node`
-    /// followed by a node's ID or IP address.
+    /// An actor, task, placement group or job ID (`actor-12`, `task-3`, `pg-7`, `job-2`); or
+    /// `node` followed by a node's ID or IP address.
     #[arg(value_name = "ID", num_args = 1..=2, required = true)]
     pub id: Vec<String>,
 
@@ -53,9 +53,10 @@ pub fn target(words: &[String]) -> Result<Target, BadInput> {
                 "actor" | "actors" => ObjectKind::Actor,
                 "task" | "tasks" => ObjectKind::Task,
                 "pg" | "pgs" | "placement-group" | "placement_group" => ObjectKind::Group,
+                "job" | "jobs" => ObjectKind::Job,
                 _ => {
                     return Err(BadInput::new(format!(
-                        "{kind:?} is not a kind: use node, actor, task or pg"
+                        "{kind:?} is not a kind: use node, actor, task, pg or job"
                     )))
                 }
             };
@@ -86,6 +87,7 @@ pub fn run(args: &GetArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             Target::Object(ObjectKind::Actor, id) => ("actor", id.clone()),
             Target::Object(ObjectKind::Task, id) => ("task", id.clone()),
             Target::Object(ObjectKind::Group, id) => ("placement_group", id.clone()),
+            Target::Object(ObjectKind::Job, id) => ("job", id.clone()),
         };
         // A node named by its IP: the change stream knows IDs.
         let id = if kind == "node" {
@@ -135,6 +137,14 @@ pub fn run(args: &GetArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                         json_text(&group)?
                     } else {
                         view::group_detail(&group)
+                    }
+                }
+                ObjectKind::Job => {
+                    let job: Job = client.get(&path)?;
+                    if json {
+                        json_text(&job)?
+                    } else {
+                        view::job_detail(&job)
                     }
                 }
             }

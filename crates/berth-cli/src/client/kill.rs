@@ -1,8 +1,8 @@
-//! `berth kill ID`: kill an actor, cancel a task, or remove a placement group.
+//! `berth kill ID`: kill an actor, cancel a task, remove a placement group, or stop a job.
 
 use std::io::Write;
 
-use berth_api::rest::{Actor, Group, Task};
+use berth_api::rest::{Actor, Group, Job, Task};
 use clap::Args;
 
 use super::view;
@@ -13,8 +13,9 @@ use super::{
 /// The flags of `berth kill`.
 #[derive(Debug, Args)]
 pub struct KillArgs {
-    /// What to stop: an actor (killed for good, no restart), a task (cancelled) or a placement
-    /// group (removed, its reservations freed), by ID: `actor-12`, `task-3`, `pg-7`.
+    /// What to stop: an actor (killed for good, no restart), a task (cancelled), a placement
+    /// group (removed, its reservations freed) or a job (stopped, with what it owns), by ID:
+    /// `actor-12`, `task-3`, `pg-7`, `job-2`.
     #[arg(value_name = "ID")]
     pub id: String,
 
@@ -30,6 +31,7 @@ pub fn call(kind: ObjectKind, id: &str) -> (&'static str, String) {
         ObjectKind::Actor => ("DELETE", api_path(&["actors", id])),
         ObjectKind::Task => ("POST", api_path(&["tasks", id, "cancel"])),
         ObjectKind::Group => ("DELETE", api_path(&["placement_groups", id])),
+        ObjectKind::Job => ("POST", api_path(&["jobs", id, "stop"])),
     }
 }
 
@@ -62,6 +64,14 @@ pub fn run(args: &KillArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 json_text(&group)?
             } else {
                 line("removed", &group.group_id, &view::name(&group.state))
+            }
+        }
+        ObjectKind::Job => {
+            let job: Job = client.post(&path, NO_BODY)?;
+            if json {
+                json_text(&job)?
+            } else {
+                line("stopped", &job.job_id, &view::name(&job.state))
             }
         }
     };

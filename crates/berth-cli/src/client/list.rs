@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use berth_api::rest::{Actor, Group, List, ListQuery, Node, Task};
+use berth_api::rest::{Actor, Group, Job, List, ListQuery, Node, Task};
 use clap::{Args, ValueEnum};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -19,11 +19,16 @@ pub struct ListArgs {
 
     /// Only objects in this state (any case): ALIVE, DRAINING, SUSPECT or DEAD for nodes; PENDING,
     /// ALIVE, RESTARTING or DEAD for actors; PENDING, RUNNING, FINISHED, FAILED or CANCELLED
-    /// for tasks; PENDING, CREATED, RESCHEDULING or REMOVED for placement groups.
+    /// for tasks; PENDING, CREATED, RESCHEDULING or REMOVED for placement groups; RUNNING,
+    /// FINISHED, STOPPED or LOST for jobs.
     #[arg(long, value_name = "STATE")]
     pub state: Option<String>,
 
-    /// Only actors, tasks or placement groups of this namespace.
+    /// Only actors, tasks or placement groups of this job (`job-3`).
+    #[arg(long, value_name = "JOB_ID")]
+    pub job: Option<String>,
+
+    /// Only actors, tasks, placement groups or jobs of this namespace.
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
 
@@ -57,7 +62,7 @@ pub struct ListArgs {
 
     /// Instead of a list: the matching objects as they are, then each change as it happens,
     /// one line each (`--output json`: the head's change events), until Ctrl-C. Filters:
-    /// --state and --label.
+    /// --state, --label and --job.
     #[arg(long, conflicts_with_all = ["namespace", "node", "limit", "name", "sort", "cursor"])]
     pub watch: bool,
 
@@ -85,6 +90,9 @@ pub enum What {
     /// The placement groups: state, strategy, bundles and their nodes.
     #[value(alias = "pg", alias = "placement-groups", alias = "groups")]
     Pgs,
+    /// The jobs (drivers' sessions): name, state, when they started and ended, and why.
+    #[value(alias = "job")]
+    Jobs,
 }
 
 impl What {
@@ -94,6 +102,7 @@ impl What {
             What::Actors => "actors",
             What::Tasks => "tasks",
             What::Pgs => "placement_groups",
+            What::Jobs => "jobs",
         }
     }
 
@@ -103,6 +112,7 @@ impl What {
             What::Actors => "actors",
             What::Tasks => "tasks",
             What::Pgs => "placement groups",
+            What::Jobs => "jobs",
         }
     }
 }
@@ -116,11 +126,14 @@ pub fn query(args: &ListArgs) -> Result<ListQuery, BadInput> {
     if args.namespace.is_some() && what == What::Nodes {
         return Err(misfit("--namespace", "actors, tasks and placement groups"));
     }
-    if args.node.is_some() && matches!(what, What::Nodes | What::Pgs) {
+    if args.node.is_some() && matches!(what, What::Nodes | What::Pgs | What::Jobs) {
         return Err(misfit("--node", "actors and tasks"));
     }
+    if args.job.is_some() && matches!(what, What::Nodes | What::Jobs) {
+        return Err(misfit("--job", "actors, tasks and placement groups"));
+    }
     if let Some(label) = &args.label {
-        if matches!(what, What::Tasks | What::Pgs) {
+        if matches!(what, What::Tasks | What::Pgs | What::Jobs) {
             return Err(misfit("--label", "nodes and actors"));
         }
         match label.split_once('=') {
@@ -133,6 +146,7 @@ pub fn query(args: &ListArgs) -> Result<ListQuery, BadInput> {
         namespace: args.namespace.clone(),
         node: args.node.clone(),
         label: args.label.clone(),
+        job: args.job.clone(),
         name: args.name.clone(),
         limit: args.limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         sort: args.sort.clone(),
@@ -151,9 +165,11 @@ pub fn run(args: &ListArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             What::Actors => "actor",
             What::Tasks => "task",
             What::Pgs => "placement_group",
+            What::Jobs => "job",
         };
         let watch = berth_api::rest::WatchQuery {
             kind: Some(kind.into()),
+            job: query.job,
             label: query.label,
             state: query.state,
             ..Default::default()
@@ -171,6 +187,7 @@ pub fn run(args: &ListArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             fetch_render::<Task>(&client, &query, output, view::tasks_table, What::Tasks)?
         }
         What::Pgs => fetch_render::<Group>(&client, &query, output, view::groups_table, What::Pgs)?,
+        What::Jobs => fetch_render::<Job>(&client, &query, output, view::jobs_table, What::Jobs)?,
     };
     write_out(out, &text)
 }

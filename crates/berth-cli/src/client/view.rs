@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use berth_api::rest::{
-    Actor, Bundle, Diagnosis, Event, Group, Node, ResourceTable, StringMap, Taint, Task,
+    Actor, Bundle, Diagnosis, Event, Group, Job, Lifetime, Node, ResourceTable, StringMap, Taint,
+    Task,
 };
 use berth_api::spec::PlacementSpec;
 use comfy_table::{presets, CellAlignment, ContentArrangement, Table};
@@ -418,8 +419,63 @@ pub fn groups_table(groups: &[Group]) -> String {
     columns(&["PG", "NAME", "NAMESPACE", "STATE", "STRATEGY", "BUNDLES", "DETAIL"], &rows, 0)
 }
 
+/// `berth list jobs`.
+pub fn jobs_table(jobs: &[Job]) -> String {
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.job_id.clone(),
+                or_none(j.spec.name.as_deref()),
+                name(&j.state),
+                time(j.created_at_ms),
+                j.ended_at_ms.map_or_else(|| NONE.to_string(), time),
+                or_none(j.end_reason.as_deref()),
+            ]
+        })
+        .collect();
+    columns(&["JOB", "NAME", "STATE", "STARTED", "ENDED", "DETAIL"], &rows, 0)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Details.
+
+/// Adds what an object's creation said of its job and owner.
+fn ownership_fields(
+    fields: &mut Fields,
+    job_id: Option<&str>,
+    owner_id: Option<&str>,
+    lifetime: Lifetime,
+) {
+    let owner = match (owner_id, job_id) {
+        (Some(owner), _) => owner.to_string(),
+        (None, Some(job)) => format!("the driver of {job}"),
+        (None, None) => String::new(),
+    };
+    fields.add("job", job_id.unwrap_or_default()).add("owner", owner);
+    if lifetime == Lifetime::Detached || (job_id.is_some() || owner_id.is_some()) {
+        fields.add("lifetime", name(&lifetime));
+    }
+}
+
+/// `berth get job-3`.
+pub fn job_detail(job: &Job) -> String {
+    let spec = &job.spec;
+    let mut fields = Fields::default();
+    fields
+        .add("job", job.job_id.as_str())
+        .add("name", spec.name.clone().unwrap_or_default())
+        .add("namespace", spec.namespace.clone().unwrap_or_default())
+        .add("state", name(&job.state))
+        .add("lease", format!("{} ms", job.lease_ms))
+        .add("created", time(job.created_at_ms))
+        .add("ended", job.ended_at_ms.map(time).unwrap_or_default())
+        .add("end reason", job.end_reason.clone().unwrap_or_default())
+        .add("metadata", pairs(&spec.metadata));
+    let mut out = fields.render();
+    sections(&mut out, None, &job.history);
+    out
+}
 
 /// Adds the placement keys of a create body that were given.
 fn placement_fields(fields: &mut Fields, spec: &PlacementSpec) {
@@ -503,7 +559,9 @@ pub fn actor_detail(actor: &Actor) -> String {
                 .map(|e| format!("{} (attempt {})", e.address, e.attempt))
                 .unwrap_or_default(),
         )
-        .add("created", time(actor.created_at_ms))
+        .add("created", time(actor.created_at_ms));
+    ownership_fields(&mut fields, spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime);
+    fields
         .add("command", command_line(&spec.command, &spec.args))
         .add("env", pairs(&spec.env))
         .add("resources", spec_resources(&spec.placement.resources))
@@ -536,7 +594,10 @@ pub fn task_detail(task: &Task) -> String {
         .add("attempts", format!("{} (retries at most {})", task.attempts, spec.max_retries))
         .add("exit code", task.exit_code.map(|c| c.to_string()).unwrap_or_default())
         .add("failure", task.failure.clone().unwrap_or_default())
-        .add("created", time(task.created_at_ms))
+        .add("created", time(task.created_at_ms));
+    let lifetime = Lifetime::NonDetached;
+    ownership_fields(&mut fields, spec.job_id.as_deref(), spec.owner_id.as_deref(), lifetime);
+    fields
         .add("command", command_line(&spec.command, &spec.args))
         .add("env", pairs(&spec.env))
         .add("resources", spec_resources(&spec.placement.resources));
@@ -562,7 +623,9 @@ pub fn group_detail(group: &Group) -> String {
         .add("state", name(&group.state))
         .add("strategy", group.strategy.as_str())
         .add("alternative", alternative)
-        .add("created", time(group.created_at_ms))
+        .add("created", time(group.created_at_ms));
+    ownership_fields(&mut fields, spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime);
+    fields
         .add("bundle selectors", given(spec.placement.bundle_label_selector.as_ref()))
         .add("tolerations", given(spec.placement.tolerations.as_ref()))
         .add("fallback", given(Some(&spec.placement.fallback_strategy).filter(|f| !f.is_empty())));

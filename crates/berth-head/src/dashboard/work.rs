@@ -171,6 +171,7 @@ impl Filters {
             namespace: some(&self.namespace),
             node: some(&self.node),
             label: some(&self.label),
+            job: None,
             name: some(&self.name),
             limit: Some(self.limit()?),
             sort: Some(self.sort().to_string()),

@@ -130,7 +130,16 @@ fn serde_field(path: &serde_path_to_error::Path, message: &str) -> Option<String
 
 /// The body's bytes, at most [`MAX_BODY_BYTES`] (413 beyond).
 async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Failure> {
-    let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+    let bytes = any_body_bytes(req, state).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(Failure::invalid(None, "the body is empty; send a JSON object"));
+    }
+    Ok(bytes)
+}
+
+/// The body's bytes, empty or not, within the route's limit.
+async fn any_body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Failure> {
+    Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             Failure {
                 status: StatusCode::PAYLOAD_TOO_LARGE,
@@ -146,11 +155,7 @@ async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Fa
         } else {
             Failure::invalid(None, format!("could not read the body: {}", rejection.body_text()))
         }
-    })?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(Failure::invalid(None, "the body is empty; send a JSON object"));
-    }
-    Ok(bytes)
+    })
 }
 
 /// Reads one batch item (kept as its JSON text) as `T`, naming the field at fault. The batch's
@@ -196,6 +201,21 @@ impl<T: DeserializeOwned> FromRequest<Api> for JsonBody<T> {
     async fn from_request(req: Request, state: &Api) -> Result<Self, Failure> {
         let bytes = body_bytes(req, state).await?;
         parse_json(&bytes, &state.handle.limits).map(JsonBody)
+    }
+}
+
+/// A JSON body that may be left out (an empty body is `None`).
+pub(crate) struct OptionalJsonBody<T>(pub(crate) Option<T>);
+
+impl<T: DeserializeOwned> FromRequest<Api> for OptionalJsonBody<T> {
+    type Rejection = Failure;
+
+    async fn from_request(req: Request, state: &Api) -> Result<Self, Failure> {
+        let bytes = any_body_bytes(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJsonBody(None));
+        }
+        parse_json(&bytes, &state.handle.limits).map(|body| OptionalJsonBody(Some(body)))
     }
 }
 

@@ -190,9 +190,9 @@ fn locate(view: &View, id: &str) -> Result<Work, HeadError> {
                 state: word(&t.state),
             })
         }
-        Some((ObjectKind::Group, _)) => Err(HeadError::invalid(
+        Some((kind @ (ObjectKind::Group | ObjectKind::Job), _)) => Err(HeadError::invalid(
             "id",
-            format!("{id} is a placement group: only actors and tasks have logs"),
+            format!("{id} is a {}: only actors and tasks have logs", kind.noun()),
         )),
         None => Err(not_found()),
     }

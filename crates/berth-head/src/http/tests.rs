@@ -9,8 +9,8 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::Router;
 use berth_api::rest::{
-    Actor, ActorCreate, ActorState, Bundle, DryRun, Group, GroupCreate, GroupState, Node,
-    NodeState, Task, TaskState,
+    Actor, ActorCreate, ActorState, Bundle, DryRun, Group, GroupCreate, GroupState, Job, JobCreate,
+    JobState, Node, NodeState, Task, TaskState,
 };
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
@@ -105,6 +105,19 @@ fn group(seq: u64, state: GroupState) -> Group {
     }
 }
 
+fn job(seq: u64, state: JobState) -> Job {
+    Job {
+        job_id: format!("job-{seq}"),
+        state,
+        lease_ms: 30_000,
+        ended_at_ms: None,
+        end_reason: None,
+        history: Default::default(),
+        created_at_ms: 1,
+        spec: JobCreate::default(),
+    }
+}
+
 fn sample_view() -> View {
     let mut view = View::default();
     for n in [
@@ -117,6 +130,7 @@ fn sample_view() -> View {
     view.actors.insert(2, Arc::new(actor(2, ActorState::Pending, None, &[("app", "db")])));
     view.tasks.insert(1, Arc::new(task(1)));
     view.groups.insert(1, Arc::new(group(1, GroupState::Pending)));
+    view.jobs.insert(1, Arc::new(job(1, JobState::Running)));
     view
 }
 
@@ -216,6 +230,15 @@ fn owner(
                         },
                         Err,
                     ));
+                }
+                Command::CreateJob { seq, reply, .. } => {
+                    let _ = reply.send(err.map_or_else(|| Ok(job(seq, JobState::Running)), Err));
+                }
+                Command::RenewJob { reply, .. } => {
+                    let _ = reply.send(err.map_or_else(|| Ok(job(1, JobState::Running)), Err));
+                }
+                Command::EndJob { reply, .. } => {
+                    let _ = reply.send(err.map_or_else(|| Ok(job(1, JobState::Finished)), Err));
                 }
                 Command::AutoscalePlan { reply, .. } => {
                     let _ = reply.send(err.map_or_else(|| Ok(Default::default()), Err));
@@ -367,6 +390,17 @@ fn routes() -> Vec<(Method, &'static str, &'static str, Option<&'static str>)> {
             "/api/v1/placement_groups/{id}/wait",
             None,
         ),
+        (Method::POST, "/api/v1/jobs", "/api/v1/jobs", Some(r#"{"name": "driver.py"}"#)),
+        (Method::GET, "/api/v1/jobs", "/api/v1/jobs", None),
+        (Method::GET, "/api/v1/jobs/job-1", "/api/v1/jobs/{id}", None),
+        (Method::POST, "/api/v1/jobs/job-1/renew", "/api/v1/jobs/{id}/renew", None),
+        (Method::POST, "/api/v1/jobs/job-1/finish", "/api/v1/jobs/{id}/finish", None),
+        (
+            Method::POST,
+            "/api/v1/jobs/job-1/stop",
+            "/api/v1/jobs/{id}/stop",
+            Some(r#"{"reason": "done"}"#),
+        ),
         (Method::GET, "/api/v1/explain/actor-1", "/api/v1/explain/{id}", None),
         (Method::POST, "/api/v1/explain", "/api/v1/explain", Some(r#"{"resources": {"CPU": 1}}"#)),
         (Method::GET, "/api/v1/logs/actor-1", "/api/v1/logs/{id}", None),
@@ -443,10 +477,11 @@ async fn http_every_route_answers_with_the_token() {
     }
     drop(h.router);
     drop(h.view);
-    // 18 commands: drain, undrain, 2 taints, 2 labels, resources, create actor, kill, submit, 2
-    // batches, cancel, create group, remove, dry run, autoscaler plan, and the token list
-    // written after the create (the revoke of an unknown token fails before it).
-    assert_eq!(owner.await.unwrap(), 18);
+    // 22 commands: drain, undrain, 2 taints, 2 labels, resources, create actor, kill, submit, 2
+    // batches, cancel, create group, remove, create job, renew, finish, stop, dry run,
+    // autoscaler plan, and the token list written after the create (the revoke of an unknown
+    // token fails before it).
+    assert_eq!(owner.await.unwrap(), 22);
 }
 
 #[tokio::test]

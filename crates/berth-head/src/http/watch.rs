@@ -36,6 +36,7 @@ use crate::view::View;
 struct Filter {
     kinds: Vec<WatchKind>,
     id: Option<String>,
+    job: Option<String>,
     label: Option<(String, String)>,
     state: Option<String>,
 }
@@ -50,7 +51,7 @@ impl Filter {
                     let kind = WatchKind::ALL.into_iter().find(|k| k.word() == word).ok_or_else(|| {
                         Failure::invalid(
                             Some("kind".into()),
-                            format!("{word:?} is not a kind; use node, actor, task or placement_group"),
+                            format!("{word:?} is not a kind; use node, actor, task, placement_group or job"),
                         )
                     })?;
                     kinds.push(kind);
@@ -73,7 +74,7 @@ impl Filter {
             },
         };
         let state = query.state.as_deref().map(|s| s.trim().to_ascii_uppercase());
-        Ok(Filter { kinds, id: query.id.clone(), label, state })
+        Ok(Filter { kinds, id: query.id.clone(), job: query.job.clone(), label, state })
     }
 
     fn matches(&self, object: &Object) -> bool {
@@ -83,11 +84,23 @@ impl Filter {
         if self.id.as_deref().is_some_and(|id| id != object.id()) {
             return false;
         }
+        if let Some(job) = &self.job {
+            let of = match object {
+                Object::Node(_) => None,
+                Object::Actor(a) => a.spec.job_id.as_deref(),
+                Object::Task(t) => t.spec.job_id.as_deref(),
+                Object::Group(g) => g.spec.job_id.as_deref(),
+                Object::Job(j) => Some(j.job_id.as_str()),
+            };
+            if of != Some(job.as_str()) {
+                return false;
+            }
+        }
         if let Some((key, value)) = &self.label {
             let labels = match object {
                 Object::Node(n) => &n.labels,
                 Object::Actor(a) => &a.spec.labels,
-                Object::Task(_) | Object::Group(_) => return false,
+                Object::Task(_) | Object::Group(_) | Object::Job(_) => return false,
             };
             if labels.get(key) != Some(value) {
                 return false;
@@ -99,6 +112,7 @@ impl Filter {
                 Object::Actor(a) => word(&a.state),
                 Object::Task(t) => word(&t.state),
                 Object::Group(g) => word(&g.state),
+                Object::Job(j) => word(&j.state),
             };
             if !shown.eq_ignore_ascii_case(state) {
                 return false;
@@ -124,7 +138,8 @@ fn listing(view: &View, filter: &Filter) -> VecDeque<Bytes> {
         .map(|n| Object::Node(n.clone()))
         .chain(view.actors.values().map(|a| Object::Actor(a.clone())))
         .chain(view.tasks.values().map(|t| Object::Task(t.clone())))
-        .chain(view.groups.values().map(|g| Object::Group(g.clone())));
+        .chain(view.groups.values().map(|g| Object::Group(g.clone())))
+        .chain(view.jobs.values().map(|j| Object::Job(j.clone())));
     objects
         .filter(|o| filter.matches(o))
         .map(|o| Change::new(version, ChangeType::Added, o).event())
@@ -453,12 +468,12 @@ impl Dispatch {
     }
 }
 
-/// The labels a label filter looks at: a node's, an actor's; tasks and groups have none.
+/// The labels a label filter looks at: a node's, an actor's; tasks, groups and jobs have none.
 fn labels(object: &Object) -> Vec<(&String, &String)> {
     match object {
         Object::Node(n) => n.labels.iter().collect(),
         Object::Actor(a) => a.spec.labels.iter().collect(),
-        Object::Task(_) | Object::Group(_) => Vec::new(),
+        Object::Task(_) | Object::Group(_) | Object::Job(_) => Vec::new(),
     }
 }
 

@@ -53,6 +53,7 @@ pub(crate) struct Dirty {
     pub(super) nodes: BTreeSet<String>,
     pub(super) shown_work: BTreeSet<WorkId>,
     pub(super) shown_groups: BTreeSet<u64>,
+    pub(super) jobs: BTreeSet<u64>,
     /// Attempts started this cycle (written alone unless their object is written whole).
     pub(super) starts: Vec<(WorkId, StartRecord)>,
 }
@@ -159,6 +160,11 @@ impl CycleOutput {
         self.dirty.shown_groups.insert(seq);
     }
 
+    /// Job `seq` is written and shown at the end of the cycle.
+    pub(super) fn mark_job(&mut self, seq: u64) {
+        self.dirty.jobs.insert(seq);
+    }
+
     /// Node `node_id` is written and shown at the end of the cycle.
     pub(super) fn mark_node(&mut self, node_id: &str) {
         self.dirty.nodes.insert(node_id.to_string());
@@ -183,6 +189,11 @@ impl CycleOutput {
     pub(super) fn forget_group(&mut self, seq: u64) {
         self.dirty.groups.remove(&seq);
         self.dirty.shown_groups.remove(&seq);
+    }
+
+    /// See [`CycleOutput::forget_work`].
+    pub(super) fn forget_job(&mut self, seq: u64) {
+        self.dirty.jobs.remove(&seq);
     }
 
     /// The nodes touched so far, leaving none.

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use berth_api::rest::{Bundle, Diagnosis, EventKind, Group, GroupCreate, GroupState};
+use berth_api::rest::{Bundle, Diagnosis, EventKind, Group, GroupCreate, GroupState, ThinStr};
 use berth_api::spec::{At, Source};
 use berth_core::cluster::AllocationSource;
 use berth_core::pipeline::group::GroupDecision;
@@ -11,6 +11,7 @@ use berth_core::placement_group::{GroupId, GroupSpec, PlacedGroup};
 use berth_core::{group_may_help, Allocation, Cluster, NodeIndex, Trigger};
 
 use super::convert;
+use super::jobs::{owner_of, Owned};
 use super::work_table::{push_event, WorkId};
 use super::Owner;
 use crate::clock::now_ms;
@@ -276,11 +277,11 @@ impl GroupEntry {
         }
     }
 
-    /// A user removed it.
-    fn removed(&mut self) {
+    /// It was removed, for `why`.
+    fn removed(&mut self, why: &str) {
         self.api.state = GroupState::Removed;
         self.api.diagnosis = None;
-        push_event(&mut self.api.history, EventKind::Removed, None, "removed by a user");
+        push_event(&mut self.api.history, EventKind::Removed, None, why);
     }
 
     /// `node`, holding some of its bundles, died: false when it was not reserved.
@@ -323,9 +324,20 @@ pub(crate) fn build_group(
 }
 
 impl Owner {
-    pub(crate) fn create_group(&mut self, seq: u64, body: GroupCreate) -> Result<Group, HeadError> {
+    pub(crate) fn create_group(
+        &mut self,
+        seq: u64,
+        mut body: GroupCreate,
+    ) -> Result<Group, HeadError> {
         if let Some(first) = self.created_with(ObjectKind::Group, body.idempotency_key.as_deref()) {
             return Ok(self.groups[&first].api.clone());
+        }
+        let job = self.check_owner(body.job_id.as_deref(), body.owner_id.as_deref())?;
+        body.job_id = job.as_deref().map(ThinStr::from);
+        if let Some(owner) =
+            owner_of(body.job_id.as_deref(), body.owner_id.as_deref(), body.lifetime)
+        {
+            self.jobs.own(owner, Owned::Group(seq));
         }
         let spec = build_group(&self.cluster, seq, &body)?;
         self.remember_key(ObjectKind::Group, body.idempotency_key.as_deref(), seq);
@@ -414,6 +426,11 @@ impl Owner {
     }
 
     pub(crate) fn remove_group(&mut self, id: &str) -> Result<Group, HeadError> {
+        self.remove_group_because(id, "removed by a user")
+    }
+
+    /// Removes group `id`, `why` being what its history shows.
+    pub(crate) fn remove_group_because(&mut self, id: &str, why: &str) -> Result<Group, HeadError> {
         let seq = match ObjectKind::parse(id) {
             Some((ObjectKind::Group, seq)) if self.groups.contains(seq) => seq,
             _ => return Err(HeadError::NotFound { what: "placement_group", id: id.to_string() }),
@@ -436,13 +453,14 @@ impl Owner {
             })
             .map(|(key, _)| key)
             .collect();
+        let inside_why = format!("its placement group {id} was removed ({why})");
         for key in inside {
             match key {
                 WorkId::Actor(_) => {
-                    let _ = self.kill_actor(&key.id());
+                    let _ = self.kill_actor_because(&key.id(), &inside_why);
                 }
                 WorkId::Task(_) => {
-                    let _ = self.cancel_task(&key.id());
+                    let _ = self.cancel_task_because(&key.id(), &inside_why);
                 }
             }
         }
@@ -458,7 +476,7 @@ impl Owner {
             }
             self.cycle.touch(node);
         }
-        entry.removed();
+        entry.removed(why);
         self.cycle.mark_group(seq);
         Ok(self.groups[&seq].api.clone())
     }

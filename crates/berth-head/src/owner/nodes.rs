@@ -168,8 +168,13 @@ impl Nodes {
     }
 
     /// What the heartbeat clock says at `now` of the live nodes whose state it changes, in
-    /// order of their IDs; nothing when the clock itself ran late (see below).
-    fn judge(&mut self, now: u64, suspect_after: u64, timeout: u64) -> Vec<(String, Heard)> {
+    /// order of their IDs; `None` when the clock itself ran late (see below).
+    fn judge(
+        &mut self,
+        now: u64,
+        suspect_after: u64,
+        timeout: u64,
+    ) -> Option<Vec<(String, Heard)>> {
         // A head that did not get to check for that long was itself stopped or starved (a
         // saturated machine, a paused process): the heartbeats that arrived meanwhile may
         // still wait in its sockets. This round judges nobody; the next one, after the agent
@@ -182,7 +187,7 @@ impl Nodes {
                  overloaded?); no node is judged on this round",
                 now.saturating_sub(previous)
             );
-            return Vec::new();
+            return None;
         }
         let mut changes: Vec<(String, Heard)> = self
             .entries
@@ -207,7 +212,7 @@ impl Nodes {
             })
             .collect();
         changes.sort_by(|a, b| a.0.cmp(&b.0));
-        changes
+        Some(changes)
     }
 
     /// The node named `id_or_ip` (an ID, else the one live node with that address).
@@ -481,7 +486,7 @@ impl Owner {
                 let key = match kind {
                     ObjectKind::Actor => WorkId::Actor(seq),
                     ObjectKind::Task => WorkId::Task(seq),
-                    ObjectKind::Group => return None,
+                    ObjectKind::Group | ObjectKind::Job => return None,
                 };
                 let current = self.attempt_of(key)?;
                 (self.runs_on(current, &node_id) && current.number == *attempt).then_some(key)
@@ -520,11 +525,7 @@ impl Owner {
     /// With `--accept-store-loss` the loss is accepted: the counters move past those IDs (none
     /// is handed out twice) and the work is stopped as unknown.
     fn check_running_is_known(&mut self, request: &RegisterRequest) -> Result<(), Status> {
-        let counter = |kind: ObjectKind| match kind {
-            ObjectKind::Actor => &self.sequences.actors,
-            ObjectKind::Task => &self.sequences.tasks,
-            ObjectKind::Group => &self.sequences.groups,
-        };
+        let counter = |kind: ObjectKind| self.sequences.of(kind);
         let beyond: Vec<(ObjectKind, u64, &str)> = request
             .running
             .iter()
@@ -644,7 +645,9 @@ impl Owner {
     pub(crate) fn check_liveness_at(&mut self, now: u64) {
         let timeout = self.config.heartbeat_timeout.as_millis() as u64;
         let suspect_after = self.config.suspect_after().as_millis() as u64;
-        for (id, heard) in self.nodes.judge(now, suspect_after, timeout) {
+        // A late clock judges no job either: its driver's renewals may wait in the sockets.
+        let Some(changes) = self.nodes.judge(now, suspect_after, timeout) else { return };
+        for (id, heard) in changes {
             match heard {
                 Heard::Silent(silent) => {
                     let reason = format!("no heartbeat for {silent} ms (timeout {timeout} ms)");
@@ -654,6 +657,7 @@ impl Owner {
                 Heard::Recently => self.node_heard_again(&id, "heartbeats again"),
             }
         }
+        self.check_job_leases(now);
     }
 
     /// A live node's heartbeats are late: it takes nothing new until it is heard from again

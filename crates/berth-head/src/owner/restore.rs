@@ -9,13 +9,14 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use berth_api::rest::{GroupState, NodeState as ApiNodeState};
+use berth_api::rest::{GroupState, Job, NodeState as ApiNodeState};
 use berth_core::cluster::NodeSpec;
 use berth_core::labels::Labels;
 use berth_core::{Allocation, NodeId, NodeState, Quantity, Request, ResourceSet};
 use berth_store::{Snapshot, Table};
 
 use super::groups::{build_group, GroupEntry};
+use super::jobs::{owner_of, JobEntry, Owned, OwnerRef};
 use super::nodes::NodeEntry;
 use super::retention::Ledger;
 use super::work::{affinity_of, build_actor, build_task};
@@ -35,6 +36,7 @@ pub(crate) struct Restored {
     pub(crate) actors: usize,
     pub(crate) tasks: usize,
     pub(crate) groups: usize,
+    pub(crate) jobs: usize,
     /// Records that could not be read or rebuilt, with why (kept in the store, not loaded).
     pub(crate) skipped: Vec<String>,
 }
@@ -107,6 +109,7 @@ impl Owner {
         self.restore_settings(snapshot, &mut out.skipped);
         self.restore_autoscaler(snapshot, &mut out.skipped);
         self.restore_groups(snapshot, &mut out);
+        self.restore_jobs(snapshot, &mut out);
         let waiting = self.restore_work(snapshot, &mut out);
         for (key, request) in waiting {
             self.submit(key, request);
@@ -118,6 +121,7 @@ impl Owner {
         self.note_restored_finished();
         self.show_retention();
         self.restore_idempotency_keys();
+        self.restore_ownership();
         // IDs continue after the highest ever given, including those forgotten since.
         let ledger = self.finished.ledger;
         let max = |kind: ObjectKind, table: Table| {
@@ -134,6 +138,7 @@ impl Owner {
         sequences.actors.store(max(ObjectKind::Actor, Table::Actors), Ordering::Relaxed);
         sequences.tasks.store(max(ObjectKind::Task, Table::Tasks), Ordering::Relaxed);
         sequences.groups.store(max(ObjectKind::Group, Table::Groups), Ordering::Relaxed);
+        sequences.jobs.store(max(ObjectKind::Job, Table::Jobs), Ordering::Relaxed);
         // Restoring writes nothing new except what changed (work whose node is gone).
         out
     }
@@ -147,9 +152,58 @@ impl Owner {
         let groups = self.groups.iter().map(|(s, e)| {
             (ObjectKind::Group, s, e.api.idempotency_key.as_deref().map(Box::<str>::from))
         });
-        let keys: Vec<(ObjectKind, u64, Option<Box<str>>)> = work.chain(groups).collect();
+        let jobs = self.jobs.iter().map(|(s, e)| {
+            (ObjectKind::Job, s, e.api.spec.idempotency_key.as_deref().map(Box::<str>::from))
+        });
+        let keys: Vec<(ObjectKind, u64, Option<Box<str>>)> =
+            work.chain(groups).chain(jobs).collect();
         for (kind, seq, key) in keys {
             self.remember_key(kind, key.as_deref(), seq);
+        }
+    }
+
+    /// What each owner owns, from the objects' records (what ended owns nothing any more).
+    fn restore_ownership(&mut self) {
+        let work = self.work.iter().filter(|(_, e)| !e.object().ended_for_good()).filter_map(
+            |(key, e)| {
+                let (job, owner, lifetime) = e.object().ownership();
+                Some((owner_of(job, owner, lifetime)?, Owned::Work(key)))
+            },
+        );
+        let groups =
+            self.groups.iter().filter(|(_, e)| e.api.state != GroupState::Removed).filter_map(
+                |(seq, e)| {
+                    let spec = &e.api.spec;
+                    let owner =
+                        owner_of(spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)?;
+                    Some((owner, Owned::Group(seq)))
+                },
+            );
+        let owned: Vec<(OwnerRef, Owned)> = work.chain(groups).collect();
+        for (owner, owned) in owned {
+            self.jobs.own(owner, owned);
+        }
+    }
+
+    /// Jobs as they were; a running one holds a whole lease from the restart, and a grace (its
+    /// driver may first have to find the new head).
+    fn restore_jobs(&mut self, snapshot: &Snapshot, out: &mut Restored) {
+        let now = now_ms();
+        for (key, bytes) in snapshot.table(Table::Jobs) {
+            let Some(job) = decode::<Job>(Table::Jobs, key, bytes, &mut out.skipped) else {
+                continue;
+            };
+            let Some((seq, current)) = self.record_seq(ObjectKind::Job, key, out) else {
+                continue;
+            };
+            let grace = RESTORE_GRACE.as_millis() as u64;
+            let lease_until_ms = now + job.lease_ms + grace;
+            self.view.jobs.insert(seq, Arc::new(job.clone()));
+            self.jobs.insert(seq, JobEntry { api: job, lease_until_ms });
+            if !current {
+                self.replace_key(ObjectKind::Job, key, seq);
+            }
+            out.jobs += 1;
         }
     }
 
@@ -360,6 +414,7 @@ impl Owner {
         };
         let known = match WorkId::of(kind, seq) {
             Some(key) => self.work.contains(key),
+            None if kind == ObjectKind::Job => self.jobs.contains(seq),
             None => self.groups.contains(seq),
         };
         if known {
@@ -375,6 +430,7 @@ impl Owner {
         self.cycle.stale_keys.push((records::table(kind), key.to_owned()));
         match WorkId::of(kind, seq) {
             Some(key) => self.cycle.mark_work(key),
+            None if kind == ObjectKind::Job => self.cycle.mark_job(seq),
             None => self.cycle.mark_group(seq),
         }
     }

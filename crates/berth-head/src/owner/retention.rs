@@ -1,5 +1,5 @@
-//! Forgetting finished objects: DEAD actors, FINISHED/FAILED/CANCELLED tasks and REMOVED
-//! placement groups are kept for [`Retention::keep_for`] after they finish, and at most
+//! Forgetting finished objects: DEAD actors, FINISHED/FAILED/CANCELLED tasks, REMOVED
+//! placement groups and ended jobs are kept for [`Retention::keep_for`] after they finish, and at most
 //! [`Retention::keep_count`] of each kind, then dropped from memory, the view and the store.
 //!
 //! Finished objects are noted when a cycle writes them (whatever path finished them), in the
@@ -15,6 +15,7 @@ use berth_api::rest::{Event, Forgotten, GroupState};
 use berth_store::{Batch, Snapshot, Table};
 use serde::{Deserialize, Serialize};
 
+use super::jobs::{owner_of, Owned};
 use super::work_table::{Work, WorkId};
 use super::Owner;
 use crate::config::Retention;
@@ -39,6 +40,9 @@ pub(crate) struct Ledger {
     pub(crate) actors: KindLedger,
     pub(crate) tasks: KindLedger,
     pub(crate) groups: KindLedger,
+    /// (Ledgers written before jobs existed have none.)
+    #[serde(default)]
+    pub(crate) jobs: KindLedger,
 }
 
 impl Ledger {
@@ -47,6 +51,7 @@ impl Ledger {
             ObjectKind::Actor => &self.actors,
             ObjectKind::Task => &self.tasks,
             ObjectKind::Group => &self.groups,
+            ObjectKind::Job => &self.jobs,
         }
     }
 
@@ -55,6 +60,7 @@ impl Ledger {
             ObjectKind::Actor => &mut self.actors,
             ObjectKind::Task => &mut self.tasks,
             ObjectKind::Group => &mut self.groups,
+            ObjectKind::Job => &mut self.jobs,
         }
     }
 
@@ -79,7 +85,7 @@ struct Queue {
 /// The owner's record of finished objects and of what it dropped.
 #[derive(Default)]
 pub(crate) struct Finished {
-    queues: [Queue; 3],
+    queues: [Queue; 4],
     pub(crate) ledger: Ledger,
     /// Store keys to delete in this cycle's batch.
     deletes: Vec<(Table, String)>,
@@ -155,6 +161,11 @@ impl Owner {
                 .map(Work::object)
                 .filter(|o| o.ended_for_good())
                 .map(|o| finished_at(o.events(), o.created_at_ms())),
+            None if kind == ObjectKind::Job => self
+                .jobs
+                .get(seq)
+                .filter(|e| e.api.state.is_final())
+                .map(|e| finished_at(&e.api.history, e.api.created_at_ms)),
             None => self
                 .groups
                 .get(seq)
@@ -176,6 +187,7 @@ impl Owner {
             (at(e.object().events()), kind, seq)
         }));
         all.extend(self.groups.iter().map(|(s, e)| (at(&e.api.history), ObjectKind::Group, s)));
+        all.extend(self.jobs.iter().map(|(s, e)| (at(&e.api.history), ObjectKind::Job, s)));
         all.sort_unstable();
         for (_, kind, seq) in all {
             self.note_finished(kind, seq);
@@ -186,7 +198,7 @@ impl Owner {
     pub(crate) fn forget_finished(&mut self, now_ms: u64) -> usize {
         let retention = self.config.retention;
         let mut dropped = 0;
-        for kind in [ObjectKind::Actor, ObjectKind::Task, ObjectKind::Group] {
+        for kind in ObjectKind::ALL {
             while let Some(seq) = self.finished.next_due(kind, &retention, now_ms) {
                 self.forget(kind, seq);
                 dropped += 1;
@@ -203,6 +215,12 @@ impl Owner {
                 let work_id = WorkId::of(kind, seq).expect("an actor's or a task's kind");
                 let entry = self.work.remove(work_id);
                 key = entry.as_ref().and_then(|e| e.object().idempotency_key().map(Box::from));
+                if let Some(owner) = entry.as_ref().and_then(|e| {
+                    let (job, owner, lifetime) = e.object().ownership();
+                    owner_of(job, owner, lifetime)
+                }) {
+                    self.jobs.disown(owner, Owned::Work(work_id));
+                }
                 if let Some(api) = entry.as_ref().and_then(|e| e.actor()) {
                     // The name may already belong to a newer actor.
                     if let Some(name) = &api.name {
@@ -225,10 +243,27 @@ impl Owner {
             ObjectKind::Group => {
                 let entry = self.groups.remove(seq);
                 key = entry.as_ref().and_then(|e| e.api.idempotency_key.as_deref().map(Box::from));
+                if let Some(owner) = entry.as_ref().and_then(|e| {
+                    let spec = &e.api.spec;
+                    owner_of(spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)
+                }) {
+                    self.jobs.disown(owner, Owned::Group(seq));
+                }
                 if let Some(last) = self.view.groups.remove(&seq) {
                     self.view.changes.push(ChangeType::Deleted, Object::Group(last));
                 }
                 self.cycle.forget_group(seq);
+                entry.is_some()
+            }
+            ObjectKind::Job => {
+                let entry = self.jobs.remove(seq);
+                key = entry
+                    .as_ref()
+                    .and_then(|e| e.api.spec.idempotency_key.as_deref().map(Box::from));
+                if let Some(last) = self.view.jobs.remove(&seq) {
+                    self.view.changes.push(ChangeType::Deleted, Object::Job(last));
+                }
+                self.cycle.forget_job(seq);
                 entry.is_some()
             }
         };
@@ -240,7 +275,7 @@ impl Owner {
         }
         if present {
             let key = crate::records::store_key(kind, seq);
-            if kind != ObjectKind::Group {
+            if WorkId::of(kind, seq).is_some() {
                 self.finished.deletes.push((Table::Starts, key.clone()));
             }
             self.finished.deletes.push((crate::records::table(kind), key));
@@ -254,8 +289,7 @@ impl Owner {
     /// Shows the retention counts in the view.
     pub(crate) fn show_retention(&mut self) {
         let retention = self.config.retention;
-        self.view.forgotten = [ObjectKind::Actor, ObjectKind::Task, ObjectKind::Group]
-            .map(|kind| self.finished.shown(kind, &retention));
+        self.view.forgotten = ObjectKind::ALL.map(|kind| self.finished.shown(kind, &retention));
     }
 }
 

@@ -7,13 +7,15 @@ use std::sync::Arc;
 use thin_vec::ThinVec;
 
 use berth_api::rest::{
-    Actor, ActorCreate, ActorState, Endpoint, EventKind, StringMap, Task, TaskState, TaskSubmit,
+    Actor, ActorCreate, ActorState, Endpoint, EventKind, Lifetime, StringMap, Task, TaskState,
+    TaskSubmit, ThinStr,
 };
 use berth_api::spec::{actor_spec, LoadedRequest, ParsedRequest, Source};
 use berth_core::actors::ActorAffinity;
 use berth_core::{Allocation, Cluster, Decision, Request, Scheduler, Strategy, Trigger};
 
 use super::convert;
+use super::jobs::{owner_of, Owned, OwnerRef};
 use super::work_table::{push_event, record_start, AfterEnd, Ending, Work, WorkApi, WorkObject};
 use super::Owner;
 use crate::clock::now_ms;
@@ -50,11 +52,17 @@ pub(crate) fn build_task(cluster: &Cluster, body: &TaskSubmit) -> Result<Request
 }
 
 impl Owner {
-    pub(crate) fn create_actor(&mut self, seq: u64, body: ActorCreate) -> Result<Actor, HeadError> {
+    pub(crate) fn create_actor(
+        &mut self,
+        seq: u64,
+        mut body: ActorCreate,
+    ) -> Result<Actor, HeadError> {
         // A retried creation: the first one's object, as it is now.
         if let Some(first) = self.created_with(ObjectKind::Actor, body.idempotency_key.as_deref()) {
             return Ok(self.actor_answer(first));
         }
+        let job = self.check_owner(body.job_id.as_deref(), body.owner_id.as_deref())?;
+        body.job_id = job.as_deref().map(ThinStr::from);
         let namespace = body.namespace.as_deref().unwrap_or("default").to_string();
         if let Some(name) = &body.name {
             // The index may name an actor that died since: its name is free again.
@@ -97,15 +105,27 @@ impl Owner {
             self.work.names.insert((api.namespace.clone(), name.clone()), seq);
         }
         self.remember_key(ObjectKind::Actor, api.spec.idempotency_key.as_deref(), seq);
+        let spec = &api.spec;
+        if let Some(owner) =
+            owner_of(spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)
+        {
+            self.jobs.own(owner, Owned::Work(WorkId::Actor(seq)));
+        }
         self.work.insert(WorkId::Actor(seq), Work::new(WorkApi::Actor(Arc::new(api))));
         self.submit(WorkId::Actor(seq), request);
         Ok(self.actor_answer(seq))
     }
 
-    pub(crate) fn submit_task(&mut self, seq: u64, body: TaskSubmit) -> Result<Task, HeadError> {
+    pub(crate) fn submit_task(
+        &mut self,
+        seq: u64,
+        mut body: TaskSubmit,
+    ) -> Result<Task, HeadError> {
         if let Some(first) = self.created_with(ObjectKind::Task, body.idempotency_key.as_deref()) {
             return Ok(self.task_answer(first));
         }
+        let job = self.check_owner(body.job_id.as_deref(), body.owner_id.as_deref())?;
+        body.job_id = job.as_deref().map(ThinStr::from);
         let request = build_task(&self.cluster, &body)?;
         let mut api = Task {
             work_key: None,
@@ -125,6 +145,11 @@ impl Owner {
         };
         push_event(&mut api.history, EventKind::Created, None, String::new());
         self.remember_key(ObjectKind::Task, api.spec.idempotency_key.as_deref(), seq);
+        let spec = &api.spec;
+        let lifetime = Lifetime::NonDetached;
+        if let Some(owner) = owner_of(spec.job_id.as_deref(), spec.owner_id.as_deref(), lifetime) {
+            self.jobs.own(owner, Owned::Work(WorkId::Task(seq)));
+        }
         self.work.insert(WorkId::Task(seq), Work::new(WorkApi::Task(Arc::new(api))));
         self.submit(WorkId::Task(seq), request);
         Ok(self.task_answer(seq))
@@ -299,11 +324,16 @@ impl Owner {
         ))
     }
 
-    /// Gives back what `key`'s attempt held and forgets its placement; returns the node.
+    /// Gives back what `key`'s attempt held and forgets its placement; returns the node. The
+    /// attempt's process is gone (or being stopped), and what it owned ends with it.
     fn release(&mut self, key: WorkId) -> Option<Arc<str>> {
         let e = self.work.known(key);
         e.started = false;
         let allocation = e.allocation.take();
+        if allocation.is_some() {
+            let why = format!("its owner {}'s process ended", key.id());
+            self.end_owned(OwnerRef::Work(key), &why);
+        }
         if let WorkId::Actor(seq) = key {
             let id = ObjectKind::Actor.id(seq);
             if self.cluster.remove_actor(&id).is_some() {
@@ -411,6 +441,11 @@ impl Owner {
     }
 
     pub(crate) fn kill_actor(&mut self, id: &str) -> Result<Actor, HeadError> {
+        self.kill_actor_because(id, "killed by a user")
+    }
+
+    /// Kills actor `id` for good, `why` being the death reason it shows.
+    pub(crate) fn kill_actor_because(&mut self, id: &str, why: &str) -> Result<Actor, HeadError> {
         let seq = self.held_actor(id)?;
         let key = WorkId::Actor(seq);
         if self.actor_answer(seq).state == ActorState::Dead {
@@ -424,13 +459,18 @@ impl Owner {
         actor.state = ActorState::Dead;
         actor.diagnosis = None;
         actor.endpoint = None;
-        actor.death_reason = Some("killed by a user".into());
-        push_event(&mut actor.history, EventKind::Killed, node.as_ref(), "killed by a user");
+        actor.death_reason = Some(why.into());
+        push_event(&mut actor.history, EventKind::Killed, node.as_ref(), why);
         self.cycle.mark_work(key);
         Ok(self.actor_answer(seq))
     }
 
     pub(crate) fn cancel_task(&mut self, id: &str) -> Result<Task, HeadError> {
+        self.cancel_task_because(id, "cancelled by a user")
+    }
+
+    /// Cancels task `id`, `why` being what its history shows.
+    pub(crate) fn cancel_task_because(&mut self, id: &str, why: &str) -> Result<Task, HeadError> {
         let seq = match WorkId::parse(id) {
             Some(key @ WorkId::Task(seq)) if self.work.contains(key) => seq,
             _ => return Err(HeadError::NotFound { what: "task", id: id.to_string() }),
@@ -449,7 +489,7 @@ impl Owner {
         let task = self.work.known(key).task_mut().expect("a task's key");
         task.state = TaskState::Cancelled;
         task.diagnosis = None;
-        push_event(&mut task.history, EventKind::Cancelled, node.as_ref(), "cancelled by a user");
+        push_event(&mut task.history, EventKind::Cancelled, node.as_ref(), why);
         self.cycle.mark_work(key);
         Ok(self.task_answer(seq))
     }
@@ -547,6 +587,11 @@ fn start_message(
     keys: &WorkKeys,
 ) -> Assignment {
     let (command, args, env) = api.command();
+    let mut env: std::collections::HashMap<String, String> = env.clone().into_iter().collect();
+    // Its job, for the SDKs in the process: what it creates belongs to the same job.
+    if let Some(job) = api.job_id() {
+        env.insert("BERTH_JOB_ID".into(), job.into());
+    }
     Assignment {
         kind: Some(berth_api::agent::assignment::Kind::Start(Start {
             work_id: api.id().to_string(),
@@ -554,7 +599,7 @@ fn start_message(
             kind: api.kind() as i32,
             command: command.to_string(),
             args: args.to_vec(),
-            env: env.clone().into_iter().collect(),
+            env,
             namespace: api.namespace().to_string(),
             resources: convert::resource_map(cluster, allocation.resources()).into_iter().collect(),
             instances: instances

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use berth_api::agent::WorkKind;
-use berth_api::rest::{Actor, ActorState, Event, EventKind, StringMap, Task, TaskState};
+use berth_api::rest::{Actor, ActorState, Event, EventKind, Lifetime, StringMap, Task, TaskState};
 use berth_api::spec::{ExpressionMap, Located};
 use berth_api::ObjectKind;
 use berth_core::Allocation;
@@ -50,7 +50,7 @@ impl WorkId {
         match kind {
             ObjectKind::Actor => Some(WorkId::Actor(seq)),
             ObjectKind::Task => Some(WorkId::Task(seq)),
-            ObjectKind::Group => None,
+            ObjectKind::Group | ObjectKind::Job => None,
         }
     }
 
@@ -59,7 +59,7 @@ impl WorkId {
         match ObjectKind::parse(id)? {
             (ObjectKind::Actor, seq) => Some(WorkId::Actor(seq)),
             (ObjectKind::Task, seq) => Some(WorkId::Task(seq)),
-            (ObjectKind::Group, _) => None,
+            (ObjectKind::Group | ObjectKind::Job, _) => None,
         }
     }
 }
@@ -338,6 +338,14 @@ pub(crate) trait WorkObject {
     fn created_at_ms(&self) -> u64;
     /// The client's key of its creation.
     fn idempotency_key(&self) -> Option<&str>;
+    /// Its job and owner as its creation named them (`job_id`, `owner_id`, `lifetime`).
+    fn ownership(&self) -> (Option<&str>, Option<&str>, Lifetime);
+    /// Its job (`job_id`), if it has one.
+    fn job_id(&self) -> Option<&str> {
+        self.ownership().0
+    }
+    /// Its state, as the API writes it (`ALIVE`, `RUNNING` …).
+    fn state_word(&self) -> &'static str;
     fn node_id(&self) -> Option<&Arc<str>>;
     /// Instance IDs per unit-instance resource of the current attempt.
     fn instances(&self) -> &BTreeMap<String, Vec<u32>>;
@@ -387,6 +395,18 @@ impl WorkObject for Actor {
     }
     fn idempotency_key(&self) -> Option<&str> {
         self.spec.idempotency_key.as_deref()
+    }
+    fn state_word(&self) -> &'static str {
+        match self.state {
+            ActorState::Pending => "PENDING",
+            ActorState::Alive => "ALIVE",
+            ActorState::Restarting => "RESTARTING",
+            ActorState::Dead => "DEAD",
+        }
+    }
+    fn ownership(&self) -> (Option<&str>, Option<&str>, Lifetime) {
+        let spec = &self.spec;
+        (spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)
     }
     fn node_id(&self) -> Option<&Arc<str>> {
         self.node_id.as_ref()
@@ -486,6 +506,19 @@ impl WorkObject for Task {
     }
     fn idempotency_key(&self) -> Option<&str> {
         self.spec.idempotency_key.as_deref()
+    }
+    fn state_word(&self) -> &'static str {
+        match self.state {
+            TaskState::Pending => "PENDING",
+            TaskState::Running => "RUNNING",
+            TaskState::Finished => "FINISHED",
+            TaskState::Failed => "FAILED",
+            TaskState::Cancelled => "CANCELLED",
+        }
+    }
+    fn ownership(&self) -> (Option<&str>, Option<&str>, Lifetime) {
+        let spec = &self.spec;
+        (spec.job_id.as_deref(), spec.owner_id.as_deref(), Lifetime::NonDetached)
     }
     fn node_id(&self) -> Option<&Arc<str>> {
         self.node_id.as_ref()
