@@ -1,6 +1,7 @@
 """A real local cluster for the tests: `berth up --config examples/local/sdk-tests.yaml` on a
 free port, in its own data directory, stopped when the session ends. No mock of the head
-anywhere."""
+anywhere. `start_cluster` and `stop_cluster` start and stop other `berth up` clusters (for a
+test that needs one of its own)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
+from typing import List
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+SDK_TESTS_CONFIG = REPO / "examples" / "local" / "sdk-tests.yaml"
+
+# Generous: a cold `berth up` is up within seconds, on a machine shared with builds and tests.
+START_TIMEOUT_S = 120.0
 
 
 def berth_binary() -> str:
@@ -47,17 +54,21 @@ class Cluster:
         ).stdout
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory) -> Cluster:
-    data = tmp_path_factory.mktemp("berth-data")
+class ClusterStartError(RuntimeError):
+    pass
+
+
+def start_cluster(data_dir: Path, *args: str) -> Cluster:
+    """`berth up --port 0 --data-dir DATA_DIR --log-level warn ARGS...` (its own process group),
+    once every node it starts has registered. Raises ClusterStartError with its output if it
+    stops or does not come up within START_TIMEOUT_S."""
     env = dict(os.environ)
     # Workers import berth from this checkout, installed or not.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
     for var in ("BERTH_ADDRESS", "BERTH_TOKEN", "BERTH_DATA_DIR"):
         env.pop(var, None)
     proc = subprocess.Popen(
-        [berth_binary(), "up", "--config", str(REPO / "examples" / "local" / "sdk-tests.yaml"), "--port", "0",
-         "--data-dir", str(data), "--heartbeat-timeout", "3", "--log-level", "warn"],
+        [berth_binary(), "up", "--port", "0", "--data-dir", str(data_dir), "--log-level", "warn", *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
     )
     lines: "queue.Queue[str]" = queue.Queue()
@@ -69,34 +80,50 @@ def cluster(tmp_path_factory) -> Cluster:
         lines.put("")
 
     threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + START_TIMEOUT_S
     address = None
-    seen = []
-    while address is None:
+    seen: List[str] = []
+    # `berth up` prints its address before its nodes have registered, and "Berth is up" after.
+    while address is None or not any("Berth is up" in line for line in seen):
         try:
-            line = lines.get(timeout=120)
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
-            break
+            line = ""
         if line == "":
-            break
+            _stop(proc)
+            raise ClusterStartError(f"`{' '.join(proc.args[1:])}` did not start:\n" + "".join(seen))
         seen.append(line)
-        if "listening on http://" in line:
+        if address is None and "listening on http://" in line:
             address = line.split("listening on http://", 1)[1].split()[0]
-    if address is None:
-        proc.kill()
-        pytest.exit("berth up did not start:\n" + "".join(seen), returncode=2)
-    # `berth up` prints its address before its nodes have registered: wait for all four.
-    while "Berth is up" not in "".join(seen):
-        line = lines.get(timeout=120)
-        if line == "":
-            pytest.exit("berth up stopped:\n" + "".join(seen), returncode=2)
-        seen.append(line)
-    yield Cluster(proc, address, data, lines)
-    os.killpg(proc.pid, signal.SIGTERM)
+    return Cluster(proc, address, data_dir, lines)
+
+
+def stop_cluster(cluster: Cluster) -> None:
+    """SIGTERM to `berth up`'s process group (its agents stop their work), SIGKILL after 30 s."""
+    _stop(cluster.proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:  # the group is gone already
+        pass
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> Cluster:
+    try:
+        started = start_cluster(tmp_path_factory.mktemp("berth-data"), "--config", str(SDK_TESTS_CONFIG),
+                                "--heartbeat-timeout", "3")
+    except ClusterStartError as e:
+        pytest.exit(str(e), returncode=2)
+    yield started
+    stop_cluster(started)
 
 
 @pytest.fixture
