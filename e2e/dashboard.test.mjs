@@ -13,8 +13,8 @@
 //     the node again (REST dry run);
 //  6. the operations view: lists newest first, sorted by a column and paged (page and REST),
 //     a log followed as it is written, two 0.5-GPU actors on one instance in the node's GPU
-//     map, kill, cancel, remove, drain and undrain from the pages, the node's history, the
-//     overview's charts, and every action disabled and refused for a read token. It also
+//     map, kill, cancel, remove, drain and undrain from the pages, a job's page and its stop,
+//     the node's history, the overview's charts, and every action disabled and refused for a read token. It also
 //     takes docs/dashboard-node.png and docs/dashboard-overview.png.
 // No test framework: each step throws on failure; the process exits non-zero.
 
@@ -270,6 +270,26 @@ async function operations(page, context, spare, cleanup) {
   check(history.includes('draining') && history.includes('undrained'), `the node's history: ${history}`);
   await page.locator('table.history').getByText('undrained').waitFor();
 
+  step('a job: listed, its page links to what it owns, and Stop ends it with its actor');
+  const job = await api('POST', '/jobs', { name: `${run}-driver`, metadata: { sdk: 'e2e' } });
+  cleanup.push(() => api('POST', `/jobs/${job.job_id}/stop`));
+  const owned = await api('POST', '/actors', {
+    name: `${run}-owned`, job_id: job.job_id, command: 'sleep', args: ['600'], resources: { CPU: 0.1 },
+  });
+  cleanup.push(() => api('DELETE', `/actors/${owned.actor_id}`));
+  await page.goto(`${base}/#jobs?name=${run}`);
+  await page.getByRole('link', { name: job.job_id, exact: true }).click();
+  const ownedLink = page.getByRole('link', { name: 'Its actors (1)' });
+  await ownedLink.waitFor();
+  await ownedLink.click();
+  await page.getByRole('link', { name: owned.actor_id, exact: true }).waitFor();
+  await page.goto(`${base}/#jobs/${job.job_id}`);
+  await page.getByRole('button', { name: `Stop ${job.job_id}` }).click();
+  await flash(page, `${job.job_id} stopped: it is STOPPED.`);
+  const ended = await api('GET', `/actors/${owned.actor_id}`);
+  check(ended.state === 'DEAD', `the job's actor is dead (REST): ${ended.state}`);
+  check(ended.death_reason.includes(`its job ${job.job_id} ended`), `why: ${ended.death_reason}`);
+
   step('the overview charts the last hour');
   await page.goto(`${base}/#overview`);
   await page.locator('svg.chart[aria-label^="GPU reserved"]').waitFor();
@@ -301,6 +321,8 @@ async function operations(page, context, spare, cleanup) {
     [`/ui/actors/${halves[1]}/kill`, 'kill'],
     [`/ui/tasks/${ids[0]}/cancel`, 'cancel'],
     [`/ui/groups/${group.group_id}/remove`, 'remove'],
+    [`/ui/jobs/${job.job_id}/stop`, 'stop a job'],
+    [`/api/v1/jobs/${job.job_id}/stop`, 'stop a job (REST)'],
     [`/ui/nodes/${idle.node_id}/drain`, 'drain'],
     [`/ui/nodes/${idle.node_id}/undrain`, 'undrain'],
     [`/api/v1/nodes/${idle.node_id}/undrain`, 'undrain (REST)'],

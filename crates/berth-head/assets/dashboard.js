@@ -6,7 +6,7 @@
 
   var KEY = 'berth-token';
   // `#page`, `#page/id` or `#page?filters`; anything else shows the overview.
-  var ROUTE = /^#(overview|nodes|actors|tasks|groups)(\/[A-Za-z0-9._~%-]+)?(\?[A-Za-z0-9._~%&=+-]*)?$/;
+  var ROUTE = /^#(overview|nodes|actors|tasks|groups|jobs)(\/[A-Za-z0-9._~%-]+)?(\?[A-Za-z0-9._~%&=+-]*)?$/;
 
   var main = document.getElementById('main');
   var alertBox = document.getElementById('alert');

@@ -91,6 +91,10 @@ pub(crate) fn router(handle: HeadHandle, keyring: Keyring, samples: samples::Sam
         .route("/ui/groups/rows", get(work::group_rows))
         .route("/ui/groups/{id}", get(work::group_detail))
         .route("/ui/groups/{id}/remove", post(work::remove_group))
+        .route("/ui/jobs", get(work::jobs_page))
+        .route("/ui/jobs/rows", get(work::job_rows))
+        .route("/ui/jobs/{id}", get(work::job_detail))
+        .route("/ui/jobs/{id}/stop", post(work::stop_job))
         .route_layer(middleware::from_fn_with_state(keyring, require_token))
         .with_state(Ui { handle, samples });
     Router::new()

@@ -246,6 +246,7 @@ pub(crate) fn link(kind: &str, id: &str) -> String {
     let page = match kind {
         "actor" => "actors",
         "task" => "tasks",
+        "job" => "jobs",
         _ => "groups",
     };
     format!("#{page}/{}", segment(id))

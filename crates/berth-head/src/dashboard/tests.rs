@@ -9,9 +9,9 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::Router;
 use berth_api::rest::{
-    Actor, ActorCreate, ActorState, Bundle, Diagnosis, Event, Group, GroupCreate, GroupState, Node,
-    NodeState, PendingItem, ReasonCount, ResourceTable, ResourceUse, StringMap, Taint, Task,
-    TaskState, TaskSubmit,
+    Actor, ActorCreate, ActorState, Bundle, Diagnosis, Event, Group, GroupCreate, GroupState, Job,
+    JobCreate, JobState, Node, NodeState, PendingItem, ReasonCount, ResourceTable, ResourceUse,
+    StringMap, Taint, Task, TaskState, TaskSubmit,
 };
 use berth_api::spec::{PlacementGroupSpec, PlacementSpec};
 use serde_json::json;
@@ -206,7 +206,28 @@ fn sample_view() -> View {
     );
     view.tasks.insert(1, Arc::new(task(1, TaskState::Running)));
     view.groups.insert(1, Arc::new(group(1, GroupState::Created)));
+    view.jobs.insert(1, Arc::new(job(1)));
+    // actor-1 belongs to job-1, made by its driver.
+    Arc::make_mut(&mut Arc::make_mut(view.actors.get_mut(&1).unwrap()).spec).job_id =
+        Some("job-1".into());
     view
+}
+
+fn job(seq: u64) -> Job {
+    Job {
+        job_id: format!("job-{seq}"),
+        state: JobState::Running,
+        lease_ms: 30_000,
+        ended_at_ms: None,
+        end_reason: None,
+        history: Default::default(),
+        created_at_ms: 1_700_000_000_000,
+        spec: JobCreate {
+            name: Some("train.py".into()),
+            metadata: map(&[("sdk", "python"), ("host", "laptop"), ("pid", "4242")]),
+            ..Default::default()
+        },
+    }
 }
 
 /// What the stand-in owner was asked: (node, taints, add) for taints; (node, {}, false) for
@@ -305,6 +326,19 @@ fn harness_with(view: View, fail: Option<HeadError>) -> Harness {
                             t
                         })
                         .ok_or(HeadError::NotFound { what: "task", id });
+                    let _ = reply.send(fail.clone().map_or(result, Err));
+                }
+                Command::EndJob { id, reply, .. } => {
+                    record.lock().unwrap().push((id.clone(), map(&[("stop", "")]), None));
+                    let result = current
+                        .job(&id)
+                        .map(|j| {
+                            let mut j = (*j).clone();
+                            j.state = JobState::Stopped;
+                            j.end_reason = Some("stopped from the dashboard".into());
+                            j
+                        })
+                        .ok_or(HeadError::NotFound { what: "job", id });
                     let _ = reply.send(fail.clone().map_or(result, Err));
                 }
                 Command::RemoveGroup { id, reply } => {
@@ -440,6 +474,10 @@ const DATA_ROUTES: &[(&str, &str)] = &[
     ("GET", "/ui/groups"),
     ("GET", "/ui/groups/rows"),
     ("GET", "/ui/groups/pg-1"),
+    ("GET", "/ui/jobs"),
+    ("GET", "/ui/jobs/rows"),
+    ("GET", "/ui/jobs/job-1"),
+    ("POST", "/ui/jobs/job-1/stop"),
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -1078,4 +1116,47 @@ async fn the_overview_charts_the_last_hour_and_a_group_shows_its_bundles_on_thei
     assert!(task.contains(r#"data-logs="task-1""#), "{task}");
     let live = get(&h.router, "/ui/tasks/task-1?part=live").await.ok().to_string();
     assert!(!live.contains("data-logs"), "the live part leaves the logs alone: {live}");
+}
+
+#[tokio::test]
+async fn jobs_are_listed_link_to_what_they_own_and_stop_for_admins_only() {
+    let h = harness();
+    let rows = |uri: &'static str| {
+        let router = h.router.clone();
+        async move { get(&router, uri).await }
+    };
+    let list = get(&h.router, "/ui/jobs").await.ok().to_string();
+    assert!(list.contains(r##"<a href="#jobs/job-1">job-1</a>"##), "{list}");
+    assert!(
+        list.contains("train.py") && list.contains("laptop") && list.contains("python pid 4242")
+    );
+    assert!(!list.contains(r#"for="f-job""#), "jobs have no job filter: {list}");
+    rows("/ui/jobs/rows?state=LOST").await.ok();
+    rows("/ui/jobs/rows?state=ALIVE").await.error(400, Some("state"));
+    // The other lists filter by job.
+    let actors = get(&h.router, "/ui/actors").await.ok().to_string();
+    assert!(actors.contains(r#"for="f-job""#), "{actors}");
+    let of_job = rows("/ui/actors/rows?job=job-1").await;
+    assert!(of_job.ok().contains("actor-1") && !of_job.text.contains("actor-2"), "{}", of_job.text);
+    // A job's page: what it is, links to what it owns (counted), and Stop.
+    let page = get(&h.router, "/ui/jobs/job-1").await.ok().to_string();
+    assert!(page.contains("Job job-1") && page.contains("job-1 is RUNNING: its driver holds it"));
+    assert!(page.contains(r##"<a href="#actors?job=job-1">Its actors (1)</a>"##), "{page}");
+    assert!(page.contains(r##"<a href="#tasks?job=job-1">Its tasks (0)</a>"##), "{page}");
+    assert!(page.contains("<dt>Lease</dt><dd>30.0 s without a renewal</dd>"), "{page}");
+    assert!(page.contains(r#"hx-post="/ui/jobs/job-1/stop""#), "{page}");
+    assert!(!page.contains("No logs"), "jobs have no logs: {page}");
+    // An actor of the job links to it and says who owns it.
+    let actor = get(&h.router, "/ui/actors/actor-1").await.ok().to_string();
+    assert!(actor.contains(r##"<a href="#jobs/job-1">Its job, job-1</a>"##), "{actor}");
+    assert!(actor.contains("<dt>Owner</dt><dd>the driver of job-1; ends with it</dd>"), "{actor}");
+    // Stop: refused for a read token, done for an admin.
+    send(&h.router, Method::POST, "/ui/jobs/job-1/stop", Some(&h.read), None)
+        .await
+        .error(403, None);
+    let stopped = send(&h.router, Method::POST, "/ui/jobs/job-1/stop", Some(TOKEN), None).await;
+    let text = stopped.ok();
+    assert!(text.contains("job-1 stopped: it is STOPPED."), "{text}");
+    assert!(!text.contains(r#"hx-post="/ui/jobs/job-1/stop""#), "an ended job has no stop");
+    get(&h.router, "/ui/jobs/job-9").await.error(404, None);
 }

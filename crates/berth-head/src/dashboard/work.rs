@@ -1,13 +1,16 @@
-//! Actors, tasks and placement groups: filterable lists (state, namespace, node and, for
-//! actors, label: `View::list_*`), and a detail page each with its scheduling options, its
-//! history and, while it waits, the diagnosis in words.
+//! Actors, tasks, placement groups and jobs: filterable lists (state, namespace, node, job
+//! and, for actors, label: `View::list_*`), and a detail page each with its scheduling
+//! options, its history and, while it waits, the diagnosis in words; a job's page links to
+//! what it owns.
 
 use askama::Template;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use axum::Extension;
-use berth_api::rest::{Actor, Diagnosis, Event, Group, ListQuery, Role, Task, WorkMeasured};
+use berth_api::rest::{
+    Actor, Diagnosis, Event, Group, Job, Lifetime, ListQuery, Role, Task, WorkMeasured,
+};
 use berth_api::spec::PlacementSpec;
 
 use super::format::{self, NONE};
@@ -28,6 +31,7 @@ pub(crate) enum WorkList {
     Actors,
     Tasks,
     Groups,
+    Jobs,
 }
 
 impl WorkList {
@@ -36,6 +40,7 @@ impl WorkList {
             WorkList::Actors => "Actors",
             WorkList::Tasks => "Tasks",
             WorkList::Groups => "Placement groups",
+            WorkList::Jobs => "Jobs",
         }
     }
 
@@ -45,6 +50,7 @@ impl WorkList {
             WorkList::Actors => "actors",
             WorkList::Tasks => "tasks",
             WorkList::Groups => "groups",
+            WorkList::Jobs => "jobs",
         }
     }
 
@@ -53,19 +59,35 @@ impl WorkList {
             WorkList::Actors => &["PENDING", "ALIVE", "RESTARTING", "DEAD"],
             WorkList::Tasks => &["PENDING", "RUNNING", "FINISHED", "FAILED", "CANCELLED"],
             WorkList::Groups => &["PENDING", "CREATED", "RESCHEDULING", "REMOVED"],
+            WorkList::Jobs => &["RUNNING", "FINISHED", "STOPPED", "LOST"],
         }
     }
 
     /// The columns of the table: heading, and the REST list's sort column (none: not
     /// sortable).
     fn columns(self) -> [(&'static str, Option<&'static str>); 9] {
+        if self == WorkList::Jobs {
+            return [
+                ("ID", Some("job_id")),
+                ("Name", Some("name")),
+                ("Namespace", None),
+                ("State", Some("state")),
+                ("Host", None),
+                ("Ended (UTC)", Some("ended_at_ms")),
+                ("Started (UTC)", Some("created_at_ms")),
+                ("Driver", None),
+                ("Why it ended", None),
+            ];
+        }
         let (id, count, what) = match self {
             WorkList::Actors => ("actor_id", ("Restarts", Some("restarts")), "Labels"),
             WorkList::Tasks => ("task_id", ("Attempts", Some("attempts")), "Resources"),
-            WorkList::Groups => ("group_id", ("Strategy", Some("strategy")), "Bundles"),
+            WorkList::Groups | WorkList::Jobs => {
+                ("group_id", ("Strategy", Some("strategy")), "Bundles")
+            }
         };
         let node = match self {
-            WorkList::Groups => None,
+            WorkList::Groups | WorkList::Jobs => None,
             _ => Some("node_id"),
         };
         [
@@ -97,6 +119,9 @@ pub(crate) struct Filters {
     node: String,
     #[serde(default)]
     pub(crate) label: String,
+    /// Only objects of this job.
+    #[serde(default)]
+    job: String,
     /// Searched in names and IDs.
     #[serde(default)]
     pub(crate) name: String,
@@ -171,7 +196,7 @@ impl Filters {
             namespace: some(&self.namespace),
             node: some(&self.node),
             label: some(&self.label),
-            job: None,
+            job: some(&self.job),
             name: some(&self.name),
             limit: Some(self.limit()?),
             sort: Some(self.sort().to_string()),
@@ -189,6 +214,8 @@ struct ListPage {
     states: &'static [&'static str],
     /// Only actors have labels to filter on.
     label_filter: bool,
+    /// Actors, tasks and groups have a job to filter on.
+    job_filter: bool,
     filters: Filters,
     /// The node IDs, for the node filter.
     nodes: Vec<String>,
@@ -298,14 +325,20 @@ impl Rows {
                 let list = view.list_groups(&query)?;
                 (list.items.iter().map(group_row).collect(), list.total, list.next_cursor)
             }
+            WorkList::Jobs => {
+                let list = view.list_jobs(&query)?;
+                (list.items.iter().map(job_row).collect(), list.total, list.next_cursor)
+            }
         };
         let sort = filters.sort().to_string();
         // Numbers and times start with the largest, words from A.
-        let headings = headings(&kind.columns(), &sort, &["created_at_ms", "restarts", "attempts"]);
+        let first_desc = ["created_at_ms", "ended_at_ms", "restarts", "attempts"];
+        let headings = headings(&kind.columns(), &sort, &first_desc);
         let empty = match kind {
             WorkList::Actors => "No actor matches.",
             WorkList::Tasks => "No task matches.",
             WorkList::Groups => "No placement group matches.",
+            WorkList::Jobs => "No job matches.",
         };
         let page = filters.page()?;
         let limit = filters.limit()?;
@@ -415,6 +448,30 @@ fn group_row(g: &Group) -> Row {
     }
 }
 
+fn job_row(j: &Job) -> Row {
+    let state = format::word(&j.state);
+    let meta = |key: &str| j.spec.metadata.get(key).cloned().unwrap_or_default();
+    let driver = [meta("sdk"), meta("pid").chars().take(16).collect::<String>()]
+        .into_iter()
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join(" pid ");
+    Row {
+        id: j.job_id.clone(),
+        href: format::link("job", &j.job_id),
+        name: j.spec.name.clone().unwrap_or_default(),
+        namespace: j.spec.namespace.clone().unwrap_or_else(|| "default".into()),
+        class: format::state_class(&state),
+        state,
+        node: meta("host"),
+        count: j.ended_at_ms.map(format::time).unwrap_or_default(),
+        created: format::time(j.created_at_ms),
+        what: driver,
+        why: j.end_reason.clone().unwrap_or_default(),
+        infeasible: false,
+    }
+}
+
 async fn list_page(ui: &Ui, kind: WorkList, query: Option<String>) -> Result<Response, UiError> {
     let view = ui.handle.view();
     let filters = Filters::parse(query.as_deref())?;
@@ -425,6 +482,7 @@ async fn list_page(ui: &Ui, kind: WorkList, query: Option<String>) -> Result<Res
         page: kind.page(),
         states: kind.states(),
         label_filter: kind == WorkList::Actors,
+        job_filter: kind != WorkList::Jobs,
         nodes: view.nodes.keys().cloned().collect(),
         sizes: PAGE_SIZES,
         filters,
@@ -485,6 +543,22 @@ pub(crate) async fn group_rows(
     list_rows(&ui, WorkList::Groups, q).await
 }
 
+/// `GET /ui/jobs?…`.
+pub(crate) async fn jobs_page(
+    State(ui): State<Ui>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, UiError> {
+    list_page(&ui, WorkList::Jobs, q).await
+}
+
+/// `GET /ui/jobs/rows?…`.
+pub(crate) async fn job_rows(
+    State(ui): State<Ui>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, UiError> {
+    list_rows(&ui, WorkList::Jobs, q).await
+}
+
 // ---------------------------------------------------------------------------------------------
 // Details.
 
@@ -510,6 +584,8 @@ pub(crate) struct Detail {
     /// `View::explain`'s sentence: `actor-2 is PENDING, waiting: …`.
     summary: String,
     facts: Vec<(&'static str, String)>,
+    /// Links to what it belongs to or owns: label and `#page…` route.
+    links: Vec<(String, String)>,
     /// The scheduling options it was created with.
     options: Vec<(&'static str, String)>,
     /// The whole spec, as pretty JSON.
@@ -615,6 +691,32 @@ fn placement(spec: &PlacementSpec) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// Links to an object's job and owner (when it names them).
+fn ownership_links(job: Option<&str>, owner: Option<&str>) -> Vec<(String, String)> {
+    let mut links = Vec::new();
+    if let Some(job) = job {
+        links.push((format!("Its job, {job}"), format::link("job", job)));
+    }
+    if let Some(owner) = owner {
+        let kind = if owner.starts_with("task-") { "task" } else { "actor" };
+        links.push((format!("Its owner, {owner}"), format::link(kind, owner)));
+    }
+    links
+}
+
+/// Who owns an object, in words: `actor-5 (its process)`, `job-3's driver`, or none.
+fn owner_words(job: Option<&str>, owner: Option<&str>, lifetime: Lifetime) -> String {
+    let who = match (owner, job) {
+        (Some(owner), _) => format!("{owner}'s process"),
+        (None, Some(job)) => format!("the driver of {job}"),
+        (None, None) => return "none (ends only when ended by name)".into(),
+    };
+    match lifetime {
+        Lifetime::Detached => format!("{who}; detached: outlives it"),
+        Lifetime::NonDetached => format!("{who}; ends with it"),
+    }
+}
+
 impl Detail {
     fn base(view: &View, kind: WorkList, noun: &'static str, id: &str, state: String) -> Detail {
         let summary = view.explain(id).map(|e| e.summary).unwrap_or_default();
@@ -636,6 +738,7 @@ impl Detail {
             state,
             summary,
             facts: vec![],
+            links: vec![],
             options: vec![],
             spec: String::new(),
             diagnosis: None,
@@ -659,9 +762,11 @@ impl Detail {
             ("Uses (measured)", measured_words(uses, &spec.placement.resources)),
             ("Restarts", format!("{} (at most {max})", a.restarts)),
             ("Death reason", or_none(a.death_reason.as_deref())),
+            ("Owner", owner_words(spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)),
             ("Created", format::time(a.created_at_ms)),
             ("Command", format::command_line(&spec.command, &spec.args)),
         ];
+        d.links = ownership_links(spec.job_id.as_deref(), spec.owner_id.as_deref());
         d.options = vec![
             ("Resources", format::spec_resources(&spec.placement.resources)),
             ("Actor labels", format::pairs(&spec.labels)),
@@ -702,9 +807,18 @@ impl Detail {
             ("Attempts", format!("{} (retries at most {})", t.attempts, spec.max_retries)),
             ("Exit code", t.exit_code.map(|c| c.to_string()).unwrap_or_else(|| NONE.into())),
             ("Failure", or_none(t.failure.as_deref())),
+            (
+                "Owner",
+                owner_words(
+                    spec.job_id.as_deref(),
+                    spec.owner_id.as_deref(),
+                    Lifetime::NonDetached,
+                ),
+            ),
             ("Created", format::time(t.created_at_ms)),
             ("Command", format::command_line(&spec.command, &spec.args)),
         ];
+        d.links = ownership_links(spec.job_id.as_deref(), spec.owner_id.as_deref());
         d.options = vec![("Resources", format::spec_resources(&spec.placement.resources))];
         d.options.extend(placement(&spec.placement));
         d.spec = spec_json(spec);
@@ -746,8 +860,10 @@ impl Detail {
             ("Name", or_none(g.name.as_deref())),
             ("Namespace", g.namespace.clone()),
             ("Alternative reserved", alternative),
+            ("Owner", owner_words(spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)),
             ("Created", format::time(g.created_at_ms)),
         ];
+        d.links = ownership_links(spec.job_id.as_deref(), spec.owner_id.as_deref());
         d.options = vec![
             ("Strategy", g.strategy.clone()),
             (
@@ -781,6 +897,51 @@ impl Detail {
                     "Remove {}? Its reservations are freed and the actors and tasks in it are \
                      stopped.",
                     g.group_id
+                ),
+            });
+        }
+        d
+    }
+
+    /// A job's page: what it is, how it ended, links to what belongs to it, and Stop.
+    pub(crate) fn job(view: &View, j: &Job) -> Detail {
+        let mut d = Detail::base(view, WorkList::Jobs, "Job", &j.job_id, format::word(&j.state));
+        let spec = &j.spec;
+        d.summary = match &j.end_reason {
+            Some(reason) => format!("{} is {}: {reason}", j.job_id, d.state),
+            None => format!("{} is {}: its driver holds it", j.job_id, d.state),
+        };
+        d.facts = vec![
+            ("Name", or_none(spec.name.as_deref())),
+            ("Namespace", spec.namespace.clone().unwrap_or_else(|| "default".into())),
+            ("Lease", format!("{:.1} s without a renewal", j.lease_ms as f64 / 1000.0)),
+            ("Started", format::time(j.created_at_ms)),
+            ("Ended", j.ended_at_ms.map(format::time).unwrap_or_else(|| NONE.into())),
+            ("Why it ended", or_none(j.end_reason.as_deref())),
+            ("Driver", format::pairs(&spec.metadata)),
+        ];
+        let query = ListQuery { job: Some(j.job_id.clone()), limit: Some(1), ..Default::default() };
+        let counts = [
+            ("actors", view.list_actors(&query).map(|l| l.total)),
+            ("tasks", view.list_tasks(&query).map(|l| l.total)),
+            ("groups", view.list_groups(&query).map(|l| l.total)),
+        ];
+        for (page, total) in counts {
+            let noun = if page == "groups" { "placement groups" } else { page };
+            let total = total.unwrap_or(0);
+            let href = format!("#{page}?job={}", format::segment(&j.job_id));
+            d.links.push((format!("Its {noun} ({total})"), href));
+        }
+        d.spec = spec_json(spec);
+        d.history = events(&j.history);
+        if !j.state.is_final() {
+            d.actions.push(Action {
+                label: "Stop",
+                url: format!("/ui/jobs/{}/stop", format::segment(&j.job_id)),
+                confirm: format!(
+                    "Stop {}? Its actors that are not detached are killed, its tasks \
+                     cancelled and its placement groups removed.",
+                    j.job_id
                 ),
             });
         }
@@ -890,6 +1051,33 @@ pub(crate) async fn group_detail(
     let view = ui.handle.view();
     let group = view.group(&id).ok_or_else(|| UiError::not_found("placement_group", &id))?;
     Ok(detail_answer(Detail::group(&view, &group), q.as_deref(), role.as_ref()))
+}
+
+/// `GET /ui/jobs/{id}` (`?part=live`: the live part alone).
+pub(crate) async fn job_detail(
+    State(ui): State<Ui>,
+    role: Option<Extension<Role>>,
+    id: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, UiError> {
+    let id = path_param(id)?;
+    let view = ui.handle.view();
+    let job = view.job(&id).ok_or_else(|| UiError::not_found("job", &id))?;
+    Ok(detail_answer(Detail::job(&view, &job), q.as_deref(), role.as_ref()))
+}
+
+/// `POST /ui/jobs/{id}/stop`: stops the job, and what it owns; answers the live part.
+pub(crate) async fn stop_job(
+    State(ui): State<Ui>,
+    role: Option<Extension<Role>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, UiError> {
+    let id = path_param(id)?;
+    let reason = Some("stopped from the dashboard".to_string());
+    let job = ui.handle.stop_job(&id, reason).await?;
+    let flash = format!("{} stopped: it is {}.", job.job_id, format::word(&job.state));
+    let d = Detail::job(&ui.handle.view(), &job);
+    Ok(render(&d.live(is_admin(role.as_ref()), Some(flash))))
 }
 
 /// `POST /ui/actors/{id}/kill`: kills the actor; answers the live part with the head's word.
