@@ -229,6 +229,8 @@ async fn the_etcd_leader_killed_under_load_loses_nothing_five_times() {
         assert!(lost.is_empty(), "round {round}: acknowledged but lost: {lost:?}");
         let twice = repeated(&seen.acknowledged);
         assert!(twice.is_empty(), "round {round}: IDs handed out twice: {twice:?}");
+        // The head retries its commits until etcd has a leader again: no request fails.
+        assert_eq!(seen.failed, 0, "round {round}: requests failed while etcd chose a leader");
         println!(
             "round {round}: {} acknowledged, 0 lost, {} failed requests, no actor accepted for {:?}",
             seen.acknowledged.len(),
