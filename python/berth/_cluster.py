@@ -243,5 +243,6 @@ def process(argv: Sequence[str], *, actor: bool = False, env: Optional[Mapping[s
     body = make(checked, argv[0], list(argv[1:]), dict(env or {}))
     runtime = _runtime.current()
     body.setdefault("namespace", runtime.namespace)
+    body.update(runtime.ownership())
     record = runtime.client.create(f"/api/v1/{kind}s", body)
     return Process(kind, record)

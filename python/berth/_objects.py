@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+import warnings
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+
+log = logging.getLogger("berth")
 
 # One condition for every object: berth.wait wakes when any of them resolves.
 _resolved = threading.Condition()
 
 _PENDING = object()
+
+# A call that has waited this long asks the head whether what it waits on can be placed at all,
+# then again this often, until it has warned once; each time about at most CHECK_MAX objects
+# (one request each).
+CHECK_AFTER_S = 5.0
+CHECK_EVERY_S = 30.0
+CHECK_MAX = 8
+# The head's collection of each kind of ID (``task-7``, ``actor-3``, ``pg-2``).
+_COLLECTIONS = {"task": "tasks", "actor": "actors", "pg": "placement_groups"}
 
 
 class ObjectState:
@@ -94,6 +107,62 @@ class ObjectRef:
         )
 
 
+class Stall:
+    """One waiting call's checks that what it waits on can be placed: the first after
+    ``CHECK_AFTER_S``, then every ``CHECK_EVERY_S``, until one finds work the head says is
+    infeasible and warns (``BerthInfeasibleWarning``, and the ``berth`` logger) with the
+    head's summary. A value that is ready costs nothing: the first check is 5 s in."""
+
+    def __init__(self) -> None:
+        self.next = time.monotonic() + CHECK_AFTER_S
+        self.warned = False
+
+    def until_next(self) -> Optional[float]:
+        """Seconds to the next check; None when there is none to make."""
+        return None if self.warned else max(0.0, self.next - time.monotonic())
+
+    def due(self) -> bool:
+        return not self.warned and time.monotonic() >= self.next
+
+    def check(self, waited: Iterable[Tuple[Optional[str], str]]) -> None:
+        """Asks the head about the objects waited on, ``(work ID, what it is)`` each; warns at
+        the caller's caller (the user's ``get``, ``wait``)."""
+        self.next = time.monotonic() + CHECK_EVERY_S
+        from . import _runtime
+
+        runtime = _runtime._current
+        if runtime is None:
+            return
+        asked = set()
+        for work_id, describe in waited:
+            collection = _COLLECTIONS.get(work_id.rsplit("-", 1)[0]) if work_id else None
+            if collection is None or work_id in asked:
+                continue
+            asked.add(work_id)
+            try:
+                record = runtime.client.request("GET", f"/api/v1/{collection}/{work_id}", timeout=5)[1]
+            except Exception:  # noqa: BLE001 - a check that cannot be made is not the caller's error
+                record = None
+            diagnosis = (record if isinstance(record, dict) else {}).get("diagnosis") or {}
+            if diagnosis.get("infeasible"):
+                from .exceptions import BerthInfeasibleWarning
+
+                what = work_id if describe.startswith(work_id) else f"{work_id} ({describe})"
+                message = (f"{what} cannot be placed: {diagnosis.get('summary') or 'no node can take it'}; still "
+                           f"waiting, in case a node that can take it joins (berth.explain({work_id!r}) says more)")
+                log.warning("berth: %s", message)
+                warnings.warn(message, BerthInfeasibleWarning, stacklevel=3)
+                self.warned = True
+                return
+            if len(asked) >= CHECK_MAX:
+                return
+
+
+def _shorter(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    """The shorter of two waits, None being forever."""
+    return b if a is None else a if b is None else min(a, b)
+
+
 def get(refs, timeout: Optional[float] = None):
     """The value of one reference, or a list of values for a list of references; waits at
     most ``timeout`` seconds in all (``GetTimeoutError``). A failed task's exception is
@@ -110,12 +179,18 @@ def get(refs, timeout: Optional[float] = None):
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout: {timeout} is negative")
     deadline = None if timeout is None else time.monotonic() + timeout
+    stall = Stall()
     out: List[Any] = []
-    for ref in items:
+    for i, ref in enumerate(items):
         state = ref._state
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not state.event.wait(left):
-            raise GetTimeoutError(f"get() timed out after {timeout} s waiting for {ref!r}")
+        while not state.event.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise GetTimeoutError(f"get() timed out after {timeout} s waiting for {ref!r}")
+            if state.event.wait(_shorter(left, stall.until_next())):
+                break
+            if stall.due():
+                stall.check((r._state.work_id, r._state.describe) for r in items[i:] if not r._state.done)
         if state.error is not None:
             raise state.error
         out.append(state.value)
@@ -133,24 +208,30 @@ def wait(refs: List[ObjectRef], *, num_returns: int = 1, timeout: Optional[float
     if not 0 <= num_returns <= len(refs):
         raise ValueError(f"num_returns: {num_returns} is not between 0 and {len(refs)}")
     deadline = None if timeout is None else time.monotonic() + timeout
-    with _resolved:
-        while True:
+    stall = Stall()
+    while True:
+        with _resolved:
             ready = [r for r in refs if r._state.done]
-            if len(ready) >= num_returns:
-                break
             left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+            if len(ready) >= num_returns or (left is not None and left <= 0):
                 break
-            _resolved.wait(left)
+            if not stall.due():
+                _resolved.wait(_shorter(left, stall.until_next()))
+                continue
+        # Outside the lock: every result resolves under it.
+        stall.check((r._state.work_id, r._state.describe) for r in refs if not r._state.done)
     ready = ready[: max(num_returns, 0)] if len(ready) > num_returns else ready
     chosen = {id(r) for r in ready}
     return ready, [r for r in refs if id(r) not in chosen]
 
 
-def resolved_ref(describe: str, produce: Callable[[], Any]) -> ObjectRef:
+def resolved_ref(describe: str, produce: Callable[[], Any], work_id: Optional[str] = None) -> ObjectRef:
     """A reference resolved by ``produce()`` run in a background thread (its exception, if
-    any, is the reference's error)."""
+    any, is the reference's error); ``work_id``: the task or group it waits on."""
     state = ObjectState(describe)
+    if work_id is not None:
+        state.work_id = work_id
+        state.bound.set()
 
     def run() -> None:
         try:

@@ -16,6 +16,8 @@ KNOWN_ACTOR_OPTIONS = COMMON | {"labels", "max_restarts", "lifetime", "max_concu
 GROUP_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 # The head's limits (crates/berth-head/src/handle.rs).
 MAX_TEXT = 253
+# Ray's spellings; None is the default, non-detached: the work ends with its owner.
+LIFETIMES = (None, "detached", "non_detached")
 
 
 def validate_options(options: Dict[str, Any], kind: str) -> Dict[str, Any]:
@@ -157,8 +159,9 @@ def actor_body(options: Mapping[str, Any], command: str, args: List[str], env: M
         body["labels"] = _labels.labels("labels", options["labels"])
     if options.get("max_restarts") is not None:
         body["max_restarts"] = _number("max_restarts", options["max_restarts"], -1)
-    if options.get("lifetime") not in (None, "detached"):
-        raise InvalidRequestError("lifetime", f"{options['lifetime']!r} is not None or \"detached\"")
+    lifetime = _lifetime(options.get("lifetime"))
+    if lifetime is not None:
+        body["lifetime"] = lifetime
     if options.get("max_concurrency") is not None:
         _number("max_concurrency", options["max_concurrency"], 1)
     return body
@@ -198,9 +201,16 @@ def group_body(bundles: Any, strategy: str = "PACK", name: Optional[str] = None,
                                                           alt["bundle_label_selector"], count)
             alternatives.append(out)
         body["fallback_strategy"] = alternatives
-    if lifetime not in (None, "detached"):
-        raise InvalidRequestError("lifetime", f"{lifetime!r} is not None or \"detached\"")
+    lifetime = _lifetime(lifetime)
+    if lifetime is not None:
+        body["lifetime"] = lifetime
     return body
+
+
+def _lifetime(value: Any) -> Optional[str]:
+    if value not in LIFETIMES:
+        raise InvalidRequestError("lifetime", f"{value!r} is not one of None, \"detached\", \"non_detached\"")
+    return value
 
 
 def _bundles(field: str, bundles: Any) -> List[Dict[str, str]]:

@@ -9,12 +9,14 @@ set its result.
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import hmac
 import logging
 import socket
 import threading
 import uuid
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Deque, Dict, List, Optional, Set
 
 from . import _protocol
 from ._objects import ObjectState
@@ -25,6 +27,9 @@ log = logging.getLogger("berth")
 # How long a worker's fetch waits for its driver to learn the work's ID and key (the head
 # may start the worker before the driver has read the answer to its submission).
 BIND_WAIT_S = 120.0
+# How many delivered results the owner remembers, to tell a later attempt of the same call
+# that its result has arrived (about 100 bytes each).
+DELIVERED_KEPT = 100_000
 
 
 class Call:
@@ -49,12 +54,25 @@ class Call:
         )
 
 
+def _delivered_digest(call_id: object, work_id: object, key: object) -> Optional[bytes]:
+    """What the owner keeps of a call whose result it holds: enough to check a later
+    request's call, work ID and key as it checked the first, in 16 bytes."""
+    if not all(isinstance(v, str) for v in (call_id, work_id, key)):
+        return None
+    return hashlib.blake2b(f"{call_id}\0{work_id}\0{key.lower()}".encode(), digest_size=16).digest()
+
+
 class OwnerServer:
     """Listens on every interface, port chosen by the OS; ``address`` is what workers dial."""
 
     def __init__(self, advertise_host: str) -> None:
         self._calls: Dict[str, Call] = {}
         self._lock = threading.Lock()
+        # Calls whose result arrived, oldest first: a process of an attempt that starts after
+        # (its node died just after the result was handed back, so the head retries) is told
+        # the call is done instead of being refused, and the task ends FINISHED.
+        self._delivered: Set[bytes] = set()
+        self._delivered_order: Deque[bytes] = collections.deque()
         self._sock = socket.create_server(("0.0.0.0", 0), backlog=512)
         self.address = f"{advertise_host}:{self._sock.getsockname()[1]}"
         self._closed = False
@@ -75,6 +93,17 @@ class OwnerServer:
     def forget(self, call: Call) -> None:
         with self._lock:
             self._calls.pop(call.id, None)
+        call.payload = None
+
+    def _delivered_result(self, call: Call) -> None:
+        digest = _delivered_digest(call.id, call.work_id, call.key)
+        with self._lock:
+            self._calls.pop(call.id, None)
+            if digest is not None and digest not in self._delivered:
+                self._delivered.add(digest)
+                self._delivered_order.append(digest)
+                if len(self._delivered_order) > DELIVERED_KEPT:
+                    self._delivered.discard(self._delivered_order.popleft())
         call.payload = None
 
     def close(self) -> None:
@@ -113,6 +142,14 @@ class OwnerServer:
         op = header.get("op")
         with self._lock:
             call = self._calls.get(str(header.get("call")))
+            delivered = call is None and _delivered_digest(
+                header.get("call"), header.get("work_id"), header.get("key")) in self._delivered
+        if delivered:
+            # An earlier attempt handed the result back: nothing to run, nothing to take.
+            if op == "fetch":
+                return {"ok": True, "done": True}, b""
+            if op == "result":
+                return {"ok": True}, b""
         if call is None:
             return {"ok": False, "error": "this driver does not own that call (it ended or was cancelled)"}, b""
         if not call.bound.wait(BIND_WAIT_S):
@@ -151,6 +188,6 @@ class OwnerServer:
             except Exception as e:  # noqa: BLE001 - a result this driver cannot read
                 for state in call.states:
                     state.set_error(e)
-            self.forget(call)
+            self._delivered_result(call)
             return {"ok": True}, b""
         return {"ok": False, "error": f"unknown op {op!r}"}, b""

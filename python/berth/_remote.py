@@ -88,6 +88,7 @@ class RemoteFunction:
         body["fork_server"] = runtime.fork_server
         body.setdefault("name", name[:253])
         body.setdefault("namespace", runtime.namespace)
+        body.update(runtime.ownership())
         pickled = self._pickled
         if _has_refs(args, kwargs):
             # Submitted once its arguments' results are in, from a submitter thread.
@@ -170,6 +171,7 @@ class ActorClass:
         body = _options.actor_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call))
         body["fork_server"] = runtime.fork_server
         body.setdefault("namespace", runtime.namespace)
+        body.update(runtime.ownership())
         runtime.owner.add(call)
         try:
             actor = runtime.client.create("/api/v1/actors", body)
@@ -189,8 +191,6 @@ class ActorClass:
         # hook and the caller saw only "exited with code 1".
         call.on_failed = constructor_failed
         runtime.owner.bind(call, actor["actor_id"], actor["work_key"])
-        if self._options.get("lifetime") != "detached":
-            runtime.owns_actor(actor["actor_id"])
         return handle
 
 

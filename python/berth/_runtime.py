@@ -8,17 +8,23 @@ import json
 import logging
 import os
 import queue
+import shlex
+import socket
 import sys
 import threading
 import time
+import unicodedata
 import uuid
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 from . import _protocol
 from ._client import Client, discover
 from ._owner import Call, OwnerServer
 from .exceptions import (
     BerthError,
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
     NotInitializedError,
     TaskCancelledError,
     WorkerCrashedError,
@@ -33,13 +39,28 @@ _current: Optional["Runtime"] = None
 # worker died for good is noticed within that time.
 WATCH_S = 2.0
 
+# The head's rules for a job: its lease (seconds), its name (characters), a metadata value (bytes).
+MIN_LEASE_S, MAX_LEASE_S = 1, 86400
+MAX_NAME = 253
+MAX_METADATA_VALUE = 4096
+
 
 class Runtime:
     """One driver's session with one head."""
 
-    def __init__(self, client: Client, namespace: str) -> None:
+    def __init__(self, client: Client, namespace: str, job_lease_s: Optional[float] = None) -> None:
         self.client = client
         self.namespace = namespace
+        # A process an agent started (a worker, or a command run as work) creates no job: what
+        # it creates belongs to its work's job and is owned by its own actor or task, so it
+        # ends when this process does. Any other process is a driver and holds a job.
+        self.owner_id = os.environ.get("BERTH_ACTOR_ID") or os.environ.get("BERTH_TASK_ID") or None
+        self.job: Optional[JobLease] = None
+        if self.owner_id is not None:
+            self.job_id = os.environ.get("BERTH_JOB_ID") or None
+        else:
+            self.job = JobLease.create(client, namespace, job_lease_s)
+            self.job_id = self.job.id
         self.owner = OwnerServer(_protocol.outward_ip(client.url))
         # Who this driver is, for its workers' environment: a worker process is reused only
         # for the same driver's work (a later driver on the same port is another).
@@ -55,9 +76,17 @@ class Runtime:
         self.tasks = TaskBatcher(client, self.owner, self.watch)
         self._watched: Dict[str, Call] = {}
         self._watch = threading.Condition()
-        self._owned_actors: List[str] = []
         self._closed = False
         threading.Thread(target=self._monitor, daemon=True, name="berth-monitor").start()
+
+    def ownership(self) -> Dict[str, str]:
+        """What every creation of this process names: its job and, in a worker, its owner."""
+        out = {}
+        if self.job_id is not None:
+            out["job_id"] = self.job_id
+        if self.owner_id is not None:
+            out["owner_id"] = self.owner_id
+        return out
 
     # -- tasks --------------------------------------------------------------------------------
 
@@ -100,7 +129,10 @@ class Runtime:
                 f"{work_id} ({call.name}) is no longer known to the head (forgotten after it ended)"
             )
         elif task["state"] == "CANCELLED":
-            error = TaskCancelledError(f"{work_id} ({call.name}) was cancelled")
+            # Why, when the head says: by a user, or with its owner (its job ended).
+            reason = next((h.get("message") for h in reversed(task.get("history") or [])
+                           if h.get("kind") == "cancelled" and h.get("message")), None)
+            error = TaskCancelledError(f"{work_id} ({call.name}) was cancelled" + (f": {reason}" if reason else ""))
         elif task["state"] == "FAILED":
             error = WorkerCrashedError(f"{work_id} ({call.name}) failed: {task.get('failure', 'no reason given')}")
         else:
@@ -112,30 +144,103 @@ class Runtime:
             state.set_error(error)
         self.owner.forget(call)
 
-    # -- actors -------------------------------------------------------------------------------
-
-    def owns_actor(self, actor_id: str) -> None:
-        """An actor this driver created and ends on shutdown (not detached)."""
-        with _lock:
-            self._owned_actors.append(actor_id)
-
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         with self._watch:
             self._watch.notify_all()
-        for actor_id in self._owned_actors:
-            try:
-                self.client.request("DELETE", f"/api/v1/actors/{actor_id}", timeout=5, allow=(404,))
-            except BerthError:
-                pass
+        # The head ends what the job owned (not what is detached), before the owner service
+        # its workers fetch from goes away.
+        if self.job is not None:
+            self.job.finish()
         from . import _remote
 
         _remote.close_connections()
         self.submitter.close()
         self.tasks.close()
         self.owner.close()
+
+
+class JobLease:
+    """The driver's job, held by renewing its lease every sixth of it from a daemon thread. A
+    job the head ended (stopped by a user, or lost: no renewal for a whole lease) is said once,
+    at ERROR, and no longer renewed."""
+
+    def __init__(self, client: Client, record: dict) -> None:
+        self.client = client
+        self.id: str = record["job_id"]
+        self.lease_s = int(record["lease_ms"]) / 1000
+        self._stopped = threading.Event()
+        self._pid = os.getpid()
+        threading.Thread(target=self._renew, daemon=True, name="berth-job").start()
+
+    @classmethod
+    def create(cls, client: Client, namespace: str, lease_s: Optional[float]) -> "JobLease":
+        body: dict = {"name": _program_name(), "namespace": namespace, "metadata": {
+            "sdk": "python",
+            "host": _visible(socket.gethostname(), MAX_METADATA_VALUE),
+            "pid": str(os.getpid()),
+            "entrypoint": _visible(shlex.join(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]),
+                                   MAX_METADATA_VALUE),
+        }}
+        if lease_s is not None:
+            body["lease_s"] = lease_s
+        return cls(client, client.create("/api/v1/jobs", body))
+
+    def _renew(self) -> None:
+        period = self.lease_s / 6
+        failing = False
+        while not self._stopped.wait(period):
+            try:
+                self.client.request("POST", f"/api/v1/jobs/{self.id}/renew", timeout=max(2.0, period))
+            except (ConflictError, NotFoundError) as e:
+                if not self._stopped.is_set():
+                    log.error("berth: the head ended this driver's job %s (%s); the actors, tasks and placement "
+                              "groups it owned were ended with it, and new ones are refused", self.id, e)
+                return
+            except BerthError as e:
+                log.warning("berth: could not renew the lease of job %s (%.0f s; retrying every %.1f s): %s",
+                            self.id, self.lease_s, period, e)
+                failing = True
+                continue
+            if failing:
+                log.warning("berth: the lease of job %s is renewed again", self.id)
+                failing = False
+
+    def finish(self) -> None:
+        """Ends the job as its driver (FINISHED); the head answers an ended job as it is."""
+        self._stopped.set()
+        if os.getpid() != self._pid:
+            return  # a forked child exiting: the job is its parent's
+        try:
+            self.client.request("POST", f"/api/v1/jobs/{self.id}/finish", timeout=10)
+        except BerthError as e:
+            log.warning("berth: could not finish job %s (%s); the head ends it once its lease of %.0f s runs out",
+                        self.id, e, self.lease_s)
+
+
+def _program_name() -> str:
+    """The job's name: the program's file name (a module run with ``-m``: its package's), or
+    ``python`` interactively and for ``-c``."""
+    program = sys.argv[0] if sys.argv else ""
+    if program in ("", "-c", "-"):
+        return "python"
+    path = os.path.abspath(program)
+    name = os.path.basename(os.path.dirname(path)) if os.path.basename(path) == "__main__.py" else os.path.basename(path)
+    return _visible(name, MAX_NAME, chars=True) or "python"
+
+
+def _visible(text: str, limit: int, chars: bool = False) -> str:
+    """``text`` as the head takes it in a name or a metadata value: control and format
+    characters (a newline in a ``-c`` program, undecodable bytes of a file name) escaped, cut
+    to ``limit`` characters (``chars``) or UTF-8 bytes."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in ("Cc", "Cf") else c
+                   for c in text)
+    if chars:
+        return text[:limit]
+    return text.encode("utf-8")[:limit].decode("utf-8", "ignore")
 
 
 class Submitter:
@@ -253,13 +358,16 @@ def _fail(owner: OwnerServer, call: Call, error: BaseException) -> None:
 
 
 def init(address: Optional[str] = None, token: Optional[str] = None, *, namespace: Optional[str] = None,
-         ca: Optional[str] = None, ignore_reinit_error: bool = False) -> dict:
-    """Connects this process (the driver) to a Berth head.
+         ca: Optional[str] = None, ignore_reinit_error: bool = False, job_lease_s: Optional[float] = None) -> dict:
+    """Connects this process (the driver) to a Berth head and starts its job.
 
     ``address``: ``HOST:PORT`` or a URL; default ``$BERTH_ADDRESS``, else the head this machine
     runs (the data directory's ``head-address``). ``token``: default ``$BERTH_TOKEN``, else the
     data directory's ``token``. ``namespace``: of the actors this driver creates and looks up
     (default ``default``). ``ca``: the CA file of a head serving TLS (default ``$BERTH_CA``).
+    ``job_lease_s``: how long the head keeps the job (and what it owns) without hearing from
+    this driver, 1 to 86400 s (default: the head's, 30 s). Inside a worker no job is made:
+    what it creates belongs to its work's job and ends when its process does.
     Raises ``ConnectionError`` (``HeadUnreachableError``) when no head answers.
     """
     global _current
@@ -269,23 +377,26 @@ def init(address: Optional[str] = None, token: Optional[str] = None, *, namespac
                 return _context(_current)
             raise RuntimeError("berth.init() was called already; call berth.shutdown() first")
         if namespace is not None and (not isinstance(namespace, str) or not namespace or len(namespace) > 253):
-            from .exceptions import InvalidRequestError
-
             raise InvalidRequestError("namespace", "must be 1 to 253 characters")
+        if job_lease_s is not None and (isinstance(job_lease_s, bool) or not isinstance(job_lease_s, (int, float))
+                                        or not MIN_LEASE_S <= job_lease_s <= MAX_LEASE_S):
+            raise InvalidRequestError("job_lease_s", f"{job_lease_s!r} is not from {MIN_LEASE_S} to {MAX_LEASE_S} seconds")
         url, token, ca = discover(address, token, ca)
         client = Client(url, token, ca)
         client.request("GET", "/api/v1/cluster/status", timeout=10)
-        _current = Runtime(client, namespace or "default")
+        _current = Runtime(client, namespace or "default", job_lease_s)
         return _context(_current)
 
 
 def _context(runtime: Runtime) -> dict:
-    return {"address": runtime.client.url, "namespace": runtime.namespace, "owner": runtime.owner.address}
+    return {"address": runtime.client.url, "namespace": runtime.namespace, "owner": runtime.owner.address,
+            "job_id": runtime.job_id}
 
 
 def shutdown() -> None:
-    """Disconnects: kills the actors this driver created (unless ``lifetime="detached"``) and
-    stops its threads. Tasks already submitted keep running."""
+    """Disconnects: finishes this driver's job, so the head ends the actors, tasks and placement
+    groups it owned (not the detached ones), and stops its threads. Also run at exit. Inside a
+    worker, what it created ends when its process does."""
     global _current
     with _lock:
         runtime, _current = _current, None

@@ -121,9 +121,10 @@ class PlacementGroupError(BerthError):
 
 
 __all__ = [
-    "ActorDiedError", "ActorUnavailableError", "BerthError", "ConflictError", "GetTimeoutError",
-    "HeadUnreachableError", "InvalidRequestError", "NotFoundError", "NotInitializedError",
-    "PlacementGroupError", "RequestError", "TaskCancelledError", "TaskError", "WorkerCrashedError",
+    "ActorDiedError", "ActorUnavailableError", "BerthError", "BerthHintWarning", "BerthInfeasibleWarning",
+    "ConflictError", "GetTimeoutError", "HeadUnreachableError", "InvalidRequestError", "NotFoundError",
+    "NotInitializedError", "PlacementGroupError", "RequestError", "TaskCancelledError", "TaskError",
+    "WorkerCrashedError",
 ]
 
 
@@ -132,3 +133,10 @@ class BerthHintWarning(UserWarning):
     the cluster does have: ``market-type`` where the nodes have ``berth.io/market-type``,
     ``cpu`` where they have ``CPU``. Turn it into an error with
     ``warnings.simplefilter("error", BerthHintWarning)``."""
+
+
+class BerthInfeasibleWarning(UserWarning):
+    """What a ``get``, ``wait`` or placement group's ``ready``/``wait`` has waited on for 5 s
+    cannot be placed on any node the cluster has (the head's diagnosis says it is infeasible):
+    the message is the head's summary. The call keeps waiting (a node that can take it may
+    join); its ``timeout`` still applies."""

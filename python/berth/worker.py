@@ -9,7 +9,8 @@ and then:
 - a task runs the function, hands the result (or the exception, with its traceback) to the
   owner and exits 0 (forked by a fork server, its process may instead be reused for a later
   task: ``max_calls``); a worker killed before that is retried by the head (``max_retries``)
-  and the next attempt fetches the same call again;
+  and the next attempt fetches the same call again (told ``done`` when an earlier attempt's
+  result did arrive, it exits 0 without running it);
 - an actor builds its instance, listens on a TCP port, tells the head where
   (``PUT /api/v1/actors/{id}/endpoint``, with its work key) and serves method calls, one at a
   time in the order they arrive (``max_concurrency`` > 1: that many at once).
@@ -107,6 +108,12 @@ class Worker:
         """Runs the task (True after it: this process may run another) or the actor (never
         returns)."""
         reply, body = self.ask_owner({"op": "fetch"})
+        if reply.get("done"):
+            # An earlier attempt handed the result back (its node died before the head heard
+            # the exit): exit 0 without running the call again, and the task is FINISHED.
+            print(f"berth.worker: {self.work_id}'s result has already arrived at its driver; nothing to run",
+                  file=sys.stderr)
+            return False
         if reply.get("codec") != CODEC:
             print(f"berth.worker: cannot read codec {reply.get('codec')!r}", file=sys.stderr)
             sys.exit(EXIT_SETUP)

@@ -105,6 +105,17 @@ def test_group_bodies():
     }
 
 
+def test_lifetimes():
+    assert "lifetime" not in actor() and "lifetime" not in _options.group_body([{"CPU": 1}])
+    assert actor(lifetime="detached")["lifetime"] == "detached"
+    assert actor(lifetime="non_detached")["lifetime"] == "non_detached"
+    assert _options.group_body([{"CPU": 1}], lifetime="detached")["lifetime"] == "detached"
+    rule = 'is not one of None, "detached", "non_detached"'
+    refused("lifetime", f"'bogus' {rule}", actor, lifetime="bogus")
+    refused("lifetime", f"'DETACHED' {rule}", _options.group_body, [{"CPU": 1}], lifetime="DETACHED")
+    refused("lifetime", "is an option of actors", task, lifetime="detached")
+
+
 def test_bad_input_is_refused_with_the_head_s_fields_and_rules():
     refused("resources.GPU", "1.5 is not allowed: GPU is shared per instance, so a request must be below 1",
             task, num_gpus=1.5)

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 
 from .. import _options, _runtime
 from .._client import path_id
-from .._objects import ObjectRef, resolved_ref
+from .._objects import ObjectRef, Stall, _shorter, resolved_ref
 from ..exceptions import GetTimeoutError, PlacementGroupError
 
 
@@ -39,14 +39,18 @@ class PlacementGroup:
 
     def wait(self, timeout_seconds: float = 30) -> bool:
         """True once every bundle is reserved; False if that did not happen within
-        ``timeout_seconds``."""
+        ``timeout_seconds``. Warns (``BerthInfeasibleWarning``) when the head says the group
+        cannot be placed, 5 s in."""
         deadline = time.monotonic() + timeout_seconds
+        stall = Stall()
         while True:
             left = max(0.0, deadline - time.monotonic())
-            if self._wait_once(min(left, 30.0)) is not None:
+            if self._wait_once(_shorter(min(left, 30.0), stall.until_next())) is not None:
                 return True
             if time.monotonic() >= deadline:
                 return False
+            if stall.due():
+                stall.check([(self.id, self.id)])
 
     def ready(self) -> ObjectRef:
         """An ``ObjectRef`` resolved with this group once it is reserved (``berth.get(pg.ready())``)."""
@@ -56,7 +60,7 @@ class PlacementGroup:
                 pass
             return self
 
-        return resolved_ref(f"{self.id}.ready", until_created)
+        return resolved_ref(f"{self.id}.ready", until_created, work_id=self.id)
 
     def table(self) -> Dict[str, Any]:
         """The group as the head shows it now (state, bundles and their nodes)."""
@@ -84,6 +88,7 @@ def placement_group(bundles: List[Dict[str, float]], strategy: str = "PACK", nam
                                fallback_strategy=fallback_strategy, lifetime=lifetime)
     runtime = _runtime.current()
     body.setdefault("namespace", runtime.namespace)
+    body.update(runtime.ownership())
     record = runtime.client.create("/api/v1/placement_groups", body)
     return PlacementGroup(record["group_id"], [dict(b) for b in bundles], record)
 
