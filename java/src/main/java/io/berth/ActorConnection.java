@@ -26,6 +26,8 @@ final class ActorConnection {
   private final Berth.Session session;
   private final String actorId;
   private final String key;
+  /** Calls wait on the actor: placed, or why not. */
+  private final Infeasible placement;
   private final ArrayDeque<Pending> queue = new ArrayDeque<>();
   private final Map<Long, Pending> inflight = new HashMap<>();
   private long nextSeq = 1;
@@ -39,6 +41,7 @@ final class ActorConnection {
     this.session = session;
     this.actorId = actorId;
     this.key = key;
+    this.placement = new Infeasible(session.client, "actors", actorId);
     Thread sender = new Thread(this::sendLoop, "berth-" + actorId);
     sender.setDaemon(true);
     sender.start();
@@ -47,6 +50,7 @@ final class ActorConnection {
   @SuppressWarnings("unchecked")
   <R> ObjectRef<R> call(String method, String signature, List<Object> args, Type returnType) {
     var ref = new ObjectRef<Object>(actorId + "." + method);
+    ref.waitsOn = placement;
     synchronized (this) {
       if (dead != null) {
         ref.future.completeExceptionally(dead);

@@ -12,6 +12,7 @@ public final class ActorCreator<A> extends WorkOptions<ActorCreator<A>> {
   private final List<Object> args;
   private final Map<String, String> labels = new LinkedHashMap<>();
   private Integer maxRestarts;
+  private Lifetime lifetime;
 
   ActorCreator(Berth.Session session, Lambdas.Target constructor, List<Object> args) {
     if (!constructor.isConstructor()) {
@@ -45,6 +46,16 @@ public final class ActorCreator<A> extends WorkOptions<ActorCreator<A>> {
     return this;
   }
 
+  /**
+   * Whether the actor ends with its owner ({@link Lifetime#NON_DETACHED}, the default: this
+   * driver's job, or the worker that creates it) or outlives it ({@link Lifetime#DETACHED}:
+   * until {@link Berth#kill} or {@code berth kill}, or it runs out of restarts).
+   */
+  public ActorCreator<A> setLifetime(Lifetime lifetime) {
+    this.lifetime = Lifetime.check(lifetime);
+    return this;
+  }
+
   /** Creates the actor; the head places it now or when it can. */
   public ActorHandle<A> remote() {
     var spec = new LinkedHashMap<String, Object>();
@@ -60,6 +71,9 @@ public final class ActorCreator<A> extends WorkOptions<ActorCreator<A>> {
     if (maxRestarts != null) {
       body.put("max_restarts", maxRestarts);
     }
+    if (lifetime != null) {
+      body.put("lifetime", lifetime.rest());
+    }
     session.owner.add(call);
     var actor = session.client.create("/api/v1/actors", body);
     String id = actor.get("actor_id").asText();
@@ -72,7 +86,6 @@ public final class ActorCreator<A> extends WorkOptions<ActorCreator<A>> {
       new Thread(() -> session.killQuietly(id)).start();
     };
     session.owner.bind(call, id, key);
-    session.owned.add(id);
     return new ActorHandle<>(id, connection);
   }
 }

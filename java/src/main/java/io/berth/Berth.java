@@ -6,10 +6,10 @@ import java.net.DatagramSocket;
 import java.net.InetSocketAddress;
 import java.net.URI;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
-import java.util.concurrent.CopyOnWriteArrayList;
 
 /**
  * Berth's Java API (Ray's Java API, {@code Ray} read as {@code Berth}): create actors whose objects
@@ -19,26 +19,55 @@ import java.util.concurrent.CopyOnWriteArrayList;
  * Berth.init();
  * ActorHandle<Counter> counter = Berth.actor(Counter::new, 1).setLabel("location", "dc_1").remote();
  * int value = counter.task(Counter::getValue).remote().get(10000);
+ * Berth.shutdown();   // finishes this driver's job: the head ends what it owns
  * }</pre>
+ *
+ * <p>A driver's {@link #init} creates a <em>job</em>, its session with the cluster, held by a
+ * lease the SDK renews; every actor, task and placement group it creates belongs to the job and
+ * ends with it (unless {@link Lifetime#DETACHED}): when the driver calls {@link #shutdown}, its
+ * JVM exits, or it is killed and stops renewing. Inside a worker no job is made: what the
+ * worker creates joins the worker's job and is owned by its actor or task, ending with its
+ * process.
  */
 public final class Berth {
   private static Session session;
 
   private Berth() {}
 
-  /** This driver's connection: the REST client, its owner service, its actors. */
+  /** This program's connection: the REST client, its owner service, its job. */
   static final class Session {
     final Client client;
     final Owner owner;
     final String namespace;
     final String javaBin = System.getProperty("java.home") + "/bin/java";
     final String classpath;
-    final List<String> owned = new CopyOnWriteArrayList<>();
+    /** The job what this program creates belongs to (null: none). */
+    final String jobId;
+    /** Inside a worker: its actor or task, the owner of what it creates; null in a driver. */
+    final String ownerId;
+    /** A driver's job, which this program holds; null inside a worker. */
+    final JobLease job;
 
-    Session(Client client, String namespace) throws IOException {
+    Session(Client client, String namespace, Duration lease) throws IOException {
       this.client = client;
       this.namespace = namespace;
+      String work = workId();
       this.owner = new Owner(outwardIp(client.url));
+      if (work != null) {
+        // A worker's process: its creations join its job and end with its process.
+        this.ownerId = work;
+        this.jobId = emptyToNull(System.getenv("BERTH_JOB_ID"));
+        this.job = null;
+      } else {
+        this.ownerId = null;
+        try {
+          this.job = JobLease.create(client, namespace, lease);
+        } catch (RuntimeException e) {
+          owner.close();
+          throw e;
+        }
+        this.jobId = job.jobId;
+      }
       Thread monitor = new Thread(this::monitor, "berth-monitor");
       monitor.setDaemon(true);
       monitor.start();
@@ -57,6 +86,26 @@ public final class Berth {
         }
       }
       return String.join(File.pathSeparator, out);
+    }
+
+    /** The actor or task this process runs for ($BERTH_ACTOR_ID, $BERTH_TASK_ID), or null. */
+    static String workId() {
+      String actor = emptyToNull(System.getenv("BERTH_ACTOR_ID"));
+      return actor != null ? actor : emptyToNull(System.getenv("BERTH_TASK_ID"));
+    }
+
+    private static String emptyToNull(String value) {
+      return value == null || value.isEmpty() ? null : value;
+    }
+
+    /** What names this program's job and owner in a creation's body. */
+    void own(java.util.Map<String, Object> body) {
+      if (jobId != null) {
+        body.put("job_id", jobId);
+      }
+      if (ownerId != null) {
+        body.put("owner_id", ownerId);
+      }
     }
 
     List<String> workerArgs() {
@@ -126,7 +175,7 @@ public final class Berth {
 
   /**
    * Connects to the local head (as the CLI finds it: $BERTH_ADDRESS, $BERTH_TOKEN, $BERTH_CA,
-   * ~/.berth).
+   * ~/.berth) and, in a driver, creates its job (see {@link #init(String, String, String, Duration)}).
    */
   public static synchronized void init() {
     init(null, null, null);
@@ -147,28 +196,58 @@ public final class Berth {
    * {@code https://HOST:PORT}) with {@code token}. A head serving TLS ({@code https://}) is
    * trusted when the CA file {@code ca} (PEM; default $BERTH_CA) signed its certificate for the
    * address's host: no CA, or one that did not sign it, is a {@link BerthException} on the field
-   * {@code ca}. A null argument is found as the CLI finds it.
+   * {@code ca}. A null argument is found as the CLI finds it. In a driver, creates its job with
+   * the head's default lease (30 s): see {@link #init(String, String, String, Duration)}.
    */
   public static synchronized void init(String address, String token, String ca) {
+    init(address, token, ca, null);
+  }
+
+  /**
+   * Connects as {@link #init(String, String, String)} does, and holds this driver's job with a
+   * lease of {@code lease} (1 s to 1 day; null: the head's default, 30 s). The SDK renews it
+   * every sixth of the lease on a daemon thread; a driver that stops renewing for a whole lease
+   * (killed, or cut off from the head) has its job ended as LOST, and with it every actor, task
+   * and placement group it owned. A short lease frees a killed driver's work sooner; a long one
+   * tolerates longer pauses (a long garbage collection, a network outage). Inside a worker no
+   * job is made and {@code lease} is not used.
+   */
+  public static synchronized void init(String address, String token, String ca, Duration lease) {
     if (session != null) {
       throw new IllegalStateException("Berth.init was called already; call Berth.shutdown first");
+    }
+    if (lease != null) {
+      JobLease.leaseSeconds(lease); // refused before anything is sent
     }
     Client client = new Client(address, token, ca);
     client.call("GET", "/api/v1/cluster/status", null);
     try {
-      session = new Session(client, "default");
+      session = new Session(client, "default", lease);
     } catch (IOException e) {
       throw new BerthException(null, "cannot open the owner service: " + e, e);
     }
   }
 
-  /** Kills the actors this driver created and disconnects. */
+  /**
+   * The job this program's work belongs to ({@code job-3}): in a driver, the one {@link #init}
+   * created; inside a worker, the worker's ($BERTH_JOB_ID). Null before {@link #init} and after
+   * {@link #shutdown}, or in a worker of work that belongs to no job.
+   */
+  public static synchronized String jobId() {
+    return session == null ? null : session.jobId;
+  }
+
+  /**
+   * Finishes this driver's job and disconnects: the head ends the actors, tasks and placement
+   * groups the job owns (all but the detached ones). A program that exits without calling it
+   * has its job finished by a JVM shutdown hook. Inside a worker, only disconnects.
+   */
   public static synchronized void shutdown() {
     if (session == null) {
       return;
     }
-    for (String id : session.owned) {
-      session.killQuietly(id);
+    if (session.job != null) {
+      session.job.finish(null, Duration.ofSeconds(10));
     }
     session.owner.close();
     session.closed = true;

@@ -246,6 +246,15 @@ final class Client {
     }
   }
 
+  /** 409: the request conflicts with the cluster's state (a job that has ended, an owner without a process). */
+  static final class Conflict extends BerthException {
+    private static final long serialVersionUID = 1L;
+
+    Conflict(String field, String message) {
+      super(field, message, null);
+    }
+  }
+
   /** Nothing listened at the head's address. */
   static final class Unreachable extends BerthException {
     private static final long serialVersionUID = 1L;
@@ -311,6 +320,9 @@ final class Client {
     }
     if (status == 503) {
       throw new MaybeSent(field, message, null);
+    }
+    if (status == 409) {
+      throw new Conflict(field, message);
     }
     throw new BerthException(field, message, null);
   }

@@ -10,6 +10,7 @@ import java.net.ServerSocket;
 import java.net.Socket;
 import java.security.MessageDigest;
 import java.nio.charset.StandardCharsets;
+import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
@@ -19,7 +20,9 @@ import java.util.function.Consumer;
 
 /**
  * The driver's owner service (docs/worker-protocol.md): workers fetch their call from it and
- * report a failed constructor to it, proving with the work key which work they are.
+ * report a failed constructor to it, proving with the work key which work they are. A task's
+ * fetch after its result arrived (a retried attempt) is answered {@code "done": true}: the
+ * worker exits at once instead of running the call twice.
  */
 final class Owner {
   /** One actor creation or task this driver owns. */
@@ -48,11 +51,35 @@ final class Owner {
     }
   }
 
+  /** A task call whose result this owner holds: enough to know its worker again. */
+  private record Delivered(String workId, String key) {}
+
+  /** How many delivered calls the owner remembers (the oldest are forgotten first). */
+  static final int REMEMBERED = 100_000;
+
   private final Map<String, Call> calls = new ConcurrentHashMap<>();
+  /**
+   * Task calls whose result arrived, by call ID, so that a later attempt of the same task (its
+   * worker killed after handing back the result, before it exited) is told "done" instead of
+   * running the call again. Guarded by itself, as is moving a call here from {@link #calls}.
+   */
+  private final Map<String, Delivered> delivered;
   private final ServerSocket server;
   final String address;
 
   Owner(String advertiseHost) throws IOException {
+    this(advertiseHost, REMEMBERED);
+  }
+
+  Owner(String advertiseHost, int remembered) throws IOException {
+    delivered = new LinkedHashMap<>() {
+      private static final long serialVersionUID = 1L;
+
+      @Override
+      protected boolean removeEldestEntry(Map.Entry<String, Delivered> eldest) {
+        return size() > remembered;
+      }
+    };
     server = new ServerSocket();
     server.bind(new InetSocketAddress("0.0.0.0", 0), 512);
     address = advertiseHost + ":" + server.getLocalPort();
@@ -99,18 +126,27 @@ final class Owner {
       var out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream()));
       while (true) {
         Frames.Frame frame = Frames.recv(in);
-        Frames.send(out, handle(frame.header(), frame.payload()), payloadFor(frame.header()));
+        Frames.Frame reply = handle(frame.header(), frame.payload());
+        Frames.send(out, reply.header(), reply.payload());
       }
     } catch (IOException e) {
       // the worker closed the connection
     }
   }
 
-  private byte[] payloadFor(Map<String, Object> header) {
-    Call call = calls.get(String.valueOf(header.get("call")));
-    return "fetch".equals(header.get("op")) && call != null && matches(call, header) ? call.payload : new byte[0];
+  private static final byte[] NONE = new byte[0];
+
+  private static Frames.Frame reply(Map<String, Object> header) {
+    return new Frames.Frame(header, NONE);
   }
 
+  /** Whether the request comes from the work's process: its work ID and key. */
+  private static boolean matches(String workId, String key, Map<String, Object> header) {
+    return workId.equals(header.get("work_id")) && header.get("key") instanceof String k && MessageDigest.isEqual(
+        k.toLowerCase().getBytes(StandardCharsets.UTF_8), key.toLowerCase().getBytes(StandardCharsets.UTF_8));
+  }
+
+  /** Whether the request comes from the call's work, once the head has said which work that is. */
   private static boolean matches(Call call, Map<String, Object> header) {
     try {
       if (!call.bound.await(120, TimeUnit.SECONDS)) {
@@ -120,10 +156,7 @@ final class Owner {
       Thread.currentThread().interrupt();
       return false;
     }
-    Object workId = header.get("work_id");
-    Object key = header.get("key");
-    return call.workId.equals(workId) && key instanceof String k && MessageDigest.isEqual(
-        k.toLowerCase().getBytes(StandardCharsets.UTF_8), call.key.toLowerCase().getBytes(StandardCharsets.UTF_8));
+    return matches(call.workId, call.key, header);
   }
 
   private static void complete(Call call, boolean ok, byte[] payload) {
@@ -140,28 +173,47 @@ final class Owner {
     }
   }
 
-  private Map<String, Object> handle(Map<String, Object> header, byte[] payload) {
-    Call call = calls.get(String.valueOf(header.get("call")));
+  private Frames.Frame handle(Map<String, Object> header, byte[] payload) {
+    String id = String.valueOf(header.get("call"));
+    Object op = header.get("op");
+    Delivered done;
+    Call call;
+    synchronized (delivered) {
+      done = delivered.get(id);
+      call = done == null ? calls.get(id) : null;
+    }
+    if (done != null) {
+      if (!matches(done.workId, done.key, header)) {
+        return reply(Map.of("ok", false, "error", "wrong work ID or key"));
+      }
+      // An earlier attempt handed back the result: this one has nothing to run (fetch), and a
+      // second result changes nothing (the first is kept).
+      return "fetch".equals(op) ? reply(Map.of("ok", true, "done", true))
+          : "result".equals(op) ? reply(Map.of("ok", true))
+          : reply(Map.of("ok", false, "error", "unknown op " + op));
+    }
     if (call == null) {
-      return Map.of("ok", false, "error", "this driver does not own that call");
+      return reply(Map.of("ok", false, "error", "this driver does not own that call"));
     }
     if (!matches(call, header)) {
-      return Map.of("ok", false, "error", "wrong work ID or key");
+      return reply(Map.of("ok", false, "error", "wrong work ID or key"));
     }
-    Object op = header.get("op");
     if ("fetch".equals(op)) {
-      return Map.of("ok", true, "codec", Frames.CODEC, "kind", call.kind);
+      return new Frames.Frame(Map.of("ok", true, "codec", Frames.CODEC, "kind", call.kind), call.payload);
     }
     if ("result".equals(op)) {
       boolean ok = "ok".equals(header.get("status"));
       if (call.ref != null) {
         complete(call, ok, payload);
-        calls.remove(call.id);
+        synchronized (delivered) {
+          delivered.put(call.id, new Delivered(call.workId, call.key));
+          calls.remove(call.id);
+        }
       } else if (!ok && call.onFailed != null) {
         call.onFailed.accept(Frames.text(payload));
       }
-      return Map.of("ok", true);
+      return reply(Map.of("ok", true));
     }
-    return Map.of("ok", false, "error", "unknown op " + op);
+    return reply(Map.of("ok", false, "error", "unknown op " + op));
   }
 }

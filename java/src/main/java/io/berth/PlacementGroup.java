@@ -24,22 +24,31 @@ public final class PlacementGroup {
     return id;
   }
 
-  /** True once every bundle is reserved; false if not within {@code timeoutSeconds}. */
+  /**
+   * True once every bundle is reserved; false if not within {@code timeoutSeconds}. A group the
+   * head cannot place (infeasible) is logged as a warning with the head's diagnosis after 5 s
+   * of waiting; the wait goes on.
+   */
   public boolean wait(int timeoutSeconds) {
-    long deadline = System.nanoTime() + timeoutSeconds * 1_000_000_000L;
+    long start = System.nanoTime();
+    long timeout = timeoutSeconds * 1_000_000_000L;
+    Infeasible.Watch watch = new Infeasible(session.client, "placement_groups", id).watch();
     while (true) {
-      double left = Math.max(0, (deadline - System.nanoTime()) / 1e9);
+      long left = Math.max(0, timeout - (System.nanoTime() - start));
+      // Long polls of at most 30 s, cut short when a check of the group is due.
+      double poll = Math.min(Math.min(30.0, left / 1e9), watch.untilCheck() / 1e9);
       JsonNode group = session.client.call("GET", "/api/v1/placement_groups/" + id + "/wait?timeout_s="
-          + Math.min(30.0, left), null, Duration.ofSeconds(60), true);
+          + poll, null, Duration.ofSeconds(60), true);
       if (group != null) {
         if ("REMOVED".equals(group.path("state").asText())) {
           throw new BerthException("placement group " + id + " was removed");
         }
         return true;
       }
-      if (System.nanoTime() >= deadline) {
+      if (System.nanoTime() - start >= timeout) {
         return false;
       }
+      watch.checkIfDue();
     }
   }
 
@@ -82,6 +91,7 @@ public final class PlacementGroup {
     private List<Map<String, String>> bundleLabelSelector;
     private Map<String, String> tolerations;
     private String name;
+    private Lifetime lifetime;
 
     Creator(Berth.Session session, List<Map<String, Double>> bundles) {
       if (bundles == null || bundles.isEmpty()) {
@@ -138,6 +148,16 @@ public final class PlacementGroup {
       return this;
     }
 
+    /**
+     * Whether the group ends with its owner ({@link Lifetime#NON_DETACHED}, the default: this
+     * driver's job, or the worker that creates it) or outlives it ({@link Lifetime#DETACHED}:
+     * until {@link Berth#removePlacementGroup} or {@code berth kill}).
+     */
+    public Creator setLifetime(Lifetime lifetime) {
+      this.lifetime = Lifetime.check(lifetime);
+      return this;
+    }
+
     /** Asks the head to reserve it (now, or when it can: see {@link PlacementGroup#wait}). */
     public PlacementGroup create() {
       var body = new LinkedHashMap<String, Object>();
@@ -153,6 +173,10 @@ public final class PlacementGroup {
       if (name != null) {
         body.put("name", name);
       }
+      if (lifetime != null) {
+        body.put("lifetime", lifetime.rest());
+      }
+      session.own(body);
       var group = session.client.create("/api/v1/placement_groups", body);
       return new PlacementGroup(session, group.get("group_id").asText(), bundles.size());
     }

@@ -50,7 +50,9 @@ public final class TaskCaller<R> extends WorkOptions<TaskCaller<R>> {
     }
     session.owner.add(call);
     var task = session.client.create("/api/v1/tasks", body);
-    session.owner.bind(call, task.get("task_id").asText(), task.get("work_key").asText());
+    String id = task.get("task_id").asText();
+    ref.waitsOn = new Infeasible(session.client, "tasks", id);
+    session.owner.bind(call, id, task.get("work_key").asText());
     session.watch(call);
     return (ObjectRef<R>) ref;
   }

@@ -232,6 +232,7 @@ public abstract class WorkOptions<T extends WorkOptions<T>> {
     if (name != null) {
       body.put("name", name);
     }
+    session.own(body);
     return body;
   }
 }

@@ -59,6 +59,12 @@ public final class Worker {
       System.err.println("berth worker: the driver refused fetch: " + reply.header().get("error"));
       System.exit(EXIT_SETUP);
     }
+    if (Boolean.TRUE.equals(reply.header().get("done"))) {
+      // An earlier attempt handed back this call's result (its process ended before it could
+      // exit): nothing is left to run, and running it again would repeat its effects.
+      System.err.println("berth worker: the driver holds this call's result already; exiting");
+      System.exit(0);
+    }
     JsonNode spec = Frames.JSON.readTree(reply.payload());
     if (System.getenv("BERTH_TASK_ID") != null && System.getenv("BERTH_ACTOR_ID") == null) {
       runTask(spec, header, in, out);

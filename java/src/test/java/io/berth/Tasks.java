@@ -14,6 +14,13 @@ public final class Tasks {
     return System.getenv("BERTH_NODE_ID");
   }
 
+  /** Appends a line to the file at {@code path} (a side effect a test can count); the path. */
+  public static String touch(String path) throws java.io.IOException {
+    java.nio.file.Files.writeString(java.nio.file.Path.of(path), "ran\n",
+        java.nio.file.StandardOpenOption.CREATE, java.nio.file.StandardOpenOption.APPEND);
+    return path;
+  }
+
   /** Always throws. */
   public static String fail(String why) {
     throw new IllegalArgumentException(why);
