@@ -30,7 +30,7 @@ pub use autoscaler::{
     AutoscaledNode, AutoscalerDecision, AutoscalerPlan, AutoscalerStatus, NodeTypeStatus, PlanItem,
 };
 pub use job::{
-    Job, JobCreate, JobEnd, JobState, Lifetime, DEFAULT_JOB_LEASE_S, MAX_JOB_LEASE_S,
+    Job, JobCreate, JobEnd, JobState, Lifetime, Ownership, DEFAULT_JOB_LEASE_S, MAX_JOB_LEASE_S,
     MIN_JOB_LEASE_S,
 };
 pub use measured::{NodeMeasured, WorkMeasured};
@@ -495,24 +495,14 @@ pub struct ActorCreate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub idempotency_key: Option<ThinStr>,
-    /// The job it belongs to (`job-3`), which must be RUNNING. Default: its owner's job, or
-    /// none (work of no job is detached: it ends only when it is ended by name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
-    pub job_id: Option<ThinStr>,
-    /// The actor or task whose process creates it (`actor-5`, `task-9`), which must not have
-    /// ended: it ends when that process ends, unless it is detached. Default: the job's
-    /// driver.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
-    pub owner_id: Option<ThinStr>,
-    /// `detached`: it outlives its owner and its job. Default `non_detached`.
-    #[serde(default, skip_serializing_if = "Lifetime::is_default")]
-    pub lifetime: Lifetime,
+    /// Its job and owner: `job_id`, `owner_id` and `lifetime`, keys of the body itself (see
+    /// [`Ownership`]).
+    #[serde(flatten)]
+    pub ownership: Ownership,
     /// A name, unique among the namespace's live actors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
-    pub name: Option<Box<str>>,
+    pub name: Option<ThinStr>,
     /// Its namespace; default `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -688,21 +678,14 @@ pub struct TaskSubmit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub idempotency_key: Option<ThinStr>,
-    /// The job it belongs to (`job-3`), which must be RUNNING. Default: its owner's job, or
-    /// none (work of no job is detached: it ends only when it is ended by name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
-    pub job_id: Option<ThinStr>,
-    /// The actor or task whose process creates it (`actor-5`, `task-9`), which must not have
-    /// ended: it ends when that process ends, unless it is detached. Default: the job's
-    /// driver.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
-    pub owner_id: Option<ThinStr>,
+    /// Its job and owner: `job_id`, `owner_id` and `lifetime`, keys of the body itself (see
+    /// [`Ownership`]).
+    #[serde(flatten)]
+    pub ownership: Ownership,
     /// A name for people; need not be unique.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
-    pub name: Option<Box<str>>,
+    pub name: Option<ThinStr>,
     /// Its namespace (for actor affinity); default `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -842,20 +825,10 @@ pub struct GroupCreate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub idempotency_key: Option<ThinStr>,
-    /// The job it belongs to (`job-3`), which must be RUNNING. Default: its owner's job, or
-    /// none (work of no job is detached: it ends only when it is ended by name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
-    pub job_id: Option<ThinStr>,
-    /// The actor or task whose process creates it (`actor-5`, `task-9`), which must not have
-    /// ended: it ends when that process ends, unless it is detached. Default: the job's
-    /// driver.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
-    pub owner_id: Option<ThinStr>,
-    /// `detached`: it outlives its owner and its job. Default `non_detached`.
-    #[serde(default, skip_serializing_if = "Lifetime::is_default")]
-    pub lifetime: Lifetime,
+    /// Its job and owner: `job_id`, `owner_id` and `lifetime`, keys of the body itself (see
+    /// [`Ownership`]).
+    #[serde(flatten)]
+    pub ownership: Ownership,
     /// A name for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,

@@ -293,6 +293,7 @@ async fn method_not_allowed(req: Request) -> Response {
         rest::JobCreate,
         rest::JobEnd,
         rest::Lifetime,
+        rest::Ownership,
         rest::DryRun,
         rest::Explanation,
         rest::Diagnosis,

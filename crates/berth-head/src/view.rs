@@ -436,7 +436,7 @@ impl View {
                     Some(&a.namespace),
                     a.node_id.as_deref(),
                     Some(&a.spec.labels),
-                ) && filter.of_job(a.spec.job_id.as_deref())
+                ) && filter.of_job(a.spec.ownership.job_id.as_deref())
                     && filter.names(&[a.name.as_deref(), Some(&a.actor_id)])
             })
             .map(|(seq, a)| (Key::Int(*seq as i64), a))
@@ -464,7 +464,7 @@ impl View {
             .iter()
             .filter(|(_, t)| {
                 filter.keeps(&upper(&t.state), Some(&t.namespace), t.node_id.as_deref(), None)
-                    && filter.of_job(t.spec.job_id.as_deref())
+                    && filter.of_job(t.spec.ownership.job_id.as_deref())
                     && filter.names(&[t.name.as_deref(), Some(&t.task_id)])
             })
             .map(|(seq, t)| (Key::Int(*seq as i64), t))
@@ -496,7 +496,7 @@ impl View {
                 // The node filter is `on_node` (a group has a node per bundle).
                 on_node
                     && filter.keeps(&upper(&g.state), Some(&g.namespace), filter.node, None)
-                    && filter.of_job(g.spec.job_id.as_deref())
+                    && filter.of_job(g.spec.ownership.job_id.as_deref())
                     && filter.names(&[g.name.as_deref(), Some(&g.group_id)])
             })
             .map(|(seq, g)| (Key::Int(*seq as i64), g))

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use berth_agent::SimNode;
 use berth_api::rest::{
-    ActorCreate, ActorState, GroupCreate, GroupState, JobCreate, JobState, Lifetime, TaskState,
-    TaskSubmit, ThinStr,
+    ActorCreate, ActorState, GroupCreate, GroupState, JobCreate, JobState, Lifetime, Ownership,
+    TaskState, TaskSubmit, ThinStr,
 };
 use berth_head::HeadError;
 use serde_json::json;
@@ -30,9 +30,11 @@ fn actor(job: Option<&str>, owner: Option<&str>, lifetime: Lifetime) -> ActorCre
     ActorCreate {
         command,
         args,
-        job_id: job.map(ThinStr::from),
-        owner_id: owner.map(ThinStr::from),
-        lifetime,
+        ownership: Ownership {
+            job_id: job.map(ThinStr::from),
+            owner_id: owner.map(ThinStr::from),
+            lifetime,
+        },
         placement: berth_api::spec::PlacementSpec::from_json(json!({"resources": {"CPU": 1}}))
             .unwrap(),
         ..Default::default()
@@ -44,8 +46,11 @@ fn task(job: Option<&str>, owner: Option<&str>) -> TaskSubmit {
     TaskSubmit {
         command,
         args,
-        job_id: job.map(ThinStr::from),
-        owner_id: owner.map(ThinStr::from),
+        ownership: Ownership {
+            job_id: job.map(ThinStr::from),
+            owner_id: owner.map(ThinStr::from),
+            ..Default::default()
+        },
         placement: berth_api::spec::PlacementSpec::from_json(json!({"resources": {"CPU": 1}}))
             .unwrap(),
         ..Default::default()
@@ -54,8 +59,7 @@ fn task(job: Option<&str>, owner: Option<&str>) -> TaskSubmit {
 
 fn group(job: Option<&str>, lifetime: Lifetime) -> GroupCreate {
     GroupCreate {
-        job_id: job.map(ThinStr::from),
-        lifetime,
+        ownership: Ownership { job_id: job.map(ThinStr::from), lifetime, ..Default::default() },
         placement: berth_api::spec::PlacementGroupSpec::from_json(json!({"bundles": [{"CPU": 1}]}))
             .unwrap(),
         ..Default::default()
@@ -100,7 +104,7 @@ async fn a_finished_job_ends_what_its_driver_owns_and_leaves_what_is_detached() 
     assert_eq!(view.actor(&detached.actor_id).unwrap().state, ActorState::Alive);
     assert_eq!(view.actor(&no_job.actor_id).unwrap().state, ActorState::Alive);
     // The job's objects say which job they are of; lists filter by it.
-    assert_eq!(view.actor(&detached.actor_id).unwrap().spec.job_id.as_deref(), j);
+    assert_eq!(view.actor(&detached.actor_id).unwrap().spec.ownership.job_id.as_deref(), j);
     let query = berth_api::rest::ListQuery { job: Some(job.job_id.clone()), ..Default::default() };
     assert_eq!(view.list_actors(&query).unwrap().total, 2);
 
@@ -155,7 +159,7 @@ async fn what_a_process_owns_ends_with_it_transitively_unless_detached() {
     .await;
     // Children name the trainer as owner; their job is the trainer's.
     let worker = h.create_actor(actor(None, Some(&id), Lifetime::NonDetached)).await.unwrap();
-    assert_eq!(worker.spec.job_id.as_deref(), Some(job.job_id.as_str()));
+    assert_eq!(worker.spec.ownership.job_id.as_deref(), Some(job.job_id.as_str()));
     let keeper = h.create_actor(actor(None, Some(&id), Lifetime::Detached)).await.unwrap();
     let wid = worker.actor_id.to_string();
     until(&head, "the worker runs", |v| {
@@ -199,6 +203,10 @@ async fn a_creation_naming_a_job_or_owner_that_cannot_own_it_is_refused() {
         matches!(err, HeadError::Conflict(ref m) if m.contains("has no running process (it is PENDING)")),
         "{err:?}"
     );
+    let mut detached = task(Some(&job.job_id), None);
+    detached.ownership.lifetime = Lifetime::Detached;
+    let err = h.submit_task(detached).await.unwrap_err();
+    assert!(field(err).starts_with("lifetime: a task cannot be detached"));
     let mut body = job_named("x");
     body.lease_s = Some(0.5);
     assert_eq!(

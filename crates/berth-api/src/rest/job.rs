@@ -99,6 +99,26 @@ pub struct JobEnd {
     pub reason: Option<String>,
 }
 
+/// Who owns a piece of work, as its creation says (keys of the create body itself).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Ownership {
+    /// The job it belongs to (`job-3`), which must be RUNNING. Default: its owner's job, or
+    /// none (work of no job is detached: it ends only when it is ended by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub job_id: Option<ThinStr>,
+    /// The actor or task whose process creates it (`actor-5`, `task-9`), which must not have
+    /// ended: it ends when that process ends, unless it is detached. Default: the job's
+    /// driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub owner_id: Option<ThinStr>,
+    /// `detached`: it outlives its owner and its job (actors and placement groups; a task
+    /// always ends with its owner). Default `non_detached`.
+    #[serde(default, skip_serializing_if = "Lifetime::is_default")]
+    pub lifetime: Lifetime,
+}
+
 /// Whether a piece of work ends with its owner.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

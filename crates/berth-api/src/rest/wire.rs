@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::{default_retries, Lifetime, StringMap, ThinStr};
+use super::{default_retries, Lifetime, Ownership, StringMap, ThinStr};
 use crate::spec::{
     ExpressionMap, FallbackEntry, GroupFallback, GroupStrategyName, Located, PlacementGroupSpec,
     PlacementSpec, ResourceMap, SelectorList, StrategySpec,
@@ -27,7 +27,7 @@ pub(super) struct ActorCreate {
     #[serde(default)]
     lifetime: Lifetime,
     #[serde(default)]
-    name: Option<Box<str>>,
+    name: Option<ThinStr>,
     #[serde(default)]
     namespace: Option<ThinStr>,
     #[serde(default)]
@@ -57,9 +57,7 @@ impl From<ActorCreate> for super::ActorCreate {
     fn from(b: ActorCreate) -> super::ActorCreate {
         super::ActorCreate {
             idempotency_key: b.idempotency_key,
-            job_id: b.job_id,
-            owner_id: b.owner_id,
-            lifetime: b.lifetime,
+            ownership: Ownership { job_id: b.job_id, owner_id: b.owner_id, lifetime: b.lifetime },
             name: b.name,
             namespace: b.namespace,
             labels: b.labels,
@@ -90,7 +88,9 @@ pub(super) struct TaskSubmit {
     #[serde(default)]
     owner_id: Option<ThinStr>,
     #[serde(default)]
-    name: Option<Box<str>>,
+    lifetime: Lifetime,
+    #[serde(default)]
+    name: Option<ThinStr>,
     #[serde(default)]
     namespace: Option<ThinStr>,
     command: ThinStr,
@@ -117,8 +117,7 @@ impl From<TaskSubmit> for super::TaskSubmit {
     fn from(b: TaskSubmit) -> super::TaskSubmit {
         super::TaskSubmit {
             idempotency_key: b.idempotency_key,
-            job_id: b.job_id,
-            owner_id: b.owner_id,
+            ownership: Ownership { job_id: b.job_id, owner_id: b.owner_id, lifetime: b.lifetime },
             name: b.name,
             namespace: b.namespace,
             command: b.command,
@@ -168,9 +167,7 @@ impl From<GroupCreate> for super::GroupCreate {
     fn from(b: GroupCreate) -> super::GroupCreate {
         super::GroupCreate {
             idempotency_key: b.idempotency_key,
-            job_id: b.job_id,
-            owner_id: b.owner_id,
-            lifetime: b.lifetime,
+            ownership: Ownership { job_id: b.job_id, owner_id: b.owner_id, lifetime: b.lifetime },
             name: b.name,
             namespace: b.namespace,
             placement: PlacementGroupSpec {

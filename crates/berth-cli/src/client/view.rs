@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use berth_api::rest::{
-    Actor, Bundle, Diagnosis, Event, Group, Job, Lifetime, Node, ResourceTable, StringMap, Taint,
-    Task,
+    Actor, Bundle, Diagnosis, Event, Group, Job, Lifetime, Node, Ownership, ResourceTable,
+    StringMap, Taint, Task,
 };
 use berth_api::spec::PlacementSpec;
 use comfy_table::{presets, CellAlignment, ContentArrangement, Table};
@@ -441,20 +441,16 @@ pub fn jobs_table(jobs: &[Job]) -> String {
 // Details.
 
 /// Adds what an object's creation said of its job and owner.
-fn ownership_fields(
-    fields: &mut Fields,
-    job_id: Option<&str>,
-    owner_id: Option<&str>,
-    lifetime: Lifetime,
-) {
+fn ownership_fields(fields: &mut Fields, ownership: &Ownership) {
+    let (job_id, owner_id) = (ownership.job_id.as_deref(), ownership.owner_id.as_deref());
     let owner = match (owner_id, job_id) {
         (Some(owner), _) => owner.to_string(),
         (None, Some(job)) => format!("the driver of {job}"),
         (None, None) => String::new(),
     };
     fields.add("job", job_id.unwrap_or_default()).add("owner", owner);
-    if lifetime == Lifetime::Detached || (job_id.is_some() || owner_id.is_some()) {
-        fields.add("lifetime", name(&lifetime));
+    if ownership.lifetime == Lifetime::Detached || job_id.is_some() || owner_id.is_some() {
+        fields.add("lifetime", name(&ownership.lifetime));
     }
 }
 
@@ -560,7 +556,7 @@ pub fn actor_detail(actor: &Actor) -> String {
                 .unwrap_or_default(),
         )
         .add("created", time(actor.created_at_ms));
-    ownership_fields(&mut fields, spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime);
+    ownership_fields(&mut fields, &spec.ownership);
     fields
         .add("command", command_line(&spec.command, &spec.args))
         .add("env", pairs(&spec.env))
@@ -595,8 +591,7 @@ pub fn task_detail(task: &Task) -> String {
         .add("exit code", task.exit_code.map(|c| c.to_string()).unwrap_or_default())
         .add("failure", task.failure.clone().unwrap_or_default())
         .add("created", time(task.created_at_ms));
-    let lifetime = Lifetime::NonDetached;
-    ownership_fields(&mut fields, spec.job_id.as_deref(), spec.owner_id.as_deref(), lifetime);
+    ownership_fields(&mut fields, &spec.ownership);
     fields
         .add("command", command_line(&spec.command, &spec.args))
         .add("env", pairs(&spec.env))
@@ -624,7 +619,7 @@ pub fn group_detail(group: &Group) -> String {
         .add("strategy", group.strategy.as_str())
         .add("alternative", alternative)
         .add("created", time(group.created_at_ms));
-    ownership_fields(&mut fields, spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime);
+    ownership_fields(&mut fields, &spec.ownership);
     fields
         .add("bundle selectors", given(spec.placement.bundle_label_selector.as_ref()))
         .add("tolerations", given(spec.placement.tolerations.as_ref()))

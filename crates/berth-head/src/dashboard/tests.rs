@@ -208,7 +208,7 @@ fn sample_view() -> View {
     view.groups.insert(1, Arc::new(group(1, GroupState::Created)));
     view.jobs.insert(1, Arc::new(job(1)));
     // actor-1 belongs to job-1, made by its driver.
-    Arc::make_mut(&mut Arc::make_mut(view.actors.get_mut(&1).unwrap()).spec).job_id =
+    Arc::make_mut(&mut Arc::make_mut(view.actors.get_mut(&1).unwrap()).spec).ownership.job_id =
         Some("job-1".into());
     view
 }

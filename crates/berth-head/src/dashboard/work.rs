@@ -9,7 +9,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use axum::Extension;
 use berth_api::rest::{
-    Actor, Diagnosis, Event, Group, Job, Lifetime, ListQuery, Role, Task, WorkMeasured,
+    Actor, Diagnosis, Event, Group, Job, Lifetime, ListQuery, Ownership, Role, Task, WorkMeasured,
 };
 use berth_api::spec::PlacementSpec;
 
@@ -692,7 +692,8 @@ fn placement(spec: &PlacementSpec) -> Vec<(&'static str, String)> {
 }
 
 /// Links to an object's job and owner (when it names them).
-fn ownership_links(job: Option<&str>, owner: Option<&str>) -> Vec<(String, String)> {
+fn ownership_links(ownership: &Ownership) -> Vec<(String, String)> {
+    let (job, owner) = (ownership.job_id.as_deref(), ownership.owner_id.as_deref());
     let mut links = Vec::new();
     if let Some(job) = job {
         links.push((format!("Its job, {job}"), format::link("job", job)));
@@ -705,13 +706,14 @@ fn ownership_links(job: Option<&str>, owner: Option<&str>) -> Vec<(String, Strin
 }
 
 /// Who owns an object, in words: `actor-5 (its process)`, `job-3's driver`, or none.
-fn owner_words(job: Option<&str>, owner: Option<&str>, lifetime: Lifetime) -> String {
+fn owner_words(ownership: &Ownership) -> String {
+    let (job, owner) = (ownership.job_id.as_deref(), ownership.owner_id.as_deref());
     let who = match (owner, job) {
         (Some(owner), _) => format!("{owner}'s process"),
         (None, Some(job)) => format!("the driver of {job}"),
         (None, None) => return "none (ends only when ended by name)".into(),
     };
-    match lifetime {
+    match ownership.lifetime {
         Lifetime::Detached => format!("{who}; detached: outlives it"),
         Lifetime::NonDetached => format!("{who}; ends with it"),
     }
@@ -762,11 +764,11 @@ impl Detail {
             ("Uses (measured)", measured_words(uses, &spec.placement.resources)),
             ("Restarts", format!("{} (at most {max})", a.restarts)),
             ("Death reason", or_none(a.death_reason.as_deref())),
-            ("Owner", owner_words(spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)),
+            ("Owner", owner_words(&spec.ownership)),
             ("Created", format::time(a.created_at_ms)),
             ("Command", format::command_line(&spec.command, &spec.args)),
         ];
-        d.links = ownership_links(spec.job_id.as_deref(), spec.owner_id.as_deref());
+        d.links = ownership_links(&spec.ownership);
         d.options = vec![
             ("Resources", format::spec_resources(&spec.placement.resources)),
             ("Actor labels", format::pairs(&spec.labels)),
@@ -807,18 +809,11 @@ impl Detail {
             ("Attempts", format!("{} (retries at most {})", t.attempts, spec.max_retries)),
             ("Exit code", t.exit_code.map(|c| c.to_string()).unwrap_or_else(|| NONE.into())),
             ("Failure", or_none(t.failure.as_deref())),
-            (
-                "Owner",
-                owner_words(
-                    spec.job_id.as_deref(),
-                    spec.owner_id.as_deref(),
-                    Lifetime::NonDetached,
-                ),
-            ),
+            ("Owner", owner_words(&spec.ownership)),
             ("Created", format::time(t.created_at_ms)),
             ("Command", format::command_line(&spec.command, &spec.args)),
         ];
-        d.links = ownership_links(spec.job_id.as_deref(), spec.owner_id.as_deref());
+        d.links = ownership_links(&spec.ownership);
         d.options = vec![("Resources", format::spec_resources(&spec.placement.resources))];
         d.options.extend(placement(&spec.placement));
         d.spec = spec_json(spec);
@@ -860,10 +855,10 @@ impl Detail {
             ("Name", or_none(g.name.as_deref())),
             ("Namespace", g.namespace.clone()),
             ("Alternative reserved", alternative),
-            ("Owner", owner_words(spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)),
+            ("Owner", owner_words(&spec.ownership)),
             ("Created", format::time(g.created_at_ms)),
         ];
-        d.links = ownership_links(spec.job_id.as_deref(), spec.owner_id.as_deref());
+        d.links = ownership_links(&spec.ownership);
         d.options = vec![
             ("Strategy", g.strategy.clone()),
             (

@@ -87,9 +87,9 @@ impl Filter {
         if let Some(job) = &self.job {
             let of = match object {
                 Object::Node(_) => None,
-                Object::Actor(a) => a.spec.job_id.as_deref(),
-                Object::Task(t) => t.spec.job_id.as_deref(),
-                Object::Group(g) => g.spec.job_id.as_deref(),
+                Object::Actor(a) => a.spec.ownership.job_id.as_deref(),
+                Object::Task(t) => t.spec.ownership.job_id.as_deref(),
+                Object::Group(g) => g.spec.ownership.job_id.as_deref(),
                 Object::Job(j) => Some(j.job_id.as_str()),
             };
             if of != Some(job.as_str()) {

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use berth_api::rest::{Bundle, Diagnosis, EventKind, Group, GroupCreate, GroupState, ThinStr};
+use berth_api::rest::{Bundle, Diagnosis, EventKind, Group, GroupCreate, GroupState};
 use berth_api::spec::{At, Source};
 use berth_core::cluster::AllocationSource;
 use berth_core::pipeline::group::GroupDecision;
@@ -332,11 +332,8 @@ impl Owner {
         if let Some(first) = self.created_with(ObjectKind::Group, body.idempotency_key.as_deref()) {
             return Ok(self.groups[&first].api.clone());
         }
-        let job = self.check_owner(body.job_id.as_deref(), body.owner_id.as_deref())?;
-        body.job_id = job.as_deref().map(ThinStr::from);
-        if let Some(owner) =
-            owner_of(body.job_id.as_deref(), body.owner_id.as_deref(), body.lifetime)
-        {
+        self.check_owner(&mut body.ownership)?;
+        if let Some(owner) = owner_of(&body.ownership) {
             self.jobs.own(owner, Owned::Group(seq));
         }
         let spec = build_group(&self.cluster, seq, &body)?;

@@ -11,8 +11,8 @@ use std::collections::{HashMap, HashSet};
 
 use berth_api::limits::Limit;
 use berth_api::rest::{
-    EventKind, Job, JobCreate, JobState, Lifetime, DEFAULT_JOB_LEASE_S, MAX_JOB_LEASE_S,
-    MIN_JOB_LEASE_S,
+    EventKind, Job, JobCreate, JobState, Lifetime, Ownership, ThinStr, DEFAULT_JOB_LEASE_S,
+    MAX_JOB_LEASE_S, MIN_JOB_LEASE_S,
 };
 use berth_api::ObjectKind;
 use thin_vec::ThinVec;
@@ -116,17 +116,14 @@ impl Jobs {
     }
 }
 
-/// The owner an object's creation names (`job_id`, `owner_id`; the job's driver when it names
-/// only a job), if it ends with one.
-pub(crate) fn owner_of(
-    job_id: Option<&str>,
-    owner_id: Option<&str>,
-    lifetime: Lifetime,
-) -> Option<OwnerRef> {
-    if lifetime == Lifetime::Detached {
+/// The owner an object's creation names (`owner_id`, else the driver of `job_id`), if it ends
+/// with one.
+pub(crate) fn owner_of(ownership: &Ownership) -> Option<OwnerRef> {
+    if ownership.lifetime == Lifetime::Detached {
         return None;
     }
-    match (owner_id.and_then(WorkId::parse), job_id.and_then(job_seq)) {
+    let work = ownership.owner_id.as_deref().and_then(WorkId::parse);
+    match (work, ownership.job_id.as_deref().and_then(job_seq)) {
         (Some(work), _) => Some(OwnerRef::Work(work)),
         (None, Some(job)) => Some(OwnerRef::Job(job)),
         (None, None) => None,
@@ -267,10 +264,17 @@ impl Owner {
         }
     }
 
-    /// Checks what a creation says of its job and owner: the job runs, the owner's process
-    /// runs and is of that job. Returns the job ID the object belongs to (its owner's when it
-    /// names none).
-    pub(crate) fn check_owner(
+    /// Checks what a creation says of its job and owner (the job runs, the owner's process runs
+    /// and is of that job), and names the job when only the owner does: the object belongs to
+    /// its owner's job.
+    pub(crate) fn check_owner(&self, ownership: &mut Ownership) -> Result<(), HeadError> {
+        let job = self.owners_job(ownership.job_id.as_deref(), ownership.owner_id.as_deref())?;
+        ownership.job_id = job.as_deref().map(ThinStr::from);
+        Ok(())
+    }
+
+    /// The job an object of `job_id` and `owner_id` belongs to, or why it cannot be created.
+    fn owners_job(
         &self,
         job_id: Option<&str>,
         owner_id: Option<&str>,
@@ -295,7 +299,7 @@ impl Owner {
                 work.object().state_word()
             )));
         }
-        let owners_job = work.object().job_id();
+        let owners_job = work.object().ownership().job_id.as_deref();
         match (job_id, owners_job) {
             (Some(job), Some(theirs)) if job != theirs => Err(HeadError::invalid(
                 "job_id",

@@ -164,18 +164,16 @@ impl Owner {
 
     /// What each owner owns, from the objects' records (what ended owns nothing any more).
     fn restore_ownership(&mut self) {
-        let work = self.work.iter().filter(|(_, e)| !e.object().ended_for_good()).filter_map(
-            |(key, e)| {
-                let (job, owner, lifetime) = e.object().ownership();
-                Some((owner_of(job, owner, lifetime)?, Owned::Work(key)))
-            },
-        );
+        let work = self
+            .work
+            .iter()
+            .filter(|(_, e)| !e.object().ended_for_good())
+            .filter_map(|(key, e)| Some((owner_of(e.object().ownership())?, Owned::Work(key))));
         let groups =
             self.groups.iter().filter(|(_, e)| e.api.state != GroupState::Removed).filter_map(
                 |(seq, e)| {
                     let spec = &e.api.spec;
-                    let owner =
-                        owner_of(spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)?;
+                    let owner = owner_of(&spec.ownership)?;
                     Some((owner, Owned::Group(seq)))
                 },
             );

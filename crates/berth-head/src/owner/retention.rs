@@ -215,10 +215,7 @@ impl Owner {
                 let work_id = WorkId::of(kind, seq).expect("an actor's or a task's kind");
                 let entry = self.work.remove(work_id);
                 key = entry.as_ref().and_then(|e| e.object().idempotency_key().map(Box::from));
-                if let Some(owner) = entry.as_ref().and_then(|e| {
-                    let (job, owner, lifetime) = e.object().ownership();
-                    owner_of(job, owner, lifetime)
-                }) {
+                if let Some(owner) = entry.as_ref().and_then(|e| owner_of(e.object().ownership())) {
                     self.jobs.disown(owner, Owned::Work(work_id));
                 }
                 if let Some(api) = entry.as_ref().and_then(|e| e.actor()) {
@@ -243,10 +240,7 @@ impl Owner {
             ObjectKind::Group => {
                 let entry = self.groups.remove(seq);
                 key = entry.as_ref().and_then(|e| e.api.idempotency_key.as_deref().map(Box::from));
-                if let Some(owner) = entry.as_ref().and_then(|e| {
-                    let spec = &e.api.spec;
-                    owner_of(spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)
-                }) {
+                if let Some(owner) = entry.as_ref().and_then(|e| owner_of(&e.api.spec.ownership)) {
                     self.jobs.disown(owner, Owned::Group(seq));
                 }
                 if let Some(last) = self.view.groups.remove(&seq) {

@@ -8,7 +8,7 @@ use thin_vec::ThinVec;
 
 use berth_api::rest::{
     Actor, ActorCreate, ActorState, Endpoint, EventKind, Lifetime, StringMap, Task, TaskState,
-    TaskSubmit, ThinStr,
+    TaskSubmit,
 };
 use berth_api::spec::{actor_spec, LoadedRequest, ParsedRequest, Source};
 use berth_core::actors::ActorAffinity;
@@ -61,12 +61,11 @@ impl Owner {
         if let Some(first) = self.created_with(ObjectKind::Actor, body.idempotency_key.as_deref()) {
             return Ok(self.actor_answer(first));
         }
-        let job = self.check_owner(body.job_id.as_deref(), body.owner_id.as_deref())?;
-        body.job_id = job.as_deref().map(ThinStr::from);
+        self.check_owner(&mut body.ownership)?;
         let namespace = body.namespace.as_deref().unwrap_or("default").to_string();
         if let Some(name) = &body.name {
             // The index may name an actor that died since: its name is free again.
-            let holder = self.work.names.get(&(namespace.clone(), name.clone()));
+            let holder = self.work.names.get(&(namespace.clone(), Box::from(&**name)));
             let taken = holder
                 .and_then(|seq| self.work.actor(*seq))
                 .is_some_and(|a| a.state != ActorState::Dead);
@@ -88,7 +87,7 @@ impl Owner {
             endpoint: None,
             work_key: None,
             actor_id,
-            name: body.name.clone(),
+            name: body.name.as_deref().map(Box::from),
             namespace,
             state: ActorState::Pending,
             node_id: None,
@@ -106,9 +105,7 @@ impl Owner {
         }
         self.remember_key(ObjectKind::Actor, api.spec.idempotency_key.as_deref(), seq);
         let spec = &api.spec;
-        if let Some(owner) =
-            owner_of(spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)
-        {
+        if let Some(owner) = owner_of(&spec.ownership) {
             self.jobs.own(owner, Owned::Work(WorkId::Actor(seq)));
         }
         self.work.insert(WorkId::Actor(seq), Work::new(WorkApi::Actor(Arc::new(api))));
@@ -124,13 +121,18 @@ impl Owner {
         if let Some(first) = self.created_with(ObjectKind::Task, body.idempotency_key.as_deref()) {
             return Ok(self.task_answer(first));
         }
-        let job = self.check_owner(body.job_id.as_deref(), body.owner_id.as_deref())?;
-        body.job_id = job.as_deref().map(ThinStr::from);
+        if body.ownership.lifetime == Lifetime::Detached {
+            return Err(HeadError::invalid(
+                "lifetime",
+                "a task cannot be detached: it ends with its owner (a detached actor outlives it)",
+            ));
+        }
+        self.check_owner(&mut body.ownership)?;
         let request = build_task(&self.cluster, &body)?;
         let mut api = Task {
             work_key: None,
             task_id: ObjectKind::Task.id(seq).into(),
-            name: body.name.clone(),
+            name: body.name.as_deref().map(Box::from),
             namespace: body.namespace.as_deref().unwrap_or("default").to_string(),
             state: TaskState::Pending,
             node_id: None,
@@ -146,8 +148,7 @@ impl Owner {
         push_event(&mut api.history, EventKind::Created, None, String::new());
         self.remember_key(ObjectKind::Task, api.spec.idempotency_key.as_deref(), seq);
         let spec = &api.spec;
-        let lifetime = Lifetime::NonDetached;
-        if let Some(owner) = owner_of(spec.job_id.as_deref(), spec.owner_id.as_deref(), lifetime) {
+        if let Some(owner) = owner_of(&spec.ownership) {
             self.jobs.own(owner, Owned::Work(WorkId::Task(seq)));
         }
         self.work.insert(WorkId::Task(seq), Work::new(WorkApi::Task(Arc::new(api))));
@@ -589,7 +590,7 @@ fn start_message(
     let (command, args, env) = api.command();
     let mut env: std::collections::HashMap<String, String> = env.clone().into_iter().collect();
     // Its job, for the SDKs in the process: what it creates belongs to the same job.
-    if let Some(job) = api.job_id() {
+    if let Some(job) = api.ownership().job_id.as_deref() {
         env.insert("BERTH_JOB_ID".into(), job.into());
     }
     Assignment {

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use berth_api::agent::WorkKind;
-use berth_api::rest::{Actor, ActorState, Event, EventKind, Lifetime, StringMap, Task, TaskState};
+use berth_api::rest::{Actor, ActorState, Event, EventKind, Ownership, StringMap, Task, TaskState};
 use berth_api::spec::{ExpressionMap, Located};
 use berth_api::ObjectKind;
 use berth_core::Allocation;
@@ -338,12 +338,8 @@ pub(crate) trait WorkObject {
     fn created_at_ms(&self) -> u64;
     /// The client's key of its creation.
     fn idempotency_key(&self) -> Option<&str>;
-    /// Its job and owner as its creation named them (`job_id`, `owner_id`, `lifetime`).
-    fn ownership(&self) -> (Option<&str>, Option<&str>, Lifetime);
-    /// Its job (`job_id`), if it has one.
-    fn job_id(&self) -> Option<&str> {
-        self.ownership().0
-    }
+    /// Its job and owner as its creation named them.
+    fn ownership(&self) -> &Ownership;
     /// Its state, as the API writes it (`ALIVE`, `RUNNING` …).
     fn state_word(&self) -> &'static str;
     fn node_id(&self) -> Option<&Arc<str>>;
@@ -404,9 +400,8 @@ impl WorkObject for Actor {
             ActorState::Dead => "DEAD",
         }
     }
-    fn ownership(&self) -> (Option<&str>, Option<&str>, Lifetime) {
-        let spec = &self.spec;
-        (spec.job_id.as_deref(), spec.owner_id.as_deref(), spec.lifetime)
+    fn ownership(&self) -> &Ownership {
+        &self.spec.ownership
     }
     fn node_id(&self) -> Option<&Arc<str>> {
         self.node_id.as_ref()
@@ -516,9 +511,8 @@ impl WorkObject for Task {
             TaskState::Cancelled => "CANCELLED",
         }
     }
-    fn ownership(&self) -> (Option<&str>, Option<&str>, Lifetime) {
-        let spec = &self.spec;
-        (spec.job_id.as_deref(), spec.owner_id.as_deref(), Lifetime::NonDetached)
+    fn ownership(&self) -> &Ownership {
+        &self.spec.ownership
     }
     fn node_id(&self) -> Option<&Arc<str>> {
         self.node_id.as_ref()
