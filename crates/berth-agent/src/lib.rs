@@ -46,6 +46,7 @@
 pub mod agent;
 pub mod config;
 pub mod discover;
+pub mod gpus;
 pub mod measure;
 #[cfg(unix)]
 pub mod process;

@@ -20,14 +20,26 @@
 //! CPU figures need two looks, so the first measurement of the machine, and of each attempt,
 //! has none. Inside a container `/proc/stat` and `/proc/meminfo` describe the host.
 //!
-//! GPUs are not measured (no NVML): loading the driver's library at run time is left for when
-//! a machine with one can test it.
+//! GPUs: their memory and utilisation come from NVML where the NVIDIA driver is (the `gpus`
+//! module), and are absent elsewhere.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use berth_api::agent::{Measured, WorkMeasured};
+use berth_api::agent::{GpuMeasured, Measured, WorkMeasured};
+
+use crate::gpus::{GpuSource, Nvml};
+
+/// No GPU figures (a sampler of fixtures).
+#[derive(Debug)]
+struct NoGpus;
+
+impl GpuSource for NoGpus {
+    fn read(&mut self) -> Vec<GpuMeasured> {
+        Vec::new()
+    }
+}
 
 /// The machine's CPU time so far, in clock ticks (`USER_HZ`) summed over its CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -141,6 +153,7 @@ struct Seen {
 /// Measures the machine and process groups, remembering the previous look for CPU figures.
 #[derive(Debug)]
 pub struct Sampler {
+    gpus: Box<dyn GpuSource>,
     root: PathBuf,
     ticks_per_second: u64,
     page_bytes: u64,
@@ -155,15 +168,22 @@ impl Default for Sampler {
 }
 
 impl Sampler {
-    /// A sampler of this machine's `/proc`.
+    /// A sampler of this machine's `/proc`, and of its GPUs through NVML.
     pub fn new() -> Sampler {
-        Sampler::with_root("/proc", clock_ticks(), page_bytes())
+        Sampler::with_root("/proc", clock_ticks(), page_bytes()).with_gpus(Box::<Nvml>::default())
+    }
+
+    /// This sampler with its GPU figures from `gpus`.
+    pub fn with_gpus(mut self, gpus: Box<dyn GpuSource>) -> Sampler {
+        self.gpus = gpus;
+        self
     }
 
     /// A sampler reading `root` instead of `/proc` (tests give a directory of fixtures), with
     /// `ticks_per_second` clock ticks (`USER_HZ`) and pages of `page_bytes`.
     pub fn with_root(root: impl Into<PathBuf>, ticks_per_second: u64, page_bytes: u64) -> Sampler {
         Sampler {
+            gpus: Box::new(NoGpus),
             root: root.into(),
             ticks_per_second: ticks_per_second.max(1),
             page_bytes,
@@ -215,7 +235,8 @@ impl Sampler {
         }
         // Attempts no longer running are forgotten.
         self.groups = seen;
-        Some(Measured { cpu_millicores, cpus, memory_used_bytes, memory_total_bytes, work })
+        let gpus = self.gpus.read();
+        Some(Measured { cpu_millicores, cpus, memory_used_bytes, memory_total_bytes, work, gpus })
     }
 
     /// For each group: (ticks, resident pages, processes), by one pass over `root`.
@@ -401,6 +422,37 @@ mod tests {
         let third = sampler.sample(&moved, start + Duration::from_secs(2)).unwrap();
         let cpu: Vec<_> = third.work.iter().map(|w| w.cpu_millicores).collect();
         assert_eq!(cpu, [Some(0), None]);
+    }
+
+    /// GPUs as a fixed list (the NVML source is tested in `gpus`).
+    #[derive(Debug)]
+    struct TwoGpus;
+
+    impl GpuSource for TwoGpus {
+        fn read(&mut self) -> Vec<GpuMeasured> {
+            (0..2)
+                .map(|index| GpuMeasured {
+                    index,
+                    memory_used_bytes: u64::from(index + 1) << 30,
+                    memory_total_bytes: 16 << 30,
+                    utilization_percent: (index == 0).then_some(70),
+                })
+                .collect()
+        }
+    }
+
+    #[test]
+    fn the_gpus_source_figures_go_with_the_machines() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "stat", STAT);
+        write(dir.path(), "meminfo", MEMINFO);
+        let mut sampler = Sampler::with_root(dir.path(), 100, 4096);
+        assert!(sampler.sample(&[], Instant::now()).unwrap().gpus.is_empty(), "none by default");
+        let mut sampler = sampler.with_gpus(Box::new(TwoGpus));
+        let gpus = sampler.sample(&[], Instant::now()).unwrap().gpus;
+        let figures: Vec<_> =
+            gpus.iter().map(|g| (g.index, g.memory_used_bytes, g.utilization_percent)).collect();
+        assert_eq!(figures, [(0, 1 << 30, Some(70)), (1, 2 << 30, None)]);
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub use job::{
     Job, JobCreate, JobEnd, JobState, Lifetime, Ownership, DEFAULT_JOB_LEASE_S, MAX_JOB_LEASE_S,
     MIN_JOB_LEASE_S,
 };
-pub use measured::{NodeMeasured, WorkMeasured};
+pub use measured::{GpuMeasured, NodeMeasured, WorkMeasured};
 pub use resource_table::ResourceTable;
 pub use thin_str::ThinStr;
 use utoipa::{IntoParams, ToSchema};

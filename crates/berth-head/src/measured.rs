@@ -15,12 +15,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use berth_api::agent::Measured;
-use berth_api::rest::{NodeMeasured, WorkMeasured};
+use berth_api::rest::{GpuMeasured, NodeMeasured, WorkMeasured};
 
 /// The most logical CPUs a machine may report.
 pub(crate) const MAX_CPUS: u32 = 1 << 20;
 /// The most attempts one measurement may list.
 pub(crate) const MAX_WORK: usize = 4096;
+/// The most GPUs one measurement may list.
+pub(crate) const MAX_GPUS: usize = 64;
 /// The longest work ID a measurement may name (the agent's own rule for work IDs).
 const MAX_WORK_ID: usize = 200;
 
@@ -122,11 +124,21 @@ fn node_answer(latest: &Latest, with_work: bool) -> NodeMeasured {
         cpus: m.cpus,
         memory_used_bytes: m.memory_used_bytes,
         memory_total_bytes: m.memory_total_bytes,
+        gpus: m.gpus.iter().map(gpu_answer).collect(),
         work: if with_work {
             m.work.iter().map(|w| work_answer(w, latest.at_ms)).collect()
         } else {
             Vec::new()
         },
+    }
+}
+
+fn gpu_answer(g: &berth_api::agent::GpuMeasured) -> GpuMeasured {
+    GpuMeasured {
+        index: g.index,
+        memory_used_bytes: g.memory_used_bytes,
+        memory_total_bytes: g.memory_total_bytes,
+        utilization_percent: g.utilization_percent,
     }
 }
 
@@ -161,6 +173,26 @@ pub(crate) fn check(measured: &Measured) -> Result<(), String> {
             "measured.memory_used_bytes: {} is over memory_total_bytes ({})",
             measured.memory_used_bytes, measured.memory_total_bytes
         ));
+    }
+    if measured.gpus.len() > MAX_GPUS {
+        return Err(format!("measured.gpus: {} entries; at most {MAX_GPUS}", measured.gpus.len()));
+    }
+    for (i, g) in measured.gpus.iter().enumerate() {
+        if g.memory_used_bytes > g.memory_total_bytes {
+            return Err(format!(
+                "measured.gpus[{i}].memory_used_bytes: {} is over memory_total_bytes ({})",
+                g.memory_used_bytes, g.memory_total_bytes
+            ));
+        }
+        if g.utilization_percent.is_some_and(|u| u > 100) {
+            return Err(format!(
+                "measured.gpus[{i}].utilization_percent: {} is over 100",
+                g.utilization_percent.unwrap_or_default()
+            ));
+        }
+        if measured.gpus[..i].iter().any(|other| other.index == g.index) {
+            return Err(format!("measured.gpus[{i}].index: {} is listed twice", g.index));
+        }
     }
     if measured.work.len() > MAX_WORK {
         return Err(format!("measured.work: {} entries; at most {MAX_WORK}", measured.work.len()));
@@ -209,6 +241,12 @@ mod tests {
             cpus: 4,
             memory_used_bytes: 1 << 30,
             memory_total_bytes: 4 << 30,
+            gpus: vec![berth_api::agent::GpuMeasured {
+                index: 0,
+                memory_used_bytes: 1 << 30,
+                memory_total_bytes: 16 << 30,
+                utilization_percent: Some(30),
+            }],
             work: vec![Work {
                 work_id: "task-1".into(),
                 attempt: 2,
@@ -285,6 +323,21 @@ mod tests {
             m.work = vec![one; MAX_WORK + 1];
         })
         .starts_with("measured.work: 4097 entries"));
+        assert_eq!(
+            refused(|m| m.gpus[0].memory_used_bytes = 17 << 30),
+            "measured.gpus[0].memory_used_bytes: 18253611008 is over memory_total_bytes \
+             (17179869184)"
+        );
+        assert_eq!(
+            refused(|m| m.gpus[0].utilization_percent = Some(101)),
+            "measured.gpus[0].utilization_percent: 101 is over 100"
+        );
+        assert_eq!(
+            refused(|m| m.gpus.push(m.gpus[0])),
+            "measured.gpus[1].index: 0 is listed twice"
+        );
+        assert!(refused(|m| m.gpus = vec![Default::default(); MAX_GPUS + 1])
+            .starts_with("measured.gpus: 65 entries"));
         // Absent CPU figures (a first look) are fine.
         let mut first = measured();
         first.cpu_millicores = None;

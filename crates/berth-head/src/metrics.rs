@@ -34,7 +34,10 @@
 //! - `berth_node_cpu_used_cores{node}`, `berth_node_cpus{node}`,
 //!   `berth_node_memory_used_bytes{node}` and `berth_node_memory_total_bytes{node}`: what each
 //!   live node's machine uses, as its agent last measured it (nodes whose agent measures).
-//!   One series per node, set afresh at each scrape, so a node that goes leaves no series
+//! - `berth_node_gpu_memory_used_bytes{node,gpu}`, `berth_node_gpu_memory_total_bytes{node,gpu}`
+//!   and `berth_node_gpu_utilization_percent{node,gpu}`: each GPU of those machines, as NVML
+//!   reports it (nodes whose machine has the NVIDIA driver).
+//!   One series per node (and GPU), set afresh at each scrape, so a node that goes leaves no series
 //!   behind. What each actor or task uses is not here (one series per work item would grow
 //!   without bound): it is in the REST API (`GET /api/v1/nodes/{node}`) and the dashboard.
 
@@ -64,6 +67,12 @@ struct PendingLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NodeLabels {
     node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    node: String,
+    gpu: u32,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -128,6 +137,9 @@ pub(crate) struct Metrics {
     node_cpus: Family<NodeLabels, Gauge>,
     node_memory_used: Family<NodeLabels, Gauge>,
     node_memory_total: Family<NodeLabels, Gauge>,
+    gpu_memory_used: Family<GpuLabels, Gauge>,
+    gpu_memory_total: Family<GpuLabels, Gauge>,
+    gpu_utilization: Family<GpuLabels, Gauge>,
     /// Held through a scrape: the per-node families are cleared and set again for each, and
     /// a concurrent scrape must not render them half set.
     scrape: Mutex<()>,
@@ -277,7 +289,30 @@ impl Metrics {
             Unit::Bytes,
             node_memory_total.clone(),
         );
+        let gpu_memory_used = Family::<GpuLabels, Gauge>::default();
+        registry.register_with_unit(
+            "berth_node_gpu_memory_used",
+            "Memory a GPU of a node's machine uses, as NVML reports it",
+            Unit::Bytes,
+            gpu_memory_used.clone(),
+        );
+        let gpu_memory_total = Family::<GpuLabels, Gauge>::default();
+        registry.register_with_unit(
+            "berth_node_gpu_memory_total",
+            "A GPU's memory, as NVML reports it",
+            Unit::Bytes,
+            gpu_memory_total.clone(),
+        );
+        let gpu_utilization = Family::<GpuLabels, Gauge>::default();
+        registry.register(
+            "berth_node_gpu_utilization_percent",
+            "The share of the driver's last sample period in which a kernel ran on a GPU",
+            gpu_utilization.clone(),
+        );
         Metrics {
+            gpu_memory_used,
+            gpu_memory_total,
+            gpu_utilization,
             node_transitions,
             jobs_ended,
             node_cpu_used,
@@ -436,6 +471,9 @@ impl Metrics {
         self.node_cpus.clear();
         self.node_memory_used.clear();
         self.node_memory_total.clear();
+        self.gpu_memory_used.clear();
+        self.gpu_memory_total.clear();
+        self.gpu_utilization.clear();
         for (node_id, m) in measured {
             let live = view
                 .nodes
@@ -452,6 +490,14 @@ impl Metrics {
             self.node_cpus.get_or_create(&labels).set(i64::from(m.cpus));
             self.node_memory_used.get_or_create(&labels).set(clamp(m.memory_used_bytes));
             self.node_memory_total.get_or_create(&labels).set(clamp(m.memory_total_bytes));
+            for g in &m.gpus {
+                let labels = GpuLabels { node: node_id.clone(), gpu: g.index };
+                self.gpu_memory_used.get_or_create(&labels).set(clamp(g.memory_used_bytes));
+                self.gpu_memory_total.get_or_create(&labels).set(clamp(g.memory_total_bytes));
+                if let Some(percent) = g.utilization_percent {
+                    self.gpu_utilization.get_or_create(&labels).set(i64::from(percent));
+                }
+            }
         }
         self.render()
     }

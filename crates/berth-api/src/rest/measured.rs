@@ -21,10 +21,29 @@ pub struct NodeMeasured {
     pub memory_used_bytes: u64,
     /// The machine's memory, in bytes.
     pub memory_total_bytes: u64,
+    /// The machine's GPUs, as the NVIDIA driver's management library (NVML) reports them, as
+    /// `nvidia-smi` would; empty where that library is not (no NVIDIA driver).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuMeasured>,
     /// Each attempt running on the node, by work ID: only in `GET /api/v1/nodes/{node}`, not
     /// in lists.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub work: Vec<WorkMeasured>,
+}
+
+/// One GPU of a node's machine, as its agent last measured it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GpuMeasured {
+    /// The device's index: the GPU instance ID work gets (`CUDA_VISIBLE_DEVICES`).
+    pub index: u32,
+    /// Device memory in use, in bytes.
+    pub memory_used_bytes: u64,
+    /// The device's memory, in bytes.
+    pub memory_total_bytes: u64,
+    /// The share of the driver's last sample period in which a kernel ran, 0 to 100; absent
+    /// when the device does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization_percent: Option<u32>,
 }
 
 /// What one attempt of an actor or task uses: every process of its process group, summed.

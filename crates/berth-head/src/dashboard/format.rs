@@ -106,9 +106,10 @@ impl Bar {
         Bar { name: name.to_string(), used: words.0, total: words.1, percent }
     }
 
-    /// The machine's CPU and memory bars from its measurement (no CPU bar on the first one).
+    /// The machine's CPU and memory bars from its measurement (no CPU bar on the first one),
+    /// then each GPU's memory, with how busy it was in its name.
     pub(crate) fn machine(m: &berth_api::rest::NodeMeasured) -> Vec<Bar> {
-        let mut bars = Vec::with_capacity(2);
+        let mut bars = Vec::with_capacity(2 + m.gpus.len());
         if let Some(millicores) = m.cpu_millicores {
             let cpus = f64::from(m.cpus);
             bars.push(Bar::measured(
@@ -124,6 +125,18 @@ impl Bar {
             m.memory_total_bytes as f64,
             (bytes(m.memory_used_bytes), bytes(m.memory_total_bytes)),
         ));
+        for g in &m.gpus {
+            let name = match g.utilization_percent {
+                Some(busy) => format!("GPU {} memory ({busy}% busy)", g.index),
+                None => format!("GPU {} memory", g.index),
+            };
+            bars.push(Bar::measured(
+                &name,
+                g.memory_used_bytes as f64,
+                g.memory_total_bytes as f64,
+                (bytes(g.memory_used_bytes), bytes(g.memory_total_bytes)),
+            ));
+        }
         bars
     }
 }
@@ -292,6 +305,12 @@ mod tests {
             cpus: 8,
             memory_used_bytes: 1 << 30,
             memory_total_bytes: 4 << 30,
+            gpus: vec![berth_api::rest::GpuMeasured {
+                index: 1,
+                memory_used_bytes: 4 << 30,
+                memory_total_bytes: 16 << 30,
+                utilization_percent: Some(45),
+            }],
             work: vec![],
         };
         let bars: Vec<_> =
@@ -300,7 +319,8 @@ mod tests {
             bars,
             [
                 ("CPU".to_string(), "2.00".to_string(), "8".to_string(), 25),
-                ("memory".to_string(), "1Gi".to_string(), "4Gi".to_string(), 25)
+                ("memory".to_string(), "1Gi".to_string(), "4Gi".to_string(), 25),
+                ("GPU 1 memory (45% busy)".to_string(), "4Gi".to_string(), "16Gi".to_string(), 25)
             ]
         );
     }

@@ -1068,12 +1068,19 @@ async fn measured_use_shows_beside_what_was_reserved_on_node_and_work_pages() {
         cpus: 8,
         memory_used_bytes: 1 << 30,
         memory_total_bytes: 4 << 30,
+        gpus: vec![berth_api::agent::GpuMeasured {
+            index: 0,
+            memory_used_bytes: 3 << 30,
+            memory_total_bytes: 16 << 30,
+            utilization_percent: Some(45),
+        }],
         work: vec![work("actor-1", 1, Some(990)), work("task-1", 1, None)],
     };
     h.measurements.record("node-1", 1, 1_700_000_000_000, measured.clone()).unwrap();
     let page = get(&h.router, "/ui/nodes/node-1").await.ok().to_string();
     assert!(page.contains("2.00 / 8"), "machine CPU: {page}");
     assert!(page.contains("1Gi / 4Gi"), "machine memory: {page}");
+    assert!(page.contains("GPU 0 memory (45% busy)") && page.contains("3Gi / 16Gi"), "{page}");
     assert!(page.contains(r#"aria-label="CPU measured in use on node-1: 25%""#), "{page}");
     // Measurements change without the cluster changing: the page also looks every 5 s.
     assert!(page.contains(r#"hx-trigger="berth:changed, every 5s""#), "{page}");

@@ -917,6 +917,12 @@ async fn http_measured_usage_is_in_nodes_and_metrics_for_live_nodes_only() {
         cpus: 4,
         memory_used_bytes: 1 << 30,
         memory_total_bytes: 4 << 30,
+        gpus: vec![berth_api::agent::GpuMeasured {
+            index: 0,
+            memory_used_bytes: 3 << 30,
+            memory_total_bytes: 16 << 30,
+            utilization_percent: Some(45),
+        }],
         work: vec![berth_api::agent::WorkMeasured {
             work_id: work_id.into(),
             attempt: 1,
@@ -934,6 +940,8 @@ async fn http_measured_usage_is_in_nodes_and_metrics_for_live_nodes_only() {
     assert_eq!(one["measured"]["memory_total_bytes"], 4u64 << 30);
     assert_eq!(one["measured"]["work"][0]["work_id"], "actor-1");
     assert_eq!(one["measured"]["work"][0]["cpu_millicores"], 990);
+    assert_eq!(one["measured"]["gpus"][0]["utilization_percent"], 45);
+    assert_eq!(one["measured"]["gpus"][0]["memory_used_bytes"], 3u64 << 30);
     let dead: serde_json::Value =
         serde_json::from_slice(&get(&h.router, "/api/v1/nodes/node-2").await.body).unwrap();
     assert!(dead.get("measured").is_none(), "{dead}");
@@ -949,6 +957,9 @@ async fn http_measured_usage_is_in_nodes_and_metrics_for_live_nodes_only() {
         r#"berth_node_cpus{node="node-1"} 4"#,
         r#"berth_node_memory_used_bytes{node="node-1"} 1073741824"#,
         r#"berth_node_memory_total_bytes{node="node-1"} 4294967296"#,
+        r#"berth_node_gpu_memory_used_bytes{node="node-1",gpu="0"} 3221225472"#,
+        r#"berth_node_gpu_memory_total_bytes{node="node-1",gpu="0"} 17179869184"#,
+        r#"berth_node_gpu_utilization_percent{node="node-1",gpu="0"} 45"#,
     ] {
         assert!(text.contains(needle), "missing {needle}\n{text}");
     }
