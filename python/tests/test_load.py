@@ -60,8 +60,9 @@ class Sampler:
     """Figures to print, sampled four times a second while it runs: the highest 1-minute load
     average and number of runnable threads (/proc/loadavg), and the longest silence between
     two heartbeats of a node as the head recorded them (``measured.at_ms`` in ``GET
-    /api/v1/nodes``: the head's time of the last heartbeat, which carries a measurement on
-    every beat). Beats between two samples are not seen, so the silence is an upper bound."""
+    /api/v1/nodes``: the head's time of the last heartbeat that carried a measurement, which
+    every beat does when the agent's last reading is done). Beats between two samples are not
+    seen, and the samples are as late as the REST answers, so the silence is an upper bound."""
 
     def __init__(self, client: Client) -> None:
         self.client = client

@@ -2,16 +2,25 @@
 //!
 //! One agent is one loop of *sessions*. A session starts with `Register` (announcing what the
 //! runner has running, and stopping what the head says to stop) and then runs four parts
-//! concurrently, in one task:
+//! concurrently:
 //!
-//! - the `Heartbeat` stream, one message every interval the head asked for;
-//! - the `Assignments` stream, each `Start`/`Stop` handed to the [`Runner`];
+//! - the `Heartbeat` stream, one message every interval the head asked for, on the agents'
+//!   lane (see `lane`);
+//! - the `Assignments` stream, each `Start`/`Stop` queued for the runner (see `orders`);
 //! - the reporter, which turns the runner's [`Events`] into batches on the `Reports` stream,
 //!   in order (`ReportStatus` calls against a head without that stream);
 //! - the `Logs` stream, which serves the head's log requests (`berth logs`) from the files the
 //!   runner names ([`Runner::log_file`]; see `logs`). It is optional: its failures are retried
 //!   after the backoff without ending the session (a head without it answers UNIMPLEMENTED,
 //!   and the agent then runs without serving logs), except an old session or a refused token.
+//!
+//! **Liveness waits on nothing the agent does.** The runner may block for seconds (a start
+//! waits for a fork server or a slow spawn; its lock is held meanwhile), and the runtime that
+//! runs the agent may be starved (`berth up` shares it with the head and hundreds of process
+//! watchers). So the runner is only ever called from a blocking thread: starts and stops in
+//! order by the `orders` applier, measurements by the heartbeat loop without waiting for
+//! them. And the heartbeats, with the connection's I/O, run on the `lane`, a runtime on a
+//! thread of its own: a node stays alive to the head however long its starts take.
 //!
 //! The session ends when any other part fails or a stream ends: the head restarted, declared the node
 //! dead (`FAILED_PRECONDITION` on an old session), or cannot be reached. The agent then waits
@@ -31,8 +40,7 @@ use std::time::Duration;
 
 use berth_api::agent::agent_service_client::AgentServiceClient;
 use berth_api::agent::{
-    assignment, Assignment, AssignmentsRequest, HeartbeatRequest, StatusReplies, StatusReport,
-    StatusReports, Stop,
+    assignment, Assignment, AssignmentsRequest, StatusReplies, StatusReport, StatusReports, Stop,
 };
 use thiserror::Error;
 use tokio::sync::{mpsc, watch};
@@ -48,7 +56,11 @@ use tracing::{debug, info, warn};
 use crate::config::{AgentConfig, ConfigError};
 use crate::runner::{Events, Runner, WorkEvent};
 
+mod lane;
 pub mod logs;
+mod orders;
+
+use orders::{Order, Orders};
 
 /// The request metadata naming the node of a `Logs` stream (see `proto/agent.proto`).
 pub const LOG_NODE_METADATA: &str = "berth-node-id";
@@ -214,6 +226,8 @@ pub struct Agent {
     auth: MetadataValue<Ascii>,
     runner: Arc<dyn Runner>,
     status: Arc<watch::Sender<AgentStatus>>,
+    /// What of the agent runs apart from its task.
+    helpers: Helpers,
     /// The heartbeat timeout the head last said (ms): what the keepalive is sized for.
     head_timeout_ms: std::sync::atomic::AtomicU64,
 }
@@ -241,6 +255,7 @@ impl Agent {
             auth,
             runner,
             status: Arc::new(status),
+            helpers: Helpers::default(),
             head_timeout_ms: (DEFAULT_HEAD_TIMEOUT.as_millis() as u64).into(),
         })
     }
@@ -263,7 +278,19 @@ impl Agent {
     /// Runs until `shutdown` turns true or its sender is dropped. Work the runner holds is
     /// left as it is: what to do with it on shutdown is the caller's decision.
     pub async fn run_until(self, mut shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
-        let result = self.sessions(&mut shutdown).await;
+        // One sink for the agent's whole life: reports outlive sessions.
+        let (events, events_rx) = Events::channel();
+        self.runner.attach(events.clone());
+        let (orders, mut applier) =
+            orders::channel(self.runner.clone(), events, self.helpers.clone());
+        let result = tokio::select! {
+            result = self.sessions(&mut shutdown, &orders, events_rx) => result,
+            never = applier.run() => match never {},
+        };
+        // The orders not applied yet are dropped; the one in hand, a measurement and the
+        // heartbeats' task end first: then the runner is the caller's alone.
+        drop(applier);
+        self.helpers.none_left().await;
         self.status.send_modify(|s| {
             s.session = None;
             s.stopped = true;
@@ -282,14 +309,17 @@ impl Agent {
     pub fn spawn(self) -> AgentHandle {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let status = self.status.clone();
+        let helpers = self.helpers.clone();
         let task = tokio::spawn(self.run_until(shutdown_rx));
-        AgentHandle { status, shutdown, task }
+        AgentHandle { status, helpers, shutdown, task }
     }
 
-    async fn sessions(&self, shutdown: &mut watch::Receiver<bool>) -> Result<(), AgentError> {
-        // One sink for the agent's whole life: reports outlive sessions.
-        let (events, mut events_rx) = Events::channel();
-        self.runner.attach(events.clone());
+    async fn sessions(
+        &self,
+        shutdown: &mut watch::Receiver<bool>,
+        orders: &Orders,
+        mut events_rx: mpsc::UnboundedReceiver<WorkEvent>,
+    ) -> Result<(), AgentError> {
         let mut pending = VecDeque::new();
         let mut node_id = self.config.node_id.clone().unwrap_or_default();
         let mut failures = 0u32;
@@ -297,8 +327,11 @@ impl Agent {
             let ended = tokio::select! {
                 biased;
                 () = shutdown_requested(shutdown) => return Ok(()),
-                ended = self.session(&mut node_id, &events, &mut events_rx, &mut pending) => ended,
+                ended = self.session(&mut node_id, orders, &mut events_rx, &mut pending) => ended,
             };
+            // What the head sent and the runner has not done yet: the head sends what still
+            // holds again to the next session.
+            orders.discard();
             let reason = match ended {
                 Ended::Fatal(e) => return Err(e),
                 Ended::Lost(reason) => reason,
@@ -354,7 +387,9 @@ impl Agent {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(interval)
             .keep_alive_timeout(timeout)
-            .keep_alive_while_idle(true);
+            .keep_alive_while_idle(true)
+            // The connection's I/O runs on the lane, with the heartbeats.
+            .executor(lane::Executor);
         // A fresh lazy channel per session: nothing of a broken connection is reused, and a
         // head that is down fails the first call (retried after the backoff).
         Ok(AgentServiceClient::with_interceptor(endpoint.connect_lazy(), Auth(self.auth.clone())))
@@ -382,7 +417,7 @@ impl Agent {
     async fn session(
         &self,
         node_id: &mut String,
-        events: &Events,
+        orders: &Orders,
         events_rx: &mut mpsc::UnboundedReceiver<WorkEvent>,
         pending: &mut VecDeque<WorkEvent>,
     ) -> Ended {
@@ -390,7 +425,9 @@ impl Agent {
             Ok(client) => client,
             Err(ended) => return ended,
         };
-        let running = self.runner.running();
+        // After every order of the last session is applied or dropped: nothing being started
+        // is missed.
+        let running = orders.running().await;
         let request = self.config.register_request(node_id, running);
         let reply = match tokio::time::timeout(CALL_TIMEOUT, client.register(request)).await {
             Ok(Ok(reply)) => reply.into_inner(),
@@ -422,7 +459,7 @@ impl Agent {
                 Err(ended) => return ended,
             };
         }
-        self.runner.registered(node_id);
+        orders.send(Order::Registered(node_id.clone()));
         let session = Session { node_id: node_id.clone(), session: reply.session };
         info!(node_id = %session.node_id, session = session.session, ?interval, "registered");
         self.status.send_modify(|s| {
@@ -432,23 +469,26 @@ impl Agent {
             s.last_error = None;
         });
         if !reply.stop.is_empty() {
-            for work in self.runner.running() {
-                if reply.stop.contains(&work.work_id) {
-                    info!(work_id = %work.work_id, attempt = work.attempt, "stopping work the head no longer places here");
-                    let stop = Stop {
-                        work_id: work.work_id,
-                        attempt: work.attempt,
-                        reason: "the head no longer places this work on this node".into(),
-                    };
-                    self.runner.stop(stop, events.clone());
-                }
-            }
+            orders.send(Order::StopWork {
+                work_ids: reply.stop,
+                reason: "the head no longer places this work on this node".into(),
+            });
         }
+        let heartbeats = lane::OnLane::spawn(lane::heartbeats(
+            client.clone(),
+            session.clone(),
+            interval,
+            self.helpers.enlist(&self.runner),
+        ));
         tokio::select! {
-            ended = self.heartbeats(client.clone(), &session, interval) => ended,
-            ended = self.assignments(client.clone(), &session, events) => ended,
+            ended = heartbeats => match ended {
+                Ok(ended) => self.ended("Heartbeat", ended),
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => Ended::Lost(format!("the heartbeats ended: {e}")),
+            },
+            ended = self.assignments(client.clone(), &session, orders) => ended,
             ended = self.logs(client.clone(), &session) => ended,
-            ended = self.reports(client, &session, events, events_rx, pending) => ended,
+            ended = self.reports(client, &session, orders, events_rx, pending) => ended,
         }
     }
 
@@ -495,61 +535,7 @@ impl Agent {
         }
     }
 
-    async fn heartbeats(&self, mut client: Client, session: &Session, interval: Duration) -> Ended {
-        let beat = HeartbeatRequest {
-            node_id: session.node_id.clone(),
-            session: session.session,
-            usage: Default::default(),
-            measured: None,
-        };
-        let (tx, rx) = mpsc::channel(4);
-        // The first beat goes out with the stream, so a head may wait for it before answering.
-        let _ = tx.try_send(self.measured(&beat).await);
-        let mut inbound =
-            match tokio::time::timeout(CALL_TIMEOUT, client.heartbeat(ReceiverStream::new(rx)))
-                .await
-            {
-                Ok(Ok(response)) => response.into_inner(),
-                Ok(Err(status)) => return self.failed("Heartbeat", status),
-                Err(_) => return Ended::Lost("opening the heartbeat stream timed out".into()),
-            };
-        let start = tokio::time::Instant::now() + interval;
-        let mut ticker = tokio::time::interval_at(start, interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => match tx.try_send(self.measured(&beat).await) {
-                    Ok(()) => {}
-                    // The transport is not taking beats as fast as they come; skipping one
-                    // is harmless.
-                    Err(mpsc::error::TrySendError::Full(_)) => debug!("heartbeat skipped: stream busy"),
-                    Err(mpsc::error::TrySendError::Closed(_)) => {
-                        return Ended::Lost("the heartbeat stream closed".into())
-                    }
-                },
-                message = inbound.message() => match message {
-                    Ok(Some(_reply)) => {}
-                    Ok(None) => return Ended::Lost("the head ended the heartbeat stream".into()),
-                    Err(status) => return self.failed("Heartbeat", status),
-                },
-            }
-        }
-    }
-
-    /// `beat` with what the runner measures now, if it measures (on a blocking thread: it
-    /// reads `/proc`). A measurement that fails leaves the beat without one: liveness never
-    /// waits on it.
-    async fn measured(&self, beat: &HeartbeatRequest) -> HeartbeatRequest {
-        let mut beat = beat.clone();
-        if self.runner.measures() {
-            let runner = self.runner.clone();
-            beat.measured =
-                tokio::task::spawn_blocking(move || runner.measure()).await.ok().flatten();
-        }
-        beat
-    }
-
-    async fn assignments(&self, mut client: Client, session: &Session, events: &Events) -> Ended {
+    async fn assignments(&self, mut client: Client, session: &Session, orders: &Orders) -> Ended {
         let request =
             AssignmentsRequest { node_id: session.node_id.clone(), session: session.session };
         let mut stream = match tokio::time::timeout(CALL_TIMEOUT, client.assignments(request)).await
@@ -560,25 +546,10 @@ impl Agent {
         };
         loop {
             match stream.message().await {
-                Ok(Some(assignment)) => self.apply(assignment, events),
+                Ok(Some(assignment)) => queue(assignment, orders),
                 Ok(None) => return Ended::Lost("the head ended the assignments stream".into()),
                 Err(status) => return self.failed("Assignments", status),
             }
-        }
-    }
-
-    fn apply(&self, assignment: Assignment, events: &Events) {
-        match assignment.kind {
-            Some(assignment::Kind::Start(start)) if !start.work_id.is_empty() => {
-                debug!(work_id = %start.work_id, attempt = start.attempt, "start");
-                self.runner.start(start, events.clone());
-            }
-            Some(assignment::Kind::Stop(stop)) if !stop.work_id.is_empty() => {
-                debug!(work_id = %stop.work_id, attempt = stop.attempt, reason = %stop.reason, "stop");
-                self.runner.stop(stop, events.clone());
-            }
-            Some(_) => warn!("ignored an assignment without a work ID"),
-            None => warn!("ignored an empty assignment"),
         }
     }
 
@@ -586,7 +557,7 @@ impl Agent {
         &self,
         mut client: Client,
         session: &Session,
-        events: &Events,
+        orders: &Orders,
         events_rx: &mut mpsc::UnboundedReceiver<WorkEvent>,
         pending: &mut VecDeque<WorkEvent>,
     ) -> Ended {
@@ -651,7 +622,12 @@ impl Agent {
                         debug!(work_id = %event.work_id, attempt = event.attempt, status = ?event.status, "reported");
                         // A missing reply counts as current: never stop work on a doubt.
                         if replies.get(i).is_some_and(|r| !r.current) {
-                            self.stop_stale(event, events);
+                            // Stopped if it still runs once the orders before are applied.
+                            orders.send(Order::StopIfRunning(Stop {
+                                work_id: event.work_id,
+                                attempt: event.attempt,
+                                reason: "the head replaced this attempt".into(),
+                            }));
                         }
                     }
                 }
@@ -677,23 +653,65 @@ impl Agent {
             CallEnded::Lost(reason) => Ended::Lost(reason),
         }
     }
+}
 
-    /// The head says `event`'s attempt is stale: stop it if it still runs here.
-    fn stop_stale(&self, event: WorkEvent, events: &Events) {
-        let still_running = self
-            .runner
-            .running()
-            .iter()
-            .any(|w| w.work_id == event.work_id && w.attempt == event.attempt);
-        if still_running {
-            info!(work_id = %event.work_id, attempt = event.attempt, "the head says this attempt is stale; stopping it");
-            let stop = Stop {
-                work_id: event.work_id,
-                attempt: event.attempt,
-                reason: "the head replaced this attempt".into(),
-            };
-            self.runner.stop(stop, events.clone());
+/// Queues what `assignment` asks of the runner.
+fn queue(assignment: Assignment, orders: &Orders) {
+    match assignment.kind {
+        Some(assignment::Kind::Start(start)) if !start.work_id.is_empty() => {
+            orders.send(Order::Start(Box::new(start)));
         }
+        Some(assignment::Kind::Stop(stop)) if !stop.work_id.is_empty() => {
+            orders.send(Order::Stop(stop));
+        }
+        Some(_) => warn!("ignored an assignment without a work ID"),
+        None => warn!("ignored an empty assignment"),
+    }
+}
+
+/// Counts what of an agent runs apart from its task and holds the runner: a batch of orders
+/// on a blocking thread, the heartbeats on the lane, a measurement. An agent that stops or is
+/// killed waits until none is left, so that its runner is its owner's alone again (the next
+/// agent on a process runner's directory can take its lock).
+#[derive(Clone, Debug, Default)]
+struct Helpers(Arc<watch::Sender<usize>>);
+
+impl Helpers {
+    /// A helper holding `runner` (enlisted before it is spawned, so a wait never sees a gap).
+    fn enlist(&self, runner: &Arc<dyn Runner>) -> Helper {
+        self.0.send_modify(|n| *n += 1);
+        Helper { runner: Some(runner.clone()), count: self.0.clone() }
+    }
+
+    async fn none_left(&self) {
+        // `self` holds the sender: the wait ends only when the count does.
+        let _ = self.0.subscribe().wait_for(|n| *n == 0).await;
+    }
+}
+
+/// One of [`Helpers`]: the runner, counted until this lets go of it.
+struct Helper {
+    runner: Option<Arc<dyn Runner>>,
+    count: Arc<watch::Sender<usize>>,
+}
+
+impl Helper {
+    fn runner(&self) -> &dyn Runner {
+        self.runner.as_deref().expect("held until dropped")
+    }
+
+    /// Another helper of the same agent.
+    fn another(&self) -> Helper {
+        self.count.send_modify(|n| *n += 1);
+        Helper { runner: self.runner.clone(), count: self.count.clone() }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        // The runner first: once the count is 0 the agent holds none of it.
+        self.runner = None;
+        self.count.send_modify(|n| *n -= 1);
     }
 }
 
@@ -772,6 +790,7 @@ async fn shutdown_requested(shutdown: &mut watch::Receiver<bool>) {
 #[derive(Debug)]
 pub struct AgentHandle {
     status: Arc<watch::Sender<AgentStatus>>,
+    helpers: Helpers,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<Result<(), AgentError>>,
 }
@@ -824,7 +843,8 @@ impl AgentHandle {
         let _ = self.shutdown.send(true);
     }
 
-    /// Asks the agent to shut down and waits for it: its result.
+    /// Asks the agent to shut down and waits for it: its result. Once it returns, nothing of
+    /// the agent calls the runner any more.
     pub async fn stop(self) -> Result<(), AgentError> {
         self.request_stop();
         match self.task.await {
@@ -835,7 +855,8 @@ impl AgentHandle {
     }
 
     /// Ends the agent abruptly, as if its machine died: its streams drop mid-flight and no
-    /// more heartbeats are sent. Waits until the task is gone.
+    /// more heartbeats are sent. Waits until the task is gone and nothing of the agent calls
+    /// the runner any more (the order in hand is done; the ones queued after it are dropped).
     pub async fn kill(self) {
         self.task.abort();
         if let Err(e) = self.task.await {
@@ -843,6 +864,7 @@ impl AgentHandle {
                 std::panic::resume_unwind(e.into_panic());
             }
         }
+        self.helpers.none_left().await;
         self.status.send_modify(|s| {
             s.session = None;
             s.stopped = true;

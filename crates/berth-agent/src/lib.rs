@@ -9,8 +9,10 @@
 //! - [`runner`]: the [`Runner`] trait, the [`Events`] sink runners report through, and
 //!   [`AckRunner`], which runs nothing and acknowledges everything.
 //! - [`agent`]: the session loop. Register, then heartbeats, assignments and status reports
-//!   concurrently in one task; any failure or stream end means "register again after the
-//!   backoff", forever, except a refused token or a refused registration, which are returned.
+//!   concurrently; any failure or stream end means "register again after the backoff",
+//!   forever, except a refused token or a refused registration, which are returned. The
+//!   heartbeats and the connection run on a thread of their own (the agents' lane) and the
+//!   runner is called from blocking threads, so no start, however slow, delays a heartbeat.
 //! - [`process`] (Unix): [`ProcessRunner`], which runs each attempt as a process in its own
 //!   process group, with logs, `CUDA_VISIBLE_DEVICES` from the GPU instances, SIGTERM then
 //!   SIGKILL on stop, and re-adoption of its processes by the next agent (`state.json` and
@@ -24,9 +26,12 @@
 //! Decisions:
 //!
 //! - The four parts of a session (heartbeats, assignments, reports, logs) run in one `select!`
-//!   rather than as spawned tasks, so ending a session (or aborting the agent, as
-//!   [`SimCluster::kill`] does) drops every stream at once and nothing of an old session
-//!   outlives it.
+//!   (the heartbeats as a task on the lane, aborted when the `select!` is dropped), so ending a
+//!   session (or aborting the agent, as [`SimCluster::kill`] does) drops every stream at once
+//!   and nothing of an old session outlives it.
+//! - Assignments are queued and applied in order on a blocking thread; what a lost session
+//!   did not apply is dropped (the head sends it again), so registering again never waits for
+//!   a backlog of starts.
 //! - Runner events go through one unbounded channel for the agent's whole life; a report leaves
 //!   the queue only once the head answered it, so reconnections never lose an exit.
 //! - Each session gets a fresh lazy gRPC channel: no broken connection is reused, and an

@@ -363,9 +363,10 @@ struct Shared {
     forks: Mutex<fork_server::ForkServers>,
     activity: watch::Sender<Activity>,
     detached: watch::Sender<bool>,
-    /// The previous look at the machine and the groups, for CPU figures. Locked alone (never
-    /// with `inner`): a measurement reads `/proc` for milliseconds.
-    sampler: Mutex<crate::measure::Sampler>,
+    /// The previous look at the machine and the groups, for CPU figures, and the groups it
+    /// measured. Never waited for while `inner` is held, nor `inner` while this is: a
+    /// measurement reads `/proc` for milliseconds, and only tries `inner`.
+    sampler: Mutex<(crate::measure::Sampler, Vec<crate::measure::Group>)>,
 }
 
 /// Counts a watcher task while it lives (created before the task is spawned, so that
@@ -449,7 +450,7 @@ impl ProcessRunner {
             forks: Mutex::new(forks),
             activity,
             detached,
-            sampler: Mutex::new(crate::measure::Sampler::new()),
+            sampler: Mutex::new((crate::measure::Sampler::new(), Vec::new())),
         });
         shared.adopt(file);
         Ok(ProcessRunner { shared, _lock: lock })
@@ -543,9 +544,17 @@ impl Runner for ProcessRunner {
     }
 
     fn measure(&self) -> Option<berth_api::agent::Measured> {
-        let groups: Vec<crate::measure::Group> = {
-            let inner = self.shared.lock();
-            inner
+        let mut sampler = self.shared.sampler.lock().unwrap_or_else(|p| p.into_inner());
+        let (sampler, groups) = &mut *sampler;
+        // The groups running now; while a start holds the lock (a fork server has seconds to
+        // answer), those of the last measurement: a measurement never waits for a start.
+        let inner = match self.shared.inner.try_lock() {
+            Ok(inner) => Some(inner),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(inner) = inner {
+            *groups = inner
                 .procs
                 .values()
                 .filter(|p| !p.stopping)
@@ -554,10 +563,9 @@ impl Runner for ProcessRunner {
                     attempt: p.attempt,
                     pgid: p.pgid,
                 })
-                .collect()
-        };
-        let mut sampler = self.shared.sampler.lock().unwrap_or_else(|p| p.into_inner());
-        sampler.sample(&groups, std::time::Instant::now())
+                .collect();
+        }
+        sampler.sample(groups, std::time::Instant::now())
     }
 
     fn log_file(&self, work_id: &str, stream: LogStream) -> Option<PathBuf> {

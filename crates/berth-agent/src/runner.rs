@@ -1,9 +1,10 @@
 //! What executes assignments: the [`Runner`] trait, the [`Events`] sink a runner reports
 //! through, and [`AckRunner`], a runner without processes.
 //!
-//! The agent calls the runner from its protocol loops, so the runner's methods must return
-//! quickly (spawn, do not wait); everything that happens later is reported through [`Events`],
-//! which the agent turns into `ReportStatus` calls in the order they were sent.
+//! The agent calls the runner from blocking threads, never from its protocol loops: a start
+//! may take as long as it needs (a spawn, a fork server's answer) without delaying a heartbeat.
+//! Everything that happens later is reported through [`Events`], which the agent turns into
+//! `ReportStatus` calls in the order they were sent.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -129,7 +130,11 @@ impl Events {
 ///   died while no agent ran); `registered` tells the node ID the head gave, at every
 ///   registration, before any assignment of that session. Both default to doing nothing.
 ///
-/// Every method is called from the agent's protocol loops and must return quickly.
+/// `start`, `stop`, `running` and `registered` are called one at a time, in the order of the
+/// head's messages, from a blocking thread: they may block (a start waiting for a fork server),
+/// which holds up the next of them but no heartbeat. `measure` is called from another blocking
+/// thread, concurrently with them. `attach` and `log_file` are called from the agent's
+/// protocol loops and must return quickly.
 pub trait Runner: Send + Sync + 'static {
     /// Starts an attempt.
     fn start(&self, start: Start, events: Events);
@@ -159,9 +164,9 @@ pub trait Runner: Send + Sync + 'static {
         false
     }
     /// What the machine and the attempts running now use (see [`crate::measure`]), for the
-    /// next heartbeat; `None` when this runner does not measure. Unlike the other methods it
-    /// may take milliseconds (it reads `/proc`): the agent calls it on a blocking thread, once
-    /// per heartbeat.
+    /// heartbeats; `None` when this runner does not measure. It may take milliseconds (it
+    /// reads `/proc`) or longer (a lock a start holds, in a runner that takes it): the agent calls it on a blocking thread,
+    /// at most once per heartbeat, and sends each heartbeat without waiting for it.
     fn measure(&self) -> Option<agent::Measured> {
         None
     }

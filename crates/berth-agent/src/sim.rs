@@ -4,8 +4,9 @@
 //! a local cluster that runs real processes).
 //!
 //! A simulated node is an ordinary [`Agent`] task on the current tokio runtime with its own
-//! gRPC connection, so the head sees exactly what it would see from real machines: one
-//! registration, one heartbeat stream and one assignments stream per node. [`SimCluster::kill`]
+//! gRPC connection (driven, with its heartbeats, on the agents' lane, as a real agent's is), so
+//! the head sees exactly what it would see from real machines: one registration, one heartbeat
+//! stream and one assignments stream per node. [`SimCluster::kill`]
 //! aborts a node's task (its connection drops mid-stream and heartbeats stop: a dead machine);
 //! [`SimCluster::restart`] brings it back under the same ID, still "running" what its runner
 //! held, as an agent restart or a healed partition would.

@@ -103,6 +103,9 @@ async fn a_wrong_token_fails_the_wait_and_the_shutdown() {
     let cluster = SimCluster::start(&head.address(), "wrong", SimNode::mix(2, 5)).unwrap();
     let err = cluster.wait_registered(WAIT).await.unwrap_err();
     assert!(err.to_string().contains("refused the token"), "{err}");
+    // The wait fails at the first refusal; each agent stops at its own (one asked to stop
+    // before its refusal arrives stops without an error).
+    cluster.wait_until(WAIT, |_, status| status.stopped).await.unwrap();
     let err = cluster.shutdown().await.unwrap_err();
     assert!(err.to_string().starts_with("2 simulated agent(s) failed"), "{err}");
 }

@@ -27,8 +27,11 @@
 //! dashboard and the SDKs: a burst of REST requests keeps the main runtime's workers busy, but
 //! the operating system still gives the lane's thread its turn, so the heartbeats that keep
 //! nodes alive are read and recorded while it lasts. Without TLS an HTTP/2 connection is known
-//! by its preface (REST clients speak HTTP/1.1); with TLS, by ALPN, so a browser or client that
-//! negotiates HTTP/2 over TLS shares the lane.
+//! by its preface (REST clients speak HTTP/1.1); with TLS, by the ALPN its client hello offers
+//! (the rest of the handshake is done on the lane), so a browser or client that negotiates
+//! HTTP/2 over TLS shares the lane. Its socket moves to the lane's own reactor: left on the main
+//! runtime's, it would be read only once a main worker polls that, however free the lane, and
+//! heartbeats would wait unread in the sockets while the main workers are busy or blocked.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -45,6 +48,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch, Notify, Semaphore};
+use tokio_rustls::rustls::server::Acceptor;
+use tokio_rustls::server::StartHandshake;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
@@ -107,6 +112,14 @@ impl Lane {
 
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The rest of a TLS handshake whose client hello was read: it is finished where the
+/// connection is served, within the deadline of the whole handshake.
+struct Handshake {
+    accepted: tokio_rustls::rustls::server::Accepted,
+    config: Arc<tokio_rustls::rustls::ServerConfig>,
+    deadline: tokio::time::Instant,
+}
 /// After a failed accept (out of descriptors despite the cap: another part of the process
 /// holds them), a pause rather than a spin on the error.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -408,14 +421,23 @@ impl Connection {
                 };
                 // None: told to make room while it had sent nothing; it carried no request.
                 if let Some(h2) = h2 {
-                    self.http_on(h2, tcp, activity, shutdown).await
+                    self.http_on(h2, tcp, None, activity, shutdown).await
                 }
             }
             Some(acceptor) => {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                        self.http_on(h2, stream, activity, shutdown).await
+                // The client's hello first, to know from its ALPN offer where to serve it (the
+                // head prefers h2: `tls::acceptor`); the rest of the handshake there.
+                let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+                let hello = tokio_rustls::LazyConfigAcceptor::new(Acceptor::default(), tcp);
+                match tokio::time::timeout_at(deadline, hello).await {
+                    Ok(Ok(start)) => {
+                        let hello = start.client_hello();
+                        let h2 =
+                            hello.alpn().is_some_and(|mut offered| offered.any(|p| p == b"h2"));
+                        let StartHandshake { accepted, io: tcp, .. } = start;
+                        let config = acceptor.config().clone();
+                        let handshake = Handshake { accepted, config, deadline };
+                        self.http_on(h2, tcp, Some(handshake), activity, shutdown).await
                     }
                     Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
                     Err(_) => tracing::debug!("TLS handshake timed out"),
@@ -428,19 +450,26 @@ impl Connection {
         }
     }
 
-    /// [`Connection::http`], on the lane when the connection speaks HTTP/2 (`h2`) and there
-    /// is one.
-    async fn http_on<I>(
+    /// [`Connection::http`] on `tcp` (after `tls`, the rest of a TLS handshake), on the lane
+    /// when the connection speaks HTTP/2 (`h2`) and there is one. The socket then moves to the
+    /// lane's own reactor: left on the main runtime's, it would be read only once a main worker
+    /// polls that, however free the lane.
+    async fn http_on(
         &self,
         h2: bool,
-        io: I,
+        tcp: TcpStream,
+        tls: Option<Handshake>,
         activity: Arc<Activity>,
         shutdown: watch::Receiver<bool>,
-    ) where
-        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
+    ) {
         match &self.lane {
             Some(lane) if h2 => {
+                let tcp = match tcp.into_std() {
+                    Ok(tcp) => tcp,
+                    Err(err) => {
+                        return tracing::debug!(error = %err, "cannot move a connection to the lane")
+                    }
+                };
                 let connection = Connection {
                     settings: self.settings,
                     registry: self.registry.clone(),
@@ -450,10 +479,36 @@ impl Connection {
                     lane: None,
                 };
                 // The lane gone (the head stopping) ends the connection.
-                let _ =
-                    lane.spawn(async move { connection.http(io, activity, shutdown).await }).await;
+                let _ = lane
+                    .spawn(async move {
+                        match TcpStream::from_std(tcp) {
+                            Ok(tcp) => connection.serve_on(tcp, tls, activity, shutdown).await,
+                            Err(err) => {
+                                tracing::debug!(error = %err, "cannot serve a connection on the lane")
+                            }
+                        }
+                    })
+                    .await;
             }
-            _ => self.http(io, activity, shutdown).await,
+            _ => self.serve_on(tcp, tls, activity, shutdown).await,
+        }
+    }
+
+    /// [`Connection::http`] on `tcp`, after the rest of its TLS handshake if it has one.
+    async fn serve_on(
+        &self,
+        tcp: TcpStream,
+        tls: Option<Handshake>,
+        activity: Arc<Activity>,
+        shutdown: watch::Receiver<bool>,
+    ) {
+        let Some(handshake) = tls else { return self.http(tcp, activity, shutdown).await };
+        let Handshake { accepted, config, deadline } = handshake;
+        let rest = StartHandshake::from_parts(accepted, tcp).into_stream(config);
+        match tokio::time::timeout_at(deadline, rest).await {
+            Ok(Ok(stream)) => self.http(stream, activity, shutdown).await,
+            Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
+            Err(_) => tracing::debug!("TLS handshake timed out"),
         }
     }
 
@@ -696,6 +751,122 @@ mod tests {
         let response = tower::ServiceExt::oneshot(channel, request).await.unwrap();
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"berth-agents");
+        stop.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(10), served).await.unwrap().unwrap();
+    }
+
+    /// `GET /thread` on `channel` (HTTP/2), bounded: the body, or `None` after 20 s.
+    async fn thread_of(channel: &tonic::transport::Channel) -> Option<String> {
+        let request =
+            hyper::Request::get("http://head/thread").body(tonic::body::Body::empty()).unwrap();
+        let answer = async {
+            let response = tower::ServiceExt::oneshot(channel.clone(), request).await.unwrap();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            String::from_utf8_lossy(&body).into_owned()
+        };
+        tokio::time::timeout(Duration::from_secs(20), answer).await.ok()
+    }
+
+    /// A TLS acceptor for `localhost` (its certificate in a temporary directory) and the CA
+    /// (PEM) that signed it.
+    fn tls_for_localhost(dir: &std::path::Path) -> (TlsAcceptor, String) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        crate::tls::install_crypto_provider();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+        let files = crate::tls::TlsFiles { cert: dir.join("cert.pem"), key: dir.join("key.pem") };
+        std::fs::write(&files.cert, leaf.pem()).unwrap();
+        std::fs::write(&files.key, leaf_key.serialize_pem()).unwrap();
+        (crate::tls::acceptor(&files).unwrap(), ca.pem())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn an_http2_connection_is_read_on_the_lane_while_the_main_runtime_is_blocked() {
+        read_on_the_lane_while_the_main_runtime_is_blocked(false).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn an_http2_connection_over_tls_is_read_on_the_lane_while_the_main_runtime_is_blocked() {
+        read_on_the_lane_while_the_main_runtime_is_blocked(true).await;
+    }
+
+    /// An HTTP/2 client's request answered on the lane once, then again while the main
+    /// runtime's only worker is blocked (a spawn on a saturated machine, a lock): nothing
+    /// polls the main runtime's reactor meanwhile.
+    async fn read_on_the_lane_while_the_main_runtime_is_blocked(tls: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let (acceptor, ca) = match tls {
+            true => {
+                let (acceptor, ca) = tls_for_localhost(dir.path());
+                (Some(acceptor), Some(ca))
+            }
+            false => (None, None),
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stop, stopped) = watch::channel(false);
+        let lane = Lane::start().await.unwrap();
+        let served = tokio::spawn(serve(
+            listener,
+            thread_router(),
+            acceptor,
+            settings(8),
+            (None, Some(lane)),
+            stopped,
+        ));
+        // The client on a runtime of its own, as an agent in another process would be.
+        let (ask, asked) = std::sync::mpsc::channel::<()>();
+        let (tell, mut told) = tokio::sync::mpsc::unbounded_channel::<Option<String>>();
+        let client = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            runtime.unwrap().block_on(async move {
+                let scheme = if ca.is_some() { "https" } else { "http" };
+                let mut endpoint =
+                    tonic::transport::Endpoint::from_shared(format!("{scheme}://localhost:{port}"))
+                        .unwrap();
+                if let Some(ca) = ca {
+                    let ca = tonic::transport::Certificate::from_pem(ca);
+                    let config = tonic::transport::ClientTlsConfig::new().ca_certificate(ca);
+                    endpoint = endpoint.tls_config(config).unwrap();
+                }
+                let channel = endpoint.connect().await.unwrap();
+                while asked.recv().is_ok() {
+                    let _ = tell.send(thread_of(&channel).await);
+                }
+            })
+        });
+        ask.send(()).unwrap();
+        let first = told.recv().await.unwrap();
+        assert_eq!(first.as_deref(), Some("berth-agents"), "accepted, served on the lane");
+
+        let (block, blocked) = std::sync::mpsc::channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        tokio::spawn(async move {
+            block.send(()).unwrap();
+            let _ = released.recv();
+        });
+        blocked.recv().unwrap();
+        // Several: a read may find data the last one left without waiting for the reactor.
+        let mut answers = Vec::new();
+        for _ in 0..5 {
+            ask.send(()).unwrap();
+            answers.push(told.recv().await.unwrap());
+        }
+        release.send(()).unwrap();
+        for answer in answers {
+            assert_eq!(answer.as_deref(), Some("berth-agents"), "answered on the lane meanwhile");
+        }
+
+        drop(ask);
+        client.join().unwrap();
         stop.send_replace(true);
         tokio::time::timeout(Duration::from_secs(10), served).await.unwrap().unwrap();
     }

@@ -41,6 +41,8 @@ pub struct Log {
     /// Registrations answered with an error (injected).
     pub refused_registrations: usize,
     pub heartbeats: HashMap<String, u64>,
+    /// Heartbeats that carried a measurement.
+    pub measured_heartbeats: HashMap<String, u64>,
     pub last_heartbeat: HashMap<String, HeartbeatRequest>,
     pub heartbeat_streams_ended: Vec<String>,
     pub assignment_streams: Vec<AssignmentsRequest>,
@@ -229,6 +231,9 @@ impl AgentService for Service {
                 }
                 shared.record(|l| {
                     *l.heartbeats.entry(beat.node_id.clone()).or_default() += 1;
+                    if beat.measured.is_some() {
+                        *l.measured_heartbeats.entry(beat.node_id.clone()).or_default() += 1;
+                    }
                     l.last_heartbeat.insert(beat.node_id.clone(), beat);
                 });
                 if tx.send(Ok(HeartbeatReply { head_time_ms: 1 })).is_err() {
