@@ -180,6 +180,24 @@ async fn what_a_process_owns_ends_with_it_transitively_unless_detached() {
     assert_eq!(&**said, format!("its owner {wid}'s process ended"));
     assert_ne!(view.actor(&keeper.actor_id).unwrap().state, ActorState::Dead);
     assert_eq!(view.job(&job.job_id).unwrap().state, JobState::Running);
+
+    // A detached actor outlives its job, and what its process creates is its own: its job
+    // has ended, but it may still create work naming it (and the ended job).
+    let detached = h.create_actor(actor(Some(&job.job_id), None, Lifetime::Detached)).await;
+    let did = detached.unwrap().actor_id.to_string();
+    until(&head, "the detached actor runs", |v| {
+        v.actor(&did).is_some_and(|a| a.state == ActorState::Alive)
+    })
+    .await;
+    h.finish_job(&job.job_id, None).await.unwrap();
+    let child = h.submit_task(task(Some(&job.job_id), Some(&did))).await.unwrap();
+    assert_eq!(child.spec.ownership.job_id.as_deref(), Some(job.job_id.as_str()));
+    assert_ne!(child.state, TaskState::Cancelled);
+    // Work the driver of an ended job would own is refused.
+    let err = h.submit_task(task(Some(&job.job_id), None)).await.unwrap_err();
+    assert!(matches!(err, HeadError::Conflict(ref m) if m.contains("has ended")), "{err:?}");
+    h.kill_actor(&did).await.unwrap();
+    assert_eq!(h.view().task(&child.task_id).unwrap().state, TaskState::Cancelled);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -274,20 +274,25 @@ impl Owner {
     }
 
     /// The job an object of `job_id` and `owner_id` belongs to, or why it cannot be created.
+    /// Owned by a driver, it needs a running job; owned by a process, it needs that process
+    /// running, and belongs to its owner's job even when that job has ended (a detached actor
+    /// outlives its job, and what it creates is its own).
     fn owners_job(
         &self,
         job_id: Option<&str>,
         owner_id: Option<&str>,
     ) -> Result<Option<String>, HeadError> {
-        if let Some(job) = job_id {
-            self.running_job(job).map_err(|err| match err {
-                HeadError::NotFound { .. } => {
-                    HeadError::invalid("job_id", format!("no job {job} (see GET /api/v1/jobs)"))
-                }
-                other => other,
-            })?;
-        }
-        let Some(owner) = owner_id else { return Ok(job_id.map(str::to_string)) };
+        let Some(owner) = owner_id else {
+            if let Some(job) = job_id {
+                self.running_job(job).map_err(|err| match err {
+                    HeadError::NotFound { .. } => {
+                        HeadError::invalid("job_id", format!("no job {job} (see GET /api/v1/jobs)"))
+                    }
+                    other => other,
+                })?;
+            }
+            return Ok(job_id.map(str::to_string));
+        };
         let key = WorkId::parse(owner).filter(|k| self.work.contains(*k)).ok_or_else(|| {
             HeadError::invalid("owner_id", format!("no actor or task {owner}; the owner is one"))
         })?;
@@ -301,12 +306,11 @@ impl Owner {
         }
         let owners_job = work.object().ownership().job_id.as_deref();
         match (job_id, owners_job) {
-            (Some(job), Some(theirs)) if job != theirs => Err(HeadError::invalid(
+            (Some(job), theirs) if Some(job) != theirs => Err(HeadError::invalid(
                 "job_id",
-                format!("{job} is not the job of its owner {owner} ({theirs})"),
+                format!("{job} is not the job of its owner {owner} ({})", theirs.unwrap_or("none")),
             )),
-            (Some(job), _) => Ok(Some(job.to_string())),
-            (None, theirs) => Ok(theirs.map(str::to_string)),
+            (_, theirs) => Ok(theirs.map(str::to_string)),
         }
     }
 }
