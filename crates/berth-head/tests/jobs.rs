@@ -97,7 +97,7 @@ async fn a_finished_job_ends_what_its_driver_owns_and_leaves_what_is_detached() 
     let killed = view.actor(&owned.actor_id).unwrap();
     assert_eq!(killed.state, ActorState::Dead);
     let reason = killed.death_reason.as_deref().unwrap();
-    assert!(reason.contains("its job job-1 ended (Finished"), "{reason}");
+    assert!(reason.contains("its job job-1 ended (FINISHED"), "{reason}");
     assert_eq!(view.task(&t.task_id).unwrap().state, TaskState::Cancelled);
     assert_eq!(view.group(&g.group_id).unwrap().state, GroupState::Removed);
     assert_eq!(view.group(&kept_group.group_id).unwrap().state, GroupState::Created);

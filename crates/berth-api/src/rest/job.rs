@@ -35,6 +35,16 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// The state as the API writes it: `RUNNING`, `FINISHED`, `STOPPED`, `LOST`.
+    pub fn word(self) -> &'static str {
+        match self {
+            JobState::Running => "RUNNING",
+            JobState::Finished => "FINISHED",
+            JobState::Stopped => "STOPPED",
+            JobState::Lost => "LOST",
+        }
+    }
+
     /// Anything but RUNNING: nothing more will happen to it.
     pub fn is_final(self) -> bool {
         self != JobState::Running

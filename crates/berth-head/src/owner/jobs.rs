@@ -180,10 +180,8 @@ impl Owner {
         let job = &self.jobs.entries[&seq].api;
         if job.state.is_final() {
             let why = job.end_reason.as_deref().unwrap_or("");
-            return Err(HeadError::Conflict(format!(
-                "job {id} has ended ({:?}: {why})",
-                job.state
-            )));
+            let state = job.state.word();
+            return Err(HeadError::Conflict(format!("job {id} has ended ({state}: {why})")));
         }
         Ok(seq)
     }
@@ -241,7 +239,7 @@ impl Owner {
         job.ended_at_ms = Some(now_ms());
         push_event(&mut job.history, EventKind::Ended, None, reason.clone());
         job.end_reason = Some(reason.clone());
-        let why = format!("its job {} ended ({state:?}: {reason})", job.job_id);
+        let why = format!("its job {} ended ({}: {reason})", job.job_id, state.word());
         self.metrics.job_ended(state);
         self.cycle.mark_job(seq);
         self.end_owned(OwnerRef::Job(seq), &why);

@@ -65,7 +65,7 @@ class RenewalTest {
         } else if (n <= 4) {
           answer(exchange, 200, job);
         } else {
-          answer(exchange, 409, "{\"error\": \"conflict\", \"message\": \"job job-1 has ended (Stopped: by a user)\"}");
+          answer(exchange, 409, "{\"error\": \"conflict\", \"message\": \"job job-1 has ended (STOPPED: by a user)\"}");
         }
       } else if (path.equals("/api/v1/jobs/job-1/finish")) {
         synchronized (finished) {
@@ -91,7 +91,7 @@ class RenewalTest {
       List<String> severe = log.messages(Level.SEVERE, "job-1");
       assertEquals(1, severe.size(), severe.toString());
       assertTrue(severe.get(0).contains("the head ended this driver's job job-1")
-          && severe.get(0).contains("Stopped: by a user"), severe.get(0));
+          && severe.get(0).contains("STOPPED: by a user"), severe.get(0));
     }
 
     assertEquals(1, created.size());
