@@ -377,10 +377,15 @@ class ActorConnection:
             self._attempt = int(endpoint["attempt"])
             try:
                 sock = _protocol.connect(endpoint["address"])
-                _protocol.send(sock, {"op": "hello", "key": self.key, "version": _protocol.VERSION})
+                hello = {"op": "hello", "key": self.key, "version": _protocol.VERSION, "attempt": self._attempt}
+                _protocol.send(sock, hello)
                 reply, _ = _protocol.recv(sock)
             except (OSError, EOFError, _protocol.ProtocolError):
                 continue  # that process is gone already: wait for a later attempt
+            if not reply.get("ok") and "attempt" in reply:
+                # Another attempt than the head named listens there: ask the head again.
+                sock.close()
+                continue
             if not reply.get("ok"):
                 self.fail(ActorUnavailableError(f"{self.actor_id} refused this driver: {reply.get('error')}"))
                 return False

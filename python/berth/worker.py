@@ -29,6 +29,8 @@ from ._serialize import CODEC, dumps, error_payload, loads
 
 # Exit codes: the head retries or restarts on any non-zero code within its limits.
 EXIT_SETUP = 3
+# A caller named a later attempt of this actor: this copy is stale (the head has moved on).
+EXIT_SUPERSEDED = 4
 
 
 def _env(name: str) -> str:
@@ -229,7 +231,19 @@ class ActorServer:
                 if hello.get("op") != "hello" or not isinstance(key, str) or key.lower() != self.key.lower():
                     _protocol.send(conn, {"ok": False, "error": "wrong work key"})
                     return
-                _protocol.send(conn, {"ok": True, "attempt": int(os.environ.get("BERTH_ATTEMPT", "0"))})
+                mine = int(os.environ.get("BERTH_ATTEMPT", "0"))
+                wanted = hello.get("attempt")
+                if isinstance(wanted, int) and wanted != mine:
+                    # The caller knows another attempt than this one: never answer for it.
+                    _protocol.send(conn, {"ok": False, "error": f"this is attempt {mine}, not {wanted}",
+                                          "attempt": mine})
+                    if wanted > mine:
+                        # A later attempt exists: this process is a stale copy, and ends.
+                        print(f"berth.worker: attempt {mine} superseded by attempt {wanted}; exiting",
+                              file=sys.stderr, flush=True)
+                        os._exit(EXIT_SUPERSEDED)
+                    return
+                _protocol.send(conn, {"ok": True, "attempt": mine})
                 while True:
                     header, payload = _protocol.recv(conn)
                     self.calls.put((conn, send_lock, header, payload))

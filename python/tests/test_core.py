@@ -270,6 +270,41 @@ def test_only_holders_of_the_work_key_reach_an_actor(berth_session):
     assert info.value.status == 403
 
 
+def test_a_copy_never_answers_for_another_attempt(berth_session):
+    """A caller names the attempt the head gave it: a worker of another attempt refuses, and
+    one that learns a later attempt exists (a stale copy) ends, so it never answers a call."""
+    from berth import _protocol
+
+    counter = Counter.options(max_restarts=1).remote()
+    assert berth.get(counter.incr.remote()) == 1
+    client = berth._runtime.current().client
+    endpoint = client.get(f"/api/v1/actors/{counter.actor_id}/endpoint")
+    address, attempt = endpoint["endpoint"]["address"], endpoint["endpoint"]["attempt"]
+
+    def hello(wanted):
+        with _protocol.connect(address) as sock:
+            _protocol.send(sock, {"op": "hello", "key": counter._key, "version": 1, "attempt": wanted})
+            reply, _ = _protocol.recv(sock)
+            return reply
+
+    assert hello(attempt) == {"ok": True, "attempt": attempt}
+    # An earlier attempt named (a caller behind the head): refused, the copy stays.
+    assert hello(attempt - 1) == {"ok": False, "error": f"this is attempt {attempt}, not {attempt - 1}",
+                                  "attempt": attempt}
+    assert berth.get(counter.incr.remote()) == 2
+    # A later attempt named: this copy is stale, refuses and ends; the head starts the next
+    # attempt, and the handle finds it.
+    assert hello(attempt + 1)["attempt"] == attempt
+    deadline = time.monotonic() + 60
+    while True:
+        actor = client.get(f"/api/v1/actors/{counter.actor_id}")
+        if actor["state"] == "ALIVE" and actor["restarts"] == 1:
+            break
+        assert time.monotonic() < deadline, actor
+        time.sleep(0.05)
+    assert berth.get(counter.incr.remote(), timeout=60) == 1
+
+
 def test_methods_with_several_returns(berth_session):
     @berth.remote
     class Pair:

@@ -77,7 +77,7 @@ const MAX_BATCH: usize = 1024;
 /// The longest wait for a TCP connection to the head.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The head's heartbeat timeout until a head says otherwise (its default).
-const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The HTTP/2 keepalive for a head whose heartbeat timeout is `head_timeout`: a ping after the
 /// head was silent for that long, and the connection given up if the ping is not answered
@@ -429,6 +429,8 @@ impl Agent {
         // is missed.
         let running = orders.running().await;
         let request = self.config.register_request(node_id, running);
+        // The head hears the node no earlier than this: its lease runs from here.
+        let sent_ms = crate::lease::clock_ms();
         let reply = match tokio::time::timeout(CALL_TIMEOUT, client.register(request)).await {
             Ok(Ok(reply)) => reply.into_inner(),
             Ok(Err(status)) => return self.failed("Register", status),
@@ -459,6 +461,10 @@ impl Agent {
                 Err(ended) => return ended,
             };
         }
+        let timeout =
+            Duration::from_millis(self.head_timeout_ms.load(std::sync::atomic::Ordering::Relaxed));
+        // Before any assignment of the session: nothing starts under a lease run out.
+        self.runner.renew_lease(sent_ms, timeout);
         orders.send(Order::Registered(node_id.clone()));
         let session = Session { node_id: node_id.clone(), session: reply.session };
         info!(node_id = %session.node_id, session = session.session, ?interval, "registered");
@@ -478,6 +484,7 @@ impl Agent {
             client.clone(),
             session.clone(),
             interval,
+            timeout,
             self.helpers.enlist(&self.runner),
         ));
         tokio::select! {

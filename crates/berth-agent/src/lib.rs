@@ -52,6 +52,7 @@ pub mod agent;
 pub mod config;
 pub mod discover;
 pub mod gpus;
+pub mod lease;
 pub mod measure;
 #[cfg(unix)]
 pub mod process;

@@ -54,8 +54,8 @@
 //! lock on `work_dir/lock` and fails when another runner (agent) holds it.
 
 mod fork_server;
-mod logs;
-mod state;
+pub(crate) mod logs;
+pub(crate) mod state;
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -79,6 +79,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::lease::{self, LeaseFile};
 use crate::runner::{Events, Runner, WorkEvent, WorkStatus};
 
 pub use fork_server::FORK_SERVER_DIR;
@@ -92,22 +93,20 @@ pub fn recorded(dir: &Path) -> Vec<RecordedProcess> {
 }
 
 /// Kills, with its whole process group, every process that the state file of the runner
-/// directory `dir` records and that is still the process recorded; returns how many. Runners
-/// never kill on drop (work outlives its agent), so this is how clean-up tools and tests make
-/// sure nothing is left behind. The file is left as it is: a later runner finds the processes
-/// gone and reports them exited.
-pub fn kill_recorded(dir: &Path) -> usize {
+/// directory `dir` records and that is still the process recorded; returns those it killed.
+/// Runners never kill on drop (work outlives its agent), so this is how the node's keeper (see
+/// [`crate::lease`]), clean-up tools and tests make sure nothing is left behind. The file is
+/// left as it is: a later runner finds the processes gone and reports them exited.
+pub fn kill_recorded(dir: &Path) -> Vec<RecordedProcess> {
     let (file, _) = state::load(dir);
-    let mut killed = 0;
-    for entry in &file.processes {
-        if entry.pgid > 1 && state::is_same_process(entry) {
-            let group = nix::unistd::Pid::from_raw(entry.pgid);
-            if nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL).is_ok() {
-                killed += 1;
-            }
-        }
-    }
-    killed
+    file.processes
+        .into_iter()
+        .filter(|entry| {
+            entry.pgid > 1
+                && state::is_same_process(entry)
+                && killpg(Pid::from_raw(entry.pgid), Signal::SIGKILL).is_ok()
+        })
+        .collect()
 }
 
 /// The default wait between SIGTERM and SIGKILL.
@@ -134,11 +133,22 @@ pub struct ProcessOptions {
     pub head: Option<String>,
     /// The CA file that signed a TLS head's certificate, given as `BERTH_CA`.
     pub ca_file: Option<PathBuf>,
+    /// The command that runs the directory's keeper (program, then arguments; the directory
+    /// is added last), which kills the processes when the node's lease runs out (see
+    /// [`crate::lease`]): `berth keeper` for the agents of the `berth` binary. `None` keeps no
+    /// lease: the processes run until stopped, whatever the head decides meanwhile.
+    pub keeper: Option<Vec<OsString>>,
 }
 
 impl Default for ProcessOptions {
     fn default() -> ProcessOptions {
-        ProcessOptions { grace: DEFAULT_GRACE, node_id: None, head: None, ca_file: None }
+        ProcessOptions {
+            grace: DEFAULT_GRACE,
+            node_id: None,
+            head: None,
+            ca_file: None,
+            keeper: None,
+        }
     }
 }
 
@@ -188,6 +198,19 @@ pub enum ProcessError {
     /// Not called on a tokio runtime.
     #[error("the process runner must be created on a tokio runtime")]
     NoRuntime,
+    /// The directory's keeper could not be started.
+    #[error("cannot start the node's keeper ({}): {source}", shown(command))]
+    Keeper {
+        /// The command.
+        command: Vec<OsString>,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn shown(command: &[OsString]) -> String {
+    command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
 }
 
 /// Actor or task.
@@ -361,6 +384,8 @@ struct Shared {
     inner: Mutex<Inner>,
     /// Locked after `inner`, never before.
     forks: Mutex<fork_server::ForkServers>,
+    /// The node's lease, when a keeper guards the directory.
+    lease: Option<LeaseFile>,
     activity: watch::Sender<Activity>,
     detached: watch::Sender<bool>,
     /// The previous look at the machine and the groups, for CPU figures, and the groups it
@@ -391,6 +416,9 @@ pub struct ProcessRunner {
     shared: Arc<Shared>,
     // Held for the runner's life; released when it is dropped.
     _lock: Flock<File>,
+    // The keeper's stdin: closed when the runner is dropped (or its process ends), which
+    // tells the keeper its agent is gone.
+    _keeper: Option<std::process::ChildStdin>,
 }
 
 impl std::fmt::Debug for ProcessRunner {
@@ -437,6 +465,14 @@ impl ProcessRunner {
         let head_env = head_env(&options);
         let server_env = head_env.iter().map(|(k, v)| (k.into(), v.clone())).collect();
         let forks = fork_server::ForkServers::new(work_dir.join(FORK_SERVER_DIR), server_env);
+        let lease = match &options.keeper {
+            Some(_) => {
+                let path = work_dir.join(lease::LEASE_FILE);
+                let first = crate::agent::DEFAULT_HEAD_TIMEOUT;
+                Some(LeaseFile::open(&work_dir, first).map_err(directory(&path))?)
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared {
             dir: work_dir,
             grace: options.grace,
@@ -448,12 +484,17 @@ impl ProcessRunner {
                 ..Inner::default()
             }),
             forks: Mutex::new(forks),
+            lease,
             activity,
             detached,
             sampler: Mutex::new((crate::measure::Sampler::new(), Vec::new())),
         });
         shared.adopt(file);
-        Ok(ProcessRunner { shared, _lock: lock })
+        let keeper = match &options.keeper {
+            Some(command) => Some(start_keeper(command, &shared.dir)?),
+            None => None,
+        };
+        Ok(ProcessRunner { shared, _lock: lock, _keeper: keeper })
     }
 
     /// The runner's directory.
@@ -539,6 +580,12 @@ impl Runner for ProcessRunner {
         node_id.clone_into(&mut self.shared.lock().node_id);
     }
 
+    fn renew_lease(&self, sent_ms: u64, timeout: Duration) {
+        if let Some(lease) = &self.shared.lease {
+            lease.renew(sent_ms, timeout);
+        }
+    }
+
     fn measures(&self) -> bool {
         true
     }
@@ -602,6 +649,36 @@ fn visible_devices(start: &Start) -> String {
 }
 
 /// Sends `signal` to process group `pgid`; a group that is gone is not an error.
+/// Starts the keeper of the runner directory `dir` with `command` (see [`crate::lease`]): in
+/// its own process group (a terminal's Ctrl-C does not reach it), its output appended to
+/// `dir/keeper.log`, its stdin a pipe from this process; returns the pipe's end.
+fn start_keeper(
+    command: &[OsString],
+    dir: &Path,
+) -> Result<std::process::ChildStdin, ProcessError> {
+    use std::os::unix::process::CommandExt;
+    let log_path = dir.join(lease::KEEPER_LOG);
+    let failed = |source: io::Error| ProcessError::Keeper { command: command.to_vec(), source };
+    let (program, args) =
+        command.split_first().ok_or_else(|| failed(io::Error::other("no program")))?;
+    let log = logs::open_append(&log_path)
+        .map_err(|e| failed(io::Error::other(format!("{}: {e}", log_path.display()))))?;
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(log.try_clone().map_err(failed)?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .map_err(failed)?;
+    let stdin = child.stdin.take().expect("piped");
+    // Reaped when it ends (it may outlive this process, then init reaps it).
+    let _ =
+        std::thread::Builder::new().name("berth-keeper-wait".into()).spawn(move || child.wait());
+    Ok(stdin)
+}
+
 fn signal_group(pgid: i32, signal: Signal) {
     match killpg(Pid::from_raw(pgid), signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
@@ -772,6 +849,19 @@ impl Shared {
     fn spawn_locked(self: &Arc<Self>, inner: &mut Inner, start: Start, events: Events) {
         let kind = Kind::from_proto(start.kind).expect("validated before");
         let (work_id, attempt) = (start.work_id.as_str(), start.attempt);
+        if let Some(lease) = self.lease.as_ref().map(LeaseFile::current) {
+            let now = lease::clock_ms();
+            if lease.expired(now) {
+                // The head may have declared this node dead: its keeper would kill the attempt.
+                let silent = now.saturating_sub(lease.acked_ms);
+                let why = format!(
+                    "this node's lease with the head ran out (no heartbeat acknowledged for \
+                     {silent} ms): it starts nothing until the head hears from it again"
+                );
+                events.failed_to_start(work_id, attempt, why);
+                return;
+            }
+        }
         let (out_path, err_path) =
             (logs::out_path(&self.dir, work_id), logs::err_path(&self.dir, work_id));
         let cwd = logs::work_dir(&self.dir, work_id, attempt);

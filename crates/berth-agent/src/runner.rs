@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use berth_api::agent::{self, status_report, LogStream, RunningWork, Start, Stop, WorkKind};
 use tokio::sync::mpsc;
@@ -149,6 +150,15 @@ pub trait Runner: Send + Sync + 'static {
     /// The node ID the head gave this node, after each successful registration.
     fn registered(&self, node_id: &str) {
         let _ = node_id;
+    }
+    /// The head heard this node no earlier than `sent_ms` (the node's clock,
+    /// [`crate::lease::clock_ms`]) and declares it dead after `timeout` of silence: the node's
+    /// lease runs on (see [`crate::lease`]). Called at every registration, before any
+    /// assignment of that session, and for every heartbeat the head answered, from the
+    /// agents' lane: it must not wait on anything but a file lock held for microseconds.
+    /// Runners without processes to stop ignore it (the default).
+    fn renew_lease(&self, sent_ms: u64, timeout: Duration) {
+        let _ = (sent_ms, timeout);
     }
     /// The file holding `stream` (stdout or stderr) of `work_id`, all its attempts, for
     /// `berth logs`; `None` when this runner keeps no logs (the agent then answers "this node

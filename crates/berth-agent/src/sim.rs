@@ -209,6 +209,8 @@ pub enum RunnerKind {
         root: PathBuf,
         /// The wait between SIGTERM and SIGKILL.
         grace: Duration,
+        /// The keeper command for each node's directory ([`ProcessOptions::keeper`]).
+        keeper: Option<Vec<std::ffi::OsString>>,
     },
 }
 
@@ -307,12 +309,13 @@ impl NodeRunner {
                 AckRunner::new().task_exit_code(node.task_exit_code).hold_tasks(options.hold_tasks),
             ))),
             #[cfg(unix)]
-            RunnerKind::Process { root, grace } => {
+            RunnerKind::Process { root, grace, keeper } => {
                 let options = ProcessOptions {
                     grace: *grace,
                     node_id: Some(node.node_id.clone()),
                     head: Some(head.to_string()),
                     ca_file: None,
+                    keeper: keeper.clone(),
                 };
                 ProcessRunner::new(root.join(&node.node_id), options)
                     .map(|runner| NodeRunner::Process(Arc::new(runner)))

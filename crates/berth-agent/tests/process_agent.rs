@@ -174,3 +174,37 @@ async fn work_that_died_while_no_agent_ran_is_reported_exited() {
     assert_eq!(reports[1].session, registration.session);
     handle.stop().await.unwrap();
 }
+
+/// With a keeper, the agent's registration and every heartbeat the head answers renew the
+/// node's lease: the lease file runs from the clock the last answered beat carried, for the
+/// head's timeout (the default 30 s here: the in-test head names none) less its margin.
+#[tokio::test]
+async fn answered_heartbeats_renew_the_nodes_lease() {
+    let head = TestHead::start().await;
+    let dir = RunnerDir::new();
+    let keeper = ["sh", "-c", "cat >/dev/null", "keeper"].iter().map(|a| a.into()).collect();
+    let options = ProcessOptions { keeper: Some(keeper), ..ProcessOptions::default() };
+    let runner = Arc::new(ProcessRunner::new(dir.path().to_path_buf(), options).unwrap());
+    let handle = Agent::new(config(&head, Some("n1")), runner).unwrap().spawn();
+    ready(&head, &handle, 1).await;
+    // Two beats answered after the registration: the lease runs from the later one's clock.
+    let beats = head.log().heartbeats.get("n1").copied().unwrap_or(0);
+    let sent = head
+        .wait("two more answered heartbeats", |log| {
+            let beat = log.last_heartbeat.get("n1")?;
+            (log.heartbeats.get("n1").copied().unwrap_or(0) >= beats + 2)
+                .then_some(beat.agent_clock_ms)
+        })
+        .await;
+    assert!(sent > 0, "beats carry the agent's clock");
+    let renewed = head
+        .wait("the lease runs from an answered beat", |_| {
+            let lease = berth_agent::lease::read(dir.path())?;
+            (lease.acked_ms >= sent).then_some(lease)
+        })
+        .await;
+    assert_eq!(renewed.timeout_ms, 30_000);
+    assert_eq!(renewed.expires_ms, renewed.acked_ms + 28_000);
+    assert!(renewed.acked_ms <= berth_agent::lease::clock_ms());
+    handle.stop().await.unwrap();
+}

@@ -151,6 +151,7 @@ async fn process_runners_run_real_processes_and_shutdown_stops_them() {
         runner: RunnerKind::Process {
             root: root.path().to_path_buf(),
             grace: Duration::from_secs(5),
+            keeper: None,
         },
         ..SimOptions::default()
     };

@@ -245,6 +245,29 @@ pub struct StopArgs {
     pub data_dir: Option<PathBuf>,
 }
 
+/// Options of `berth keeper` (started by agents, see [`berth_agent::lease`]).
+#[derive(Debug, Args)]
+pub struct KeeperArgs {
+    /// The agent directory whose processes it guards.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+/// `berth keeper DIR`: its stdin is a pipe from its agent, its output the directory's
+/// `keeper.log`.
+pub fn keeper(args: &KeeperArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).init();
+    berth_agent::lease::keep(&args.dir, std::io::stdin())
+        .with_context(|| format!("cannot keep the node's lease in {}", args.dir.display()))?;
+    Ok(())
+}
+
+/// How this process's agents start their keeper: this executable, `keeper`.
+fn keeper_command() -> anyhow::Result<Vec<std::ffi::OsString>> {
+    let exe = std::env::current_exe().context("cannot find this executable (for the keeper)")?;
+    Ok(vec![exe.into_os_string(), "keeper".into()])
+}
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -551,6 +574,7 @@ async fn run_agent(
         node_id: options.node_id.clone(),
         head: Some(config.head.clone()),
         ca_file: options.ca.clone(),
+        keeper: Some(keeper_command()?),
     };
     let runner = std::sync::Arc::new(
         ProcessRunner::new(work_dir.clone(), process_options).map_err(|e| anyhow!("{e}"))?,
@@ -607,7 +631,11 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
         // after 5 s: within the 10 s `berth stop` waits).
         let agents_dir = data_dir.join("agents");
         let options = SimOptions {
-            runner: RunnerKind::Process { root: agents_dir.clone(), grace: Duration::from_secs(5) },
+            runner: RunnerKind::Process {
+                root: agents_dir.clone(),
+                grace: Duration::from_secs(5),
+                keeper: Some(keeper_command()?),
+            },
             ..SimOptions::default()
         };
         let started = SimCluster::start_with(

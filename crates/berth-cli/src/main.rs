@@ -208,6 +208,11 @@ enum Command {
     /// Stop the `berth start` or `berth up` running with this data directory.
     Stop(daemon::StopArgs),
 
+    /// The node's keeper, started by an agent beside itself (not for users): kills the
+    /// processes of the agent directory DIR when the node's lease with the head runs out.
+    #[command(hide = true)]
+    Keeper(daemon::KeeperArgs),
+
     /// Stop a job (a driver's session), and with it what it owns.
     ///
     /// Its actors that are not detached are killed, its tasks cancelled and its placement
@@ -293,6 +298,7 @@ fn main() -> ExitCode {
         Command::Start(args) => daemon::start(args),
         Command::Up(args) => daemon::up(args),
         Command::Stop(args) => daemon::stop(args),
+        Command::Keeper(args) => daemon::keeper(args),
         // 1 means "not satisfied" here, so every error is 2, as grep's are.
         Command::Validate(args) => {
             return match validate::run(args, &mut stdout.lock()) {

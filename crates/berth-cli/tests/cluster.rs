@@ -231,7 +231,7 @@ fn errors_exit_statuses_and_messages() {
 #[test]
 fn agent_dies_actor_waits_on_taint_then_moves() {
     let cluster = Cluster::new();
-    let (_head, address) = cluster.head(&["--heartbeat-timeout", "1"]);
+    let (_head, address) = cluster.head(&["--heartbeat-timeout", "2"]);
     let agent = |id: &str, extra: &[&str]| {
         let mut args = vec!["start", "--address", &address, "--node-id", id, "--num-cpus", "2"];
         args.extend_from_slice(extra);
@@ -261,7 +261,7 @@ fn agent_dies_actor_waits_on_taint_then_moves() {
     let actor = created_id(&created, "actor-");
     cluster.wait_object(&actor, "is ALIVE on a", |o| o["state"] == "ALIVE" && o["node_id"] == "a");
 
-    // Agent `a` dies without a word; the head declares it dead after a second of silence.
+    // Agent `a` dies without a word; the head declares it dead after 2 s of silence.
     a.kill();
     let dead = cluster.wait_node("a", "DEAD");
     assert!(dead["dead_reason"].is_string(), "{dead}");

@@ -1,21 +1,28 @@
 //! Losing a node, end to end with the real `berth` binary: a head and agents as separate
 //! processes that run real processes, the way a user runs a cluster (README, "Running a
-//! cluster").
+//! cluster"). The promise under test: **at most one live attempt of an actor**. A node whose
+//! agent cannot renew its lease with the head has its processes killed by its keeper before the
+//! head can declare it dead and start the work elsewhere.
 //!
-//! - `killed_agent_actor_moves_then_old_copy_is_stopped`: an agent is killed with SIGKILL;
-//!   its actor is ALIVE on the other node within the heartbeat timeout + 1 s (+ slack), the
-//!   orphaned copy keeps running until the agent comes back on its data directory, registers,
-//!   is told to stop it, and does.
+//! - `killed_agent_never_restarted_its_copy_ends_before_the_next_starts`: an agent is killed
+//!   with SIGKILL and never started again; its actor's process is gone when the head declares
+//!   the node dead, and the actor is ALIVE on the other node.
+//! - `restarted_agent_adopts_its_work_within_the_lease`: an agent killed and started again
+//!   at once adopts its actor's process (the same process, no restart), and the new agent's
+//!   keeper takes over from the old one.
+//! - `a_stopped_agent_past_its_lease_loses_its_work_before_it_moves`: an agent stopped with
+//!   SIGSTOP for longer than the heartbeat timeout; its copy is gone when the node is declared
+//!   dead; continued, the agent registers again and holds nothing.
 //! - `partition_then_heal_fences_the_stale_copy`: an agent's link to the head goes through a
-//!   TCP proxy that is cut (a partition) and healed; both copies run for a while (the window
-//!   is measured and printed), then the partitioned agent reaches the head again and stops its
-//!   copy: one copy remains. `silent_partition_then_heal_fences_the_stale_copy` does the same
-//!   with a partition that closes nothing (a black hole: the agent notices nothing).
+//!   TCP proxy that is cut (a partition) and healed; the partitioned copy is gone before the
+//!   head restarts the actor elsewhere, and healed, the agent registers again and holds
+//!   nothing. `silent_partition_then_heal_fences_the_stale_copy` does the same with a
+//!   partition that closes nothing (a black hole: the agent notices nothing).
 //! - `a_stopped_agent_is_suspect_then_alive_again_with_its_work_untouched`: an agent stopped
-//!   with SIGSTOP for longer than the suspect threshold but shorter than the heartbeat timeout
-//!   (a machine too busy to run it) makes its node SUSPECT, not DEAD: new work waits instead of
-//!   going there, its actor is not restarted; continued, the node is ALIVE again with the same
-//!   actor process, and the head logged both at their levels.
+//!   with SIGSTOP for longer than the suspect threshold but shorter than its lease (a machine
+//!   too busy to run it) makes its node SUSPECT, not DEAD: new work waits instead of going
+//!   there, its actor is not restarted; continued, the node is ALIVE again with the same actor
+//!   process, and the head logged both at their levels.
 //! - `drain_moves_actors_without_losing_them`: `berth drain` moves both actors of a node, none
 //!   is lost on the way, their old processes end with SIGTERM, and the node takes no new work.
 //!
@@ -38,12 +45,12 @@ use common::cluster::{wait_for, Cluster, Daemon, WAIT};
 use common::proxy::Proxy;
 use common::work::*;
 
-/// The head's `--heartbeat-timeout`, in seconds.
-const HEARTBEAT_TIMEOUT_S: f64 = 1.0;
+/// The head's `--heartbeat-timeout`, in seconds: the node's lease runs out 0.4 s before it.
+const HEARTBEAT_TIMEOUT_S: f64 = 2.0;
 /// How long after an agent's death its actor may take to be ALIVE elsewhere before the test
-/// calls it a hang: ten times the typical figure (about 2 s: the heartbeat timeout and a
+/// calls it a hang: ten times the typical figure (about 2.5 s: the heartbeat timeout and a
 /// start), which the test prints. A bound near the figure would measure the machine's load.
-const MOVE_BOUND: Duration = Duration::from_secs(20);
+const MOVE_BOUND: Duration = Duration::from_secs(25);
 /// The longest wait for an agent to stop a copy once it could: its re-registration (a
 /// reconnection backoff of 1 s) and a SIGTERM.
 const STOP_BOUND: Duration = Duration::from_secs(10);
@@ -81,12 +88,29 @@ fn agent(cluster: &Cluster, address: &str, id: &str) -> Daemon {
     )
 }
 
-/// SIGKILL to an agent: its actor is ALIVE on the other agent within the heartbeat timeout
-/// plus 1 s; the killed agent's copy keeps running, unwatched, until an agent is started again
-/// on that node's directory: it adopts the copy, registers, is told the actor is no longer
-/// placed there, and stops it; the moved copy is untouched.
+/// Waits until the head declares `node` dead and, at that moment, checks that the process
+/// group `old` (the node's copy of some work) is already gone: the keeper killed it when the
+/// node's lease ran out, before the head could decide. Returns the node.
+fn dead_with_copy_gone(cluster: &Cluster, node: &str, old: i32) -> Value {
+    let dead = cluster.wait_node(node, "DEAD");
+    assert!(
+        !alive(old),
+        "node {node} is DEAD and its copy (group {old}) still runs: two attempts could run \
+         at once: {dead}"
+    );
+    dead
+}
+
+/// The line the keeper writes to a work's stderr log when it kills an attempt.
+fn keeper_line(work_id: &str, attempt: u32) -> String {
+    format!("{work_id} attempt {attempt} killed at ")
+}
+
+/// SIGKILL to an agent that is never started again: its actor's process is gone by the time
+/// the head declares the node dead (its keeper killed it when the lease ran out), the actor
+/// is ALIVE on the other agent within the heartbeat timeout and a start, and one copy runs.
 #[test]
-fn killed_agent_actor_moves_then_old_copy_is_stopped() {
+fn killed_agent_never_restarted_its_copy_ends_before_the_next_starts() {
     let _serial = serial();
     let cluster = Cluster::new();
     let timeout = HEARTBEAT_TIMEOUT_S.to_string();
@@ -104,75 +128,121 @@ fn killed_agent_actor_moves_then_old_copy_is_stopped() {
     let old_pid = recorded_pid(&cluster, "a", &actor).expect("a's state.json records the actor");
     assert_eq!(on_a.2, old_pid, "the recorded PID leads the copy's group: {on_a:?}");
 
-    // The agent dies without a word (its processes are in their own groups: they live on).
+    // The agent dies without a word; its processes are in their own groups, its keeper too.
     let killed_at = Instant::now();
     let killed_ms = now_ms();
     a.kill();
-    let moved = wait_for(&format!("{actor} is ALIVE on b"), WAIT, || {
-        let object = cluster.json(&["get", &actor]);
-        if object["state"] == "ALIVE" && object["node_id"] == "b" {
-            Ok(object)
-        } else {
-            Err(object.to_string())
-        }
-    });
+    let gone = wait_gone("the keeper kills the orphaned copy", old_pid, MOVE_BOUND);
+    dead_with_copy_gone(&cluster, "a", old_pid);
+    let moved = wait_alive_on(&cluster, &actor, "b");
     let delay = killed_at.elapsed();
     let died = event_at(&moved, "node_died", "a").map(|at| at.saturating_sub(killed_ms));
     let started = event_at(&moved, "started", "b").map(|at| at.saturating_sub(killed_ms));
     println!(
-        "kill -9 of agent a -> {actor} ALIVE on b: {delay:?} observed (head: node a declared \
-         dead after {died:?} ms, started on b after {started:?} ms; bound {MOVE_BOUND:?})"
+        "kill -9 of agent a -> its copy gone after {gone:?} (observed), node a declared dead \
+         after {died:?} ms, {actor} started on b after {started:?} ms (head), ALIVE on b seen \
+         after {delay:?} (heartbeat timeout {HEARTBEAT_TIMEOUT_S} s; bound {MOVE_BOUND:?})"
     );
-    assert!(
-        delay <= MOVE_BOUND,
-        "{actor} took {delay:?} to be ALIVE on b after agent a was killed (heartbeat timeout \
-         {HEARTBEAT_TIMEOUT_S} s; bound {MOVE_BOUND:?}):\n{moved}"
-    );
+    assert!(delay <= MOVE_BOUND, "{actor} took {delay:?} to be ALIVE on b:\n{moved}");
     assert_eq!(moved["restarts"], 1, "{moved}");
-    let node_a = cluster.json(&["get", "node", "a"]);
-    assert_eq!(node_a["state"], "DEAD", "{node_a}");
-
-    // Nobody stopped the copy on `a`: two copies run now.
-    assert!(alive(old_pid), "the killed agent's copy (pid {old_pid}) still runs");
-    let both = wait_copies(&cluster, &actor, &["a", "b"]);
-    assert_eq!(both[0], on_a, "the copy on a is the one the killed agent started");
-    let on_b = both[1].clone();
-    assert!(on_b.1 > on_a.1, "the copy on b is a later attempt: {both:?}");
-
-    // Agent `a` again, on the same data directory and node ID: it adopts the copy, registers,
-    // the head's reply says stop it, and it does (SIGTERM is enough).
-    let restarted_at = Instant::now();
-    let a_again = agent(&cluster, &address, "a");
-    let gone = wait_gone("the orphaned copy on a is stopped", old_pid, STOP_BOUND);
-    println!(
-        "agent a started again -> its stale copy (pid {old_pid}) gone after {gone:?} (agent \
-         start {:?} ago)",
-        restarted_at.elapsed()
-    );
+    let on_b = wait_copies(&cluster, &actor, &["b"]).remove(0);
+    assert!(on_b.1 > on_a.1, "the copy on b is a later attempt: {on_b:?}");
     let log = wait_file_contains(
         &agent_dir(&cluster, "a").join("logs").join(format!("{actor}.err")),
-        &format!("{actor} attempt {} ended by signal 15", on_a.1),
+        &keeper_line(&actor, on_a.1),
     );
-    assert!(!log.contains("ended by signal 9"), "a SIGTERM was enough:\n{log}");
-    let registered = cluster.wait_node("a", "ALIVE");
-    assert_eq!(registered["actors"], 0, "nothing is placed on a: {registered}");
-    assert!(
-        a_again.log().contains("adopted 1 process(es) the previous agent left running"),
-        "{}",
-        a_again.log()
-    );
-    assert_eq!(recorded_pid(&cluster, "a", &actor), None, "a no longer records the copy");
+    assert!(log.contains("by the node's keeper: the head acknowledged no heartbeat for"), "{log}");
+    let keeper = std::fs::read_to_string(agent_dir(&cluster, "a").join("keeper.log"))
+        .expect("the keeper's log");
+    assert!(keeper.contains("the node's lease ran out: killed its 1 process group(s)"), "{keeper}");
+}
 
-    // The moved copy keeps running: the same process, the same attempt, no new restart.
-    let now = copies(&cluster, &actor);
-    assert_eq!(now, vec![on_b.clone()], "only the copy on b runs");
-    let after = cluster.json(&["get", &actor]);
-    assert_eq!(
-        (&after["state"], &after["node_id"], &after["restarts"]),
-        (&"ALIVE".into(), &"b".into(), &1.into()),
-        "{after}"
+/// SIGKILL to an agent, started again at once on the same directory: within its lease it
+/// adopts its actor's process (the same process, no restart, the head never declares it
+/// dead), and the new agent's keeper takes over from the old one, which steps aside.
+#[test]
+fn restarted_agent_adopts_its_work_within_the_lease() {
+    let _serial = serial();
+    let cluster = Cluster::new();
+    // Long enough that a restart fits in the lease on a busy machine.
+    let (_head, address) = cluster.head(&["--heartbeat-timeout", "10"]);
+    let mut a = agent(&cluster, &address, "a");
+    let before = cluster.wait_node("a", "ALIVE");
+    let actor = create_actor(&cluster, "sleep 600", "a");
+    let placed = wait_alive_on(&cluster, &actor, "a");
+    let on_a = wait_copies(&cluster, &actor, &["a"]).remove(0);
+
+    a.kill();
+    let again = agent(&cluster, &address, "a");
+    wait_for("agent a registers again", WAIT, || {
+        let node = cluster.json(&["get", "node", "a"]);
+        if node["registered_at_ms"] != before["registered_at_ms"] && node["state"] == "ALIVE" {
+            Ok(node)
+        } else {
+            Err(node.to_string())
+        }
+    });
+    let keeper_log = agent_dir(&cluster, "a").join("keeper.log");
+    wait_file_contains(&keeper_log, "a newer agent holds the lease; its keeper takes over");
+    assert!(
+        again.log().contains("adopted 1 process(es) the previous agent left running"),
+        "{}",
+        again.log()
     );
+    assert_eq!(copies(&cluster, &actor), vec![on_a], "the same process runs, adopted");
+    let after = cluster.json(&["get", &actor]);
+    assert_eq!(after["history"], placed["history"], "nothing happened to {actor}: {after}");
+    let log =
+        std::fs::read_to_string(agent_dir(&cluster, "a").join("keeper.log")).unwrap_or_default();
+    assert_eq!(log.matches("keeping the node's lease").count(), 2, "{log}");
+    assert!(!log.contains("lease ran out"), "{log}");
+}
+
+/// Agent `a` is stopped (SIGSTOP) for longer than the heartbeat timeout: its keeper, a process
+/// of its own, kills its copy when the lease runs out, before the head declares `a` dead and
+/// starts the actor on `b`. Continued, `a` registers again and holds nothing.
+#[test]
+fn a_stopped_agent_past_its_lease_loses_its_work_before_it_moves() {
+    use nix::sys::signal::Signal;
+    let _serial = serial();
+    let cluster = Cluster::new();
+    let timeout = HEARTBEAT_TIMEOUT_S.to_string();
+    let (_head, address) = cluster.head(&["--heartbeat-timeout", &timeout]);
+    let mut a = agent(&cluster, &address, "a");
+    let _b = agent(&cluster, &address, "b");
+    let before = cluster.wait_node("a", "ALIVE");
+    cluster.wait_node("b", "ALIVE");
+    let actor = create_actor(&cluster, "sleep 600", "a");
+    wait_alive_on(&cluster, &actor, "a");
+    let on_a = wait_copies(&cluster, &actor, &["a"]).remove(0);
+
+    let stopped_at = Instant::now();
+    a.signal(Signal::SIGSTOP);
+    dead_with_copy_gone(&cluster, "a", on_a.2);
+    let moved = wait_alive_on(&cluster, &actor, "b");
+    println!("agent a stopped -> {actor} ALIVE on b after {:?}", stopped_at.elapsed());
+    a.signal(Signal::SIGCONT);
+
+    let back = wait_for("agent a registers again", WAIT, || {
+        let node = cluster.json(&["get", "node", "a"]);
+        let again = node["registered_at_ms"] != before["registered_at_ms"];
+        if again && node["state"] == "ALIVE" {
+            Ok(node)
+        } else {
+            Err(node.to_string())
+        }
+    });
+    assert_eq!(back["actors"], 0, "{back}");
+    let on_b = wait_copies(&cluster, &actor, &["b"]).remove(0);
+    assert_eq!(copies(&cluster, &actor), vec![on_b], "one copy of {actor} runs, on b");
+    let log = wait_file_contains(
+        &agent_dir(&cluster, "a").join("logs").join(format!("{actor}.err")),
+        &keeper_line(&actor, on_a.1),
+    );
+    assert!(log.contains(&format!("{actor} attempt {} ended by signal 9", on_a.1)), "{log}");
+    let after = cluster.json(&["get", &actor]);
     assert_eq!(after["history"], moved["history"], "nothing happened to {actor} meanwhile");
+    assert_eq!(recorded_pid(&cluster, "a", &actor), None, "a no longer records the copy");
 }
 
 /// How the link of agent `a` to the head breaks.
@@ -199,17 +269,10 @@ fn silent_partition_then_heal_fences_the_stale_copy() {
     partition_then_heal(Partition::Silent);
 }
 
-/// Agent `a` reaches the head through a proxy that breaks the link: the head declares `a` dead
-/// and restarts its actor on `b` while `a`'s copy still runs (it cannot know). Healed, `a`
-/// reaches the head again by itself, registers, is told to stop its copy, and does (before it
-/// opens its assignment stream, so before it could start anything new): one copy remains.
-///
-/// The overlap this demonstrates, inherent in fencing by registration: two copies of the actor
-/// run from the head's restart on `b` (the heartbeat timeout after the link broke) until the
-/// partitioned agent reaches the head again (the heal, plus up to one reconnection backoff of
-/// 1 s) and stops its copy (a SIGTERM). An agent cut off from the head does not stop its work
-/// by itself, so a partition of N seconds lets two copies run for about N - timeout + 1
-/// seconds. Here the heal comes as soon as both copies are seen: about 2 s of overlap.
+/// Agent `a` reaches the head through a proxy that breaks the link. Cut off, `a` cannot renew
+/// its lease: its keeper kills its copy when the lease runs out, and the head, which declares
+/// `a` dead only after the whole timeout, then restarts the actor on `b`. At no moment do two
+/// copies run. Healed, `a` reaches the head again by itself, registers and holds nothing.
 fn partition_then_heal(partition: Partition) {
     let _serial = serial();
     let cluster = Cluster::new();
@@ -232,23 +295,19 @@ fn partition_then_heal(partition: Partition) {
         Partition::Cut => proxy.cut(),
         Partition::Silent => proxy.stall(),
     }
-    let dead = cluster.wait_node("a", "DEAD");
+    let gone = wait_gone("the keeper kills the partitioned copy", on_a.2, MOVE_BOUND);
+    let dead = dead_with_copy_gone(&cluster, "a", on_a.2);
     let dead_after = cut_at.elapsed();
     let moved = wait_alive_on(&cluster, &actor, "b");
-    let both_from = Instant::now();
     println!(
-        "{partition:?} partition -> node a DEAD after {dead_after:?} ({}), {actor} ALIVE on b \
-         after {:?}",
+        "{partition:?} partition -> the copy on a gone after {gone:?}, node a DEAD seen after \
+         {dead_after:?} ({}), {actor} ALIVE on b after {:?}",
         dead["dead_reason"],
         cut_at.elapsed()
     );
     assert_eq!(moved["restarts"], 1, "{moved}");
-
-    // Two copies now: the partitioned one goes on.
-    let both = wait_copies(&cluster, &actor, &["a", "b"]);
-    assert_eq!(both[0], on_a, "the copy on a is the one started before the partition");
-    let on_b = both[1].clone();
-    assert!(on_b.1 > on_a.1, "the copy on b is a later attempt: {both:?}");
+    let on_b = wait_copies(&cluster, &actor, &["b"]).remove(0);
+    assert!(on_b.1 > on_a.1, "the copy on b is a later attempt: {on_b:?}");
     if partition == Partition::Cut {
         // The agent keeps trying to reach the head (and is refused by the partition).
         let refused = proxy.refused();
@@ -260,32 +319,23 @@ fn partition_then_heal(partition: Partition) {
             }
         });
     }
-    assert!(alive(on_a.2), "the partitioned copy still runs during the partition");
 
-    // Healed: `a` comes back by itself and stops its copy.
-    let healed_at = Instant::now();
+    // Healed: `a` comes back by itself, with nothing to stop.
     proxy.heal();
-    wait_gone(&format!("the partitioned copy of {actor} is stopped"), on_a.2, STOP_BOUND);
-    let both_ran = both_from.elapsed();
-    let gone_after_heal = healed_at.elapsed();
-    let back = cluster.wait_node("a", "ALIVE");
-    let registered_ms = back["registered_at_ms"].as_u64().expect("registered_at_ms");
-    assert!(
-        registered_ms > before["registered_at_ms"].as_u64().unwrap_or(0),
-        "a registered again: {back}"
-    );
-    let started_b = event_at(&moved, "started", "b").expect("started on b");
-    println!(
-        "{partition:?} partition: two copies of {actor} ran for {both_ran:?} (observed: from \
-         ALIVE on b to the stale copy gone, {gone_after_heal:?} after the heal); head: a \
-         registered again {} ms after the restart on b",
-        registered_ms.saturating_sub(started_b)
-    );
+    let back = wait_for("agent a registers again", WAIT, || {
+        let node = cluster.json(&["get", "node", "a"]);
+        let again = node["registered_at_ms"] != before["registered_at_ms"];
+        if again && node["state"] == "ALIVE" {
+            Ok(node)
+        } else {
+            Err(node.to_string())
+        }
+    });
     let log = wait_file_contains(
         &agent_dir(&cluster, "a").join("logs").join(format!("{actor}.err")),
-        &format!("{actor} attempt {} ended by signal 15", on_a.1),
+        &keeper_line(&actor, on_a.1),
     );
-    assert!(!log.contains("ended by signal 9"), "a SIGTERM was enough:\n{log}");
+    assert!(log.contains("by the node's keeper"), "{log}");
 
     // Exactly one copy, on b, ALIVE, and the agent that was cut off holds nothing.
     assert_eq!(copies(&cluster, &actor), vec![on_b], "one copy of {actor} runs, on b");
@@ -297,19 +347,24 @@ fn partition_then_heal(partition: Partition) {
     );
     assert_eq!(after["history"], moved["history"], "nothing happened to {actor} meanwhile");
     assert_eq!(back["actors"], 0, "{back}");
-    assert_eq!(recorded_pid(&cluster, "a", &actor), None, "a no longer records the copy");
+    wait_for("a no longer records the copy", WAIT, || match recorded_pid(&cluster, "a", &actor) {
+        None => Ok(()),
+        Some(pid) => Err(format!("a records {pid}")),
+    });
     drop(a);
     drop(proxy);
 }
 
 /// The head's `--heartbeat-timeout` for the SIGSTOP test, in seconds: its nodes are SUSPECT
-/// after a third of it (3 s), which leaves 6 s to see that and continue the agent, on a
-/// machine busy with other tests.
+/// after a third of it (3 s), and the node's lease runs out 1.8 s before it, which leaves
+/// 4.2 s to see that and continue the agent, on a machine busy with other tests.
 const SUSPECT_TEST_TIMEOUT_S: u64 = 9;
+/// How long the stopped agent's lease lasts: the timeout less the margin (a fifth of it).
+const SUSPECT_TEST_LEASE: Duration = Duration::from_millis(SUSPECT_TEST_TIMEOUT_S * 800);
 
 /// Agent `a` is stopped (SIGSTOP: it runs nothing, answers nothing, its connection stays open,
 /// as on a machine too loaded to schedule it) until the head calls `a` SUSPECT, then
-/// continued. Meanwhile an actor that must run on `a` waits (PENDING) rather than going there,
+/// continued before its lease runs out. Meanwhile an actor that must run on `a` waits (PENDING) rather than going there,
 /// and `a`'s actor is left as it is; continued, `a` is ALIVE again without registering anew,
 /// the waiting actor starts there, and the first one is the same process, never restarted.
 #[test]
@@ -354,8 +409,8 @@ fn a_stopped_agent_is_suspect_then_alive_again_with_its_work_untouched() {
     a.signal(Signal::SIGCONT);
     assert_eq!(still["state"], "SUSPECT", "still suspect after {stopped_for:?}: {still}");
     assert!(
-        stopped_for < Duration::from_secs(SUSPECT_TEST_TIMEOUT_S),
-        "the agent must be continued within the timeout (the machine is too slow?): {stopped_for:?}"
+        stopped_for < SUSPECT_TEST_LEASE,
+        "the agent must be continued within its lease (the machine is too slow?): {stopped_for:?}"
     );
 
     let back = cluster.wait_node("a", "ALIVE");

@@ -30,7 +30,7 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, warn};
 
-use crate::clock::now_ms;
+use crate::clock::{monotonic_ms, now_ms};
 use crate::command::{AgentCommand, Command, Liveness, Sessions};
 use crate::keyring::Keyring;
 use crate::logs::LogStreams;
@@ -154,8 +154,8 @@ impl AgentService for AgentApi {
                         .await;
                     break;
                 }
+                live.last_seen_ms.store(monotonic_ms(), Ordering::Release);
                 let now = now_ms();
-                live.last_seen_ms.store(now, Ordering::Release);
                 if let Some(measured) = beat.measured.take() {
                     let node_id = std::mem::take(&mut beat.node_id);
                     match api.measurements.record(&node_id, live.session, now, measured) {
@@ -173,7 +173,9 @@ impl AgentService for AgentApi {
                         measuring = Some((node_id, live.session));
                     }
                 }
-                if tx.send(Ok(HeartbeatReply { head_time_ms: now })).await.is_err() {
+                let reply =
+                    HeartbeatReply { head_time_ms: now, agent_clock_ms: beat.agent_clock_ms };
+                if tx.send(Ok(reply)).await.is_err() {
                     break;
                 }
             }

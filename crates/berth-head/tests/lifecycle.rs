@@ -245,6 +245,7 @@ async fn silent_node_is_declared_dead_and_its_actor_moves() {
         session: reg_b.session,
         usage: Default::default(),
         measured: None,
+        agent_clock_ms: 0,
     };
     let mut view = head.handle.subscribe();
     let moved = tokio::time::timeout(Duration::from_secs(20), async {

@@ -61,6 +61,7 @@ async fn fixture(process_nodes: &[&str]) -> Fixture {
         runner: RunnerKind::Process {
             root: runners.0.path().to_path_buf(),
             grace: Duration::from_secs(2),
+            keeper: None,
         },
         ..SimOptions::default()
     };

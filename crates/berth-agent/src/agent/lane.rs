@@ -103,11 +103,12 @@ impl<T> Drop for OnLane<T> {
 
 /// The session's `Heartbeat` stream: one beat every `interval`, until the stream fails.
 /// Runs on the lane; awaits nothing but the network and its ticker. Measures with `helper`'s
-/// runner.
+/// runner, and renews its lease with every reply (the head's `timeout`).
 pub(super) async fn heartbeats(
     mut client: Client,
     session: Session,
     interval: Duration,
+    timeout: Duration,
     helper: Helper,
 ) -> CallEnded {
     let mut measurer = Measurer { helper, slot: Arc::default() };
@@ -116,6 +117,7 @@ pub(super) async fn heartbeats(
         session: session.session,
         usage: Default::default(),
         measured: None,
+        agent_clock_ms: 0,
     };
     let (tx, rx) = mpsc::channel(4);
     // The first beat goes out with the stream, so a head may wait for it before answering.
@@ -141,7 +143,11 @@ pub(super) async fn heartbeats(
                 }
             },
             message = inbound.message() => match message {
-                Ok(Some(_reply)) => {}
+                Ok(Some(reply)) => {
+                    if reply.agent_clock_ms != 0 {
+                        measurer.helper.runner().renew_lease(reply.agent_clock_ms, timeout);
+                    }
+                }
                 Ok(None) => return CallEnded::Lost("the head ended the heartbeat stream".into()),
                 Err(status) => return CallEnded::Failed(status),
             },
@@ -169,6 +175,7 @@ impl Measurer {
     /// `beat` with the measurement done since the last beat, if any; starts the next one.
     fn beat(&mut self, beat: &HeartbeatRequest) -> HeartbeatRequest {
         let mut beat = beat.clone();
+        beat.agent_clock_ms = crate::lease::clock_ms();
         if !self.helper.runner().measures() {
             return beat;
         }

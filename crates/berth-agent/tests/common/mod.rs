@@ -234,9 +234,10 @@ impl AgentService for Service {
                     if beat.measured.is_some() {
                         *l.measured_heartbeats.entry(beat.node_id.clone()).or_default() += 1;
                     }
-                    l.last_heartbeat.insert(beat.node_id.clone(), beat);
+                    l.last_heartbeat.insert(beat.node_id.clone(), beat.clone());
                 });
-                if tx.send(Ok(HeartbeatReply { head_time_ms: 1 })).is_err() {
+                let reply = HeartbeatReply { head_time_ms: 1, agent_clock_ms: beat.agent_clock_ms };
+                if tx.send(Ok(reply)).is_err() {
                     break;
                 }
             }

@@ -19,7 +19,7 @@ use thin_vec::ThinVec;
 
 use super::work_table::{push_event, WorkId};
 use super::Owner;
-use crate::clock::now_ms;
+use crate::clock::{monotonic_ms, now_ms};
 use crate::command::JobEnding;
 use crate::error::HeadError;
 
@@ -168,7 +168,7 @@ impl Owner {
         };
         push_event(&mut api.history, EventKind::Created, None, String::new());
         self.remember_key(ObjectKind::Job, api.spec.idempotency_key.as_deref(), seq);
-        self.jobs.insert(seq, JobEntry { api, lease_until_ms: now + lease_ms });
+        self.jobs.insert(seq, JobEntry { api, lease_until_ms: monotonic_ms() + lease_ms });
         self.cycle.mark_job(seq);
         Ok(self.jobs.entries[&seq].api.clone())
     }
@@ -191,7 +191,7 @@ impl Owner {
     pub(crate) fn renew_job(&mut self, id: &str) -> Result<Job, HeadError> {
         let seq = self.running_job(id)?;
         let entry = self.jobs.entries.get_mut(&seq).expect("running");
-        entry.lease_until_ms = now_ms() + entry.api.lease_ms;
+        entry.lease_until_ms = monotonic_ms() + entry.api.lease_ms;
         Ok(entry.api.clone())
     }
 

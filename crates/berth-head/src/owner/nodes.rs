@@ -21,7 +21,7 @@ use tonic::Status;
 use super::convert;
 use super::work_table::{Ending, WorkId};
 use super::Owner;
-use crate::clock::now_ms;
+use crate::clock::{monotonic_ms, now_ms};
 use crate::command::{AgentCommand, AssignmentSender, Liveness, Sessions};
 use crate::error::HeadError;
 use crate::records::NodeRecord;
@@ -129,7 +129,7 @@ impl Nodes {
     fn new_session(&mut self, node_id: &str) -> u64 {
         self.next_session += 1;
         let session = self.next_session;
-        self.begin_session(node_id, session, now_ms());
+        self.begin_session(node_id, session, monotonic_ms());
         session
     }
 
@@ -638,7 +638,7 @@ impl Owner {
     /// takes nothing new; nothing of it is released or restarted), one heard from again is back
     /// as it was, and one silent for longer than the heartbeat timeout is declared dead.
     pub(crate) fn check_liveness(&mut self) {
-        self.check_liveness_at(now_ms());
+        self.check_liveness_at(monotonic_ms());
     }
 
     /// [`Owner::check_liveness`] at `now` (ms since the epoch): tests move the clock.
@@ -708,7 +708,7 @@ impl Owner {
 
     /// The node is gone: its actors restart elsewhere, its tasks retry, its bundles re-plan.
     pub(crate) fn node_died(&mut self, node_id: &str, reason: String) {
-        let last_heartbeat_ms_ago = self.nodes.silent_ms(node_id, now_ms());
+        let last_heartbeat_ms_ago = self.nodes.silent_ms(node_id, monotonic_ms());
         let Some(entry) = self.nodes.get_mut(node_id) else { return };
         let index = entry.index;
         tracing::warn!(

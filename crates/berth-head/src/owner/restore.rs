@@ -22,7 +22,7 @@ use super::retention::Ledger;
 use super::work::{affinity_of, build_actor, build_task};
 use super::work_table::{record_start, Ending, Work, WorkApi, WorkId, WorkObject};
 use super::{convert, Owner};
-use crate::clock::now_ms;
+use crate::clock::monotonic_ms;
 use crate::ids::Sequences;
 use crate::records::{
     self, parse_store_key, ActorRecord, GroupRecord, NodeRecord, Placement, StartRecord, TaskRecord,
@@ -186,7 +186,7 @@ impl Owner {
     /// Jobs as they were; a running one holds a whole lease from the restart, and a grace (its
     /// driver may first have to find the new head).
     fn restore_jobs(&mut self, snapshot: &Snapshot, out: &mut Restored) {
-        let now = now_ms();
+        let now = monotonic_ms();
         for (key, bytes) in snapshot.table(Table::Jobs) {
             let Some(job) = decode::<Job>(Table::Jobs, key, bytes, &mut out.skipped) else {
                 continue;
@@ -253,7 +253,7 @@ impl Owner {
             // agent may first have to notice that its old head is gone (across a partition,
             // by its keepalive).
             let grace = RESTORE_GRACE.as_millis() as u64;
-            self.nodes.restored_session(&node_id, now_ms() + grace);
+            self.nodes.restored_session(&node_id, monotonic_ms() + grace);
         }
         self.nodes.insert(
             node_id.clone(),

@@ -42,7 +42,11 @@ pub async fn cluster(
 /// Simulated agents whose runners start real processes, each in `root/NODE`.
 pub fn process_options(root: &std::path::Path) -> SimOptions {
     SimOptions {
-        runner: RunnerKind::Process { root: root.to_path_buf(), grace: Duration::from_millis(500) },
+        runner: RunnerKind::Process {
+            root: root.to_path_buf(),
+            grace: Duration::from_millis(500),
+            keeper: None,
+        },
         ..SimOptions::default()
     }
 }

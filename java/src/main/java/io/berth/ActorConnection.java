@@ -123,8 +123,13 @@ final class ActorConnection {
         s.setTcpNoDelay(true);
         var o = new DataOutputStream(new BufferedOutputStream(s.getOutputStream()));
         var in = new DataInputStream(new BufferedInputStream(s.getInputStream()));
-        Frames.send(o, Map.of("op", "hello", "key", key, "version", 1), new byte[0]);
+        Frames.send(o, Map.of("op", "hello", "key", key, "version", 1, "attempt", attempt), new byte[0]);
         Frames.Frame reply = Frames.recv(in);
+        if (!Boolean.TRUE.equals(reply.header().get("ok")) && reply.header().containsKey("attempt")) {
+          // Another attempt than the head named listens there: ask the head again.
+          s.close();
+          continue;
+        }
         if (!Boolean.TRUE.equals(reply.header().get("ok"))) {
           fail(new BerthException(actorId + " refused this driver: " + reply.header().get("error")));
           return false;

@@ -36,6 +36,8 @@ import javax.net.ssl.SSLContext;
  */
 public final class Worker {
   private static final int EXIT_SETUP = 3;
+  /** A caller named a later attempt of this actor: this copy is stale. */
+  private static final int EXIT_SUPERSEDED = 4;
 
   private Worker() {}
 
@@ -171,6 +173,18 @@ public final class Worker {
       if (!"hello".equals(hello.header().get("op")) || !(hello.header().get("key") instanceof String k)
           || !k.equalsIgnoreCase(key)) {
         Frames.send(out, Map.of("ok", false, "error", "wrong work key"), new byte[0]);
+        return;
+      }
+      if (hello.header().get("attempt") instanceof Number wanted && wanted.intValue() != attempt) {
+        // The caller knows another attempt than this one: never answer for it.
+        Frames.send(out, Map.of("ok", false, "error",
+            "this is attempt " + attempt + ", not " + wanted.intValue(), "attempt", attempt), new byte[0]);
+        if (wanted.intValue() > attempt) {
+          // A later attempt exists: this process is a stale copy, and ends.
+          System.err.println("berth worker: attempt " + attempt + " superseded by attempt "
+              + wanted.intValue() + "; exiting");
+          Runtime.getRuntime().halt(EXIT_SUPERSEDED);
+        }
         return;
       }
       Frames.send(out, Map.of("ok", true, "attempt", attempt), new byte[0]);
