@@ -42,6 +42,46 @@ class ActorsAndTasksTest extends ClusterTest {
     assertEquals(6, counter.task(Counter::increase, 1).remote().get(60_000), "the constructor ran again");
   }
 
+  /** Says `hello` to the worker at `address` naming attempt `wanted`: its reply's header. */
+  private static Map<String, Object> hello(String address, String key, int wanted) throws Exception {
+    int colon = address.lastIndexOf(':');
+    try (var socket = new java.net.Socket(address.substring(0, colon), Integer.parseInt(address.substring(colon + 1)))) {
+      var out = new java.io.DataOutputStream(new java.io.BufferedOutputStream(socket.getOutputStream()));
+      var in = new java.io.DataInputStream(new java.io.BufferedInputStream(socket.getInputStream()));
+      Frames.send(out, Map.of("op", "hello", "key", key, "version", 1, "attempt", wanted), new byte[0]);
+      return Frames.recv(in).header();
+    }
+  }
+
+  @Test
+  void aCopyNeverAnswersForAnotherAttempt() throws Exception {
+    ActorHandle<Counter> counter = Berth.actor(Counter::new, 5).setMaxRestarts(1).remote();
+    assertEquals(6, counter.task(Counter::increase, 1).remote().get(60_000));
+    var client = new Client(cluster.address, cluster.token);
+    var endpoint = client.call("GET", "/api/v1/actors/" + counter.getId() + "/endpoint", null);
+    String address = endpoint.path("endpoint").path("address").asText();
+    int attempt = endpoint.path("endpoint").path("attempt").asInt();
+    String key = endpoint.path("work_key").asText();
+    assertEquals(Boolean.TRUE, hello(address, key, attempt).get("ok"));
+    // An earlier attempt named (a caller behind the head): refused; the copy stays.
+    var behind = hello(address, key, attempt - 1);
+    assertEquals(Boolean.FALSE, behind.get("ok"));
+    assertEquals(attempt, ((Number) behind.get("attempt")).intValue());
+    assertEquals(7, counter.task(Counter::increase, 1).remote().get(60_000));
+    // A later attempt named: this copy is stale, refuses and ends; the handle finds the next.
+    assertEquals(attempt, ((Number) hello(address, key, attempt + 1).get("attempt")).intValue());
+    long deadline = System.nanoTime() + 60_000_000_000L;
+    while (true) {
+      var actor = client.call("GET", "/api/v1/actors/" + counter.getId(), null);
+      if ("ALIVE".equals(actor.path("state").asText()) && actor.path("restarts").asInt() == 1) {
+        break;
+      }
+      assertTrue(System.nanoTime() < deadline, actor.toString());
+      Thread.sleep(50);
+    }
+    assertEquals(6, counter.task(Counter::increase, 1).remote().get(60_000), "the constructor ran again");
+  }
+
   @Test
   void getTimesOut() {
     ActorHandle<Counter> counter = Berth.actor(Counter::new, 0).remote();
