@@ -31,6 +31,9 @@ from ._serialize import CODEC, dumps, error_payload, loads
 EXIT_SETUP = 3
 # A caller named a later attempt of this actor: this copy is stale (the head has moved on).
 EXIT_SUPERSEDED = 4
+# How long a worker keeps trying to reach the driver that owns its call: longer than a job's
+# default lease (30 s), so that a killed driver's job ends (and this attempt is cancelled) first.
+OWNER_WAIT_S = float(os.environ.get("BERTH_OWNER_WAIT_S") or 60)
 
 
 def _env(name: str) -> str:
@@ -78,6 +81,18 @@ def _cached_conn(owner: str):
     return None
 
 
+def _drop_conn(owner: str, conn) -> None:
+    """Forgets and closes a broken connection to ``owner``."""
+    if conn is None:
+        return
+    if _owner_conns.get(owner) is conn:
+        del _owner_conns[owner]
+    try:
+        conn.close()
+    except OSError:
+        pass
+
+
 class Worker:
     def __init__(self) -> None:
         self.owner_conn = None
@@ -89,18 +104,37 @@ class Worker:
         self.call = _env("BERTH_CALL")
 
     def ask_owner(self, header, payload: bytes = b""):
-        if self.owner_conn is None:
-            self.owner_conn = _cached_conn(self.owner)
-        if self.owner_conn is None:
-            try:
-                self.owner_conn = _protocol.connect(self.owner, timeout=30)
-            except OSError as e:
-                print(f"berth.worker: cannot reach the driver that owns {self.work_id} at {self.owner}: {e}",
-                      file=sys.stderr)
-                sys.exit(EXIT_SETUP)
+        """Sends ``header`` and ``payload`` to the driver that owns the call; its answer. A
+        driver that cannot be reached is tried again for ``OWNER_WAIT_S``: one that was killed
+        has its job end within its lease, and the head then ends this attempt (cancelled, not
+        failed); one cut off for longer fails the attempt, which the head may retry."""
         header = dict(header, call=self.call, work_id=self.work_id, key=self.key, attempt=self.attempt)
-        _protocol.send(self.owner_conn, header, payload)
-        reply, body = _protocol.recv(self.owner_conn)
+        deadline = None
+        delay = 0.1
+        while True:
+            if self.owner_conn is None:
+                self.owner_conn = _cached_conn(self.owner)
+            try:
+                if self.owner_conn is None:
+                    self.owner_conn = _protocol.connect(self.owner, timeout=30)
+                _protocol.send(self.owner_conn, header, payload)
+                reply, body = _protocol.recv(self.owner_conn)
+                break
+            except (OSError, EOFError, _protocol.ProtocolError) as e:
+                _drop_conn(self.owner, self.owner_conn)
+                self.owner_conn = None
+                import time
+
+                if deadline is None:
+                    deadline = time.monotonic() + OWNER_WAIT_S
+                    print(f"berth.worker: cannot reach the driver that owns {self.work_id} at {self.owner}: {e}; "
+                          f"trying again for {OWNER_WAIT_S:.0f} s (if the driver is gone, its job ends and this "
+                          "attempt with it)", file=sys.stderr, flush=True)
+                if time.monotonic() >= deadline:
+                    print(f"berth.worker: the driver that owns {self.work_id} stayed out of reach", file=sys.stderr)
+                    sys.exit(EXIT_SETUP)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
         if not reply.get("ok"):
             print(f"berth.worker: the driver refused {header['op']}: {reply.get('error')}", file=sys.stderr)
             sys.exit(EXIT_SETUP)

@@ -12,6 +12,7 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -187,6 +188,39 @@ sys.stdin.read()
         assert detached["spec"]["lifetime"] == "detached" and detached["spec"]["job_id"] == ids["job"]
     finally:
         head.request("DELETE", f"/api/v1/actors/{ids['detached']}", allow=(404,))
+
+
+def test_a_killed_driver_s_running_task_is_cancelled_with_its_job_not_failed(cluster, driver):
+    """A task running when its driver is killed cannot hand back its result; its worker keeps
+    trying to reach the driver instead of failing attempt after attempt, and the task ends
+    CANCELLED with the job (LOST after its lease), never FAILED with its retries spent."""
+    d = driver(PRELUDE + """
+import time
+
+berth.init(job_lease_s=4)
+
+@berth.remote(max_retries=3)
+def slow(path):
+    open(path, "w").close()
+    time.sleep(1)
+    return 1
+
+ref = slow.remote(sys.argv[1])
+while ref.work_id is None:
+    time.sleep(0.01)
+print(json.dumps({"job": berth.get_runtime_context().get_job_id(), "task": ref.work_id}), flush=True)
+sys.stdin.read()
+""", str(Path(d_dir := tempfile.mkdtemp()) / "started"))
+    ids = d.json()
+    head = _head(cluster)
+    _until("the task runs", lambda: (Path(d_dir) / "started").exists())
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait(timeout=DEADLINE_S)
+    _until("the job LOST", lambda: _state(head, "jobs", ids["job"], "LOST"))
+    task = _until("the task ended", lambda: (lambda t: t if t["state"] in ("FINISHED", "FAILED", "CANCELLED")
+                                             else None)(head.get(f"/api/v1/tasks/{ids['task']}")))
+    assert task["state"] == "CANCELLED", json.dumps(task)
+    assert task["attempts"] == 1, f"no attempt was spent on the missing driver: {task}"
 
 
 def test_a_job_stopped_by_a_user_is_said_once_and_no_longer_renewed(cluster, driver):

@@ -62,9 +62,10 @@ pub fn clock_ms() -> u64 {
 }
 
 /// How long before the head could declare the node dead its lease runs out: `timeout / 5`,
-/// at least 200 ms and at most 2 s.
+/// at least 200 ms and at most 2 s (and at most half the timeout: a lease for very short
+/// timeouts).
 pub fn margin(timeout: Duration) -> Duration {
-    (timeout / 5).clamp(Duration::from_millis(200), Duration::from_secs(2))
+    (timeout / 5).clamp(Duration::from_millis(200), Duration::from_secs(2)).min(timeout / 2)
 }
 
 /// What the lease file says.
@@ -370,13 +371,14 @@ mod tests {
         assert_eq!(margin(s(5)), s(1));
         assert_eq!(margin(s(2)), ms(400));
         assert_eq!(margin(s(1)), ms(200));
-        assert_eq!(margin(ms(100)), ms(200));
+        assert_eq!(margin(ms(600)), ms(200));
+        assert_eq!(margin(ms(300)), ms(150));
         let lease = Lease::renewed(1_000, s(30), 7);
         assert_eq!((lease.acked_ms, lease.expires_ms, lease.timeout_ms), (1_000, 29_000, 30_000));
         assert!(!lease.expired(28_999));
         assert!(lease.expired(29_000));
-        // A timeout shorter than the margin leaves no lease at all.
-        assert_eq!(Lease::renewed(1_000, ms(100), 7).expires_ms, 1_000);
+        // However short the timeout, half of it is left.
+        assert_eq!(Lease::renewed(1_000, ms(100), 7).expires_ms, 1_050);
     }
 
     #[test]

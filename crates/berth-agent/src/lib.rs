@@ -17,6 +17,9 @@
 //!   process group, with logs, `CUDA_VISIBLE_DEVICES` from the GPU instances, SIGTERM then
 //!   SIGKILL on stop, and re-adoption of its processes by the next agent (`state.json` and
 //!   its journal).
+//! - [`lease`]: the node's lease with the head (renewed by every answered heartbeat) and the
+//!   keeper, a process beside the agent that kills the node's processes when the lease runs
+//!   out, before the head can declare the node dead: at most one live attempt per actor.
 //! - [`measure`]: what the machine and each running attempt use (CPU, memory), read from
 //!   `/proc` at the heartbeat's pace by runners that run processes ([`Runner::measure`]).
 //! - [`sim`]: many in-process agents speaking the real protocol to a real head
@@ -40,8 +43,9 @@
 //!   an [`AgentStatus`] (node ID, session, registration count, last error) through a `watch`
 //!   channel, which bounded waits use.
 //! - Processes outlive their agent (no `kill_on_drop`; own process group, so a terminal's
-//!   Ctrl-C does not reach them): an agent stopped with Ctrl-C or SIGTERM leaves them running
-//!   and the next agent on the same directory adopts them. Only an owner that runs the agents
+//!   Ctrl-C does not reach them) for as long as the node's lease: an agent stopped with Ctrl-C
+//!   or SIGTERM leaves them running and the next agent on the same directory adopts them; the
+//!   keeper stops them if none comes in time. Only an owner that runs the agents
 //!   in-process and ends with them (`berth up`, through [`SimCluster::shutdown`]) stops them.
 //! - DESIGN.md lists `kill_on_drop` for agent processes; it is deliberately not used, since it
 //!   would make every agent restart (an upgrade, a crash) kill the cluster's work.

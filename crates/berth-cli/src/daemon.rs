@@ -350,6 +350,24 @@ fn head_config(options: &HeadOptions) -> anyhow::Result<HeadConfig> {
         bail!("--lease-ttl: {} is not between 0.5 and 3600 seconds", options.lease_ttl);
     }
     config.lease_ttl = Duration::from_secs_f64(options.lease_ttl);
+    // A standby takes over within the store lease's ttl and a second; nodes that reach no head
+    // for their own lease stop their work meanwhile.
+    let node_lease = config
+        .heartbeat_timeout
+        .saturating_sub(berth_agent::lease::margin(config.heartbeat_timeout));
+    let takeover = config.lease_ttl + Duration::from_secs(1);
+    if options.store.is_some() && takeover >= node_lease {
+        tracing::warn!(
+            "--lease-ttl {:?} with --heartbeat-timeout {:?}: a standby's takeover (up to {:?}) \
+             outlasts the nodes' leases ({:?}), so a failover stops their work; give a \
+             heartbeat timeout of at least {:?}",
+            config.lease_ttl,
+            config.heartbeat_timeout,
+            takeover,
+            node_lease,
+            (takeover * 5 / 4).max(takeover + Duration::from_secs(2))
+        );
+    }
     config.assignment_window = assignment_window(options.assignment_window)?;
     config.store_durability = match options.store_durability {
         Durability::Strict => berth_head::config::StoreDurability::Strict,
@@ -555,8 +573,9 @@ fn pairs(flag: &str, text: Option<&str>) -> anyhow::Result<BTreeMap<String, Stri
 /// `berth start --address`: an agent running its assignments as processes, keeping their
 /// logs, working directories and state in `DATA_DIR/agents/<node-id>` (`node` without
 /// `--node-id`). Ctrl-C or SIGTERM stop the agent but not its processes: they keep running,
-/// recorded in that directory, and the next agent started there adopts them (and announces them
-/// to the head, which keeps or stops them).
+/// recorded in that directory, and the next agent started there within the node's lease adopts
+/// them (and announces them to the head, which keeps or stops them); past the lease, the node's
+/// keeper stops them (see [`berth_agent::lease`]).
 async fn run_agent(
     address: &str,
     options: &AgentOptions,
@@ -599,8 +618,9 @@ async fn run_agent(
     if adopted > 0 {
         println!("  adopted {adopted} process(es) the previous agent left running");
     }
-    println!("Press Ctrl-C to stop. Its processes keep running; the next agent started on");
-    println!("{} adopts them.", work_dir.display());
+    println!("Press Ctrl-C to stop. Its processes keep running for the node's lease with the head");
+    println!("(the head's heartbeat timeout less a fifth); an agent started on");
+    println!("{} within it adopts them, else the node's keeper stops them.", work_dir.display());
     shutdown_signal().await;
     handle.stop().await.map_err(|e| anyhow!("{e}"))?;
     if options.stop_work_on_exit {

@@ -38,6 +38,21 @@ public final class Worker {
   private static final int EXIT_SETUP = 3;
   /** A caller named a later attempt of this actor: this copy is stale. */
   private static final int EXIT_SUPERSEDED = 4;
+  /**
+   * How long a worker keeps trying to reach the driver that owns its call ($BERTH_OWNER_WAIT_S,
+   * 60 s by default): longer than a job's default lease (30 s), so that a killed driver's job
+   * ends, and this attempt is cancelled, first.
+   */
+  private static final long OWNER_WAIT_MS = ownerWaitMs();
+
+  private static long ownerWaitMs() {
+    try {
+      String value = System.getenv("BERTH_OWNER_WAIT_S");
+      return value == null || value.isEmpty() ? 60_000 : (long) (Double.parseDouble(value) * 1000);
+    } catch (NumberFormatException e) {
+      return 60_000;
+    }
+  }
 
   private Worker() {}
 
@@ -48,15 +63,10 @@ public final class Worker {
     String key = env("BERTH_WORK_KEY");
     String owner = env("BERTH_OWNER");
     String call = env("BERTH_CALL");
-    int colon = owner.lastIndexOf(':');
-    Socket ownerSocket = new Socket();
-    ownerSocket.connect(new InetSocketAddress(owner.substring(0, colon), Integer.parseInt(owner.substring(colon + 1))), 30_000);
-    var in = new DataInputStream(new BufferedInputStream(ownerSocket.getInputStream()));
-    var out = new DataOutputStream(new BufferedOutputStream(ownerSocket.getOutputStream()));
+    var link = new OwnerLink(owner, actorId);
     var header = new LinkedHashMap<String, Object>(Map.of("call", call, "work_id", actorId, "key", key, "attempt", attempt));
     header.put("op", "fetch");
-    Frames.send(out, header, new byte[0]);
-    Frames.Frame reply = Frames.recv(in);
+    Frames.Frame reply = link.ask(header, new byte[0]);
     if (!Boolean.TRUE.equals(reply.header().get("ok"))) {
       System.err.println("berth worker: the driver refused fetch: " + reply.header().get("error"));
       System.exit(EXIT_SETUP);
@@ -69,7 +79,7 @@ public final class Worker {
     }
     JsonNode spec = Frames.JSON.readTree(reply.payload());
     if (System.getenv("BERTH_TASK_ID") != null && System.getenv("BERTH_ACTOR_ID") == null) {
-      runTask(spec, header, in, out);
+      runTask(spec, header, link);
       return;
     }
     Object instance;
@@ -83,8 +93,7 @@ public final class Worker {
       cause.printStackTrace();
       header.put("op", "result");
       header.put("status", "error");
-      Frames.send(out, header, Frames.json(error(cause)));
-      Frames.recv(in);
+      link.ask(header, Frames.json(error(cause)));
       System.exit(1);
       return;
     }
@@ -114,8 +123,7 @@ public final class Worker {
   }
 
   /** A task: runs the static method, hands the result to the owner, exits 0. */
-  private static void runTask(JsonNode spec, Map<String, Object> header, DataInputStream in, DataOutputStream out)
-      throws IOException {
+  private static void runTask(JsonNode spec, Map<String, Object> header, OwnerLink link) {
     byte[] payload;
     try {
       Class<?> cls = Class.forName(spec.get("class").asText());
@@ -130,9 +138,75 @@ public final class Worker {
       payload = Frames.json(error(cause));
     }
     header.put("op", "result");
-    Frames.send(out, header, payload);
-    Frames.Frame ack = Frames.recv(in);
+    Frames.Frame ack = link.ask(header, payload);
     System.exit(Boolean.TRUE.equals(ack.header().get("ok")) ? 0 : EXIT_SETUP);
+  }
+
+  /**
+   * The connection to the driver that owns the call. A driver that cannot be reached is tried
+   * again for {@link #OWNER_WAIT_MS}: one that was killed has its job end within its lease, and
+   * the head then ends this attempt (cancelled, not failed); one cut off for longer fails the
+   * attempt, which the head may retry.
+   */
+  private static final class OwnerLink {
+    private final String owner;
+    private final String workId;
+    private Socket socket;
+    private DataInputStream in;
+    private DataOutputStream out;
+
+    OwnerLink(String owner, String workId) {
+      this.owner = owner;
+      this.workId = workId;
+    }
+
+    /** Sends a request (asking again after a broken connection; requests are idempotent). */
+    Frames.Frame ask(Map<String, Object> header, byte[] payload) {
+      long deadline = 0;
+      long delay = 100;
+      while (true) {
+        try {
+          if (socket == null) {
+            int colon = owner.lastIndexOf(':');
+            Socket s = new Socket();
+            s.connect(new InetSocketAddress(owner.substring(0, colon), Integer.parseInt(owner.substring(colon + 1))),
+                30_000);
+            in = new DataInputStream(new BufferedInputStream(s.getInputStream()));
+            out = new DataOutputStream(new BufferedOutputStream(s.getOutputStream()));
+            socket = s;
+          }
+          Frames.send(out, header, payload);
+          return Frames.recv(in);
+        } catch (IOException e) {
+          try {
+            if (socket != null) {
+              socket.close();
+            }
+          } catch (IOException ignored) {
+            // closing a broken connection
+          }
+          socket = null;
+          long now = System.nanoTime();
+          if (deadline == 0) {
+            deadline = now + OWNER_WAIT_MS * 1_000_000L;
+            System.err.println("berth worker: cannot reach the driver that owns " + workId + " at " + owner + ": "
+                + e.getMessage() + "; trying again for " + OWNER_WAIT_MS / 1000
+                + " s (if the driver is gone, its job ends and this attempt with it)");
+          }
+          if (now >= deadline) {
+            System.err.println("berth worker: the driver that owns " + workId + " stayed out of reach");
+            System.exit(EXIT_SETUP);
+          }
+          try {
+            Thread.sleep(delay);
+          } catch (InterruptedException interrupted) {
+            Thread.currentThread().interrupt();
+            System.exit(EXIT_SETUP);
+          }
+          delay = Math.min(delay * 2, 2_000);
+        }
+      }
+    }
   }
 
   private static String env(String name) {

@@ -102,6 +102,31 @@ class JobsTest extends ClusterTest {
   }
 
   @Test
+  void aKilledDriversRunningTaskIsCancelledWithItsJobNotFailed() throws Exception {
+    // Its worker cannot hand back the result; it keeps trying to reach the driver instead of
+    // failing attempt after attempt, and the task ends with the job, CANCELLED.
+    java.nio.file.Path started = java.nio.file.Files.createTempDirectory("berth-task").resolve("started");
+    var driver = new Rest.Jvm(null, JobDriver.class.getName(), Map.of(), cluster.address, cluster.token, "4",
+        started.toString());
+    String job;
+    try {
+      job = driver.line("READY ").substring("READY job=".length()).trim();
+      eventually("the task runs", Rest.WAIT, () -> java.nio.file.Files.exists(started) ? true : null);
+    } finally {
+      driver.process.destroyForcibly(); // SIGKILL: no shutdown hook runs
+    }
+    driver.exit();
+    awaitState(cluster, "/api/v1/jobs/" + job, "LOST");
+    String taskId = get(cluster, "/api/v1/tasks?job=" + job).path("items").get(0).path("task_id").asText();
+    JsonNode task = eventually("the task ended", Rest.WAIT, () -> {
+      JsonNode t = get(cluster, "/api/v1/tasks/" + taskId);
+      return List.of("FINISHED", "FAILED", "CANCELLED").contains(t.path("state").asText()) ? t : null;
+    });
+    assertEquals("CANCELLED", task.path("state").asText(), task.toString());
+    assertEquals(1, task.path("attempts").asInt(), "no attempt spent on the missing driver: " + task);
+  }
+
+  @Test
   void workAWorkerCreatesJoinsItsJobAndEndsWithItsProcess() throws Exception {
     String job = Berth.jobId();
     int jobs = get(cluster, "/api/v1/jobs").path("total").asInt();

@@ -21,6 +21,13 @@ public final class Tasks {
     return path;
   }
 
+  /** Writes the file at {@code path}, then sleeps {@code ms}: a task a test sees start. */
+  public static int touchThenSleep(String path, int ms) throws Exception {
+    java.nio.file.Files.writeString(java.nio.file.Path.of(path), "started\n");
+    Thread.sleep(ms);
+    return ms;
+  }
+
   /** Always throws. */
   public static String fail(String why) {
     throw new IllegalArgumentException(why);
