@@ -67,6 +67,8 @@ def discover(address: Optional[str], token: Optional[str], ca: Optional[str]) ->
             f"or start one (`berth up`); looked at {', '.join(looked)}"
         )
     if not token:
+        token = work_credential()
+    if not token:
         token = os.environ.get("BERTH_TOKEN") or None
     if not token:
         try:
@@ -76,6 +78,15 @@ def discover(address: Optional[str], token: Optional[str], ca: Optional[str]) ->
     if not ca:
         ca = os.environ.get("BERTH_CA") or None
     return active_head(address, ca), token, ca
+
+
+def work_credential() -> Optional[str]:
+    """Inside a worker, the credential of its work (``work:<id>:<key>``, from the ID and the
+    work key its agent gave it): it reaches the work of the worker's own job, on any node, with
+    no token file there. ``None`` outside a worker."""
+    work_id = os.environ.get("BERTH_ACTOR_ID") or os.environ.get("BERTH_TASK_ID")
+    key = os.environ.get("BERTH_WORK_KEY")
+    return f"work:{work_id}:{key}" if work_id and key else None
 
 
 def active_head(addresses: str, ca: Optional[str]) -> str:

@@ -362,7 +362,8 @@ def init(address: Optional[str] = None, token: Optional[str] = None, *, namespac
     """Connects this process (the driver) to a Berth head and starts its job.
 
     ``address``: ``HOST:PORT`` or a URL; default ``$BERTH_ADDRESS``, else the head this machine
-    runs (the data directory's ``head-address``). ``token``: default ``$BERTH_TOKEN``, else the
+    runs (the data directory's ``head-address``). ``token``: default, inside a worker, its work's
+    credential (it reaches the work of the worker's job only); else ``$BERTH_TOKEN``, else the
     data directory's ``token``. ``namespace``: of the actors this driver creates and looks up
     (default ``default``). ``ca``: the CA file of a head serving TLS (default ``$BERTH_CA``).
     ``job_lease_s``: how long the head keeps the job (and what it owns) without hearing from
@@ -383,7 +384,10 @@ def init(address: Optional[str] = None, token: Optional[str] = None, *, namespac
             raise InvalidRequestError("job_lease_s", f"{job_lease_s!r} is not from {MIN_LEASE_S} to {MAX_LEASE_S} seconds")
         url, token, ca = discover(address, token, ca)
         client = Client(url, token, ca)
-        client.request("GET", "/api/v1/cluster/status", timeout=10)
+        # Inside a worker, whose work credential reaches its own job only: its own work.
+        me = os.environ.get("BERTH_ACTOR_ID") and f"/api/v1/actors/{os.environ['BERTH_ACTOR_ID']}"
+        me = me or (os.environ.get("BERTH_TASK_ID") and f"/api/v1/tasks/{os.environ['BERTH_TASK_ID']}")
+        client.request("GET", me or "/api/v1/cluster/status", timeout=10)
         _current = Runtime(client, namespace or "default", job_lease_s)
         return _context(_current)
 

@@ -17,6 +17,8 @@ from typing import List
 
 import pytest
 
+import berth
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 SDK_TESTS_CONFIG = REPO / "examples" / "local" / "sdk-tests.yaml"
@@ -134,3 +136,74 @@ def berth_session(cluster):
     berth.init(address=cluster.address, token=cluster.token)
     yield cluster
     berth.shutdown()
+
+
+# A cluster of separate processes: a head and two agents, each in its own data directory.
+
+
+def _machine_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    for var in ("BERTH_ADDRESS", "BERTH_TOKEN", "BERTH_DATA_DIR", "BERTH_AGENT_TOKEN"):
+        env.pop(var, None)
+    return env
+
+
+def _spawn(args, log: Path, env: dict) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen([berth_binary(), *args], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+
+
+def _wait(what: str, check, wait_s: float = 60.0):
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"waited {wait_s} s for {what}"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def two_machines(tmp_path):
+    """A head (`--heartbeat-timeout 2`) and agents `a` and `b` (2 CPUs each), separate processes
+    with their own data directories, as on separate machines: no token file is shared, and the
+    agents' work reaches the head with its work credentials only. This process is the driver;
+    yields its REST client, the agents' processes and the root directory. Everything is stopped
+    after the test."""
+    env = _machine_env()
+    head_dir = tmp_path / "head"
+    procs = []
+    try:
+        head = _spawn(["start", "--head", "--port", "0", "--data-dir", str(head_dir), "--heartbeat-timeout", "2",
+                       "--log-level", "warn"], tmp_path / "head.log", env)
+        procs.append(head)
+        address = _wait("the head's address", lambda: (head_dir / "head-address").exists()
+                        and (head_dir / "head-address").read_text().strip())
+        agent_env = dict(env, BERTH_AGENT_TOKEN=(head_dir / "agent-token").read_text().strip())
+        agents = {}
+        for node in ("a", "b"):
+            agents[node] = _spawn(["start", "--address", address, "--data-dir", str(tmp_path / node),
+                                   "--node-id", node, "--num-cpus", "2"], tmp_path / f"{node}.log", agent_env)
+            procs.append(agents[node])
+        token = (head_dir / "token").read_text().strip()
+        berth.init(address=address, token=token)
+        client = berth._runtime.current().client
+        _wait("both nodes ALIVE", lambda: sorted(
+            n["node_id"] for n in client.get("/api/v1/nodes")["items"] if n["state"] == "ALIVE") == ["a", "b"])
+        yield client, agents, tmp_path
+    finally:
+        berth.shutdown()
+        for proc in reversed(procs):
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        # What the agents ran ends with their leases: their keepers kill it (the head is gone).

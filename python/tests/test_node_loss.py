@@ -8,17 +8,11 @@ keeper killed it when the node's lease ran out)."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 import berth
 from berth.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-from conftest import HERE, berth_binary
 
 # Generous bounds on waits for observable state; the figures are printed.
 WAIT_S = 60.0
@@ -34,77 +28,12 @@ class Counter:
         return os.getpid(), self.n
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
-    for var in ("BERTH_ADDRESS", "BERTH_TOKEN", "BERTH_DATA_DIR", "BERTH_AGENT_TOKEN"):
-        env.pop(var, None)
-    return env
-
-
-def _spawn(args, log: Path, env: dict) -> subprocess.Popen:
-    with open(log, "wb") as out:
-        return subprocess.Popen([berth_binary(), *args], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-
-
-def _wait(what: str, check):
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"waited {WAIT_S} s for {what}"
-        time.sleep(0.02)
-
-
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X", "x")
-
-
-@pytest.fixture
-def two_machines(tmp_path):
-    """A head (`--heartbeat-timeout 2`) and agents `a` and `b`, separate processes with their own
-    data directories; everything is stopped after the test."""
-    env = _env()
-    head_dir = tmp_path / "head"
-    procs = []
-    try:
-        head = _spawn(["start", "--head", "--port", "0", "--data-dir", str(head_dir), "--heartbeat-timeout", "2",
-                       "--log-level", "warn"], tmp_path / "head.log", env)
-        procs.append(head)
-        address = _wait("the head's address", lambda: (head_dir / "head-address").exists()
-                        and (head_dir / "head-address").read_text().strip())
-        agent_env = dict(env, BERTH_AGENT_TOKEN=(head_dir / "agent-token").read_text().strip())
-        agents = {}
-        for node in ("a", "b"):
-            agents[node] = _spawn(["start", "--address", address, "--data-dir", str(tmp_path / node),
-                                   "--node-id", node, "--num-cpus", "2"], tmp_path / f"{node}.log", agent_env)
-            procs.append(agents[node])
-        token = (head_dir / "token").read_text().strip()
-        berth.init(address=address, token=token)
-        client = berth._runtime.current().client
-        _wait("both nodes ALIVE", lambda: sorted(
-            n["node_id"] for n in client.get("/api/v1/nodes")["items"] if n["state"] == "ALIVE") == ["a", "b"])
-        yield client, agents, tmp_path
-    finally:
-        berth.shutdown()
-        for proc in reversed(procs):
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        # What the agents ran ends with their leases: their keepers kill it (the head is gone).
 
 
 def test_a_caller_never_hears_from_the_copy_on_a_lost_node(two_machines):

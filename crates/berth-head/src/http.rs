@@ -14,6 +14,7 @@ mod actors;
 mod autoscaler;
 mod batch;
 pub(crate) mod body_scan;
+mod caller;
 mod cluster;
 mod explain;
 mod extract;
@@ -97,6 +98,7 @@ pub(crate) fn router_with_logs(
     logs: Arc<LogStreams>,
 ) -> Router {
     let openapi = openapi_json();
+    let work_keys = handle.work_keys.clone();
     let api = Api(Arc::new(Shared {
         handle,
         keyring: keyring.clone(),
@@ -145,7 +147,7 @@ pub(crate) fn router_with_logs(
         .route("/api/v1/tokens", get(tokens::list_tokens).post(tokens::create_token))
         .route("/api/v1/tokens/{id}", axum::routing::delete(tokens::revoke_token))
         .method_not_allowed_fallback(method_not_allowed)
-        .route_layer(gate::TokenLayer::new(keyring))
+        .route_layer(gate::TokenLayer::new(keyring, work_keys))
         .with_state(api);
     Router::new()
         .route("/healthz", get(cluster::healthz))

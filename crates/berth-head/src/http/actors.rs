@@ -9,6 +9,7 @@ use berth_api::rest::{
     EndpointRegister, List, ListQuery,
 };
 
+use super::caller::Caller;
 use super::extract::{created, Failure, IdempotencyKey, JsonBody, PathId, Query};
 use super::groups::wait_timeout;
 use super::Api;
@@ -29,10 +30,12 @@ use crate::error::HeadError;
 )]
 pub(crate) async fn create_actor(
     State(api): State<Api>,
+    caller: Caller,
     key: IdempotencyKey,
     JsonBody(mut body): JsonBody<ActorCreate>,
 ) -> Result<Response, Failure> {
     key.into_body(&mut body.idempotency_key)?;
+    caller.claim(&api.handle.view(), &mut body.ownership)?;
     let actor = api.handle.create_actor(body).await?;
     Ok(created(format!("/api/v1/actors/{}", actor.actor_id), &actor))
 }
@@ -51,11 +54,16 @@ pub(crate) async fn create_actor(
 )]
 pub(crate) async fn create_actors(
     State(api): State<Api>,
+    caller: Caller,
     key: IdempotencyKey,
     JsonBody(body): JsonBody<Batch<Box<serde_json::value::RawValue>>>,
 ) -> Result<Response, Failure> {
     key.refuse_for_batch()?;
-    let items = super::batch::items::<ActorCreate>(body)?;
+    let view = api.handle.view();
+    let items = super::batch::items::<ActorCreate>(body)?
+        .into_iter()
+        .map(|item| item.and_then(|mut a| caller.claim(&view, &mut a.ownership).map(|()| a)))
+        .collect();
     let handle = api.handle.clone();
     let answer =
         super::batch::answer(items, |bodies| async move { handle.create_actors(bodies).await })
@@ -79,9 +87,12 @@ pub(crate) async fn create_actors(
 )]
 pub(crate) async fn list_actors(
     State(api): State<Api>,
-    Query(query): Query<ListQuery>,
+    caller: Caller,
+    Query(mut query): Query<ListQuery>,
 ) -> Result<Json<List<Actor>>, Failure> {
-    Ok(Json(api.handle.view().list_actors(&query)?))
+    let view = api.handle.view();
+    caller.scope(&view, &mut query)?;
+    Ok(Json(view.list_actors(&query)?))
 }
 
 /// Get one actor.
@@ -95,9 +106,11 @@ pub(crate) async fn list_actors(
 )]
 pub(crate) async fn get_actor(
     State(api): State<Api>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<Response, Failure> {
     let view = api.handle.view();
+    caller.may_reach(&view, &id)?;
     let actor = view.actor(&id).ok_or(HeadError::NotFound { what: "actor", id })?;
     Ok(Json(&*actor).into_response())
 }
@@ -114,8 +127,10 @@ pub(crate) async fn get_actor(
 )]
 pub(crate) async fn kill_actor(
     State(api): State<Api>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<Json<Actor>, Failure> {
+    caller.may_reach(&api.handle.view(), &id)?;
     Ok(Json(api.handle.kill_actor(&id).await?))
 }
 
@@ -162,9 +177,11 @@ pub(crate) async fn register_endpoint(
 )]
 pub(crate) async fn actor_endpoint(
     State(api): State<Api>,
+    caller: Caller,
     PathId(id): PathId,
     Query(query): Query<EndpointQuery>,
 ) -> Result<Json<ActorEndpoint>, Failure> {
+    caller.may_reach(&api.handle.view(), &id)?;
     let timeout = wait_timeout(query.timeout_s)?;
     let after = query.after_attempt.unwrap_or(0);
     Ok(Json(api.handle.actor_endpoint(&id, after, timeout).await?))

@@ -43,6 +43,14 @@ impl Failure {
         }
     }
 
+    /// 403: the caller may not do this.
+    pub(crate) fn forbidden(message: impl Into<String>) -> Failure {
+        Failure {
+            status: StatusCode::FORBIDDEN,
+            body: ApiError { error: ErrorKind::Forbidden, field: None, message: message.into() },
+        }
+    }
+
     /// 404 for a route that does not exist.
     pub(crate) fn no_route(method: &str, path: &str) -> Failure {
         Failure {

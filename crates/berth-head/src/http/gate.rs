@@ -21,8 +21,10 @@ use berth_api::rest::{ApiError, ErrorKind, Role};
 use futures::future::{Either, Ready};
 use tower::{Layer, Service};
 
+use super::caller::{self, Caller};
 use crate::keyring::{Keyring, Refusal};
 use crate::metrics::Metrics;
+use crate::work_keys::WorkKeys;
 
 /// Records method, route template, status and latency of every answer.
 #[derive(Clone)]
@@ -123,16 +125,19 @@ fn method_label(method: &Method) -> &'static str {
     }
 }
 
-/// 401 unless the request carries a token the head knows; 403 when its role may not do this.
+/// 401 unless the request carries a token the head knows or a work credential; 403 when its
+/// role (or a work credential) may not do this. Puts the [`Caller`] in the request's
+/// extensions for the handlers.
 #[derive(Clone)]
 pub(crate) struct TokenLayer {
     keyring: Keyring,
+    work_keys: Arc<WorkKeys>,
     dry_runs: Arc<DryRunRates>,
 }
 
 impl TokenLayer {
-    pub(crate) fn new(keyring: Keyring) -> TokenLayer {
-        TokenLayer { keyring, dry_runs: Arc::default() }
+    pub(crate) fn new(keyring: Keyring, work_keys: Arc<WorkKeys>) -> TokenLayer {
+        TokenLayer { keyring, work_keys, dry_runs: Arc::default() }
     }
 }
 
@@ -140,7 +145,12 @@ impl<S> Layer<S> for TokenLayer {
     type Service = TokenCheck<S>;
 
     fn layer(&self, inner: S) -> TokenCheck<S> {
-        TokenCheck { inner, keyring: self.keyring.clone(), dry_runs: self.dry_runs.clone() }
+        TokenCheck {
+            inner,
+            keyring: self.keyring.clone(),
+            work_keys: self.work_keys.clone(),
+            dry_runs: self.dry_runs.clone(),
+        }
     }
 }
 
@@ -149,6 +159,7 @@ impl<S> Layer<S> for TokenLayer {
 pub(crate) struct TokenCheck<S> {
     inner: S,
     keyring: Keyring,
+    work_keys: Arc<WorkKeys>,
     dry_runs: Arc<DryRunRates>,
 }
 
@@ -164,21 +175,39 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request) -> Self::Future {
-        match refusal(&self.keyring, &self.dry_runs, &req) {
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        match refusal(&self.keyring, &self.work_keys, &self.dry_runs, &mut req) {
             None => Either::Left(self.inner.call(req)),
             Some(answer) => Either::Right(futures::future::ready(Ok(answer))),
         }
     }
 }
 
-/// The answer to a request its token does not allow, if it does not.
-fn refusal(keyring: &Keyring, dry_runs: &DryRunRates, req: &Request) -> Option<Response> {
+/// The answer to a request its token does not allow, if it does not; else the request's
+/// [`Caller`] goes into its extensions.
+fn refusal(
+    keyring: &Keyring,
+    work_keys: &WorkKeys,
+    dry_runs: &DryRunRates,
+    req: &mut Request,
+) -> Option<Response> {
     // An actor's process registers with its work key, which the handler checks.
     if req.method() == Method::PUT && is_endpoint_path(req.uri().path()) {
         return None;
     }
     let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if let Some((work_id, key)) = presented.and_then(bearer).and_then(caller::work_credential) {
+        if !work_keys.verify(work_id, key) {
+            return Some(unauthorized("this work credential's key is not its work's key"));
+        }
+        if let Some(message) = caller::work_forbidden(req.method(), req.uri().path()) {
+            let body = ApiError { error: ErrorKind::Forbidden, field: None, message };
+            return Some((StatusCode::FORBIDDEN, Json(body)).into_response());
+        }
+        let caller = Caller::Work(Arc::from(work_id));
+        req.extensions_mut().insert(caller);
+        return None;
+    }
     let refused = match keyring.check(presented) {
         Ok(Role::Read) if is_dry_run(req.method(), req.uri().path()) => {
             let wait = dry_runs.take(presented.unwrap_or_default())?;
@@ -197,13 +226,27 @@ fn refusal(keyring: &Keyring, dry_runs: &DryRunRates, req: &Request) -> Option<R
             return Some(response);
         }
         Ok(role) => {
-            let message = forbidden(role, req.method(), req.uri().path())?;
+            let Some(message) = forbidden(role, req.method(), req.uri().path()) else {
+                req.extensions_mut().insert(Caller::Token(role));
+                return None;
+            };
             let body = ApiError { error: ErrorKind::Forbidden, field: None, message };
             return Some((StatusCode::FORBIDDEN, Json(body)).into_response());
         }
         Err(Refusal::Missing) => "no token given",
         Err(Refusal::Unknown) => "the head does not know this token (wrong, or revoked)",
     };
+    Some(unauthorized(refused))
+}
+
+/// The secret of an `Authorization` header's value (`Bearer <secret>`).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, secret) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| secret.trim())
+}
+
+/// 401, saying why and how to authenticate.
+fn unauthorized(refused: &str) -> Response {
     let body = ApiError {
         error: ErrorKind::Unauthorized,
         field: None,
@@ -214,7 +257,7 @@ fn refusal(keyring: &Keyring, dry_runs: &DryRunRates, req: &Request) -> Option<R
     };
     let mut response = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
     response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    Some(response)
+    response
 }
 
 /// A read token's dry runs a second, on average.

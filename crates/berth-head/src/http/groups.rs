@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use berth_api::rest::{ApiError, Group, GroupCreate, List, ListQuery, WaitQuery};
 
+use super::caller::Caller;
 use super::extract::{created, Failure, IdempotencyKey, JsonBody, PathId, Query};
 use super::Api;
 use crate::error::HeadError;
@@ -30,10 +31,12 @@ pub(crate) const DEFAULT_WAIT_S: f64 = 30.0;
 )]
 pub(crate) async fn create_group(
     State(api): State<Api>,
+    caller: Caller,
     key: IdempotencyKey,
     JsonBody(mut body): JsonBody<GroupCreate>,
 ) -> Result<Response, Failure> {
     key.into_body(&mut body.idempotency_key)?;
+    caller.claim(&api.handle.view(), &mut body.ownership)?;
     let group = api.handle.create_group(body).await?;
     Ok(created(format!("/api/v1/placement_groups/{}", group.group_id), &group))
 }
@@ -54,9 +57,12 @@ pub(crate) async fn create_group(
 )]
 pub(crate) async fn list_groups(
     State(api): State<Api>,
-    Query(query): Query<ListQuery>,
+    caller: Caller,
+    Query(mut query): Query<ListQuery>,
 ) -> Result<Json<List<Group>>, Failure> {
-    Ok(Json(api.handle.view().list_groups(&query)?))
+    let view = api.handle.view();
+    caller.scope(&view, &mut query)?;
+    Ok(Json(view.list_groups(&query)?))
 }
 
 /// Get one placement group.
@@ -70,9 +76,11 @@ pub(crate) async fn list_groups(
 )]
 pub(crate) async fn get_group(
     State(api): State<Api>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<Response, Failure> {
     let view = api.handle.view();
+    caller.may_reach(&view, &id)?;
     let group = view.group(&id).ok_or(HeadError::NotFound { what: "placement_group", id })?;
     Ok(Json(&*group).into_response())
 }
@@ -89,8 +97,10 @@ pub(crate) async fn get_group(
 )]
 pub(crate) async fn remove_group(
     State(api): State<Api>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<Json<Group>, Failure> {
+    caller.may_reach(&api.handle.view(), &id)?;
     Ok(Json(api.handle.remove_group(&id).await?))
 }
 
@@ -108,9 +118,11 @@ pub(crate) async fn remove_group(
 )]
 pub(crate) async fn wait_group(
     State(api): State<Api>,
+    caller: Caller,
     PathId(id): PathId,
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<Group>, Failure> {
+    caller.may_reach(&api.handle.view(), &id)?;
     let timeout = wait_timeout(query.timeout_s)?;
     Ok(Json(api.handle.wait_group(&id, timeout).await?))
 }

@@ -5,6 +5,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use berth_api::rest::{ApiError, Job, JobCreate, JobEnd, List, ListQuery};
 
+use super::caller::Caller;
 use super::extract::{created, Failure, IdempotencyKey, JsonBody, OptionalJsonBody, PathId, Query};
 use super::Api;
 use crate::error::HeadError;
@@ -64,9 +65,11 @@ pub(crate) async fn list_jobs(
 )]
 pub(crate) async fn get_job(
     State(api): State<Api>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<Response, Failure> {
     let view = api.handle.view();
+    caller.may_reach(&view, &id)?;
     let job = view.job(&id).ok_or(HeadError::NotFound { what: "job", id })?;
     Ok(Json(&*job).into_response())
 }

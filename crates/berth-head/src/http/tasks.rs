@@ -7,6 +7,7 @@ use berth_api::rest::{
     ApiError, Batch, BatchAnswer, List, ListQuery, Task, TaskSubmit, TasksEnded, TasksWait,
 };
 
+use super::caller::Caller;
 use super::extract::{created, Failure, IdempotencyKey, JsonBody, PathId, Query};
 use super::groups::wait_timeout;
 use super::Api;
@@ -26,10 +27,12 @@ use crate::error::HeadError;
 )]
 pub(crate) async fn submit_task(
     State(api): State<Api>,
+    caller: Caller,
     key: IdempotencyKey,
     JsonBody(mut body): JsonBody<TaskSubmit>,
 ) -> Result<Response, Failure> {
     key.into_body(&mut body.idempotency_key)?;
+    caller.claim(&api.handle.view(), &mut body.ownership)?;
     let task = api.handle.submit_task(body).await?;
     Ok(created(format!("/api/v1/tasks/{}", task.task_id), &task))
 }
@@ -48,11 +51,16 @@ pub(crate) async fn submit_task(
 )]
 pub(crate) async fn submit_tasks(
     State(api): State<Api>,
+    caller: Caller,
     key: IdempotencyKey,
     JsonBody(body): JsonBody<Batch<Box<serde_json::value::RawValue>>>,
 ) -> Result<Response, Failure> {
     key.refuse_for_batch()?;
-    let items = super::batch::items::<TaskSubmit>(body)?;
+    let view = api.handle.view();
+    let items = super::batch::items::<TaskSubmit>(body)?
+        .into_iter()
+        .map(|item| item.and_then(|mut t| caller.claim(&view, &mut t.ownership).map(|()| t)))
+        .collect();
     let handle = api.handle.clone();
     let answer =
         super::batch::answer(items, |bodies| async move { handle.submit_tasks(bodies).await })
@@ -76,9 +84,12 @@ pub(crate) async fn submit_tasks(
 )]
 pub(crate) async fn list_tasks(
     State(api): State<Api>,
-    Query(query): Query<ListQuery>,
+    caller: Caller,
+    Query(mut query): Query<ListQuery>,
 ) -> Result<Json<List<Task>>, Failure> {
-    Ok(Json(api.handle.view().list_tasks(&query)?))
+    let view = api.handle.view();
+    caller.scope(&view, &mut query)?;
+    Ok(Json(view.list_tasks(&query)?))
 }
 
 /// Get one task.
@@ -92,9 +103,11 @@ pub(crate) async fn list_tasks(
 )]
 pub(crate) async fn get_task(
     State(api): State<Api>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<Response, Failure> {
     let view = api.handle.view();
+    caller.may_reach(&view, &id)?;
     let task = view.task(&id).ok_or(HeadError::NotFound { what: "task", id })?;
     Ok(Json(&*task).into_response())
 }
@@ -112,8 +125,10 @@ pub(crate) async fn get_task(
 )]
 pub(crate) async fn cancel_task(
     State(api): State<Api>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<Json<Task>, Failure> {
+    caller.may_reach(&api.handle.view(), &id)?;
     Ok(Json(api.handle.cancel_task(&id).await?))
 }
 
@@ -132,8 +147,14 @@ pub(crate) async fn cancel_task(
 )]
 pub(crate) async fn wait_tasks(
     State(api): State<Api>,
+    caller: Caller,
     JsonBody(body): JsonBody<TasksWait>,
 ) -> Result<Json<TasksEnded>, Failure> {
     let timeout = wait_timeout(body.timeout_s)?;
+    let view = api.handle.view();
+    for id in &body.task_ids {
+        caller.may_reach(&view, id)?;
+    }
+    drop(view);
     Ok(Json(api.handle.wait_tasks(&body.task_ids, timeout).await?))
 }

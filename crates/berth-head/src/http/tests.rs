@@ -1030,3 +1030,98 @@ async fn http_merges_with_grpc_routes_once_their_fallback_is_reset() {
     get(&router, "/api/v1/nope").await.error(404, "not_found", None);
     assert_eq!(get(&router, "/api/v1/actors/actor-1").await.status, StatusCode::OK);
 }
+
+/// A work credential (`work:<id>:<key>`) reaches the actors, tasks, groups and job of its own
+/// job and nothing else; what it creates is its process's own, in its job.
+#[tokio::test]
+async fn a_work_credential_reaches_the_work_of_its_own_job_only() {
+    let mut h = harness();
+    let mut view = sample_view();
+    let of_job = |spec: &mut berth_api::rest::Ownership, job: &str| spec.job_id = Some(job.into());
+    for (seq, job) in [(1, "job-1"), (2, "job-2")] {
+        let mut actor = (*view.actors[&seq]).clone();
+        let mut spec = (*actor.spec).clone();
+        of_job(&mut spec.ownership, job);
+        actor.spec = Arc::new(spec);
+        view.actors.insert(seq, Arc::new(actor));
+    }
+    let mut task = (*view.tasks[&1]).clone();
+    let mut spec = (*task.spec).clone();
+    of_job(&mut spec.ownership, "job-1");
+    task.spec = Arc::new(spec);
+    view.tasks.insert(1, Arc::new(task));
+    h.view.send_replace(Arc::new(view));
+    let keys = crate::work_keys::WorkKeys::with_secret(&[7; 32]);
+    let mine = format!("work:actor-1:{}", keys.key("actor-1"));
+    let mine = Some(mine.as_str());
+
+    for ok in ["/api/v1/actors/actor-1", "/api/v1/tasks/task-1", "/api/v1/jobs/job-1"] {
+        let answer = send(&h.router, Method::GET, ok, mine, None).await;
+        assert_eq!(answer.status, StatusCode::OK, "{ok}: {}", answer.json());
+    }
+    let other = send(&h.router, Method::GET, "/api/v1/actors/actor-2", mine, None).await;
+    let body = other.error(403, "forbidden", None);
+    assert!(body["message"].as_str().unwrap().contains("actor-2 is of job-2"), "{body}");
+    send(&h.router, Method::GET, "/api/v1/jobs/job-2", mine, None).await.error(
+        403,
+        "forbidden",
+        None,
+    );
+    send(&h.router, Method::DELETE, "/api/v1/actors/actor-2", mine, None).await.error(
+        403,
+        "forbidden",
+        None,
+    );
+    for (method, path) in [
+        (Method::GET, "/api/v1/nodes"),
+        (Method::POST, "/api/v1/nodes/node-1/drain"),
+        (Method::GET, "/api/v1/tokens"),
+        (Method::POST, "/api/v1/jobs"),
+        (Method::GET, "/api/v1/cluster/status"),
+    ] {
+        send(&h.router, method, path, mine, None).await.error(403, "forbidden", None);
+    }
+    let forged = format!("work:actor-1:{}", keys.key("actor-2"));
+    send(&h.router, Method::GET, "/api/v1/actors/actor-1", Some(&forged), None).await.error(
+        401,
+        "unauthorized",
+        None,
+    );
+
+    // Lists: its job's only, whatever it asks for.
+    let list = send(&h.router, Method::GET, "/api/v1/actors", mine, None).await.json();
+    let ids: Vec<&str> =
+        list["items"].as_array().unwrap().iter().map(|a| a["actor_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["actor-1"], "{list}");
+    send(&h.router, Method::GET, "/api/v1/actors?job=job-2", mine, None).await.error(
+        403,
+        "forbidden",
+        None,
+    );
+
+    // A creation is its process's own; another owner or job is refused before the owner sees it.
+    let body = json!({"command": "sleep", "resources": {"CPU": 1}});
+    let create =
+        send(&h.router, Method::POST, "/api/v1/actors", mine, Some(body.to_string().into()));
+    let stand_in = async {
+        match h.commands.recv().await {
+            Some(Command::CreateActor { seq, body, reply }) => {
+                let _ = reply.send(Ok(actor(seq, ActorState::Pending, None, &[])));
+                body.ownership.owner_id.map(|o| o.to_string())
+            }
+            other => panic!("expected CreateActor, got {other:?}"),
+        }
+    };
+    let (answer, owner) = tokio::join!(create, stand_in);
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.json());
+    assert_eq!(owner.as_deref(), Some("actor-1"));
+    for (field, value) in [("owner_id", "actor-2"), ("job_id", "job-2")] {
+        let mut body = json!({"command": "sleep", "resources": {"CPU": 1}});
+        body[field] = json!(value);
+        let answer =
+            send(&h.router, Method::POST, "/api/v1/actors", mine, Some(body.to_string().into()))
+                .await;
+        let error = answer.error(403, "forbidden", None);
+        assert!(error["message"].as_str().unwrap().starts_with(field), "{error}");
+    }
+}

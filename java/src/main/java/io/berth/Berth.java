@@ -220,7 +220,10 @@ public final class Berth {
       JobLease.leaseSeconds(lease); // refused before anything is sent
     }
     Client client = new Client(address, token, ca);
-    client.call("GET", "/api/v1/cluster/status", null);
+    // Inside a worker, whose work credential reaches its own job only: its own work.
+    String me = Session.workId();
+    client.call("GET", me == null ? "/api/v1/cluster/status"
+        : (me.startsWith("actor-") ? "/api/v1/actors/" : "/api/v1/tasks/") + me, null);
     try {
       session = new Session(client, "default", lease);
     } catch (IOException e) {

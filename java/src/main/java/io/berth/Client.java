@@ -40,9 +40,23 @@ final class Client {
 
   /**
    * A client of the head at {@code address} (else $BERTH_ADDRESS, else the data directory's
-   * head-address) with {@code token} (else $BERTH_TOKEN, else the data directory's token) and,
+   * head-address) with {@code token} (else, inside a worker, its work's credential, which reaches
+   * the work of the worker's own job only; else $BERTH_TOKEN, else the data directory's token) and,
    * for an https:// head, the CA file {@code ca} (else $BERTH_CA).
    */
+  /**
+   * Inside a worker, the credential of its work ({@code work:<id>:<key>}, from the ID and the work
+   * key its agent gave it); null outside a worker.
+   */
+  static String workCredential() {
+    String work = System.getenv("BERTH_ACTOR_ID");
+    if (work == null || work.isEmpty()) {
+      work = System.getenv("BERTH_TASK_ID");
+    }
+    String key = System.getenv("BERTH_WORK_KEY");
+    return work == null || work.isEmpty() || key == null || key.isEmpty() ? null : "work:" + work + ":" + key;
+  }
+
   Client(String address, String token, String ca) {
     Path dir = dataDir();
     if (address == null || address.isEmpty()) {
@@ -55,6 +69,9 @@ final class Client {
         throw new BerthException("no Berth head to connect to: give Berth.init(address), set $BERTH_ADDRESS, "
             + "or start one (berth up); looked at $BERTH_ADDRESS and " + dir.resolve("head-address"));
       }
+    }
+    if (token == null || token.isEmpty()) {
+      token = workCredential();
     }
     if (token == null || token.isEmpty()) {
       token = System.getenv("BERTH_TOKEN");

@@ -131,8 +131,10 @@ class JobsTest extends ClusterTest {
     String job = Berth.jobId();
     int jobs = get(cluster, "/api/v1/jobs").path("total").asInt();
     ActorHandle<Parent> parent = Berth.actor(Parent::new).remote();
-    Map<String, Object> spawned = parent.task(Parent::spawn, cluster.token).remote().get(120_000);
+    Map<String, Object> spawned = parent.task(Parent::spawn).remote().get(120_000);
     assertEquals(7, spawned.get("value"));
+    assertTrue(String.valueOf(spawned.get("nodes")).contains("a work credential cannot GET /api/v1/nodes"),
+        String.valueOf(spawned.get("nodes")));
     assertEquals(job, spawned.get("job"), "inside a worker, Berth.jobId() is the worker's job");
     String child = (String) spawned.get("child");
     JsonNode spec = get(cluster, "/api/v1/actors/" + child).path("spec");

@@ -8,13 +8,22 @@ public class Parent {
   public Parent() {}
 
   /**
-   * Connects from inside this worker (the head's address is the agent's $BERTH_ADDRESS), makes
-   * a Counter and calls it: the child's ID, the job this worker says it is in, and the answer.
+   * Connects from inside this worker with no token (the head's address is the agent's
+   * $BERTH_ADDRESS; the work's credential is built from $BERTH_WORK_KEY), makes a Counter and
+   * calls it: the child's ID, the job this worker says it is in, the answer, and what the head
+   * answered this credential for the nodes (403: beyond its job).
    */
-  public Map<String, Object> spawn(String token) {
-    Berth.init(null, token);
+  public Map<String, Object> spawn() {
+    Berth.init();
+    String nodes;
+    try {
+      new Client(null, null, null).call("GET", "/api/v1/nodes", null);
+      nodes = "200";
+    } catch (BerthException e) {
+      nodes = e.getMessage();
+    }
     ActorHandle<Counter> child = Berth.actor(Counter::new, 7).remote();
     int value = child.task(Counter::getValue).remote().get(60_000);
-    return Map.of("child", child.getId(), "job", String.valueOf(Berth.jobId()), "value", value);
+    return Map.of("child", child.getId(), "job", String.valueOf(Berth.jobId()), "value", value, "nodes", nodes);
   }
 }
