@@ -15,8 +15,9 @@ import hmac
 import logging
 import socket
 import threading
+import time
 import uuid
-from typing import Callable, Deque, Dict, List, Optional, Set
+from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from . import _protocol
 from ._objects import ObjectState
@@ -30,6 +31,11 @@ BIND_WAIT_S = 120.0
 # How many delivered results the owner remembers, to tell a later attempt of the same call
 # that its result has arrived (about 100 bytes each).
 DELIVERED_KEPT = 100_000
+# The tasks whose results arrived in the last RECENT_S seconds (at most RECENT_KEPT, the head's
+# limit per request) are told to the head when this process ends: a task reports its own end
+# within moments of handing back its result.
+RECENT_S = 60.0
+RECENT_KEPT = 10_000
 
 
 class Call:
@@ -63,9 +69,10 @@ def _delivered_digest(call_id: object, work_id: object, key: object) -> Optional
 
 
 class OwnerServer:
-    """Listens on every interface, port chosen by the OS; ``address`` is what workers dial."""
+    """Listens on ``bind_host``, port chosen by the OS; ``address`` (on ``advertise_host``) is
+    what workers dial."""
 
-    def __init__(self, advertise_host: str) -> None:
+    def __init__(self, bind_host: str, advertise_host: str) -> None:
         self._calls: Dict[str, Call] = {}
         self._lock = threading.Lock()
         # Calls whose result arrived, oldest first: a process of an attempt that starts after
@@ -73,7 +80,10 @@ class OwnerServer:
         # the call is done instead of being refused, and the task ends FINISHED.
         self._delivered: Set[bytes] = set()
         self._delivered_order: Deque[bytes] = collections.deque()
-        self._sock = socket.create_server(("0.0.0.0", 0), backlog=512)
+        # Tasks whose results arrived lately, with when: told to the head when this process
+        # ends, so that what ends with it is not cancelled after it finished its part.
+        self._recent: Deque[Tuple[float, str]] = collections.deque(maxlen=RECENT_KEPT)
+        self._sock = _protocol.listen(bind_host)
         self.address = f"{advertise_host}:{self._sock.getsockname()[1]}"
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="berth-owner").start()
@@ -99,12 +109,21 @@ class OwnerServer:
         digest = _delivered_digest(call.id, call.work_id, call.key)
         with self._lock:
             self._calls.pop(call.id, None)
+            if call.work_id is not None and call.work_id.startswith("task-"):
+                self._recent.append((time.monotonic(), call.work_id))
             if digest is not None and digest not in self._delivered:
                 self._delivered.add(digest)
                 self._delivered_order.append(digest)
                 if len(self._delivered_order) > DELIVERED_KEPT:
                     self._delivered.discard(self._delivered_order.popleft())
         call.payload = None
+
+    def recently_delivered(self, within_s: float = RECENT_S) -> List[str]:
+        """The tasks whose results arrived in the last ``within_s`` seconds: those the head may
+        not have seen end yet."""
+        since = time.monotonic() - within_s
+        with self._lock:
+            return [work_id for at, work_id in self._recent if at >= since]
 
     def close(self) -> None:
         self._closed = True

@@ -92,6 +92,29 @@ def connect(address: str, timeout: "float | None" = 10.0) -> socket.socket:
     return sock
 
 
+# Binding to one of these listens on every interface: only when asked for.
+EVERY_INTERFACE = ("0.0.0.0", "::")
+
+
+def listen_address(toward: str, bind: "str | None" = None) -> "tuple[str, str]":
+    """Where this process's listening sockets bind, and the host it tells others to dial:
+    ``bind`` (``berth.init(bind=...)``), else ``$BERTH_BIND``, else (inside a worker)
+    ``$BERTH_NODE_IP``, the address its node registered with; else the local address that
+    routes to ``toward`` (the head). ``0.0.0.0`` or ``::`` listens on every interface and is
+    announced as that outward address."""
+    import os
+
+    host = bind or os.environ.get("BERTH_BIND") or os.environ.get("BERTH_NODE_IP") or outward_ip(toward)
+    return host, (outward_ip(toward) if host in EVERY_INTERFACE else host)
+
+
+def listen(host: str) -> socket.socket:
+    """A listening TCP socket on ``host``, port chosen by the OS; ``OSError`` when ``host`` is
+    not an address of this machine."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host.strip("[]"), 0), family=family, backlog=512)
+
+
 def outward_ip(toward: str) -> str:
     """The local IP address that routes to ``toward`` (a URL or HOST:PORT): what other
     machines use to reach this process. No packet is sent."""

@@ -48,9 +48,18 @@ MAX_METADATA_VALUE = 4096
 class Runtime:
     """One driver's session with one head."""
 
-    def __init__(self, client: Client, namespace: str, job_lease_s: Optional[float] = None) -> None:
+    def __init__(self, client: Client, namespace: str, job_lease_s: Optional[float] = None,
+                 bind: Optional[str] = None) -> None:
         self.client = client
         self.namespace = namespace
+        # The owner service listens first: an address it cannot bind fails init() before a job
+        # is made.
+        host, advertise = _protocol.listen_address(client.url, bind)
+        try:
+            self.owner = OwnerServer(host, advertise)
+        except OSError as e:
+            raise InvalidRequestError("bind", f"cannot listen on {host!r}: {e.strerror or e} (give an "
+                                      "address of this machine, or 0.0.0.0 for every interface)") from None
         # A process an agent started (a worker, or a command run as work) creates no job: what
         # it creates belongs to its work's job and is owned by its own actor or task, so it
         # ends when this process does. Any other process is a driver and holds a job.
@@ -61,7 +70,6 @@ class Runtime:
         else:
             self.job = JobLease.create(client, namespace, job_lease_s)
             self.job_id = self.job.id
-        self.owner = OwnerServer(_protocol.outward_ip(client.url))
         # Who this driver is, for its workers' environment: a worker process is reused only
         # for the same driver's work (a later driver on the same port is another).
         self.driver_id = uuid.uuid4().hex
@@ -150,6 +158,14 @@ class Runtime:
         self._closed = True
         with self._watch:
             self._watch.notify_all()
+        # Tasks whose results arrived but whose ends the head may not have heard yet are
+        # FINISHED, not cancelled with this process or its job.
+        delivered = self.owner.recently_delivered()
+        if delivered:
+            try:
+                self.client.request("POST", "/api/v1/tasks:delivered", {"task_ids": delivered}, timeout=10)
+            except BerthError as e:
+                log.warning("berth: cannot tell the head which tasks' results arrived: %s", e)
         # The head ends what the job owned (not what is detached), before the owner service
         # its workers fetch from goes away.
         if self.job is not None:
@@ -358,7 +374,8 @@ def _fail(owner: OwnerServer, call: Call, error: BaseException) -> None:
 
 
 def init(address: Optional[str] = None, token: Optional[str] = None, *, namespace: Optional[str] = None,
-         ca: Optional[str] = None, ignore_reinit_error: bool = False, job_lease_s: Optional[float] = None) -> dict:
+         ca: Optional[str] = None, ignore_reinit_error: bool = False, job_lease_s: Optional[float] = None,
+         bind: Optional[str] = None) -> dict:
     """Connects this process (the driver) to a Berth head and starts its job.
 
     ``address``: ``HOST:PORT`` or a URL; default ``$BERTH_ADDRESS``, else the head this machine
@@ -367,7 +384,11 @@ def init(address: Optional[str] = None, token: Optional[str] = None, *, namespac
     data directory's ``token``. ``namespace``: of the actors this driver creates and looks up
     (default ``default``). ``ca``: the CA file of a head serving TLS (default ``$BERTH_CA``).
     ``job_lease_s``: how long the head keeps the job (and what it owns) without hearing from
-    this driver, 1 to 86400 s (default: the head's, 30 s). Inside a worker no job is made:
+    this driver, 1 to 86400 s (default: the head's, 30 s). ``bind``: the address this process's
+    owner service (and, in a worker, its actor's server) listens on: default ``$BERTH_BIND``,
+    else inside a worker the address its node registered with, else the local address that
+    routes to the head (loopback on ``berth up``); ``0.0.0.0`` for every interface. Inside a
+    worker no job is made:
     what it creates belongs to its work's job and ends when its process does.
     Raises ``ConnectionError`` (``HeadUnreachableError``) when no head answers.
     """
@@ -382,13 +403,15 @@ def init(address: Optional[str] = None, token: Optional[str] = None, *, namespac
         if job_lease_s is not None and (isinstance(job_lease_s, bool) or not isinstance(job_lease_s, (int, float))
                                         or not MIN_LEASE_S <= job_lease_s <= MAX_LEASE_S):
             raise InvalidRequestError("job_lease_s", f"{job_lease_s!r} is not from {MIN_LEASE_S} to {MAX_LEASE_S} seconds")
+        if bind is not None and (not isinstance(bind, str) or not bind.strip()):
+            raise InvalidRequestError("bind", f"{bind!r} is not an address: give an IP of this machine, or 0.0.0.0")
         url, token, ca = discover(address, token, ca)
         client = Client(url, token, ca)
         # Inside a worker, whose work credential reaches its own job only: its own work.
         me = os.environ.get("BERTH_ACTOR_ID") and f"/api/v1/actors/{os.environ['BERTH_ACTOR_ID']}"
         me = me or (os.environ.get("BERTH_TASK_ID") and f"/api/v1/tasks/{os.environ['BERTH_TASK_ID']}")
         client.request("GET", me or "/api/v1/cluster/status", timeout=10)
-        _current = Runtime(client, namespace or "default", job_lease_s)
+        _current = Runtime(client, namespace or "default", job_lease_s, bind)
         return _context(_current)
 
 

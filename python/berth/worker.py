@@ -181,6 +181,13 @@ class Worker:
                 e = RuntimeError(f"{name} raised {type(e).__name__}({e})")
             header, payload = {"op": "result", "status": "error"}, error_payload(e, name)
         self.ask_owner(header, payload)
+        # Not imported for a task that did not use it (a task's start-up is most of its cost).
+        _runtime = sys.modules.get("berth._runtime")
+        if _runtime is not None and _runtime.is_initialized():
+            # The task created work: what it owns ends with this process (the head hears of
+            # the results that arrived first).
+            _runtime.shutdown()
+            return False
         return max_calls == 0 or _calls[key] < max_calls
 
     def run_actor(self, spec) -> None:
@@ -194,13 +201,14 @@ class Worker:
             traceback.print_exc()
             self.ask_owner({"op": "result", "status": "error"}, error_payload(e, f"{name}.__init__"))
             sys.exit(1)
-        server = ActorServer(instance, name, self.key, int(spec.get("max_concurrency") or 1))
         # With standby heads the variable lists every address: register with the active one.
         from ._client import active_head
 
         head = active_head(_env("BERTH_ADDRESS"), os.environ.get("BERTH_CA") or None)
-        address = f"{_protocol.outward_ip(head)}:{server.port}"
-        register(head, self.work_id, self.attempt, self.key, address)
+        # On the address its node registered with ($BERTH_NODE_IP), unless $BERTH_BIND says.
+        host, advertise = _protocol.listen_address(head)
+        server = ActorServer(instance, name, self.key, int(spec.get("max_concurrency") or 1), host)
+        register(head, self.work_id, self.attempt, self.key, f"{advertise}:{server.port}")
         server.serve_forever()
 
 
@@ -233,13 +241,13 @@ def register(head: str, actor_id: str, attempt: int, key: str, address: str) -> 
 class ActorServer:
     """Serves method calls of one instance; callers must present the actor's work key."""
 
-    def __init__(self, instance, name: str, key: str, concurrency: int) -> None:
+    def __init__(self, instance, name: str, key: str, concurrency: int, host: str) -> None:
         import queue
         import threading
         from concurrent.futures import ThreadPoolExecutor
 
         self.instance, self.name, self.key = instance, name, key
-        self.sock = socket.create_server(("0.0.0.0", 0), backlog=512)
+        self.sock = _protocol.listen(host)
         self.port = self.sock.getsockname()[1]
         # One thread runs calls in arrival order; max_concurrency > 1 runs that many at once.
         self.calls = queue.Queue()

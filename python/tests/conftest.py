@@ -131,8 +131,6 @@ def cluster(tmp_path_factory) -> Cluster:
 @pytest.fixture
 def berth_session(cluster):
     """A driver connected to the test cluster (``berth.init``), disconnected afterwards."""
-    import berth
-
     berth.init(address=cluster.address, token=cluster.token)
     yield cluster
     berth.shutdown()

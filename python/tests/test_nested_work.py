@@ -100,8 +100,13 @@ def test_work_from_any_node_and_the_tree_ends_with_its_root(two_machines):
     for worker in workers:
         assert worker["spec"]["owner_id"] == trainer.actor_id and worker["spec"]["job_id"] == job, worker["spec"]
     # Each task's process ends just after its result reached its owner.
-    tasks = _until("the six tasks FINISHED", lambda: (lambda items: items if len(items) == 6 and all(
-        t["state"] == "FINISHED" for t in items) else None)(client.get(f"/api/v1/tasks?job={job}")["items"]))
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        tasks = client.get(f"/api/v1/tasks?job={job}")["items"]
+        if len(tasks) == 6 and all(t["state"] == "FINISHED" for t in tasks):
+            break
+        assert time.monotonic() < deadline, [(t["task_id"], t["state"], t["history"]) for t in tasks]
+        time.sleep(0.05)
     assert {t["spec"].get("owner_id") for t in tasks} >= set(worker_ids)
 
     # The credential reaches its own job and nothing else.

@@ -22,7 +22,7 @@ KEY = "ab" * 32
 
 @pytest.fixture
 def owner():
-    server = _owner.OwnerServer("127.0.0.1")
+    server = _owner.OwnerServer("127.0.0.1", "127.0.0.1")
     yield server
     server.close()
 

@@ -21,8 +21,10 @@
 //! server (its parent) rather than from `wait`.
 //!
 //! The command gets the agent's environment, then the `env` of its `Start`, then Berth's own
-//! variables, which win: `BERTH_NODE_ID`, `BERTH_ACTOR_ID` or `BERTH_TASK_ID`,
-//! `BERTH_NAMESPACE`, `BERTH_ATTEMPT`, and `CUDA_VISIBLE_DEVICES`, exactly the GPU instance IDs
+//! variables, which win: `BERTH_NODE_ID`, `BERTH_NODE_IP` (the address the node registered
+//! with), `BERTH_ACTOR_ID` or `BERTH_TASK_ID`, `BERTH_NAMESPACE`, `BERTH_ATTEMPT`,
+//! `BERTH_ADDRESS` and `BERTH_WORK_KEY` (how to reach the head, and the work's credential
+//! there), and `CUDA_VISIBLE_DEVICES`, exactly the GPU instance IDs
 //! reserved for it, comma-separated (empty without a GPU; a fractional share names the one
 //! instance it shares, so two half-GPU actors on one device see the same ID).
 //!
@@ -133,6 +135,9 @@ pub struct ProcessOptions {
     pub head: Option<String>,
     /// The CA file that signed a TLS head's certificate, given as `BERTH_CA`.
     pub ca_file: Option<PathBuf>,
+    /// The address the node registered with, given as `BERTH_NODE_IP`: where the SDKs' workers
+    /// listen (never on every interface unless told to).
+    pub node_ip: Option<String>,
     /// The command that runs the directory's keeper (program, then arguments; the directory
     /// is added last), which kills the processes when the node's lease runs out (see
     /// [`crate::lease`]): `berth keeper` for the agents of the `berth` binary. `None` keeps no
@@ -147,6 +152,7 @@ impl Default for ProcessOptions {
             node_id: None,
             head: None,
             ca_file: None,
+            node_ip: None,
             keeper: None,
         }
     }
@@ -170,6 +176,9 @@ fn head_env(options: &ProcessOptions) -> Vec<(&'static str, std::ffi::OsString)>
         // agent's (`berth start --ca ca.pem`) names nothing.
         let ca = std::path::absolute(ca).unwrap_or_else(|_| ca.clone());
         env.push(("BERTH_CA", ca.into_os_string()));
+    }
+    if let Some(ip) = &options.node_ip {
+        env.push(("BERTH_NODE_IP", ip.into()));
     }
     env
 }

@@ -315,6 +315,8 @@ impl NodeRunner {
                     node_id: Some(node.node_id.clone()),
                     head: Some(head.to_string()),
                     ca_file: None,
+                    // The processes run on this machine, whatever address the node shows.
+                    node_ip: Some("127.0.0.1".into()),
                     keeper: keeper.clone(),
                 };
                 ProcessRunner::new(root.join(&node.node_id), options)

@@ -784,6 +784,25 @@ pub struct TasksWait {
     pub timeout_s: Option<f64>,
 }
 
+/// `POST /api/v1/tasks:delivered`: the owner of these tasks has their results. A task so marked
+/// ends FINISHED however its attempt ends (its process stopped because its owner ended, its
+/// node lost), never CANCELLED, FAILED or retried: its result is where it belongs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TasksDelivered {
+    /// The tasks: 1 to 10,000 IDs (the head's `wait-ids` limit). IDs of tasks that have ended
+    /// or that the head does not know are skipped.
+    #[schema(min_items = 1, max_items = 10000)]
+    pub task_ids: Vec<String>,
+}
+
+/// The answer to `POST /api/v1/tasks:delivered`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TasksMarked {
+    /// The named tasks that had not ended, now marked delivered.
+    pub marked: Vec<String>,
+}
+
 /// The answer to `POST /api/v1/tasks:wait`: at once when one of the tasks has ended or is
 /// unknown, else when one ends, else empty after the timeout.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]

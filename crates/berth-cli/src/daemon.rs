@@ -593,6 +593,7 @@ async fn run_agent(
         node_id: options.node_id.clone(),
         head: Some(config.head.clone()),
         ca_file: options.ca.clone(),
+        node_ip: Some(config.address.clone()),
         keeper: Some(keeper_command()?),
     };
     let runner = std::sync::Arc::new(

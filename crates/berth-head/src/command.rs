@@ -72,6 +72,10 @@ pub(crate) enum Command {
         id: String,
         reply: Reply<Task>,
     },
+    TasksDelivered {
+        ids: Vec<String>,
+        reply: Reply<Vec<String>>,
+    },
     RemoveGroup {
         id: String,
         reply: Reply<Group>,

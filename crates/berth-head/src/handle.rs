@@ -285,6 +285,19 @@ impl HeadHandle {
         self.ask(|reply| Command::CancelTask { id, reply }).await
     }
 
+    /// Marks tasks whose results reached their owner: they end FINISHED however their attempts
+    /// end. Answers the IDs marked (those not ended yet).
+    pub async fn tasks_delivered(&self, ids: Vec<String>) -> Result<Vec<String>, HeadError> {
+        let most = self.limits.get(berth_api::limits::Limit::WaitIds);
+        if ids.is_empty() || ids.len() > most {
+            return Err(HeadError::invalid(
+                "task_ids",
+                format!("give 1 to {most} task IDs, not {}", ids.len()),
+            ));
+        }
+        self.ask(|reply| Command::TasksDelivered { ids, reply }).await
+    }
+
     /// Removes a placement group, stopping the actors and tasks inside it.
     pub async fn remove_group(&self, id: &str) -> Result<Group, HeadError> {
         let id = id.to_string();

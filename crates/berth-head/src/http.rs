@@ -129,6 +129,7 @@ pub(crate) fn router_with_logs(
         )
         .route("/api/v1/tasks", post(tasks::submit_task).get(tasks::list_tasks))
         .route("/api/v1/tasks:wait", post(tasks::wait_tasks))
+        .route("/api/v1/tasks:delivered", post(tasks::tasks_delivered))
         .route("/api/v1/tasks:batch", post(tasks::submit_tasks).layer(batch_limit()))
         .route("/api/v1/actors:batch", post(actors::create_actors).layer(batch_limit()))
         .route("/api/v1/tasks/{id}", get(tasks::get_task))
@@ -236,6 +237,7 @@ async fn method_not_allowed(req: Request) -> Response {
         tasks::get_task,
         tasks::cancel_task,
         tasks::wait_tasks,
+        tasks::tasks_delivered,
         groups::create_group,
         groups::list_groups,
         groups::get_group,
@@ -282,6 +284,8 @@ async fn method_not_allowed(req: Request) -> Response {
         rest::EndpointRegister,
         rest::ActorEndpoint,
         rest::TasksWait,
+        rest::TasksDelivered,
+        rest::TasksMarked,
         rest::TasksEnded,
         rest::Task,
         rest::TaskState,

@@ -225,6 +225,10 @@ impl Owner {
                 let answer = self.cancel_task(&id);
                 self.cycle.reply(reply, answer);
             }
+            Command::TasksDelivered { ids, reply } => {
+                let answer = Ok(self.tasks_delivered(&ids));
+                self.cycle.reply(reply, answer);
+            }
             Command::RemoveGroup { id, reply } => {
                 let answer = self.remove_group(&id);
                 self.cycle.reply(reply, answer);

@@ -264,3 +264,38 @@ async fn a_job_and_what_it_owns_survive_a_head_restart() {
     assert_eq!(view.job(&job.job_id).unwrap().end_reason.as_deref(), Some("done"));
     head.shutdown().await;
 }
+
+/// A task whose owner has its result (`tasks:delivered`) is FINISHED when its owner ends,
+/// however its process ends, never CANCELLED; one not marked is CANCELLED as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_result_reached_its_owner_finishes_when_its_owner_ends() {
+    let (head, _sim, _processes, _data) = cluster(vec![node()]).await;
+    let h = &head.handle;
+    let job = h.create_job(job(30.0)).await.unwrap();
+    let owner = h.create_actor(actor(Some(&job.job_id), None, Lifetime::NonDetached)).await;
+    let id = owner.unwrap().actor_id.to_string();
+    until(&head, "the owner runs", |v| v.actor(&id).is_some_and(|a| a.state == ActorState::Alive))
+        .await;
+    let delivered = h.submit_task(task(None, Some(&id))).await.unwrap().task_id.to_string();
+    let other = h.submit_task(task(None, Some(&id))).await.unwrap().task_id.to_string();
+    until(&head, "both tasks run", |v| {
+        [&delivered, &other]
+            .iter()
+            .all(|t| v.task(t).is_some_and(|t| t.state == TaskState::Running))
+    })
+    .await;
+    let unknown = "task-999".to_string();
+    let marked = h.tasks_delivered(vec![delivered.clone(), unknown]).await.unwrap();
+    assert_eq!(marked, std::slice::from_ref(&delivered));
+    let err = h.tasks_delivered(Vec::new()).await.unwrap_err();
+    assert!(matches!(err, HeadError::Invalid { ref field, .. } if field == "task_ids"), "{err:?}");
+
+    h.kill_actor(&id).await.unwrap();
+    let view = h.view();
+    let finished = view.task(&delivered).unwrap();
+    assert_eq!(finished.state, TaskState::Finished, "{:?}", finished.history);
+    assert_eq!(&*finished.history.last().unwrap().message, "its result reached its owner");
+    assert_eq!(view.task(&other).unwrap().state, TaskState::Cancelled);
+    // Marking an ended task changes nothing.
+    assert!(h.tasks_delivered(vec![delivered.clone()]).await.unwrap().is_empty());
+}

@@ -57,6 +57,7 @@ pub(crate) fn work_forbidden(method: &Method, path: &str) -> Option<String> {
     let allowed = matches!(
         (method, parts.as_slice()),
         (&Method::POST, ["actors" | "actors:batch" | "tasks" | "tasks:batch" | "tasks:wait"])
+            | (&Method::POST, ["tasks:delivered"])
             | (&Method::POST, ["placement_groups"])
             | (&Method::GET, ["actors" | "tasks" | "placement_groups"])
             | (&Method::GET, ["actors" | "tasks" | "placement_groups" | "jobs", _])

@@ -4,7 +4,8 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use berth_api::rest::{
-    ApiError, Batch, BatchAnswer, List, ListQuery, Task, TaskSubmit, TasksEnded, TasksWait,
+    ApiError, Batch, BatchAnswer, List, ListQuery, Task, TaskSubmit, TasksDelivered, TasksEnded,
+    TasksMarked, TasksWait,
 };
 
 use super::caller::Caller;
@@ -66,6 +67,33 @@ pub(crate) async fn submit_tasks(
         super::batch::answer(items, |bodies| async move { handle.submit_tasks(bodies).await })
             .await?;
     Ok(super::batch::json(&answer))
+}
+
+/// The owner of these tasks has their results: each ends FINISHED however its attempt ends
+/// (stopped because its owner ended, its node lost), never CANCELLED, FAILED or retried. The
+/// SDKs send the tasks whose results arrived lately when their process ends, so that what ends
+/// with it is not cancelled after it finished its part.
+#[utoipa::path(
+    post, path = "/api/v1/tasks:delivered", tag = "tasks", operation_id = "tasks_delivered",
+    request_body(content = TasksDelivered, description = "The tasks (1 to 10,000)"),
+    responses(
+        (status = 200, description = "The tasks marked (those that had not ended)", body = TasksMarked),
+        (status = 400, description = "No IDs, or too many", body = ApiError),
+        (status = 403, description = "A read token, or a work credential naming another job's task", body = ApiError),
+        (status = 503, description = "The head is shutting down", body = ApiError),
+    )
+)]
+pub(crate) async fn tasks_delivered(
+    State(api): State<Api>,
+    caller: Caller,
+    JsonBody(body): JsonBody<TasksDelivered>,
+) -> Result<Json<TasksMarked>, Failure> {
+    let view = api.handle.view();
+    for id in &body.task_ids {
+        caller.may_reach(&view, id)?;
+    }
+    drop(view);
+    Ok(Json(TasksMarked { marked: api.handle.tasks_delivered(body.task_ids).await? }))
 }
 
 /// List tasks.

@@ -16,7 +16,9 @@ use berth_core::{Allocation, Cluster, Decision, Request, Scheduler, Strategy, Tr
 
 use super::convert;
 use super::jobs::{owner_of, Owned, OwnerRef};
-use super::work_table::{push_event, record_start, AfterEnd, Ending, Work, WorkApi, WorkObject};
+use super::work_table::{
+    finish_delivered, push_event, record_start, AfterEnd, Ending, Work, WorkApi, WorkObject,
+};
 use super::Owner;
 use crate::clock::now_ms;
 use crate::error::HeadError;
@@ -354,6 +356,15 @@ impl Owner {
     pub(crate) fn ended(&mut self, key: WorkId, ending: Ending) {
         let node = self.release(key);
         let text = ending.describe();
+        let e = self.work.known(key);
+        if e.delivered {
+            if let Some(task) = e.task_mut() {
+                if finish_delivered(task, Some((&ending, text)), node.as_ref()) {
+                    self.cycle.mark_work(key);
+                }
+                return;
+            }
+        }
         match self.work.known(key).object_mut().attempt_ended(&ending, node.as_ref(), text) {
             AfterEnd::Nothing => {}
             AfterEnd::Again => self.resubmit(key),
@@ -483,6 +494,15 @@ impl Owner {
                 "task {id} has ended ({state:?}); nothing to cancel"
             )));
         }
+        if self.work.known(key).delivered {
+            // Its result is with its owner: its process is done, whatever ends it now.
+            self.stop(key, "its result reached its owner");
+            let node = self.release(key);
+            let task = self.work.known(key).task_mut().expect("a task's key");
+            finish_delivered(task, None, node.as_ref());
+            self.cycle.mark_work(key);
+            return Ok(self.task_answer(seq));
+        }
         self.stop(key, "cancelled");
         self.queue.remove(&key);
         self.view.waiting.remove(&(ObjectKind::Task, seq));
@@ -493,6 +513,21 @@ impl Owner {
         push_event(&mut task.history, EventKind::Cancelled, node.as_ref(), why);
         self.cycle.mark_work(key);
         Ok(self.task_answer(seq))
+    }
+
+    /// Marks the tasks of `ids` whose results reached their owner (those not ended); returns
+    /// their IDs.
+    pub(crate) fn tasks_delivered(&mut self, ids: &[String]) -> Vec<String> {
+        let mut marked = Vec::new();
+        for id in ids {
+            let Some(key @ WorkId::Task(seq)) = WorkId::parse(id) else { continue };
+            if !self.work.contains(key) || self.task_answer(seq).state.is_final() {
+                continue;
+            }
+            self.work.known(key).delivered = true;
+            marked.push(id.clone());
+        }
+        marked
     }
 
     /// Actors placed with `on_peer_moved: follow` whose peers moved away: restart them next

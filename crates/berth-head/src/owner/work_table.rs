@@ -89,6 +89,10 @@ pub(crate) struct Work {
     pub(crate) started: bool,
     /// What the current attempt holds, while it is placed.
     pub(crate) allocation: Option<Allocation>,
+    /// A task whose owner said its result arrived (`POST /api/v1/tasks:delivered`): it ends
+    /// FINISHED however its attempt ends. Kept in memory only: after a restart, an attempt's
+    /// end is judged as usual.
+    pub(crate) delivered: bool,
 }
 
 /// The current attempt of a placed actor or task.
@@ -104,7 +108,7 @@ pub(crate) struct Attempt {
 
 impl Work {
     pub(crate) fn new(api: WorkApi) -> Work {
-        Work { api, attempt: 0, started: false, allocation: None }
+        Work { api, attempt: 0, started: false, allocation: None, delivered: false }
     }
 
     /// The current attempt, while placed.
@@ -582,6 +586,27 @@ impl WorkObject for Task {
         push_event(&mut self.history, EventKind::Failed, None, failure);
         AfterEnd::Ended
     }
+}
+
+/// A task whose result reached its owner ends FINISHED: its attempt ended (`ending`, with its
+/// text, when it ended on its own) or was stopped with its owner. False when it had ended.
+pub(crate) fn finish_delivered(
+    task: &mut Task,
+    ending: Option<(&Ending, String)>,
+    node: Option<&Arc<str>>,
+) -> bool {
+    if task.state.is_final() {
+        return false;
+    }
+    if let Some((ending, text)) = ending {
+        push_event(&mut task.history, ending.event_kind(), node, text);
+        if let Ending::Exited { code, .. } = ending {
+            task.exit_code = *code;
+        }
+    }
+    task.state = TaskState::Finished;
+    push_event(&mut task.history, EventKind::Finished, None, "its result reached its owner");
+    true
 }
 
 /// Appends an event, keeping the last [`HISTORY`]. A node's ID is its shared text (the core's

@@ -10,6 +10,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Map;
 
 /**
  * Berth's Java API (Ray's Java API, {@code Ray} read as {@code Berth}): create actors whose objects
@@ -52,7 +53,7 @@ public final class Berth {
       this.client = client;
       this.namespace = namespace;
       String work = workId();
-      this.owner = new Owner(outwardIp(client.url));
+      this.owner = new Owner(listenAddress(client.url));
       if (work != null) {
         // A worker's process: its creations join its job and end with its process.
         this.ownerId = work;
@@ -67,6 +68,7 @@ public final class Berth {
           throw e;
         }
         this.jobId = job.jobId;
+        job.beforeFinish = this::tellDelivered;
       }
       Thread monitor = new Thread(this::monitor, "berth-monitor");
       monitor.setDaemon(true);
@@ -86,6 +88,23 @@ public final class Berth {
         }
       }
       return String.join(File.pathSeparator, out);
+    }
+
+    /**
+     * Tells the head which tasks' results arrived lately, so that they end FINISHED rather than
+     * cancelled with this process or its job.
+     */
+    void tellDelivered() {
+      List<String> ids = owner.recentlyDelivered();
+      if (ids.isEmpty()) {
+        return;
+      }
+      try {
+        client.call("POST", "/api/v1/tasks:delivered", Map.of("task_ids", ids), Duration.ofSeconds(10), false);
+      } catch (RuntimeException e) {
+        System.getLogger("io.berth").log(System.Logger.Level.WARNING,
+            "cannot tell the head which tasks' results arrived: " + e.getMessage());
+      }
     }
 
     /** The actor or task this process runs for ($BERTH_ACTOR_ID, $BERTH_TASK_ID), or null. */
@@ -251,6 +270,8 @@ public final class Berth {
     }
     if (session.job != null) {
       session.job.finish(null, Duration.ofSeconds(10));
+    } else {
+      session.tellDelivered();
     }
     session.owner.close();
     session.closed = true;
@@ -308,6 +329,40 @@ public final class Berth {
   public static void kill(ActorHandle<?> actor) {
     session().client.call("DELETE", "/api/v1/actors/" + actor.getId(), null);
     actor.died(new BerthException.ActorDiedException("actor " + actor.getId() + " was killed by Berth.kill"));
+  }
+
+  /**
+   * Where this process's listening sockets bind, and the host it tells others to dial: the
+   * system property {@code berth.bind}, else $BERTH_BIND, else (inside a worker) $BERTH_NODE_IP,
+   * the address its node registered with; else the local address that routes to the head.
+   * {@code 0.0.0.0} or {@code ::} listens on every interface and is announced as that outward
+   * address.
+   */
+  static String[] listenAddress(String url) {
+    String host = System.getProperty("berth.bind");
+    for (String variable : new String[] {"BERTH_BIND", "BERTH_NODE_IP"}) {
+      if (host == null || host.isEmpty()) {
+        host = System.getenv(variable);
+      }
+    }
+    if (host == null || host.isEmpty()) {
+      host = outwardIp(url);
+    }
+    boolean every = host.equals("0.0.0.0") || host.equals("::");
+    return new String[] {host, every ? outwardIp(url) : host};
+  }
+
+  /** A listening socket on {@code host}, port chosen by the system. */
+  static java.net.ServerSocket listen(String host) throws IOException {
+    var server = new java.net.ServerSocket();
+    try {
+      server.bind(new InetSocketAddress(host, 0), 512);
+    } catch (IOException e) {
+      server.close();
+      throw new BerthException("bind", "cannot listen on " + host + ": " + e.getMessage()
+          + " (give an address of this machine, or 0.0.0.0 for every interface)", e);
+    }
+    return server;
   }
 
   /** The local address that routes to the head (what other machines reach this driver at). */

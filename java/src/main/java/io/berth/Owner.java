@@ -11,6 +11,7 @@ import java.net.Socket;
 import java.security.MessageDigest;
 import java.nio.charset.StandardCharsets;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
@@ -54,6 +55,27 @@ final class Owner {
   /** A task call whose result this owner holds: enough to know its worker again. */
   private record Delivered(String workId, String key) {}
 
+  /** A task whose result arrived, and when ({@link System#nanoTime}). */
+  private record Recent(long at, String workId) {}
+
+  /** How long a delivered task counts as recent, and how many are kept (the head's limit). */
+  private static final long RECENT_NANOS = 60_000_000_000L;
+  private static final int RECENT_KEPT = 10_000;
+
+  /** Tasks whose results arrived lately, oldest first; guarded by {@link #delivered}. */
+  private final java.util.ArrayDeque<Recent> recent = new java.util.ArrayDeque<>();
+
+  /**
+   * The tasks whose results arrived in the last minute: those the head may not have seen end
+   * yet, told to it when this process ends so that they are not cancelled with it.
+   */
+  List<String> recentlyDelivered() {
+    long since = System.nanoTime() - RECENT_NANOS;
+    synchronized (delivered) {
+      return recent.stream().filter(r -> r.at() - since >= 0).map(Recent::workId).toList();
+    }
+  }
+
   /** How many delivered calls the owner remembers (the oldest are forgotten first). */
   static final int REMEMBERED = 100_000;
 
@@ -67,11 +89,12 @@ final class Owner {
   private final ServerSocket server;
   final String address;
 
-  Owner(String advertiseHost) throws IOException {
-    this(advertiseHost, REMEMBERED);
+  /** An owner service listening on {@code listen}: {host to bind, host to announce}. */
+  Owner(String[] listen) throws IOException {
+    this(listen, REMEMBERED);
   }
 
-  Owner(String advertiseHost, int remembered) throws IOException {
+  Owner(String[] listen, int remembered) throws IOException {
     delivered = new LinkedHashMap<>() {
       private static final long serialVersionUID = 1L;
 
@@ -80,9 +103,8 @@ final class Owner {
         return size() > remembered;
       }
     };
-    server = new ServerSocket();
-    server.bind(new InetSocketAddress("0.0.0.0", 0), 512);
-    address = advertiseHost + ":" + server.getLocalPort();
+    server = Berth.listen(listen[0]);
+    address = listen[1] + ":" + server.getLocalPort();
     Thread accept = new Thread(this::accept, "berth-owner");
     accept.setDaemon(true);
     accept.start();
@@ -208,6 +230,12 @@ final class Owner {
         synchronized (delivered) {
           delivered.put(call.id, new Delivered(call.workId, call.key));
           calls.remove(call.id);
+          if (call.workId != null && call.workId.startsWith("task-")) {
+            recent.addLast(new Recent(System.nanoTime(), call.workId));
+            if (recent.size() > RECENT_KEPT) {
+              recent.removeFirst();
+            }
+          }
         }
       } else if (!ok && call.onFailed != null) {
         call.onFailed.accept(Frames.text(payload));

@@ -97,8 +97,6 @@ public final class Worker {
       System.exit(1);
       return;
     }
-    ServerSocket server = new ServerSocket();
-    server.bind(new InetSocketAddress("0.0.0.0", 0), 512);
     // With standby heads the variable lists every address: register with the active one, over
     // TLS with the CA the agent gives as $BERTH_CA when the head serves https://.
     List<String> heads = Client.urls(env("BERTH_ADDRESS"));
@@ -111,7 +109,10 @@ public final class Worker {
       return;
     }
     String head = Client.active(heads, tls);
-    register(head, tls, actorId, attempt, key, Berth.outwardIp(head) + ":" + server.getLocalPort());
+    // On the address its node registered with ($BERTH_NODE_IP), unless $BERTH_BIND says.
+    String[] listen = Berth.listenAddress(head);
+    ServerSocket server = Berth.listen(listen[0]);
+    register(head, tls, actorId, attempt, key, listen[1] + ":" + server.getLocalPort());
     ExecutorService calls = Executors.newSingleThreadExecutor();
     while (true) {
       Socket socket = server.accept();
@@ -139,6 +140,9 @@ public final class Worker {
     }
     header.put("op", "result");
     Frames.Frame ack = link.ask(header, payload);
+    // The task created work: what it owns ends with this process (the head hears of the
+    // results that arrived first).
+    Berth.shutdown();
     System.exit(Boolean.TRUE.equals(ack.header().get("ok")) ? 0 : EXIT_SETUP);
   }
 

@@ -75,7 +75,7 @@ class OwnerTest {
 
   @Test
   void aFetchAfterTheResultArrivedIsAnsweredDone() throws Exception {
-    owner = new Owner("127.0.0.1");
+    owner = new Owner(new String[] {"127.0.0.1", "127.0.0.1"});
     var call = task("task-1", dir.resolve("ran"));
     Frames.Frame first = fetch(call, "task-1");
     assertEquals(Map.of("ok", true, "codec", "json", "kind", "task"), first.header());
@@ -101,7 +101,7 @@ class OwnerTest {
 
   @Test
   void anActorsCallIsFetchedByEveryAttempt() throws Exception {
-    owner = new Owner("127.0.0.1");
+    owner = new Owner(new String[] {"127.0.0.1", "127.0.0.1"});
     var call = new Owner.Call(Frames.json(Map.of("class", "io.berth.Counter", "signature", "(I)V", "args", List.of(1))));
     owner.add(call);
     owner.bind(call, "actor-1", KEY);
@@ -114,7 +114,7 @@ class OwnerTest {
 
   @Test
   void whatTheOwnerRemembersIsBounded() throws Exception {
-    owner = new Owner("127.0.0.1", 2);
+    owner = new Owner(new String[] {"127.0.0.1", "127.0.0.1"}, 2);
     var calls = List.of(task("task-1", dir.resolve("1")), task("task-2", dir.resolve("2")),
         task("task-3", dir.resolve("3")));
     for (int i = 0; i < calls.size(); i++) {
@@ -130,7 +130,7 @@ class OwnerTest {
 
   @Test
   void aWorkerToldDoneExitsZeroWithoutRunningTheCall() throws Exception {
-    owner = new Owner("127.0.0.1");
+    owner = new Owner(new String[] {"127.0.0.1", "127.0.0.1"});
     Path ran = dir.resolve("ran");
     var call = task("task-1", ran);
     // Attempt 1 runs the call and hands back its result; attempt 2 finds it done.
