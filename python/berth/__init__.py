@@ -28,7 +28,7 @@ _EXPORTS = {
     "nodes": "_cluster", "cluster_resources": "_cluster", "available_resources": "_cluster",
     "taint": "_cluster", "explain": "_cluster", "kill": "_cluster", "cancel": "_cluster",
     "get_actor": "_cluster", "process": "_cluster", "Process": "_cluster",
-    "get_runtime_context": "_context", "RuntimeContext": "_context",
+    "get_runtime_context": "_context", "RuntimeContext": "_context", "get_gpu_ids": "_context",
     "In": "util.scheduling_strategies", "NotIn": "util.scheduling_strategies",
     "Exists": "util.scheduling_strategies", "DoesNotExist": "util.scheduling_strategies",
 }

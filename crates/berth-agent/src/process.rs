@@ -24,7 +24,9 @@
 //! variables, which win: `BERTH_NODE_ID`, `BERTH_NODE_IP` (the address the node registered
 //! with), `BERTH_ACTOR_ID` or `BERTH_TASK_ID`, `BERTH_NAMESPACE`, `BERTH_ATTEMPT`,
 //! `BERTH_ADDRESS` and `BERTH_WORK_KEY` (how to reach the head, and the work's credential
-//! there), and `CUDA_VISIBLE_DEVICES`, exactly the GPU instance IDs
+//! there), `BERTH_RESOURCES` and `BERTH_INSTANCES` (what was reserved, as JSON:
+//! `{"CPU": "1", "GPU": "0.5"}`, `{"GPU": [0]}`), and `CUDA_VISIBLE_DEVICES`, exactly the GPU
+//! instance IDs
 //! reserved for it, comma-separated (empty without a GPU; a fractional share names the one
 //! instance it shares, so two half-GPU actors on one device see the same ID).
 //!
@@ -657,7 +659,6 @@ fn visible_devices(start: &Start) -> String {
     ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-/// Sends `signal` to process group `pgid`; a group that is gone is not an error.
 /// Starts the keeper of the runner directory `dir` with `command` (see [`crate::lease`]): in
 /// its own process group (a terminal's Ctrl-C does not reach it), its output appended to
 /// `dir/keeper.log`, its stdin a pipe from this process; returns the pipe's end.
@@ -688,6 +689,7 @@ fn start_keeper(
     Ok(stdin)
 }
 
+/// Sends `signal` to process group `pgid`; a group that is gone is not an error.
 fn signal_group(pgid: i32, signal: Signal) {
     match killpg(Pid::from_raw(pgid), signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
@@ -974,6 +976,18 @@ impl Shared {
         );
         env.insert("BERTH_WORK_KEY".into(), start.work_key.as_str().into());
         env.insert("CUDA_VISIBLE_DEVICES".into(), visible_devices(start).into());
+        // What was reserved, for the SDKs' runtime context: {"CPU": "1", "GPU": "0.5"} and
+        // {"GPU": [0]}.
+        let instances: BTreeMap<&str, &[u32]> =
+            start.instances.iter().map(|(k, v)| (k.as_str(), v.ids.as_slice())).collect();
+        let resources: BTreeMap<&str, &str> =
+            start.resources.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        for (name, value) in [
+            ("BERTH_RESOURCES", serde_json::to_string(&resources)),
+            ("BERTH_INSTANCES", serde_json::to_string(&instances)),
+        ] {
+            env.insert(name.into(), value.unwrap_or_default().into());
+        }
         env
     }
 

@@ -131,6 +131,8 @@ async fn a_task_sees_its_environment_and_gpus_and_logs_its_output() {
 
     let mut task = sh("task-1", 1, WorkKind::Task, "env; echo cwd=$(pwd); echo to-stderr >&2");
     task.instances.insert("GPU".into(), InstanceIds { ids: vec![1, 3] });
+    task.resources.insert("GPU".into(), "2".into());
+    task.resources.insert("CPU".into(), "0.5".into());
     task.env.insert("FOO".into(), "bar".into());
     // Berth's variables win over the request's.
     task.env.insert("BERTH_NODE_ID".into(), "spoofed".into());
@@ -151,6 +153,8 @@ async fn a_task_sees_its_environment_and_gpus_and_logs_its_output() {
         format!("BERTH_NODE_ID={NODE}"),
         "BERTH_NAMESPACE=ns".into(),
         "BERTH_ATTEMPT=1".into(),
+        r#"BERTH_RESOURCES={"CPU":"0.5","GPU":"2"}"#.into(),
+        r#"BERTH_INSTANCES={"GPU":[1,3]}"#.into(),
         "FOO=bar".into(),
         format!("cwd={}", cwd.display()),
     ] {

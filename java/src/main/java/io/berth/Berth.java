@@ -250,6 +250,11 @@ public final class Berth {
     }
   }
 
+  /** This process's context, as Ray's: its job, namespace and, in a worker, work and node. */
+  public static RuntimeContext getRuntimeContext() {
+    return new RuntimeContext();
+  }
+
   /**
    * The job this program's work belongs to ({@code job-3}): in a driver, the one {@link #init}
    * created; inside a worker, the worker's ($BERTH_JOB_ID). Null before {@link #init} and after

@@ -83,6 +83,23 @@ class ActorsAndTasksTest extends ClusterTest {
   }
 
   @Test
+  void theRuntimeContextSaysTheJobTheWorkAndWhatWasReserved() {
+    RuntimeContext driver = Berth.getRuntimeContext();
+    assertEquals(Berth.jobId(), driver.getCurrentJobId());
+    assertEquals(null, driver.getCurrentTaskId());
+    assertEquals(0, driver.getAttempt());
+    assertTrue(driver.getAssignedResources().isEmpty());
+    Map<String, Object> inTask = Berth.task(Tasks::context).setResource("CPU", 0.5).remote().get(60_000);
+    assertEquals(Berth.jobId(), inTask.get("job"));
+    assertTrue(String.valueOf(inTask.get("task")).startsWith("task-"), inTask.toString());
+    assertEquals(1, inTask.get("attempt"));
+    assertEquals("default", inTask.get("namespace"));
+    assertEquals(Map.of("CPU", 0.5), inTask.get("resources"));
+    assertEquals(Map.of(), inTask.get("ids"));
+    assertEquals(4.0 * (1L << 30), RuntimeContext.amount("4Gi"));
+  }
+
+  @Test
   void getTimesOut() {
     ActorHandle<Counter> counter = Berth.actor(Counter::new, 0).remote();
     assertEquals(0, counter.task(Counter::getValue).remote().get(60_000));

@@ -28,6 +28,14 @@ public final class Tasks {
     return ms;
   }
 
+  /** What the runtime context says inside this task. */
+  public static java.util.Map<String, Object> context() {
+    RuntimeContext c = Berth.getRuntimeContext();
+    return java.util.Map.of("job", String.valueOf(c.getCurrentJobId()), "task", String.valueOf(c.getCurrentTaskId()),
+        "node", String.valueOf(c.getCurrentNodeId()), "attempt", c.getAttempt(),
+        "resources", c.getAssignedResources(), "ids", c.getResourceIds(), "namespace", c.getNamespace());
+  }
+
   /** Always throws. */
   public static String fail(String why) {
     throw new IllegalArgumentException(why);
