@@ -166,7 +166,7 @@ class ActorClass:
         args, kwargs = _resolve(args, kwargs)
         name = self._cls.__qualname__
         spec = {"cls": loads(self._pickled), "args": args, "kwargs": kwargs,
-                "max_concurrency": self._options.get("max_concurrency", 1)}
+                "max_concurrency": self._options.get("max_concurrency")}
         call = Call("actor", dumps(spec), [], name)
         body = _options.actor_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call))
         body["fork_server"] = runtime.fork_server

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import types
 
 from . import _protocol
 from ._serialize import CODEC, dumps, error_payload, loads
@@ -31,6 +32,8 @@ from ._serialize import CODEC, dumps, error_payload, loads
 EXIT_SETUP = 3
 # A caller named a later attempt of this actor: this copy is stale (the head has moved on).
 EXIT_SUPERSEDED = 4
+# Calls an async actor runs at once unless its max_concurrency says otherwise (Ray's default).
+ASYNC_CONCURRENCY = 1000
 # How long a worker keeps trying to reach the driver that owns its call: longer than a job's
 # default lease (30 s), so that a killed driver's job ends (and this attempt is cancelled) first.
 OWNER_WAIT_S = float(os.environ.get("BERTH_OWNER_WAIT_S") or 60)
@@ -175,6 +178,14 @@ class Worker:
         max_calls = spec.get("max_calls") or 0
         try:
             value = function(*spec["args"], **spec["kwargs"])
+            if isinstance(value, types.CoroutineType):
+                import asyncio
+
+                value = asyncio.run(value)
+            elif isinstance(value, (types.GeneratorType, types.AsyncGeneratorType)):
+                value.close()
+                raise TypeError(f"{name} is a generator: streaming returns are not supported yet; "
+                                "return a list instead")
             header, payload = {"op": "result", "status": "ok"}, dumps(value)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             if isinstance(e, (SystemExit, KeyboardInterrupt)) and not isinstance(e, Exception):
@@ -207,7 +218,7 @@ class Worker:
         head = active_head(_env("BERTH_ADDRESS"), os.environ.get("BERTH_CA") or None)
         # On the address its node registered with ($BERTH_NODE_IP), unless $BERTH_BIND says.
         host, advertise = _protocol.listen_address(head)
-        server = ActorServer(instance, name, self.key, int(spec.get("max_concurrency") or 1), host)
+        server = ActorServer(instance, name, self.key, spec.get("max_concurrency"), host)
         register(head, self.work_id, self.attempt, self.key, f"{advertise}:{server.port}")
         server.serve_forever()
 
@@ -241,7 +252,8 @@ def register(head: str, actor_id: str, attempt: int, key: str, address: str) -> 
 class ActorServer:
     """Serves method calls of one instance; callers must present the actor's work key."""
 
-    def __init__(self, instance, name: str, key: str, concurrency: int, host: str) -> None:
+    def __init__(self, instance, name: str, key: str, concurrency, host: str) -> None:
+        import inspect
         import queue
         import threading
         from concurrent.futures import ThreadPoolExecutor
@@ -249,9 +261,23 @@ class ActorServer:
         self.instance, self.name, self.key = instance, name, key
         self.sock = _protocol.listen(host)
         self.port = self.sock.getsockname()[1]
-        # One thread runs calls in arrival order; max_concurrency > 1 runs that many at once.
         self.calls = queue.Queue()
-        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="berth-actor") if concurrency > 1 else None
+        # An actor with an `async def` method is an async actor (as in Ray): every call runs
+        # on one event loop, at most max_concurrency at once (1000 by default).
+        cls = type(instance)
+        self.loop = None
+        self.pool = None
+        if any(inspect.iscoroutinefunction(getattr(cls, n, None)) for n in dir(cls) if not n.startswith("__")):
+            import asyncio
+
+            self.loop = asyncio.new_event_loop()
+            limit = int(concurrency or ASYNC_CONCURRENCY)
+            self.slots = asyncio.Semaphore(limit)
+            threading.Thread(target=self.loop.run_forever, daemon=True, name="berth-actor-loop").start()
+        elif int(concurrency or 1) > 1:
+            # max_concurrency > 1 runs that many calls at once, on threads.
+            self.pool = ThreadPoolExecutor(int(concurrency), thread_name_prefix="berth-actor")
+        # Otherwise one thread runs the calls in arrival order.
         threading.Thread(target=self._run_calls, daemon=True, name="berth-actor-calls").start()
 
     def serve_forever(self) -> None:
@@ -293,27 +319,65 @@ class ActorServer:
                 return
 
     def _run_calls(self) -> None:
+        import asyncio
+
         while True:
             item = self.calls.get()
-            if self.pool is not None:
+            if self.loop is not None:
+                # Scheduled in arrival order; each waits for a slot on the loop.
+                asyncio.run_coroutine_threadsafe(self._acall(*item), self.loop)
+            elif self.pool is not None:
                 self.pool.submit(self._call, *item)
             else:
                 self._call(*item)
 
     def _call(self, conn: socket.socket, send_lock, header: dict, payload: bytes) -> None:
         seq = header.get("seq")
-        method_name = str(header.get("method"))
-        full = f"{self.name}.{method_name}"
+        full = f"{self.name}.{header.get('method')}"
         try:
-            args, kwargs = loads(payload)
-            method = getattr(self.instance, method_name)
-            value = method(*args, **kwargs)
-            reply, body = {"seq": seq, "status": "ok"}, dumps(value)
+            method, args, kwargs = self._method(header, payload)
+            reply, body = {"seq": seq, "status": "ok"}, dumps(method(*args, **kwargs))
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
-            if isinstance(e, SystemExit):
-                # An actor that exits ends its process (the head may restart it).
-                os._exit(int(e.code) if isinstance(e.code, int) else 1)
-            reply, body = {"seq": seq, "status": "error"}, error_payload(e, full)
+            reply, body = self._failed(seq, e, full)
+        self._reply(conn, send_lock, reply, body)
+
+    async def _acall(self, conn: socket.socket, send_lock, header: dict, payload: bytes) -> None:
+        """A call of an async actor, on its event loop: a coroutine method is awaited (other
+        calls run meanwhile), a plain one runs on the loop as Ray runs it."""
+        import inspect
+
+        seq = header.get("seq")
+        full = f"{self.name}.{header.get('method')}"
+        async with self.slots:
+            try:
+                method, args, kwargs = self._method(header, payload)
+                value = method(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+                reply, body = {"seq": seq, "status": "ok"}, dumps(value)
+            except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
+                reply, body = self._failed(seq, e, full)
+        self._reply(conn, send_lock, reply, body)
+
+    def _method(self, header: dict, payload: bytes):
+        import inspect
+
+        args, kwargs = loads(payload)
+        method = getattr(self.instance, str(header.get("method")))
+        if inspect.isgeneratorfunction(method) or inspect.isasyncgenfunction(method):
+            raise TypeError(f"{self.name}.{header.get('method')} is a generator: streaming returns are not "
+                            "supported yet; return a list instead")
+        return method, args, kwargs
+
+    @staticmethod
+    def _failed(seq, e: BaseException, full: str):
+        if isinstance(e, SystemExit):
+            # An actor that exits ends its process (the head may restart it).
+            os._exit(int(e.code) if isinstance(e.code, int) else 1)
+        return {"seq": seq, "status": "error"}, error_payload(e, full)
+
+    @staticmethod
+    def _reply(conn: socket.socket, send_lock, reply: dict, body: bytes) -> None:
         try:
             with send_lock:
                 _protocol.send(conn, reply, body)
