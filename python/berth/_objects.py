@@ -107,6 +107,52 @@ class ObjectRef:
         )
 
 
+class ObjectRefGenerator:
+    """The values of a generator task or actor method, as Ray's: iterate to get one
+    ``ObjectRef`` per value, each ready as soon as the value was yielded (``berth.get`` it).
+    Iteration ends when the generator returned; an error it raised (or its worker's death) comes
+    as one last ref holding it. ``end`` resolves with how many values there were."""
+
+    def __init__(self, end: ObjectState) -> None:
+        self.end = end
+        self._values: List[ObjectState] = []
+        self._next = 0
+        self._raised = False
+
+    def _yielded(self, index: int, value: Any) -> None:
+        """Value ``index`` arrived (again, from a retried attempt: ignored)."""
+        with _resolved:
+            if index != len(self._values) or self.end.done:
+                return
+            state = ObjectState(f"{self.end.describe}[{index}]")
+            state.work_id = self.end.work_id
+            state.bound.set()
+            self._values.append(state)
+        state.set_value(value)
+
+    def __iter__(self) -> "ObjectRefGenerator":
+        return self
+
+    def __next__(self) -> "ObjectRef":
+        with _resolved:
+            while self._next >= len(self._values) and not self.end.done:
+                _resolved.wait()
+            if self._next < len(self._values):
+                self._next += 1
+                return ObjectRef(self._values[self._next - 1])
+            if self.end.error is not None and not self._raised:
+                self._raised = True
+                return ObjectRef(self.end)
+        raise StopIteration
+
+    def completed(self) -> "ObjectRef":
+        """A ref resolved with the number of values once the generator returned."""
+        return ObjectRef(self.end)
+
+    def __repr__(self) -> str:
+        return f"ObjectRefGenerator({self.end.describe}, {len(self._values)} yielded)"
+
+
 class Stall:
     """One waiting call's checks that what it waits on can be placed: the first after
     ``CHECK_AFTER_S``, then every ``CHECK_EVERY_S``, until one finds work the head says is

@@ -145,7 +145,7 @@ def task_body(options: Mapping[str, Any], command: str, args: List[str], env: Ma
         if retries == -1:
             raise InvalidRequestError("max_retries", "-1 (retry forever) is not supported; give a number of retries")
         body["max_retries"] = _number("max_retries", retries, 0)
-    if options.get("num_returns") is not None:
+    if options.get("num_returns") is not None and options["num_returns"] not in ("streaming", "dynamic"):
         _number("num_returns", options["num_returns"], 1)
     if options.get("max_calls") is not None:
         _number("max_calls", options["max_calls"], 0)

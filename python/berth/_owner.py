@@ -52,6 +52,8 @@ class Call:
         self.bound = threading.Event()
         # Actors: called with the creation error when the constructor raised.
         self.on_failed: Optional[Callable[[BaseException], None]] = None
+        # A generator task: where its values go as they are yielded.
+        self.stream = None
 
     def matches(self, work_id: object, key: object) -> bool:
         return (
@@ -175,6 +177,11 @@ class OwnerServer:
             return {"ok": False, "error": "the driver never learned the work's ID"}, b""
         if not call.matches(header.get("work_id"), header.get("key")):
             return {"ok": False, "error": "wrong work ID or key"}, b""
+        if op == "yield":
+            if call.stream is None:
+                return {"ok": False, "error": f"{call.name} is not a generator task"}, b""
+            call.stream._yielded(int(header.get("index", -1)), loads(payload))
+            return {"ok": True}, b""
         if op == "fetch":
             data = call.payload
             if data is None:

@@ -12,7 +12,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from . import _options, _protocol, _runtime
-from ._objects import ObjectRef, ObjectState, get
+from ._objects import ObjectRef, ObjectRefGenerator, ObjectState, get
 from ._owner import Call
 from ._serialize import dumps, error_from, loads, ship_by_value
 from .exceptions import (
@@ -77,13 +77,16 @@ class RemoteFunction:
         is more than 1). Options are checked here, before anything is sent."""
         runtime = _runtime.current()
         name = self._function.__qualname__
-        num_returns = int(self._options.get("num_returns", 1) or 1)
+        streaming = _streams(self._function, self._options.get("num_returns"))
+        num_returns = 1 if streaming else int(self._options.get("num_returns", 1) or 1)
         states = [ObjectState(name) for _ in range(num_returns)]
         refs = [ObjectRef(s) for s in states]
         if self._pickled is None:
             ship_by_value(self._function)
             self._pickled = dumps(self._function)
         call = Call("task", b"", states, name)
+        if streaming:
+            call.stream = ObjectRefGenerator(states[0])
         body = _options.task_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call))
         body["fork_server"] = runtime.fork_server
         body.setdefault("name", name[:253])
@@ -96,7 +99,16 @@ class RemoteFunction:
         else:
             call.payload = _task_payload(pickled, args, kwargs, self._options)
             runtime.tasks.submit(call, body)
+        if call.stream is not None:
+            return call.stream
         return refs[0] if num_returns == 1 else refs
+
+
+def _streams(function: Any, num_returns: Any) -> bool:
+    """Whether calling ``function`` returns an ``ObjectRefGenerator``: a generator function (or
+    ``num_returns="streaming"``, Ray's name; ``"dynamic"`` is taken the same way)."""
+    return (num_returns in ("streaming", "dynamic") or inspect.isgeneratorfunction(function)
+            or inspect.isasyncgenfunction(function))
 
 
 def _task_payload(pickled: bytes, args: tuple, kwargs: dict, options: Dict[str, Any]) -> bytes:
@@ -126,7 +138,8 @@ def _submit_task(runtime, call: Call, body: dict, pickled: bytes, args: tuple, k
 
 def _method_names(cls: type) -> Dict[str, int]:
     """Public method names and their ``num_returns`` (``@berth.method``)."""
-    return {n: getattr(m, "__berth_num_returns__", 1)
+    return {n: "streaming" if _streams(m, getattr(m, "__berth_num_returns__", 1))
+            else getattr(m, "__berth_num_returns__", 1)
             for n, m in inspect.getmembers(cls) if callable(m) and not n.startswith("__")}
 
 
@@ -213,12 +226,14 @@ class ActorMethod:
             args, kwargs = _resolve(args, kwargs)
         return self._handle._connection().call(self._name, args, kwargs, self._num_returns)
 
-    def options(self, num_returns: int = 1, **unknown: Any) -> "ActorMethod":
-        """Per-call options: ``num_returns``."""
+    def options(self, num_returns: Any = 1, **unknown: Any) -> "ActorMethod":
+        """Per-call options: ``num_returns`` (``"streaming"``: an ``ObjectRefGenerator``)."""
         if unknown:
             from .exceptions import InvalidRequestError
 
             raise InvalidRequestError("options", f"unknown method option(s) {sorted(unknown)}; known: num_returns")
+        if num_returns in ("streaming", "dynamic"):
+            return ActorMethod(self._handle, self._name, "streaming")
         if not isinstance(num_returns, int) or num_returns < 1:
             from .exceptions import InvalidRequestError
 
@@ -303,6 +318,8 @@ class ActorConnection:
         self._cond = threading.Condition()
         self._queue: Deque[Tuple[int, str, bytes, List[ObjectState]]] = deque()
         self._inflight: Dict[int, List[ObjectState]] = {}
+        # Calls of generator methods: where their values go as they are yielded.
+        self._streams: Dict[int, ObjectRefGenerator] = {}
         self._seq = itertools.count(1)
         self._sock: Optional[socket.socket] = None
         self._attempt = 0
@@ -310,19 +327,26 @@ class ActorConnection:
         self._closed = False
         threading.Thread(target=self._send_loop, daemon=True, name=f"berth-{actor_id}").start()
 
-    def call(self, method: str, args: tuple, kwargs: dict, num_returns: int):
+    def call(self, method: str, args: tuple, kwargs: dict, num_returns):
         payload = dumps((args, kwargs))
-        states = [ObjectState(f"{self.actor_id}.{method}") for _ in range(num_returns)]
+        streaming = num_returns == "streaming"
+        states = [ObjectState(f"{self.actor_id}.{method}") for _ in range(1 if streaming else num_returns)]
         for s in states:
             s.work_id = self.actor_id
             s.bound.set()
+        stream = ObjectRefGenerator(states[0]) if streaming else None
         with self._cond:
             if self._dead is not None:
                 for s in states:
                     s.set_error(self._dead)
             else:
-                self._queue.append((next(self._seq), method, payload, states))
+                seq = next(self._seq)
+                if stream is not None:
+                    self._streams[seq] = stream
+                self._queue.append((seq, method, payload, states))
                 self._cond.notify_all()
+        if stream is not None:
+            return stream
         refs = [ObjectRef(s) for s in states]
         return refs[0] if num_returns == 1 else refs
 
@@ -334,6 +358,7 @@ class ActorConnection:
             pending = [states for _, _, _, states in self._queue] + list(self._inflight.values())
             self._queue.clear()
             self._inflight.clear()
+            self._streams.clear()
             self._cond.notify_all()
         for states in pending:
             for s in states:
@@ -425,8 +450,18 @@ class ActorConnection:
             except (EOFError, OSError, _protocol.ProtocolError):
                 self._broken(sock)
                 return
+            if header.get("status") == "yield":
+                with self._cond:
+                    stream = self._streams.get(header.get("seq"))
+                if stream is not None:
+                    try:
+                        stream._yielded(int(header.get("index", -1)), loads(payload))
+                    except Exception as e:  # noqa: BLE001 - a value this driver cannot read
+                        stream.end.set_error(e)
+                continue
             with self._cond:
                 states = self._inflight.pop(header.get("seq"), None)
+                self._streams.pop(header.get("seq"), None)
             if states is None:
                 continue
             try:
@@ -456,6 +491,7 @@ class ActorConnection:
             self._sock = None
             lost = list(self._inflight.values())
             self._inflight.clear()
+            self._streams.clear()
             self._cond.notify_all()
         try:
             sock.close()

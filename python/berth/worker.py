@@ -183,9 +183,8 @@ class Worker:
 
                 value = asyncio.run(value)
             elif isinstance(value, (types.GeneratorType, types.AsyncGeneratorType)):
-                value.close()
-                raise TypeError(f"{name} is a generator: streaming returns are not supported yet; "
-                                "return a list instead")
+                # Each value goes to the owner as it is yielded; the result is how many.
+                value = self.stream(value)
             header, payload = {"op": "result", "status": "ok"}, dumps(value)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             if isinstance(e, (SystemExit, KeyboardInterrupt)) and not isinstance(e, Exception):
@@ -200,6 +199,15 @@ class Worker:
             _runtime.shutdown()
             return False
         return max_calls == 0 or _calls[key] < max_calls
+
+    def stream(self, generator) -> int:
+        """Hands each value of ``generator`` (or an async generator) to the owner as it is
+        yielded; returns how many there were."""
+        count = 0
+        for value in _values(generator):
+            self.ask_owner({"op": "yield", "status": "ok", "index": count}, dumps(value))
+            count += 1
+        return count
 
     def run_actor(self, spec) -> None:
         import traceback
@@ -247,6 +255,24 @@ def register(head: str, actor_id: str, attempt: int, key: str, address: str) -> 
         detail = e.read().decode(errors="replace") if hasattr(e, "read") else ""
         print(f"berth.worker: the head refused {actor_id}'s endpoint: {e} {detail}", file=sys.stderr)
         sys.exit(EXIT_SETUP)
+
+
+def _values(generator):
+    """The values of a generator, or of an async generator (run on an event loop of its own)."""
+    if isinstance(generator, types.GeneratorType):
+        yield from generator
+        return
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(generator.__anext__())
+            except StopAsyncIteration:
+                return
+    finally:
+        loop.close()
 
 
 class ActorServer:
@@ -336,7 +362,14 @@ class ActorServer:
         full = f"{self.name}.{header.get('method')}"
         try:
             method, args, kwargs = self._method(header, payload)
-            reply, body = {"seq": seq, "status": "ok"}, dumps(method(*args, **kwargs))
+            value = method(*args, **kwargs)
+            if isinstance(value, (types.GeneratorType, types.AsyncGeneratorType)):
+                count = 0
+                for item in _values(value):
+                    self._reply(conn, send_lock, {"seq": seq, "status": "yield", "index": count}, dumps(item))
+                    count += 1
+                value = count
+            reply, body = {"seq": seq, "status": "ok"}, dumps(value)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             reply, body = self._failed(seq, e, full)
         self._reply(conn, send_lock, reply, body)
@@ -354,20 +387,26 @@ class ActorServer:
                 value = method(*args, **kwargs)
                 if inspect.isawaitable(value):
                     value = await value
+                elif isinstance(value, types.AsyncGeneratorType):
+                    count = 0
+                    async for item in value:
+                        self._reply(conn, send_lock, {"seq": seq, "status": "yield", "index": count}, dumps(item))
+                        count += 1
+                    value = count
+                elif isinstance(value, types.GeneratorType):
+                    count = 0
+                    for item in value:
+                        self._reply(conn, send_lock, {"seq": seq, "status": "yield", "index": count}, dumps(item))
+                        count += 1
+                    value = count
                 reply, body = {"seq": seq, "status": "ok"}, dumps(value)
             except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
                 reply, body = self._failed(seq, e, full)
         self._reply(conn, send_lock, reply, body)
 
     def _method(self, header: dict, payload: bytes):
-        import inspect
-
         args, kwargs = loads(payload)
-        method = getattr(self.instance, str(header.get("method")))
-        if inspect.isgeneratorfunction(method) or inspect.isasyncgenfunction(method):
-            raise TypeError(f"{self.name}.{header.get('method')} is a generator: streaming returns are not "
-                            "supported yet; return a list instead")
-        return method, args, kwargs
+        return getattr(self.instance, str(header.get("method"))), args, kwargs
 
     @staticmethod
     def _failed(seq, e: BaseException, full: str):

@@ -1,6 +1,7 @@
-"""Async actors (as Ray's): an actor with an `async def` method runs its calls on one event loop,
-up to max_concurrency at once (1000 by default), plain methods on the loop too; `async def`
-tasks run to completion; generators are refused with a message that says so."""
+"""Async actors and generators (as Ray's): an actor with an `async def` method runs its calls on
+one event loop, up to max_concurrency at once (1000 by default), plain methods on the loop too;
+`async def` tasks run to completion; a generator task or method (async too) returns an
+ObjectRefGenerator whose refs are ready as each value is yielded, an error last."""
 
 from __future__ import annotations
 
@@ -55,14 +56,35 @@ async def coroutine_task(x):
 
 
 @berth.remote
-def generator_task():
-    yield 1
+def countdown(n):
+    for i in range(n, 0, -1):
+        yield i
+
+
+@berth.remote
+def fails_after_two():
+    yield "a"
+    yield "b"
+    raise RuntimeError("third value boom")
+
+
+@berth.remote
+async def async_values(n):
+    for i in range(n):
+        await asyncio.sleep(0)
+        yield i * 10
 
 
 @berth.remote
 class Streams:
-    def numbers(self):
-        yield 1
+    def numbers(self, n):
+        for i in range(n):
+            yield i
+
+    async def later(self, n):
+        for i in range(n):
+            await asyncio.sleep(0)
+            yield f"v{i}"
 
 
 def test_an_async_actor_runs_its_calls_at_once_on_its_loop(berth_session):
@@ -79,10 +101,27 @@ def test_max_concurrency_bounds_an_async_actor(berth_session):
     assert max(berth.get([pair.work.remote() for _ in range(10)], timeout=60)) == 2
 
 
-def test_async_tasks_run_and_generators_say_they_are_not_supported(berth_session):
+def test_async_tasks_run(berth_session):
     assert berth.get(coroutine_task.remote(1), timeout=60) == 2
-    with pytest.raises(TypeError, match="generator: streaming returns are not supported yet"):
-        berth.get(generator_task.remote(), timeout=60)
-    with pytest.raises(TypeError, match="generator: streaming returns are not supported yet"):
-        berth.get(Streams.remote().numbers.remote(), timeout=60)
 
+
+def test_generator_tasks_and_methods_stream_their_values(berth_session):
+    gen = countdown.remote(3)
+    assert isinstance(gen, berth.ObjectRefGenerator)
+    assert [berth.get(ref, timeout=60) for ref in gen] == [3, 2, 1]
+    assert berth.get(gen.completed(), timeout=60) == 3
+    assert [berth.get(ref, timeout=60) for ref in async_values.remote(3)] == [0, 10, 20]
+
+    refs = list(fails_after_two.remote())
+    assert [berth.get(r, timeout=60) for r in refs[:2]] == ["a", "b"]
+    with pytest.raises(RuntimeError, match="third value boom"):
+        berth.get(refs[2], timeout=60)
+    assert len(refs) == 3
+
+    streams = Streams.remote()
+    assert [berth.get(r, timeout=60) for r in streams.numbers.remote(4)] == [0, 1, 2, 3]
+    assert [berth.get(r, timeout=60) for r in streams.later.remote(2)] == ["v0", "v1"]
+    # Each value is ready as soon as it is yielded: the first before the generator ends.
+    gen = Streams.remote().numbers.remote(2)
+    first = next(gen)
+    assert berth.get(first, timeout=60) == 0
