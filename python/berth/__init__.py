@@ -25,6 +25,7 @@ _EXPORTS = {
     "remote": "_remote", "method": "_remote", "ActorClass": "_remote", "ActorHandle": "_remote",
     "RemoteFunction": "_remote",
     "ObjectRef": "_objects", "ObjectRefGenerator": "_objects", "get": "_objects", "wait": "_objects",
+    "put": "_objects",
     "nodes": "_cluster", "cluster_resources": "_cluster", "available_resources": "_cluster",
     "taint": "_cluster", "explain": "_cluster", "kill": "_cluster", "cancel": "_cluster",
     "get_actor": "_cluster", "process": "_cluster", "Process": "_cluster",

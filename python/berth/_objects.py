@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 import warnings
+import weakref
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 log = logging.getLogger("berth")
@@ -29,7 +30,8 @@ _COLLECTIONS = {"task": "tasks", "actor": "actors", "pg": "placement_groups"}
 class ObjectState:
     """Where a result lands: set once, by whichever side learns it first."""
 
-    __slots__ = ("value", "error", "event", "work_id", "describe", "bound")
+    __slots__ = ("value", "error", "event", "work_id", "describe", "bound", "shared", "origin", "fetching",
+                 "__weakref__")
 
     def __init__(self, describe: str) -> None:
         self.value: Any = _PENDING
@@ -39,6 +41,22 @@ class ObjectState:
         self.describe = describe
         # Set once the head accepted the work (``work_id`` known).
         self.bound = threading.Event()
+        # (object ID, key) once this process's owner service lends it to others.
+        self.shared: Optional[Tuple[str, str]] = None
+        # (owner address, object ID, key) of a value another process holds: fetched from
+        # there on first use.
+        self.origin: Optional[Tuple[str, str, str]] = None
+        self.fetching = False
+
+    def start(self) -> None:
+        """Starts fetching a value another process holds (once); nothing for a local one."""
+        if self.origin is None or self.event.is_set():
+            return
+        with _resolved:
+            if self.fetching:
+                return
+            self.fetching = True
+        threading.Thread(target=_fetch, args=(self,), daemon=True, name=f"berth-fetch-{self.describe}").start()
 
     @property
     def done(self) -> bool:
@@ -101,10 +119,81 @@ class ObjectRef:
         return f"ObjectRef({self._state.describe}{where})"
 
     def __reduce__(self):
-        raise TypeError(
-            "an ObjectRef cannot be sent inside another value: pass it as a top-level argument "
-            "(it is resolved first) or get() it"
-        )
+        """Inside another value (a list, a dict, an object), a ref travels as a ref: the process
+        that receives it fetches the value from the process that holds it, straight, when it
+        first gets it."""
+        state = self._state
+        if state.origin is None:
+            owner = _lender()
+            object_id, key = owner.lend(state)
+            origin = (owner.address, object_id, key)
+        else:
+            origin = state.origin
+        return (_remote_ref, (origin, state.describe, state.work_id))
+
+
+def _lender():
+    """This process's owner service, which lends its values to the processes that get them."""
+    import sys
+
+    runtime = getattr(sys.modules.get("berth._runtime"), "_current", None)
+    if runtime is None:
+        from . import _runtime
+
+        runtime = _runtime.current()
+    return runtime.owner
+
+
+# The values of other processes this process holds refs to: one state per object, however
+# many refs name it (a value is fetched and held once per process).
+_remote: "weakref.WeakValueDictionary[Tuple[str, str], ObjectState]" = weakref.WeakValueDictionary()
+
+
+def _remote_ref(origin: Tuple[str, str, str], describe: str, work_id: Optional[str]) -> "ObjectRef":
+    """A ref unpickled from another process: the value is at ``origin`` (owner, ID, key)."""
+    with _resolved:
+        state = _remote.get(origin[:2])
+        if state is None:
+            state = ObjectState(describe)
+            state.origin, state.work_id = origin, work_id
+            state.bound.set()
+            _remote[origin[:2]] = state
+    return ObjectRef(state)
+
+
+def _fetch(state: ObjectState) -> None:
+    """Gets a value another process holds, from it (never through the head)."""
+    from . import _protocol
+    from ._serialize import error_from, loads
+
+    owner, object_id, key = state.origin
+    try:
+        with _protocol.connect(owner, timeout=30) as sock:
+            sock.settimeout(None)
+            _protocol.send(sock, {"op": "object", "id": object_id, "key": key})
+            reply, payload = _protocol.recv(sock)
+        if not reply.get("ok"):
+            raise LookupError(f"{state.describe}: its holder at {owner} refused it: {reply.get('error')}")
+        if reply.get("status") == "ok":
+            state.set_value(loads(payload))
+        else:
+            state.set_error(error_from(payload))
+    except BaseException as e:  # noqa: BLE001 - handed to whoever gets the ref
+        from .exceptions import ObjectLostError
+
+        if isinstance(e, (OSError, EOFError)):
+            e = ObjectLostError(f"{state.describe}: the process that holds it ({owner}) is gone: {e}")
+        state.set_error(e)
+
+
+def put(value: Any) -> "ObjectRef":
+    """Stores ``value`` in this process and returns a ref to it (as ``ray.put``): pass it to
+    tasks and actors, at the top level or inside other values; they fetch it from here."""
+    if isinstance(value, ObjectRef):
+        raise TypeError("put() of an ObjectRef: pass the ref itself")
+    state = ObjectState("put")
+    state.set_value(value)
+    return ObjectRef(state)
 
 
 class ObjectRefGenerator:
@@ -227,6 +316,8 @@ def get(refs, timeout: Optional[float] = None):
     deadline = None if timeout is None else time.monotonic() + timeout
     stall = Stall()
     out: List[Any] = []
+    for ref in items:
+        ref._state.start()
     for i, ref in enumerate(items):
         state = ref._state
         while not state.event.is_set():
@@ -255,6 +346,8 @@ def wait(refs: List[ObjectRef], *, num_returns: int = 1, timeout: Optional[float
         raise ValueError(f"num_returns: {num_returns} is not between 0 and {len(refs)}")
     deadline = None if timeout is None else time.monotonic() + timeout
     stall = Stall()
+    for ref in refs:
+        ref._state.start()
     while True:
         with _resolved:
             ready = [r for r in refs if r._state.done]

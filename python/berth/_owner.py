@@ -13,6 +13,7 @@ import collections
 import hashlib
 import hmac
 import logging
+import secrets
 import socket
 import threading
 import time
@@ -21,7 +22,7 @@ from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from . import _protocol
 from ._objects import ObjectState
-from ._serialize import CODEC, error_from, loads
+from ._serialize import CODEC, dumps, error_from, error_payload, loads
 
 log = logging.getLogger("berth")
 
@@ -85,6 +86,8 @@ class OwnerServer:
         # Tasks whose results arrived lately, with when: told to the head when this process
         # ends, so that what ends with it is not cancelled after it finished its part.
         self._recent: Deque[Tuple[float, str]] = collections.deque(maxlen=RECENT_KEPT)
+        # Values lent to other processes (refs sent inside arguments), by object ID.
+        self._lent: Dict[str, ObjectState] = {}
         self._sock = _protocol.listen(bind_host)
         self.address = f"{advertise_host}:{self._sock.getsockname()[1]}"
         self._closed = False
@@ -159,8 +162,31 @@ class OwnerServer:
                 except OSError:
                     return
 
+    def lend(self, state: ObjectState) -> Tuple[str, str]:
+        """Makes ``state``'s value fetchable by the processes a ref to it is sent to: its ID
+        and the key a fetch must show (kept while this process lives)."""
+        with self._lock:
+            if state.shared is None:
+                state.shared = (uuid.uuid4().hex, secrets.token_hex(16))
+                self._lent[state.shared[0]] = state
+            return state.shared
+
+    def _object(self, header: dict):
+        """A lent value, once it is there: its payload, or its error's."""
+        with self._lock:
+            state = self._lent.get(str(header.get("id")))
+        key = header.get("key")
+        if state is None or not isinstance(key, str) or not hmac.compare_digest(key, state.shared[1]):
+            return {"ok": False, "error": "no such object here (wrong ID or key)"}, b""
+        state.event.wait()
+        if state.error is not None:
+            return {"ok": True, "status": "error"}, error_payload(state.error, state.describe)
+        return {"ok": True, "status": "ok"}, dumps(state.value)
+
     def _handle(self, header: dict, payload: bytes):
         op = header.get("op")
+        if op == "object":
+            return self._object(header)
         with self._lock:
             call = self._calls.get(str(header.get("call")))
             delivered = call is None and _delivered_digest(

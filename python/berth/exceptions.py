@@ -116,6 +116,11 @@ class ActorUnavailableError(BerthError):
     """The actor's process stopped before answering this call (it may be restarting)."""
 
 
+class ObjectLostError(BerthError):
+    """A value another process held (a ref received inside an argument) cannot be fetched:
+    that process is gone."""
+
+
 class PlacementGroupError(BerthError):
     """The placement group was removed (or cannot be used)."""
 
