@@ -123,6 +123,14 @@ class ObjectRef:
         that receives it fetches the value from the process that holds it, straight, when it
         first gets it."""
         state = self._state
+        if state.origin is None and getattr(_inlining, "on", False):
+            # A task's process ends once it returned: what it holds goes with its result.
+            state.event.wait()
+            if state.error is not None:
+                from ._serialize import error_payload
+
+                return (_inline_ref, (state.describe, None, error_payload(state.error, state.describe)))
+            return (_inline_ref, (state.describe, state.value, None))
         if state.origin is None:
             owner = _lender()
             object_id, key = owner.lend(state)
@@ -147,6 +155,33 @@ def _lender():
 # The values of other processes this process holds refs to: one state per object, however
 # many refs name it (a value is fetched and held once per process).
 _remote: "weakref.WeakValueDictionary[Tuple[str, str], ObjectState]" = weakref.WeakValueDictionary()
+
+
+# Set while a task's result is pickled: the refs in it carry their values.
+_inlining = threading.local()
+
+
+class inlining:
+    """While active (on this thread), the refs pickled carry their values instead of being
+    lent: what a task's process returns must not need that process afterwards."""
+
+    def __enter__(self) -> None:
+        _inlining.on = True
+
+    def __exit__(self, *exc: object) -> None:
+        _inlining.on = False
+
+
+def _inline_ref(describe: str, value: Any, error: Optional[bytes]) -> "ObjectRef":
+    """A ref that arrived with its value (or its error)."""
+    state = ObjectState(describe)
+    if error is not None:
+        from ._serialize import error_from
+
+        state.set_error(error_from(error))
+    else:
+        state.set_value(value)
+    return ObjectRef(state)
 
 
 def _remote_ref(origin: Tuple[str, str, str], describe: str, work_id: Optional[str]) -> "ObjectRef":

@@ -185,7 +185,7 @@ class Worker:
             elif isinstance(value, (types.GeneratorType, types.AsyncGeneratorType)):
                 # Each value goes to the owner as it is yielded; the result is how many.
                 value = self.stream(value)
-            header, payload = {"op": "result", "status": "ok"}, dumps(value)
+            header, payload = {"op": "result", "status": "ok"}, _carried(value)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             if isinstance(e, (SystemExit, KeyboardInterrupt)) and not isinstance(e, Exception):
                 e = RuntimeError(f"{name} raised {type(e).__name__}({e})")
@@ -205,7 +205,7 @@ class Worker:
         yielded; returns how many there were."""
         count = 0
         for value in _values(generator):
-            self.ask_owner({"op": "yield", "status": "ok", "index": count}, dumps(value))
+            self.ask_owner({"op": "yield", "status": "ok", "index": count}, _carried(value))
             count += 1
         return count
 
@@ -255,6 +255,15 @@ def register(head: str, actor_id: str, attempt: int, key: str, address: str) -> 
         detail = e.read().decode(errors="replace") if hasattr(e, "read") else ""
         print(f"berth.worker: the head refused {actor_id}'s endpoint: {e} {detail}", file=sys.stderr)
         sys.exit(EXIT_SETUP)
+
+
+def _carried(value) -> bytes:
+    """A task's value pickled with the values of the refs in it: its process ends after."""
+    objects = sys.modules.get("berth._objects")  # loaded by anything that made or got a ref
+    if objects is None:
+        return dumps(value)
+    with objects.inlining():
+        return dumps(value)
 
 
 def _values(generator):

@@ -96,3 +96,14 @@ def holder_list(inner):
 @berth.remote(num_cpus=0.1)
 def echo(x):
     return x
+
+
+@berth.remote(num_cpus=0.1)
+def returns_refs():
+    """A task's process ends once it returned: the refs it returns carry their values."""
+    return {"put": berth.put("put in a task"), "result": echo.remote(7)}
+
+
+def test_refs_a_task_returns_outlive_its_process(berth_session):
+    out = berth.get(returns_refs.remote(), timeout=60)
+    assert berth.get([out["put"], out["result"]], timeout=60) == ["put in a task", 7]
