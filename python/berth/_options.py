@@ -84,6 +84,10 @@ def _fallback(field: str, value: Any) -> List[Dict[str, Any]]:
     return out
 
 
+# What a runtime_env may say (working_dir and py_modules are packed by the caller: _packages).
+RUNTIME_ENV_KEYS = ("env_vars", "working_dir", "py_modules")
+
+
 def _env(options: Mapping[str, Any], env: Mapping[str, str]) -> Dict[str, str]:
     out: Dict[str, str] = {}
     runtime_env = options.get("runtime_env")
@@ -91,8 +95,9 @@ def _env(options: Mapping[str, Any], env: Mapping[str, str]) -> Dict[str, str]:
         if not isinstance(runtime_env, Mapping):
             raise InvalidRequestError("runtime_env", "must be a dict such as {\"env_vars\": {...}}")
         for key in runtime_env:
-            if key != "env_vars":
-                raise InvalidRequestError(f"runtime_env.{key}", "is not supported; runtime_env takes env_vars")
+            if key not in RUNTIME_ENV_KEYS:
+                raise InvalidRequestError(f"runtime_env.{key}", "is not supported (install what it would on the "
+                                          "nodes); runtime_env takes env_vars, working_dir and py_modules")
         env_vars = runtime_env.get("env_vars") or {}
         if not isinstance(env_vars, Mapping):
             raise InvalidRequestError("runtime_env.env_vars", "must be a dict of name to value")

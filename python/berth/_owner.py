@@ -88,6 +88,8 @@ class OwnerServer:
         self._recent: Deque[Tuple[float, str]] = collections.deque(maxlen=RECENT_KEPT)
         # Values lent to other processes (refs sent inside arguments), by object ID.
         self._lent: Dict[str, ObjectState] = {}
+        # runtime_env packages (working_dir, py_modules) by content hash, for the workers.
+        self.packages: Dict[str, bytes] = {}
         self._sock = _protocol.listen(bind_host)
         self.address = f"{advertise_host}:{self._sock.getsockname()[1]}"
         self._closed = False
@@ -208,6 +210,11 @@ class OwnerServer:
                 return {"ok": False, "error": f"{call.name} is not a generator task"}, b""
             call.stream._yielded(int(header.get("index", -1)), loads(payload))
             return {"ok": True}, b""
+        if op == "package":
+            data = self.packages.get(str(header.get("digest")))
+            if data is None:
+                return {"ok": False, "error": f"no package {header.get('digest')} here"}, b""
+            return {"ok": True}, data
         if op == "fetch":
             data = call.payload
             if data is None:

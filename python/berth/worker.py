@@ -147,6 +147,11 @@ class Worker:
         """Runs the task (True after it: this process may run another) or the actor (never
         returns)."""
         reply, body = self.ask_owner({"op": "fetch"})
+        if os.environ.get("BERTH_WORKING_DIR") or os.environ.get("BERTH_PY_MODULES"):
+            # Before the function is unpickled: it may import what they hold.
+            from . import _packages
+
+            _packages.apply(lambda digest: self.ask_owner({"op": "package", "digest": digest})[1])
         if reply.get("done"):
             # An earlier attempt handed the result back (its node died before the head heard
             # the exit): exit 0 without running the call again, and the task is FINISHED.

@@ -13,6 +13,8 @@
 //!                                (read by `berth logs` through [`Runner::log_file`])
 //!   work/<work_id>-<attempt>/    each attempt's working directory
 //!   fork-servers/<agent pid>.err stderr of the fork servers
+//!   packages/<hash>/             what the SDKs fetch once per node (a runtime_env's working_dir)
+//!   lease, keeper.log            the node's lease with the head and its keeper's log (`lease`)
 //! ```
 //!
 //! A start with `fork_server` set may instead be forked from a warm copy of its command (see
@@ -24,7 +26,8 @@
 //! variables, which win: `BERTH_NODE_ID`, `BERTH_NODE_IP` (the address the node registered
 //! with), `BERTH_ACTOR_ID` or `BERTH_TASK_ID`, `BERTH_NAMESPACE`, `BERTH_ATTEMPT`,
 //! `BERTH_ADDRESS` and `BERTH_WORK_KEY` (how to reach the head, and the work's credential
-//! there), `BERTH_RESOURCES` and `BERTH_INSTANCES` (what was reserved, as JSON:
+//! there), `BERTH_PACKAGES` (`work_dir/packages`, the node's cache of the SDKs' packages),
+//! `BERTH_RESOURCES` and `BERTH_INSTANCES` (what was reserved, as JSON:
 //! `{"CPU": "1", "GPU": "0.5"}`, `{"GPU": [0]}`), and `CUDA_VISIBLE_DEVICES`, exactly the GPU
 //! instance IDs
 //! reserved for it, comma-separated (empty without a GPU; a fractional share names the one
@@ -112,6 +115,9 @@ pub fn kill_recorded(dir: &Path) -> Vec<RecordedProcess> {
         })
         .collect()
 }
+
+/// The directory, in the runner's, where the SDKs keep what they fetch once per node.
+pub const PACKAGES_DIR: &str = "packages";
 
 /// The default wait between SIGTERM and SIGKILL.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
@@ -988,6 +994,8 @@ impl Shared {
         ] {
             env.insert(name.into(), value.unwrap_or_default().into());
         }
+        // Where the SDKs keep what they fetch once per node (a runtime_env's working_dir).
+        env.insert("BERTH_PACKAGES".into(), self.dir.join(PACKAGES_DIR).into());
         env
     }
 
