@@ -100,6 +100,25 @@ class ActorsAndTasksTest extends ClusterTest {
   }
 
   @Test
+  void theOwnerServiceListensOnTheAddressThatReachesTheHeadNotEveryInterface() throws Exception {
+    String[] listen = Berth.listenAddress("http://" + cluster.address);
+    assertEquals("127.0.0.1", listen[0], "loopback toward a local head");
+    assertEquals("127.0.0.1", listen[1]);
+    assertTrue(Berth.session().owner.address.startsWith("127.0.0.1:"), Berth.session().owner.address);
+    System.setProperty("berth.bind", "0.0.0.0");
+    try {
+      String[] every = Berth.listenAddress("http://" + cluster.address);
+      assertEquals("0.0.0.0", every[0]);
+      assertEquals("127.0.0.1", every[1], "announced as the outward address");
+      System.setProperty("berth.bind", "192.0.2.1");
+      var refused = assertThrows(BerthException.class, () -> Berth.listen(Berth.listenAddress("x")[0]));
+      assertEquals("bind", refused.field());
+    } finally {
+      System.clearProperty("berth.bind");
+    }
+  }
+
+  @Test
   void getTimesOut() {
     ActorHandle<Counter> counter = Berth.actor(Counter::new, 0).remote();
     assertEquals(0, counter.task(Counter::getValue).remote().get(60_000));
