@@ -250,6 +250,18 @@ public final class Berth {
     }
   }
 
+  /**
+   * Keeps {@code value} in this process and returns a ref to it (as {@code Ray.put}): pass it to
+   * tasks and actor methods whose parameter is declared {@code ObjectRef<T>}; they fetch the
+   * value from this process (as JSON) when they get it.
+   */
+  public static <T> ObjectRef<T> put(T value) {
+    if (value instanceof ObjectRef<?>) {
+      throw new BerthException("put() of an ObjectRef: pass the ref itself");
+    }
+    return ObjectRef.of(value);
+  }
+
   /** This process's context, as Ray's: its job, namespace and, in a worker, work and node. */
   public static RuntimeContext getRuntimeContext() {
     return new RuntimeContext();

@@ -15,9 +15,91 @@ public final class ObjectRef<R> {
   private final String describe;
   /** What the result waits on (its task or actor), checked while a caller waits; null: nothing. */
   volatile Infeasible waitsOn;
+  /** {object ID, key} once this process lends the value to others. */
+  String[] lentAs;
+  /** {owner address, object ID, key} of a value another process holds; null for a local one. */
+  private final String[] origin;
+  private final java.lang.reflect.Type type;
+  private final java.util.concurrent.atomic.AtomicBoolean fetching = new java.util.concurrent.atomic.AtomicBoolean();
 
   ObjectRef(String describe) {
     this.describe = describe;
+    this.origin = null;
+    this.type = Object.class;
+  }
+
+  private ObjectRef(String describe, String[] origin, java.lang.reflect.Type type) {
+    this.describe = describe;
+    this.origin = origin;
+    this.type = type;
+  }
+
+  /** A ref resolved with {@code value} (what {@link Berth#put} returns). */
+  static <T> ObjectRef<T> of(T value) {
+    var ref = new ObjectRef<T>("put");
+    ref.future.complete(value);
+    return ref;
+  }
+
+  /**
+   * How a ref travels inside an argument (a method parameter declared {@code ObjectRef<T>}): its
+   * holder's owner service, an object ID and a key; the process that gets it fetches the value
+   * from there, straight, on its first {@code get}.
+   */
+  @com.fasterxml.jackson.annotation.JsonValue
+  java.util.Map<String, Object> toJson() {
+    String[] at = origin;
+    if (at == null) {
+      String[] lent = Berth.session().owner.lend(this);
+      at = new String[] {Berth.session().owner.address, lent[0], lent[1]};
+    }
+    return java.util.Map.of("berth_ref", java.util.Map.of("owner", at[0], "id", at[1], "key", at[2],
+        "describe", describe));
+  }
+
+  /** The ref {@link #toJson} made, in the process that got it, its value of {@code type}. */
+  static ObjectRef<Object> fromJson(com.fasterxml.jackson.databind.JsonNode json, java.lang.reflect.Type type) {
+    var ref = json.path("berth_ref");
+    if (!ref.isObject()) {
+      throw new IllegalArgumentException("an ObjectRef parameter takes a ref, not " + json);
+    }
+    return new ObjectRef<>(ref.path("describe").asText("ref"), new String[] {ref.path("owner").asText(),
+        ref.path("id").asText(), ref.path("key").asText()}, type);
+  }
+
+  /** Fetches a value another process holds, once, on a thread of its own. */
+  private void fetch() {
+    if (origin == null || future.isDone() || !fetching.compareAndSet(false, true)) {
+      return;
+    }
+    Thread t = new Thread(() -> {
+      int colon = origin[0].lastIndexOf(':');
+      try (var socket = new java.net.Socket(origin[0].substring(0, colon), Integer.parseInt(origin[0].substring(colon + 1)))) {
+        var out = new java.io.DataOutputStream(new java.io.BufferedOutputStream(socket.getOutputStream()));
+        var in = new java.io.DataInputStream(new java.io.BufferedInputStream(socket.getInputStream()));
+        Frames.send(out, java.util.Map.of("op", "object", "id", origin[1], "key", origin[2]), new byte[0]);
+        Frames.Frame reply = Frames.recv(in);
+        if (!Boolean.TRUE.equals(reply.header().get("ok"))) {
+          throw new BerthException(describe + ": its holder refused it: " + reply.header().get("error"));
+        }
+        if ("ok".equals(reply.header().get("status"))) {
+          @SuppressWarnings("unchecked")
+          R value = (R) Frames.JSON.readValue(reply.payload(), Frames.JSON.constructType(type));
+          future.complete(value);
+        } else {
+          var error = Frames.JSON.readTree(reply.payload());
+          future.completeExceptionally(new BerthException.TaskException(error.path("type").asText(),
+              error.path("message").asText(), error.path("traceback").asText()));
+        }
+      } catch (java.io.IOException e) {
+        future.completeExceptionally(new BerthException(null, describe + ": the process that holds it ("
+            + origin[0] + ") is gone: " + e.getMessage(), e));
+      } catch (RuntimeException e) {
+        future.completeExceptionally(e);
+      }
+    }, "berth-fetch");
+    t.setDaemon(true);
+    t.start();
   }
 
   /** Waits for the result; a remote exception is thrown as {@link BerthException.TaskException}. */
@@ -32,6 +114,7 @@ public final class ObjectRef<R> {
 
   /** Waits {@code timeoutNanos} (Long.MAX_VALUE: without end), checking what it waits on as it goes. */
   private R await(long timeoutNanos, long timeoutMs) {
+    fetch();
     long start = System.nanoTime();
     Infeasible target = waitsOn;
     Infeasible.Watch watch = target == null ? null : target.watch();

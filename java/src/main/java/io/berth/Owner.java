@@ -195,7 +195,42 @@ final class Owner {
     }
   }
 
+  /** Values lent to other processes (refs passed as arguments), by object ID: {ref, key}. */
+  private final Map<String, Object[]> lent = new ConcurrentHashMap<>();
+
+  /**
+   * Makes {@code ref}'s value fetchable by the processes a ref to it is sent to: its object ID
+   * and the key a fetch must show (kept while this process lives).
+   */
+  synchronized String[] lend(ObjectRef<?> ref) {
+    if (ref.lentAs == null) {
+      ref.lentAs = new String[] {UUID.randomUUID().toString().replace("-", ""), UUID.randomUUID().toString()};
+      lent.put(ref.lentAs[0], new Object[] {ref, ref.lentAs[1]});
+    }
+    return ref.lentAs;
+  }
+
+  /** A lent value, once it is there (JSON), or its error. */
+  private Frames.Frame object(Map<String, Object> header) {
+    Object[] entry = lent.get(String.valueOf(header.get("id")));
+    if (entry == null || !(header.get("key") instanceof String k) || !MessageDigest.isEqual(
+        k.getBytes(StandardCharsets.UTF_8), ((String) entry[1]).getBytes(StandardCharsets.UTF_8))) {
+      return reply(Map.of("ok", false, "error", "no such object here (wrong ID or key)"));
+    }
+    ObjectRef<?> ref = (ObjectRef<?>) entry[0];
+    try {
+      return new Frames.Frame(Map.of("ok", true, "status", "ok"), Frames.json(ref.get()));
+    } catch (BerthException e) {
+      return new Frames.Frame(Map.of("ok", true, "status", "error"),
+          Frames.json(Map.of("type", e.getClass().getName(), "message", String.valueOf(e.getMessage()),
+              "traceback", "")));
+    }
+  }
+
   private Frames.Frame handle(Map<String, Object> header, byte[] payload) {
+    if ("object".equals(header.get("op"))) {
+      return object(header);
+    }
     String id = String.valueOf(header.get("call"));
     Object op = header.get("op");
     Delivered done;

@@ -327,7 +327,15 @@ public final class Worker {
     }
     Object[] out = new Object[types.length];
     for (int i = 0; i < types.length; i++) {
-      out[i] = Frames.JSON.convertValue(args.get(i), Frames.JSON.constructType(types[i]));
+      Type type = types[i];
+      if (type instanceof java.lang.reflect.ParameterizedType p && p.getRawType() == ObjectRef.class) {
+        // A ref: fetched from the process that holds it when the method gets it.
+        out[i] = ObjectRef.fromJson(args.get(i), p.getActualTypeArguments()[0]);
+      } else if (type == ObjectRef.class) {
+        out[i] = ObjectRef.fromJson(args.get(i), Object.class);
+      } else {
+        out[i] = Frames.JSON.convertValue(args.get(i), Frames.JSON.constructType(type));
+      }
     }
     return out;
   }

@@ -119,6 +119,16 @@ class ActorsAndTasksTest extends ClusterTest {
   }
 
   @Test
+  void putValuesAndRefsPassedAsRefsAreFetchedFromTheirHolder() {
+    ObjectRef<Integer> twenty = Berth.put(20);
+    assertEquals(20, twenty.get());
+    ObjectRef<Integer> pending = Berth.task(Tasks::square, 5).remote();
+    assertEquals(45, Berth.task(Tasks::total, twenty, pending).remote().get(60_000));
+    var refused = assertThrows(BerthException.class, () -> Berth.put(twenty));
+    assertTrue(refused.getMessage().contains("put() of an ObjectRef"), refused.getMessage());
+  }
+
+  @Test
   void getTimesOut() {
     ActorHandle<Counter> counter = Berth.actor(Counter::new, 0).remote();
     assertEquals(0, counter.task(Counter::getValue).remote().get(60_000));

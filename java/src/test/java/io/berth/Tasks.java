@@ -36,6 +36,11 @@ public final class Tasks {
         "resources", c.getAssignedResources(), "ids", c.getResourceIds(), "namespace", c.getNamespace());
   }
 
+  /** Adds two values it gets from the processes that hold them. */
+  public static int total(ObjectRef<Integer> a, ObjectRef<Integer> b) {
+    return a.get(60_000) + b.get(60_000);
+  }
+
   /** Always throws. */
   public static String fail(String why) {
     throw new IllegalArgumentException(why);
