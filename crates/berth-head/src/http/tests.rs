@@ -204,6 +204,9 @@ fn owner(
                 Command::CancelTask { reply, .. } => {
                     let _ = reply.send(err.map_or_else(|| Ok(task(1)), Err));
                 }
+                Command::TasksDelivered { ids, reply } => {
+                    let _ = reply.send(err.map_or_else(|| Ok(ids), Err));
+                }
                 Command::RemoveGroup { reply, .. } => {
                     let _ = reply.send(err.map_or_else(|| Ok(group(1, GroupState::Removed)), Err));
                 }
@@ -380,6 +383,12 @@ fn routes() -> Vec<(Method, &'static str, &'static str, Option<&'static str>)> {
             "/api/v1/tasks:wait",
             Some(r#"{"task_ids": ["task-1"], "timeout_s": 0}"#),
         ),
+        (
+            Method::POST,
+            "/api/v1/tasks:delivered",
+            "/api/v1/tasks:delivered",
+            Some(r#"{"task_ids": ["task-1"]}"#),
+        ),
         (Method::POST, "/api/v1/placement_groups", "/api/v1/placement_groups", Some(group)),
         (Method::GET, "/api/v1/placement_groups", "/api/v1/placement_groups", None),
         (Method::GET, "/api/v1/placement_groups/pg-1", "/api/v1/placement_groups/{id}", None),
@@ -477,11 +486,11 @@ async fn http_every_route_answers_with_the_token() {
     }
     drop(h.router);
     drop(h.view);
-    // 22 commands: drain, undrain, 2 taints, 2 labels, resources, create actor, kill, submit, 2
-    // batches, cancel, create group, remove, create job, renew, finish, stop, dry run,
-    // autoscaler plan, and the token list written after the create (the revoke of an unknown
-    // token fails before it).
-    assert_eq!(owner.await.unwrap(), 22);
+    // 23 commands: drain, undrain, 2 taints, 2 labels, resources, create actor, kill, submit, 2
+    // batches, cancel, delivered, create group, remove, create job, renew, finish, stop, dry
+    // run, autoscaler plan, and the token list written after the create (the revoke of an
+    // unknown token fails before it).
+    assert_eq!(owner.await.unwrap(), 23);
 }
 
 #[tokio::test]
