@@ -10,17 +10,6 @@ import os
 import sys
 from typing import Dict, List, Optional
 
-# Quantity suffixes of the head's resource amounts (memory: `4Gi`, `512M`).
-_SUFFIXES = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
-             "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "k": 10**3}
-
-
-def _amount(text: str) -> float:
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if text.endswith(suffix):
-            return float(text[:-len(suffix)]) * _SUFFIXES[suffix]
-    return float(text)
-
 
 def _runtime():
     return getattr(sys.modules.get("berth._runtime"), "_current", None)
@@ -77,8 +66,10 @@ class RuntimeContext:
     def get_assigned_resources(self) -> Dict[str, float]:
         """Inside a worker, what was reserved for its work, by resource (``{"CPU": 1.0, "GPU":
         0.5}``; memory in bytes); empty in a driver."""
+        from ._cluster import quantity
+
         raw = json.loads(os.environ.get("BERTH_RESOURCES") or "{}")
-        return {name: _amount(str(amount)) for name, amount in raw.items()}
+        return {name: quantity(str(amount)) for name, amount in raw.items()}
 
     def get_accelerator_ids(self) -> Dict[str, List[str]]:
         """Inside a worker, the instance IDs reserved for its work, by resource (``{"GPU":

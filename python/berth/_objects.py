@@ -103,6 +103,7 @@ class ObjectRef:
         import concurrent.futures
 
         fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._state.start()
 
         def watch() -> None:
             self._state.event.wait()

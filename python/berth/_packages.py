@@ -36,6 +36,10 @@ def pack(field: str, path: object) -> Tuple[str, bytes]:
 
 
 def _zip(field: str, root: Path, keep_name: bool) -> Tuple[str, bytes]:
+    total = root.stat().st_size if root.is_file() else sum(
+        p.stat().st_size for p in root.rglob("*") if p.is_file() and not SKIPPED.intersection(p.parts))
+    if total > MAX_PACKAGE_BYTES:
+        raise InvalidRequestError(field, f"{root} holds more than {MAX_PACKAGE_BYTES >> 20} MiB")
     if root.is_file():
         if root.suffix != ".py":
             raise InvalidRequestError(field, f"{root} is a file: give a directory, or a .py module")
@@ -63,31 +67,38 @@ def _zip(field: str, root: Path, keep_name: bool) -> Tuple[str, bytes]:
     return digest.hexdigest()[:32], buf.getvalue()
 
 
-def runtime_env_packages(runtime_env: dict, packages: Dict[str, bytes]) -> Dict[str, str]:
+def runtime_env_packages(runtime_env: dict, packages: Dict[str, bytes],
+                         packed: Dict[Tuple[str, str], str]) -> Dict[str, str]:
     """Packs ``runtime_env``'s ``working_dir`` and ``py_modules`` into ``packages`` (hash to
-    archive, what the owner serves); the variables that tell the worker which to use."""
+    archive, what the owner serves); the variables that tell the worker which to use. A path
+    already packed in this session (``packed``: (field, path) to hash) is not packed again."""
     env: Dict[str, str] = {}
+
+    def digest_of(field: str, path: object) -> str:
+        key = (field.split("[")[0], str(path))
+        if key not in packed:
+            digest, data = pack(field, path)
+            packages[digest] = data
+            packed[key] = digest
+        return packed[key]
+
     working_dir = runtime_env.get("working_dir")
     if working_dir is not None:
-        digest, data = pack("runtime_env.working_dir", working_dir)
-        packages[digest] = data
-        env["BERTH_WORKING_DIR"] = digest
+        env["BERTH_WORKING_DIR"] = digest_of("runtime_env.working_dir", working_dir)
     modules = runtime_env.get("py_modules")
     if modules is not None:
         if not isinstance(modules, (list, tuple)):
             raise InvalidRequestError("runtime_env.py_modules", "must be a list of local module directories or files")
-        digests = []
-        for i, module in enumerate(modules):
-            digest, data = pack(f"runtime_env.py_modules[{i}]", module)
-            packages[digest] = data
-            digests.append(digest)
-        env["BERTH_PY_MODULES"] = ",".join(digests)
+        env["BERTH_PY_MODULES"] = ",".join(
+            digest_of(f"runtime_env.py_modules[{i}]", module) for i, module in enumerate(modules))
     return env
 
 
 def ensure(digest: str, fetch) -> Path:
     """The directory of package ``digest`` on this node: unpacked from ``fetch()`` (its archive's
     bytes) the first time, by whichever worker gets there first."""
+    if len(digest) != 32 or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"{digest!r} is not a package's hash")
     cache = Path(os.environ.get("BERTH_PACKAGES") or Path.home() / ".berth" / "packages")
     target = cache / digest
     if target.is_dir():
@@ -95,14 +106,18 @@ def ensure(digest: str, fetch) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     staging = cache / f".{digest}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    with zipfile.ZipFile(io.BytesIO(fetch())) as archive:
-        for info in archive.infolist():
-            if info.filename.startswith("/") or ".." in Path(info.filename).parts:
-                raise ValueError(f"package {digest} names a path outside itself: {info.filename}")
-            archive.extract(info, staging)
-            mode = (info.external_attr >> 16) & 0o777
-            if mode:
-                os.chmod(staging / info.filename, mode)
+    try:
+        with zipfile.ZipFile(io.BytesIO(fetch())) as archive:
+            for info in archive.infolist():
+                if info.filename.startswith("/") or ".." in Path(info.filename).parts:
+                    raise ValueError(f"package {digest} names a path outside itself: {info.filename}")
+                archive.extract(info, staging)
+                mode = (info.external_attr >> 16) & 0o777
+                if mode:
+                    os.chmod(staging / info.filename, mode)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     try:
         staging.rename(target)
     except OSError:

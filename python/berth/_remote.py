@@ -26,9 +26,9 @@ from .exceptions import (
 WORKER_ARGS = ["-m", "berth.worker"]
 
 
-def _worker_env(runtime, call: Call, options: Dict[str, Any], packed: Dict[int, Dict[str, str]]) -> Dict[str, str]:
+def _worker_env(runtime, call: Call, options: Dict[str, Any]) -> Dict[str, str]:
     """The worker's own variables: its owner and call, and the packages its runtime_env names
-    (packed once per function or class and session: ``packed``)."""
+    (each directory packed once per session)."""
     env = {
         "BERTH_OWNER": runtime.owner.address,
         "BERTH_CALL": call.id,
@@ -36,12 +36,9 @@ def _worker_env(runtime, call: Call, options: Dict[str, Any], packed: Dict[int, 
     }
     runtime_env = options.get("runtime_env")
     if isinstance(runtime_env, dict) and ("working_dir" in runtime_env or "py_modules" in runtime_env):
-        if id(runtime) not in packed:
-            from . import _packages
+        from . import _packages
 
-            packed.clear()
-            packed[id(runtime)] = _packages.runtime_env_packages(runtime_env, runtime.owner.packages)
-        env.update(packed[id(runtime)])
+        env.update(_packages.runtime_env_packages(runtime_env, runtime.owner.packages, runtime.packed))
     return env
 
 
@@ -67,8 +64,6 @@ class RemoteFunction:
         self._function = function
         self._options = _options.validate_options(dict(options), "task")
         self._pickled: Optional[bytes] = None
-        # Its runtime_env's packages, packed once per session (see _worker_env).
-        self._packed: Dict[int, Dict[str, str]] = {}
         functools.update_wrapper(self, function)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -100,7 +95,7 @@ class RemoteFunction:
         call = Call("task", b"", states, name)
         if streaming:
             call.stream = ObjectRefGenerator(states[0])
-        body = _options.task_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call, self._options, self._packed))
+        body = _options.task_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call, self._options))
         body["fork_server"] = runtime.fork_server
         body.setdefault("name", name[:253])
         body.setdefault("namespace", runtime.namespace)
@@ -164,7 +159,6 @@ class ActorClass:
         self._cls = cls
         self._options = _options.validate_options(dict(options), "actor")
         self._pickled: Optional[bytes] = None
-        self._packed: Dict[int, Dict[str, str]] = {}
         self.__name__ = cls.__name__
         self.__qualname__ = cls.__qualname__
         self.__doc__ = cls.__doc__
@@ -195,7 +189,7 @@ class ActorClass:
         spec = {"cls": loads(self._pickled), "args": args, "kwargs": kwargs,
                 "max_concurrency": self._options.get("max_concurrency")}
         call = Call("actor", dumps(spec), [], name)
-        body = _options.actor_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call, self._options, self._packed))
+        body = _options.actor_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call, self._options))
         body["fork_server"] = runtime.fork_server
         body.setdefault("namespace", runtime.namespace)
         body.update(runtime.ownership())

@@ -15,7 +15,7 @@ import threading
 import time
 import unicodedata
 import uuid
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from . import _protocol
 from ._client import Client, discover
@@ -68,8 +68,14 @@ class Runtime:
         if self.owner_id is not None:
             self.job_id = os.environ.get("BERTH_JOB_ID") or None
         else:
-            self.job = JobLease.create(client, namespace, job_lease_s)
+            try:
+                self.job = JobLease.create(client, namespace, job_lease_s)
+            except BaseException:
+                self.owner.close()
+                raise
             self.job_id = self.job.id
+        # runtime_env directories packed this session: (field, path) to content hash.
+        self.packed: Dict[Tuple[str, str], str] = {}
         # Who this driver is, for its workers' environment: a worker process is reused only
         # for the same driver's work (a later driver on the same port is another).
         self.driver_id = uuid.uuid4().hex

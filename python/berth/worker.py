@@ -36,7 +36,20 @@ EXIT_SUPERSEDED = 4
 ASYNC_CONCURRENCY = 1000
 # How long a worker keeps trying to reach the driver that owns its call: longer than a job's
 # default lease (30 s), so that a killed driver's job ends (and this attempt is cancelled) first.
-OWNER_WAIT_S = float(os.environ.get("BERTH_OWNER_WAIT_S") or 60)
+def _owner_wait_s() -> float:
+    text = os.environ.get("BERTH_OWNER_WAIT_S") or "60"
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86400:
+        print(f"berth.worker: $BERTH_OWNER_WAIT_S={text!r} is not a number of seconds from 0 to 86400",
+              file=sys.stderr)
+        sys.exit(EXIT_SETUP)
+    return value
+
+
+OWNER_WAIT_S = _owner_wait_s()
 
 
 def _env(name: str) -> str:
@@ -147,17 +160,18 @@ class Worker:
         """Runs the task (True after it: this process may run another) or the actor (never
         returns)."""
         reply, body = self.ask_owner({"op": "fetch"})
-        if os.environ.get("BERTH_WORKING_DIR") or os.environ.get("BERTH_PY_MODULES"):
-            # Before the function is unpickled: it may import what they hold.
-            from . import _packages
-
-            _packages.apply(lambda digest: self.ask_owner({"op": "package", "digest": digest})[1])
         if reply.get("done"):
             # An earlier attempt handed the result back (its node died before the head heard
             # the exit): exit 0 without running the call again, and the task is FINISHED.
             print(f"berth.worker: {self.work_id}'s result has already arrived at its driver; nothing to run",
                   file=sys.stderr)
             return False
+        packaged = bool(os.environ.get("BERTH_WORKING_DIR") or os.environ.get("BERTH_PY_MODULES"))
+        if packaged:
+            # Before the function is unpickled: it may import what they hold.
+            from . import _packages
+
+            _packages.apply(lambda digest: self.ask_owner({"op": "package", "digest": digest})[1])
         if reply.get("codec") != CODEC:
             print(f"berth.worker: cannot read codec {reply.get('codec')!r}", file=sys.stderr)
             sys.exit(EXIT_SETUP)
@@ -167,7 +181,8 @@ class Worker:
             return False
         again = self.run_task(spec)
         _owner_conns[self.owner] = self.owner_conn
-        return again
+        # Its packages changed this process's path and modules: no other task may inherit them.
+        return again and not packaged
 
     def run_task(self, spec) -> bool:
         """Runs the function and hands back its result; True when this process may run
@@ -307,13 +322,19 @@ class ActorServer:
         cls = type(instance)
         self.loop = None
         self.pool = None
-        if any(inspect.iscoroutinefunction(getattr(cls, n, None)) for n in dir(cls) if not n.startswith("__")):
+        if any(inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m)
+               for n in dir(cls) if not n.startswith("__") for m in [getattr(cls, n, None)]):
             import asyncio
 
             self.loop = asyncio.new_event_loop()
             limit = int(concurrency or ASYNC_CONCURRENCY)
-            self.slots = asyncio.Semaphore(limit)
             threading.Thread(target=self.loop.run_forever, daemon=True, name="berth-actor-loop").start()
+
+            async def slots():
+                return asyncio.Semaphore(limit)
+
+            # Made on its loop (before Python 3.10 a semaphore binds to the loop it is made on).
+            self.slots = asyncio.run_coroutine_threadsafe(slots(), self.loop).result()
         elif int(concurrency or 1) > 1:
             # max_concurrency > 1 runs that many calls at once, on threads.
             self.pool = ThreadPoolExecutor(int(concurrency), thread_name_prefix="berth-actor")

@@ -134,7 +134,7 @@ def test_bad_input_is_refused_with_the_head_s_fields_and_rules():
     refused("labels", "is an option of actors", task, labels={"a": "b"})
     refused("max_retries", "below 0", task, max_retries=-2)
     refused("max_restarts", "below -1", actor, max_restarts=-2)
-    refused("runtime_env.working_dir", "not supported", task, runtime_env={"working_dir": "."})
+    refused("runtime_env.pip", "not supported", task, runtime_env={"pip": ["requests"]})
     refused("runtime_env.env_vars.BERTH_X", "set by Berth", task, runtime_env={"env_vars": {"BERTH_X": "1"}})
     refused("scheduling_strategy", "unknown strategy", task, scheduling_strategy="closest")
     refused("label_selector", "not allowed with a placement group strategy", task,

@@ -174,6 +174,8 @@ mod keeper {
     pub struct LeaseFile {
         file: File,
         lease: Mutex<Lease>,
+        /// The agent that held the lease before this one, if any.
+        pub previous: Option<u64>,
     }
 
     impl LeaseFile {
@@ -188,14 +190,14 @@ mod keeper {
                     break agent;
                 }
             };
-            let lease = locked(&file, FlockArg::LockExclusive, |file| {
-                let lease = match read_from(file) {
-                    Some(old) => Lease { agent, ..old },
-                    None => Lease::renewed(clock_ms(), first, agent),
+            let (lease, previous) = locked(&file, FlockArg::LockExclusive, |file| {
+                let (lease, previous) = match read_from(file) {
+                    Some(old) => (Lease { agent, ..old }, Some(old.agent)),
+                    None => (Lease::renewed(clock_ms(), first, agent), None),
                 };
-                file.write_all_at(&lease.encode(), 0).map(|()| lease)
+                file.write_all_at(&lease.encode(), 0).map(|()| (lease, previous))
             })??;
-            Ok(LeaseFile { file, lease: Mutex::new(lease) })
+            Ok(LeaseFile { file, lease: Mutex::new(lease), previous })
         }
 
         /// The head heard a beat made at `sent_ms` (the node's clock), and declares the node
@@ -222,6 +224,15 @@ mod keeper {
         /// The lease as last written.
         pub fn current(&self) -> Lease {
             *self.lease.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        /// Gives the lease back to the agent `previous` (this agent could not start its keeper:
+        /// the earlier keeper must go on guarding what this agent would have adopted).
+        pub fn give_back(&self, previous: u64) {
+            let lease = Lease { agent: previous, ..self.current() };
+            let _ = locked(&self.file, FlockArg::LockExclusive, |file| {
+                file.write_all_at(&lease.encode(), 0)
+            });
         }
     }
 
@@ -258,13 +269,15 @@ mod keeper {
         let _lock =
             Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
         info!(dir = %dir.display(), agent = format!("{ours:016x}"), "keeping the node's lease");
-        let mut keeper = Keeper { dir: dir.to_path_buf(), lease_file, fenced: None };
+        let keeper = Keeper { dir: dir.to_path_buf(), lease_file };
         loop {
             if let Ok(Some(lease)) = locked(&keeper.lease_file, FlockArg::LockShared, read_from) {
                 last = lease;
             }
             let now = clock_ms();
-            if last.expired(now) && keeper.fenced != Some(last.expires_ms) {
+            // Every poll while it ran out: a process recorded after a kill (a start that was
+            // under way) is killed at the next.
+            if last.expired(now) {
                 keeper.fence(now);
             }
             if gone.load(Ordering::Acquire) {
@@ -284,13 +297,12 @@ mod keeper {
     struct Keeper {
         dir: PathBuf,
         lease_file: File,
-        /// The lease (its end) whose processes were killed.
-        fenced: Option<u64>,
     }
 
     impl Keeper {
-        /// Kills every recorded process if, under the lease's lock, the lease still ran out.
-        fn fence(&mut self, now: u64) {
+        /// Kills every recorded process still running if, under the lease's lock, the lease
+        /// still ran out.
+        fn fence(&self, now: u64) {
             let dir = self.dir.clone();
             let done = locked(&self.lease_file, FlockArg::LockExclusive, |file| {
                 let lease = read_from(file)?;
@@ -300,7 +312,6 @@ mod keeper {
                 Some((lease, crate::process::kill_recorded(&dir)))
             });
             let Ok(Some((lease, killed))) = done else { return };
-            self.fenced = Some(lease.expires_ms);
             let silent = now.saturating_sub(lease.acked_ms);
             for entry in &killed {
                 logs::note(

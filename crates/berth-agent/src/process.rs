@@ -508,7 +508,18 @@ impl ProcessRunner {
         });
         shared.adopt(file);
         let keeper = match &options.keeper {
-            Some(command) => Some(start_keeper(command, &shared.dir)?),
+            Some(command) => match start_keeper(command, &shared.dir) {
+                Ok(stdin) => Some(stdin),
+                Err(e) => {
+                    // The earlier keeper goes on guarding what this runner would have adopted.
+                    if let Some(lease) = &shared.lease {
+                        if let Some(previous) = lease.previous {
+                            lease.give_back(previous);
+                        }
+                    }
+                    return Err(e);
+                }
+            },
             None => None,
         };
         Ok(ProcessRunner { shared, _lock: lock, _keeper: keeper })
@@ -689,9 +700,21 @@ fn start_keeper(
         .spawn()
         .map_err(failed)?;
     let stdin = child.stdin.take().expect("piped");
-    // Reaped when it ends (it may outlive this process, then init reaps it).
-    let _ =
-        std::thread::Builder::new().name("berth-keeper-wait".into()).spawn(move || child.wait());
+    // Reaped when it ends (it may outlive this process, then init reaps it). A keeper that
+    // ended badly leaves the node unguarded: said loudly.
+    let log = log_path.clone();
+    let _ = std::thread::Builder::new().name("berth-keeper-wait".into()).spawn(move || match child
+        .wait()
+    {
+        Ok(status) if status.success() => {}
+        Ok(status) => warn!(
+            %status,
+            log = %log.display(),
+            "the node's keeper ended badly: this node's work is no longer stopped when its \
+             lease with the head runs out (restart the agent)"
+        ),
+        Err(e) => warn!("cannot wait for the node's keeper: {e}"),
+    });
     Ok(stdin)
 }
 

@@ -155,7 +155,8 @@ pub trait Runner: Send + Sync + 'static {
     /// [`crate::lease::clock_ms`]) and declares it dead after `timeout` of silence: the node's
     /// lease runs on (see [`crate::lease`]). Called at every registration, before any
     /// assignment of that session, and for every heartbeat the head answered, from the
-    /// agents' lane: it must not wait on anything but a file lock held for microseconds.
+    /// agents' lane: it must not wait on anything but the lease file's lock (which the keeper
+    /// holds for milliseconds, while it kills a node's work whose lease ran out).
     /// Runners without processes to stop ignore it (the default).
     fn renew_lease(&self, sent_ms: u64, timeout: Duration) {
         let _ = (sent_ms, timeout);

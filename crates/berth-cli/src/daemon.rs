@@ -262,6 +262,20 @@ pub fn keeper(args: &KeeperArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The address the agent's processes listen on (`BERTH_NODE_IP`): the node's, unless it is the
+/// loopback default while the head is elsewhere (an agent started without `--node-ip` on
+/// another machine): then the SDKs use the address that routes to the head, as before.
+fn worker_ip(node_ip: &str, head: &str) -> Option<String> {
+    let loopback = |host: &str| {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    };
+    let first = head.split(',').next().unwrap_or_default().trim();
+    let rest = first.split_once("://").map_or(first, |(_, rest)| rest);
+    let host = rest.rsplit_once(':').map_or(rest, |(host, _)| host);
+    (!loopback(node_ip) || loopback(host)).then(|| node_ip.to_string())
+}
+
 /// How this process's agents start their keeper: this executable, `keeper`.
 fn keeper_command() -> anyhow::Result<Vec<std::ffi::OsString>> {
     let exe = std::env::current_exe().context("cannot find this executable (for the keeper)")?;
@@ -593,7 +607,7 @@ async fn run_agent(
         node_id: options.node_id.clone(),
         head: Some(config.head.clone()),
         ca_file: options.ca.clone(),
-        node_ip: Some(config.address.clone()),
+        node_ip: worker_ip(&config.address, &config.head),
         keeper: Some(keeper_command()?),
     };
     let runner = std::sync::Arc::new(
@@ -868,6 +882,18 @@ async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn workers_listen_on_the_nodes_address_unless_it_is_a_loopback_default_for_a_remote_head() {
+        assert_eq!(super::worker_ip("10.0.0.5", "http://10.0.0.1:8780"), Some("10.0.0.5".into()));
+        assert_eq!(
+            super::worker_ip("127.0.0.1", "http://127.0.0.1:8780"),
+            Some("127.0.0.1".into())
+        );
+        assert_eq!(super::worker_ip("127.0.0.1", "localhost:8780"), Some("127.0.0.1".into()));
+        assert_eq!(super::worker_ip("127.0.0.1", "https://10.0.0.1:8780,10.0.0.2:8780"), None);
+        assert_eq!(super::worker_ip("::1", "[::1]:8780"), Some("::1".into()));
+    }
     use clap::Parser;
 
     use super::*;

@@ -298,4 +298,17 @@ async fn a_task_whose_result_reached_its_owner_finishes_when_its_owner_ends() {
     assert_eq!(view.task(&other).unwrap().state, TaskState::Cancelled);
     // Marking an ended task changes nothing.
     assert!(h.tasks_delivered(vec![delivered.clone()]).await.unwrap().is_empty());
+
+    // One waiting to run (again) is done at once: it leaves the queue.
+    let mut big = task(Some(&job.job_id), None);
+    big.placement =
+        berth_api::spec::PlacementSpec::from_json(json!({"resources": {"CPU": 1000}})).unwrap();
+    let waiting = h.submit_task(big).await.unwrap().task_id.to_string();
+    assert_eq!(h.view().task(&waiting).unwrap().state, TaskState::Pending);
+    assert_eq!(h.tasks_delivered(vec![waiting.clone()]).await.unwrap(), std::slice::from_ref(&waiting));
+    let done = h.view().task(&waiting).unwrap();
+    assert_eq!(done.state, TaskState::Finished, "{:?}", done.history);
+    assert!(done.diagnosis.is_none());
+    let seq: u64 = waiting.trim_start_matches("task-").parse().unwrap();
+    assert!(!h.view().waiting.contains_key(&(berth_api::ObjectKind::Task, seq)));
 }

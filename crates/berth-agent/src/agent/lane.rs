@@ -101,6 +101,10 @@ impl<T> Drop for OnLane<T> {
     }
 }
 
+/// Beats sent and not answered after which the session is given up (the keepalive would end it
+/// too, later).
+const UNANSWERED: usize = 256;
+
 /// The session's `Heartbeat` stream: one beat every `interval`, until the stream fails.
 /// Runs on the lane; awaits nothing but the network and its ticker. Measures with `helper`'s
 /// runner, and renews its lease with every reply (the head's `timeout`).
@@ -120,8 +124,13 @@ pub(super) async fn heartbeats(
         agent_clock_ms: 0,
     };
     let (tx, rx) = mpsc::channel(4);
+    // The clocks of the beats sent, oldest first: the head answers them in order, so a reply
+    // that does not echo its beat's clock (an older head) is the oldest one's.
+    let mut sent = std::collections::VecDeque::new();
     // The first beat goes out with the stream, so a head may wait for it before answering.
-    let _ = tx.try_send(measurer.beat(&beat));
+    let first = measurer.beat(&beat);
+    sent.push_back(first.agent_clock_ms);
+    let _ = tx.try_send(first);
     let mut inbound =
         match tokio::time::timeout(CALL_TIMEOUT, client.heartbeat(ReceiverStream::new(rx))).await {
             Ok(Ok(response)) => response.into_inner(),
@@ -133,19 +142,33 @@ pub(super) async fn heartbeats(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = ticker.tick() => match tx.try_send(measurer.beat(&beat)) {
-                Ok(()) => {}
-                // The transport is not taking beats as fast as they come; skipping one is
-                // harmless.
-                Err(mpsc::error::TrySendError::Full(_)) => debug!("heartbeat skipped: stream busy"),
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    return CallEnded::Lost("the heartbeat stream closed".into())
+            _ = ticker.tick() => {
+                let next = measurer.beat(&beat);
+                let clock = next.agent_clock_ms;
+                match tx.try_send(next) {
+                    Ok(()) => sent.push_back(clock),
+                    // The transport is not taking beats as fast as they come; skipping one is
+                    // harmless.
+                    Err(mpsc::error::TrySendError::Full(_)) => debug!("heartbeat skipped: stream busy"),
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        return CallEnded::Lost("the heartbeat stream closed".into())
+                    }
                 }
-            },
+                // A head that answers nothing for this long is gone; the stream ends soon.
+                if sent.len() > UNANSWERED {
+                    return CallEnded::Lost(format!("the head answered none of {UNANSWERED} heartbeats"));
+                }
+            }
             message = inbound.message() => match message {
                 Ok(Some(reply)) => {
-                    if reply.agent_clock_ms != 0 {
-                        measurer.helper.runner().renew_lease(reply.agent_clock_ms, timeout);
+                    // The reply's beat: the oldest sent (replies come in order).
+                    let oldest = sent.pop_front();
+                    let clock = match reply.agent_clock_ms {
+                        0 => oldest,
+                        echoed => Some(echoed),
+                    };
+                    if let Some(clock) = clock {
+                        measurer.helper.runner().renew_lease(clock, timeout);
                     }
                 }
                 Ok(None) => return CallEnded::Lost("the head ended the heartbeat stream".into()),

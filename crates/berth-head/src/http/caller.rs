@@ -78,10 +78,24 @@ fn refusal(method: &Method, path: &str) -> String {
 
 impl Caller {
     /// The job this caller's reach is limited to: `None` for a token (no limit), `Some(None)`
-    /// for work of no job, `Some(Some(job))` for work of a job.
-    fn job(&self, view: &View) -> Option<Option<Arc<str>>> {
-        let Caller::Work(work_id) = self else { return None };
-        Some(job_of(view, work_id).flatten())
+    /// for work of no job, `Some(Some(job))` for work of a job. A work the head no longer
+    /// holds (ended and forgotten) reaches nothing.
+    fn job(&self, view: &View) -> Result<Option<Option<Arc<str>>>, Failure> {
+        let Caller::Work(work_id) = self else { return Ok(None) };
+        match job_of(view, work_id) {
+            Some(job) => Ok(Some(job)),
+            None => Err(forbidden(format!(
+                "{work_id} is no longer known to the head: its credential reaches nothing"
+            ))),
+        }
+    }
+
+    /// The work this caller is, for a work credential.
+    pub(crate) fn work(&self) -> Option<&str> {
+        match self {
+            Caller::Work(work_id) => Some(work_id),
+            Caller::Token(_) => None,
+        }
     }
 
     /// Makes a creation by this caller the caller's own: a work's process owns what it creates
@@ -96,7 +110,7 @@ impl Caller {
                 )));
             }
         }
-        let job = job_of(view, work_id).flatten();
+        let job = self.job(view)?.flatten();
         if let Some(asked) = ownership.job_id.as_deref() {
             if job.as_deref() != Some(asked) {
                 return Err(forbidden(format!(
@@ -112,7 +126,7 @@ impl Caller {
     /// Ok when this caller may reach the actor, task, placement group or job `id` (one the view
     /// does not hold is left to the handler's 404).
     pub(crate) fn may_reach(&self, view: &View, id: &str) -> Result<(), Failure> {
-        let Some(own) = self.job(view) else { return Ok(()) };
+        let Some(own) = self.job(view)? else { return Ok(()) };
         let theirs = match ObjectKind::parse(id) {
             Some((ObjectKind::Job, _)) => Some(Some(Arc::from(id))),
             _ => job_of(view, id),
@@ -130,7 +144,7 @@ impl Caller {
 
     /// Limits a list to this caller's job (work of no job may not list).
     pub(crate) fn scope(&self, view: &View, query: &mut ListQuery) -> Result<(), Failure> {
-        let Some(own) = self.job(view) else { return Ok(()) };
+        let Some(own) = self.job(view)? else { return Ok(()) };
         let Some(own) = own else {
             return Err(forbidden(
                 "a work credential of work of no job reads objects by ID only, not lists".into(),
@@ -166,12 +180,15 @@ fn forbidden(message: String) -> Failure {
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
-    type Rejection = std::convert::Infallible;
+    type Rejection = Failure;
 
-    /// The caller the gate found; an admin token where no gate ran (the HTTP tests' routers
-    /// always have one: this default is never relied on for a check).
+    /// The caller the gate found; a handler on a route no gate checked refuses (fails closed).
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Caller, Self::Rejection> {
-        Ok(parts.extensions.get::<Caller>().cloned().unwrap_or(Caller::Token(Role::Admin)))
+        parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| forbidden("no credential was checked for this request".into()))
     }
 }
 

@@ -91,6 +91,14 @@ pub(crate) async fn tasks_delivered(
     let view = api.handle.view();
     for id in &body.task_ids {
         caller.may_reach(&view, id)?;
+        // A process says what reached it: only a task's owner may.
+        if let (Some(me), Some(task)) = (caller.work(), view.task(id)) {
+            if task.spec.ownership.owner_id.as_deref() != Some(me) {
+                return Err(Failure::forbidden(format!(
+                    "task_ids: {id} is not owned by {me}: a process marks its own tasks only"
+                )));
+            }
+        }
     }
     drop(view);
     Ok(Json(TasksMarked { marked: api.handle.tasks_delivered(body.task_ids).await? }))

@@ -1090,6 +1090,20 @@ async fn a_work_credential_reaches_the_work_of_its_own_job_only() {
     ] {
         send(&h.router, method, path, mine, None).await.error(403, "forbidden", None);
     }
+    // A work the head no longer holds reaches nothing, not even work of no job.
+    let gone = format!("work:actor-9:{}", keys.key("actor-9"));
+    let body = send(&h.router, Method::GET, "/api/v1/tasks/task-1", Some(&gone), None).await.error(
+        403,
+        "forbidden",
+        None,
+    );
+    assert!(body["message"].as_str().unwrap().contains("no longer known"), "{body}");
+    // Only a task's owner says its result arrived.
+    let delivered = json!({"task_ids": ["task-1"]}).to_string().into();
+    let body = send(&h.router, Method::POST, "/api/v1/tasks:delivered", mine, Some(delivered))
+        .await
+        .error(403, "forbidden", None);
+    assert!(body["message"].as_str().unwrap().contains("not owned by actor-1"), "{body}");
     let forged = format!("work:actor-1:{}", keys.key("actor-2"));
     send(&h.router, Method::GET, "/api/v1/actors/actor-1", Some(&forged), None).await.error(
         401,

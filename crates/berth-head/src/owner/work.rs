@@ -495,12 +495,7 @@ impl Owner {
             )));
         }
         if self.work.known(key).delivered {
-            // Its result is with its owner: its process is done, whatever ends it now.
-            self.stop(key, "its result reached its owner");
-            let node = self.release(key);
-            let task = self.work.known(key).task_mut().expect("a task's key");
-            finish_delivered(task, None, node.as_ref());
-            self.cycle.mark_work(key);
+            self.finish_delivered_now(key, seq);
             return Ok(self.task_answer(seq));
         }
         self.stop(key, "cancelled");
@@ -525,9 +520,26 @@ impl Owner {
                 continue;
             }
             self.work.known(key).delivered = true;
+            if self.attempt_of(key).is_none() {
+                // Waiting to run again (its node died after the result arrived): it is done.
+                self.finish_delivered_now(key, seq);
+            }
             marked.push(id.clone());
         }
         marked
+    }
+
+    /// Task `seq`, whose result is with its owner, is FINISHED now: its process (if any) is
+    /// stopped, it leaves the queue, and what it held is given back.
+    fn finish_delivered_now(&mut self, key: WorkId, seq: u64) {
+        self.stop(key, "its result reached its owner");
+        self.queue.remove(&key);
+        self.view.waiting.remove(&(ObjectKind::Task, seq));
+        let node = self.release(key);
+        let task = self.work.known(key).task_mut().expect("a task's key");
+        task.diagnosis = None;
+        finish_delivered(task, None, node.as_ref());
+        self.cycle.mark_work(key);
     }
 
     /// Actors placed with `on_peer_moved: follow` whose peers moved away: restart them next

@@ -39,12 +39,6 @@ final class Client {
   }
 
   /**
-   * A client of the head at {@code address} (else $BERTH_ADDRESS, else the data directory's
-   * head-address) with {@code token} (else, inside a worker, its work's credential, which reaches
-   * the work of the worker's own job only; else $BERTH_TOKEN, else the data directory's token) and,
-   * for an https:// head, the CA file {@code ca} (else $BERTH_CA).
-   */
-  /**
    * Inside a worker, the credential of its work ({@code work:<id>:<key>}, from the ID and the work
    * key its agent gave it); null outside a worker.
    */
@@ -57,6 +51,12 @@ final class Client {
     return work == null || work.isEmpty() || key == null || key.isEmpty() ? null : "work:" + work + ":" + key;
   }
 
+  /**
+   * A client of the head at {@code address} (else $BERTH_ADDRESS, else the data directory's
+   * head-address) with {@code token} (else, inside a worker, its work's credential, which reaches
+   * the work of the worker's own job only; else $BERTH_TOKEN, else the data directory's token) and,
+   * for an https:// head, the CA file {@code ca} (else $BERTH_CA).
+   */
   Client(String address, String token, String ca) {
     Path dir = dataDir();
     if (address == null || address.isEmpty()) {

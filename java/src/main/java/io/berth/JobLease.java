@@ -103,13 +103,13 @@ final class JobLease {
     }
   }
 
+  /** Run just before the job is finished (once): the session tells the head what arrived. */
+  volatile Runnable beforeFinish;
+
   /**
    * Finishes the job (FINISHED; the head ends what it owns) and stops renewing; once only, and
    * never throws: a head that cannot be reached ends the job itself when the lease runs out.
    */
-  /** Run just before the job is finished (once): the session tells the head what arrived. */
-  volatile Runnable beforeFinish;
-
   void finish(String reason, Duration timeout) {
     if (!ended.compareAndSet(false, true)) {
       return;

@@ -60,8 +60,14 @@ public final class ObjectRef<R> {
   /** The ref {@link #toJson} made, in the process that got it, its value of {@code type}. */
   static ObjectRef<Object> fromJson(com.fasterxml.jackson.databind.JsonNode json, java.lang.reflect.Type type) {
     var ref = json.path("berth_ref");
-    if (!ref.isObject()) {
-      throw new IllegalArgumentException("an ObjectRef parameter takes a ref, not " + json);
+    for (String field : new String[] {"owner", "id", "key"}) {
+      if (!ref.path(field).isTextual() || ref.path(field).asText().isEmpty()) {
+        throw new IllegalArgumentException("an ObjectRef parameter takes a ref (berth_ref." + field
+            + " missing), not " + json);
+      }
+    }
+    if (ref.path("owner").asText().lastIndexOf(':') < 1) {
+      throw new IllegalArgumentException("berth_ref.owner: " + ref.path("owner").asText() + " is not HOST:PORT");
     }
     return new ObjectRef<>(ref.path("describe").asText("ref"), new String[] {ref.path("owner").asText(),
         ref.path("id").asText(), ref.path("key").asText()}, type);
@@ -74,7 +80,9 @@ public final class ObjectRef<R> {
     }
     Thread t = new Thread(() -> {
       int colon = origin[0].lastIndexOf(':');
-      try (var socket = new java.net.Socket(origin[0].substring(0, colon), Integer.parseInt(origin[0].substring(colon + 1)))) {
+      try (var socket = new java.net.Socket()) {
+        socket.connect(new java.net.InetSocketAddress(origin[0].substring(0, colon),
+            Integer.parseInt(origin[0].substring(colon + 1))), 30_000);
         var out = new java.io.DataOutputStream(new java.io.BufferedOutputStream(socket.getOutputStream()));
         var in = new java.io.DataInputStream(new java.io.BufferedInputStream(socket.getInputStream()));
         Frames.send(out, java.util.Map.of("op", "object", "id", origin[1], "key", origin[2]), new byte[0]);
@@ -91,6 +99,9 @@ public final class ObjectRef<R> {
           future.completeExceptionally(new BerthException.TaskException(error.path("type").asText(),
               error.path("message").asText(), error.path("traceback").asText()));
         }
+      } catch (com.fasterxml.jackson.core.JacksonException e) {
+        future.completeExceptionally(new BerthException(null, describe + ": its value is not a " + type
+            + ": " + e.getOriginalMessage(), e));
       } catch (java.io.IOException e) {
         future.completeExceptionally(new BerthException(null, describe + ": the process that holds it ("
             + origin[0] + ") is gone: " + e.getMessage(), e));

@@ -220,6 +220,9 @@ final class Owner {
     ObjectRef<?> ref = (ObjectRef<?>) entry[0];
     try {
       return new Frames.Frame(Map.of("ok", true, "status", "ok"), Frames.json(ref.get()));
+    } catch (BerthException.TaskException e) {
+      return new Frames.Frame(Map.of("ok", true, "status", "error"), Frames.json(Map.of("type", e.remoteType(),
+          "message", e.getMessage(), "traceback", e.remoteTrace())));
     } catch (BerthException e) {
       return new Frames.Frame(Map.of("ok", true, "status", "error"),
           Frames.json(Map.of("type", e.getClass().getName(), "message", String.valueOf(e.getMessage()),
