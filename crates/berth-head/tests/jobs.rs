@@ -305,7 +305,10 @@ async fn a_task_whose_result_reached_its_owner_finishes_when_its_owner_ends() {
         berth_api::spec::PlacementSpec::from_json(json!({"resources": {"CPU": 1000}})).unwrap();
     let waiting = h.submit_task(big).await.unwrap().task_id.to_string();
     assert_eq!(h.view().task(&waiting).unwrap().state, TaskState::Pending);
-    assert_eq!(h.tasks_delivered(vec![waiting.clone()]).await.unwrap(), std::slice::from_ref(&waiting));
+    assert_eq!(
+        h.tasks_delivered(vec![waiting.clone()]).await.unwrap(),
+        std::slice::from_ref(&waiting)
+    );
     let done = h.view().task(&waiting).unwrap();
     assert_eq!(done.state, TaskState::Finished, "{:?}", done.history);
     assert!(done.diagnosis.is_none());
