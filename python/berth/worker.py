@@ -399,11 +399,7 @@ class ActorServer:
             method, args, kwargs = self._method(header, payload)
             value = method(*args, **kwargs)
             if isinstance(value, (types.GeneratorType, types.AsyncGeneratorType)):
-                count = 0
-                for item in _values(value):
-                    self._reply(conn, send_lock, {"seq": seq, "status": "yield", "index": count}, dumps(item))
-                    count += 1
-                value = count
+                value = self._stream(conn, send_lock, seq, _values(value))
             reply, body = {"seq": seq, "status": "ok"}, dumps(value)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             reply, body = self._failed(seq, e, full)
@@ -424,20 +420,27 @@ class ActorServer:
                     value = await value
                 elif isinstance(value, types.AsyncGeneratorType):
                     count = 0
-                    async for item in value:
-                        self._reply(conn, send_lock, {"seq": seq, "status": "yield", "index": count}, dumps(item))
+                    async for item in value:  # each sent as soon as it is yielded
+                        self._yielded(conn, send_lock, seq, count, item)
                         count += 1
                     value = count
                 elif isinstance(value, types.GeneratorType):
-                    count = 0
-                    for item in value:
-                        self._reply(conn, send_lock, {"seq": seq, "status": "yield", "index": count}, dumps(item))
-                        count += 1
-                    value = count
+                    value = self._stream(conn, send_lock, seq, value)
                 reply, body = {"seq": seq, "status": "ok"}, dumps(value)
             except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
                 reply, body = self._failed(seq, e, full)
         self._reply(conn, send_lock, reply, body)
+
+    def _stream(self, conn: socket.socket, send_lock, seq, values) -> int:
+        """Sends each of ``values`` to the caller as it comes; returns how many."""
+        count = 0
+        for item in values:
+            self._yielded(conn, send_lock, seq, count, item)
+            count += 1
+        return count
+
+    def _yielded(self, conn: socket.socket, send_lock, seq, index: int, item) -> None:
+        self._reply(conn, send_lock, {"seq": seq, "status": "yield", "index": index}, dumps(item))
 
     def _method(self, header: dict, payload: bytes):
         args, kwargs = loads(payload)

@@ -136,6 +136,15 @@ def berth_session(cluster):
     berth.shutdown()
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (exists and is not a zombie), read from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X", "x")
+
+
 # A cluster of separate processes: a head and two agents, each in its own data directory.
 
 

@@ -19,6 +19,8 @@ from berth.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
 )
 
+from conftest import process_alive
+
 WAIT_S = 60.0
 
 
@@ -71,13 +73,6 @@ def _until(what, probe):
         time.sleep(0.05)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X", "x")
-    except OSError:
-        return False
-
 
 def _pids(actor: dict):
     return [int(e["message"][4:]) for e in actor["history"]
@@ -123,7 +118,7 @@ def test_work_from_any_node_and_the_tree_ends_with_its_root(two_machines):
             client.get(f"/api/v1/actors/{w}")))
         assert trainer.actor_id in dead["death_reason"], dead
     for pid in pids:
-        _until(f"process {pid} gone", lambda p=pid: not _alive(p))
+        _until(f"process {pid} gone", lambda p=pid: not process_alive(p))
 
 
 @pytest.mark.parametrize("other", ["job", "none"])

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import berth
 from berth.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from conftest import process_alive
 
 # Generous bounds on waits for observable state; the figures are printed.
 WAIT_S = 60.0
@@ -27,13 +28,6 @@ class Counter:
         self.n += 1
         return os.getpid(), self.n
 
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X", "x")
 
 
 def test_a_caller_never_hears_from_the_copy_on_a_lost_node(two_machines):
@@ -64,12 +58,12 @@ def test_a_caller_never_hears_from_the_copy_on_a_lost_node(two_machines):
         if dead_seen is None and client.get("/api/v1/nodes/a")["state"] == "DEAD":
             dead_seen = time.monotonic() - killed
             # The keeper killed the copy before the head could call its node dead.
-            assert not _alive(old_pid), f"node a is DEAD and its copy {old_pid} still runs"
+            assert not process_alive(old_pid), f"node a is DEAD and its copy {old_pid} still runs"
     actor = client.get(f"/api/v1/actors/{counter.actor_id}")
     assert (actor["state"], actor["node_id"], actor["restarts"]) == ("ALIVE", "b", 1), actor
     # The new copy counts from 1: nothing of the old one's state, and it never answered again.
     assert [n for _, pid, n in answers if pid == new_pid][:3] == [1, 2, 3], answers
-    assert not _alive(old_pid)
+    assert not process_alive(old_pid)
     keeper = (root / "a" / "agents" / "a" / "keeper.log").read_text()
     assert "the node's lease ran out" in keeper, keeper
     old_answers = [a for a in answers if a[1] == old_pid]

@@ -14,7 +14,7 @@ import pytest
 
 from berth._client import Client
 
-from conftest import REPO
+from conftest import REPO, process_alive
 
 SDK = REPO / "python"
 DEADLINE_S = 60.0
@@ -37,13 +37,6 @@ def _until(what: str, probe):
         assert time.monotonic() < deadline, f"{what} within {DEADLINE_S} s"
         time.sleep(0.1)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X", "x")
 
 
 @pytest.mark.parametrize("readme,marker", [
@@ -76,7 +69,7 @@ def test_a_readme_example_leaves_nothing_running(cluster, tmp_path, readme, mark
                  if e["kind"] == "started" and e.get("message", "").startswith("pid ")]
     assert pids, actors
     for pid in pids:
-        _until(f"process {pid} gone", lambda p=pid: not _alive(p))
+        _until(f"process {pid} gone", lambda p=pid: not process_alive(p))
     for task in head.get(f"/api/v1/tasks?job={job_id}")["items"]:
         state = head.get(f"/api/v1/tasks/{task['task_id']}")["state"]
         assert state in ("FINISHED", "FAILED", "CANCELLED"), task

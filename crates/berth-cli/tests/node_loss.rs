@@ -174,14 +174,7 @@ fn restarted_agent_adopts_its_work_within_the_lease() {
 
     a.kill();
     let again = agent(&cluster, &address, "a");
-    wait_for("agent a registers again", WAIT, || {
-        let node = cluster.json(&["get", "node", "a"]);
-        if node["registered_at_ms"] != before["registered_at_ms"] && node["state"] == "ALIVE" {
-            Ok(node)
-        } else {
-            Err(node.to_string())
-        }
-    });
+    cluster.wait_registered_again("a", &before, WAIT);
     let keeper_log = agent_dir(&cluster, "a").join("keeper.log");
     wait_file_contains(&keeper_log, "a newer agent holds the lease; its keeper takes over");
     assert!(
@@ -223,15 +216,7 @@ fn a_stopped_agent_past_its_lease_loses_its_work_before_it_moves() {
     println!("agent a stopped -> {actor} ALIVE on b after {:?}", stopped_at.elapsed());
     a.signal(Signal::SIGCONT);
 
-    let back = wait_for("agent a registers again", WAIT, || {
-        let node = cluster.json(&["get", "node", "a"]);
-        let again = node["registered_at_ms"] != before["registered_at_ms"];
-        if again && node["state"] == "ALIVE" {
-            Ok(node)
-        } else {
-            Err(node.to_string())
-        }
-    });
+    let back = cluster.wait_registered_again("a", &before, WAIT);
     assert_eq!(back["actors"], 0, "{back}");
     let on_b = wait_copies(&cluster, &actor, &["b"]).remove(0);
     assert_eq!(copies(&cluster, &actor), vec![on_b], "one copy of {actor} runs, on b");
@@ -322,15 +307,7 @@ fn partition_then_heal(partition: Partition) {
 
     // Healed: `a` comes back by itself, with nothing to stop.
     proxy.heal();
-    let back = wait_for("agent a registers again", WAIT, || {
-        let node = cluster.json(&["get", "node", "a"]);
-        let again = node["registered_at_ms"] != before["registered_at_ms"];
-        if again && node["state"] == "ALIVE" {
-            Ok(node)
-        } else {
-            Err(node.to_string())
-        }
-    });
+    let back = cluster.wait_registered_again("a", &before, WAIT);
     let log = wait_file_contains(
         &agent_dir(&cluster, "a").join("logs").join(format!("{actor}.err")),
         &keeper_line(&actor, on_a.1),

@@ -407,15 +407,7 @@ fn partition_then_heal(netns: &Netns, hold: Duration) -> (Duration, Duration) {
         thread::sleep(heal_at - Instant::now());
     }
     netns.heal();
-    let back = wait_for("agent a registers again", STOP_BOUND, || {
-        let node = cluster.json(&["get", "node", "a"]);
-        let again = node["registered_at_ms"] != before["registered_at_ms"];
-        if again && node["state"] == "ALIVE" {
-            Ok(node)
-        } else {
-            Err(node.to_string())
-        }
-    });
+    let back = cluster.wait_registered_again("a", &before, STOP_BOUND);
     let err_log = cluster.data_dir().join("agents/a/logs").join(format!("{actor}.err"));
     let killed = format!("{actor} attempt {} killed at ", on_a.1);
     wait_for(&format!("{} holds {killed:?}", err_log.display()), WAIT, || {

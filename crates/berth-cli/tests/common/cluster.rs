@@ -464,6 +464,19 @@ impl Cluster {
     }
 
     /// Waits until node `id` is in `state`; returns the node.
+    /// Waits until node `id` has registered again since `before` (what `get node` said then)
+    /// and is ALIVE, at most `within`: the node as the head shows it.
+    pub fn wait_registered_again(&self, id: &str, before: &Value, within: Duration) -> Value {
+        wait_for(&format!("node {id} registers again"), within, || {
+            let node = self.json(&["get", "node", id]);
+            if node["registered_at_ms"] != before["registered_at_ms"] && node["state"] == "ALIVE" {
+                Ok(node)
+            } else {
+                Err(node.to_string())
+            }
+        })
+    }
+
     pub fn wait_node(&self, id: &str, state: &str) -> Value {
         wait_for(&format!("node {id} is {state}"), WAIT, || {
             // Until its agent registers, the head does not know it (404).
