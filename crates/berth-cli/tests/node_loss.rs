@@ -88,6 +88,25 @@ fn agent(cluster: &Cluster, address: &str, id: &str) -> Daemon {
     )
 }
 
+/// A head with `--heartbeat-timeout timeout_s` and agents `a` and `b`, both ALIVE: the head,
+/// the agents, and node `a` as the head first showed it. Bind every daemon (not `..`): one
+/// dropped is stopped.
+struct TwoNodes {
+    head: Daemon,
+    a: Daemon,
+    _b: Daemon,
+    before: Value,
+}
+
+fn two_nodes(cluster: &Cluster, timeout_s: &str) -> TwoNodes {
+    let (head, address) = cluster.head(&["--heartbeat-timeout", timeout_s]);
+    let a = agent(cluster, &address, "a");
+    let b = agent(cluster, &address, "b");
+    let before = cluster.wait_node("a", "ALIVE");
+    cluster.wait_node("b", "ALIVE");
+    TwoNodes { head, a, _b: b, before }
+}
+
 /// Waits until the head declares `node` dead and, at that moment, checks that the process
 /// group `old` (the node's copy of some work) is already gone: the keeper killed it when the
 /// node's lease ran out, before the head could decide. Returns the node.
@@ -114,11 +133,7 @@ fn killed_agent_never_restarted_its_copy_ends_before_the_next_starts() {
     let _serial = serial();
     let cluster = Cluster::new();
     let timeout = HEARTBEAT_TIMEOUT_S.to_string();
-    let (_head, address) = cluster.head(&["--heartbeat-timeout", &timeout]);
-    let mut a = agent(&cluster, &address, "a");
-    let _b = agent(&cluster, &address, "b");
-    cluster.wait_node("a", "ALIVE");
-    cluster.wait_node("b", "ALIVE");
+    let TwoNodes { head: _head, mut a, _b, .. } = two_nodes(&cluster, &timeout);
 
     let actor = create_actor(&cluster, "echo started; sleep 600", "a");
     wait_alive_on(&cluster, &actor, "a");
@@ -200,11 +215,7 @@ fn a_stopped_agent_past_its_lease_loses_its_work_before_it_moves() {
     let _serial = serial();
     let cluster = Cluster::new();
     let timeout = HEARTBEAT_TIMEOUT_S.to_string();
-    let (_head, address) = cluster.head(&["--heartbeat-timeout", &timeout]);
-    let mut a = agent(&cluster, &address, "a");
-    let _b = agent(&cluster, &address, "b");
-    let before = cluster.wait_node("a", "ALIVE");
-    cluster.wait_node("b", "ALIVE");
+    let TwoNodes { head: _head, mut a, _b, before } = two_nodes(&cluster, &timeout);
     let actor = create_actor(&cluster, "sleep 600", "a");
     wait_alive_on(&cluster, &actor, "a");
     let on_a = wait_copies(&cluster, &actor, &["a"]).remove(0);
@@ -350,11 +361,7 @@ fn a_stopped_agent_is_suspect_then_alive_again_with_its_work_untouched() {
     let _serial = serial();
     let cluster = Cluster::new();
     let timeout = SUSPECT_TEST_TIMEOUT_S.to_string();
-    let (head, address) = cluster.head(&["--heartbeat-timeout", &timeout]);
-    let mut a = agent(&cluster, &address, "a");
-    let _b = agent(&cluster, &address, "b");
-    let before = cluster.wait_node("a", "ALIVE");
-    cluster.wait_node("b", "ALIVE");
+    let TwoNodes { head, mut a, _b, before } = two_nodes(&cluster, &timeout);
     let actor = create_actor(&cluster, "sleep 600", "a");
     let placed = wait_alive_on(&cluster, &actor, "a");
     let copy = wait_copies(&cluster, &actor, &["a"]).remove(0);
