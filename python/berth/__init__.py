@@ -33,7 +33,7 @@ _EXPORTS = {
     "In": "util.scheduling_strategies", "NotIn": "util.scheduling_strategies",
     "Exists": "util.scheduling_strategies", "DoesNotExist": "util.scheduling_strategies",
 }
-_SUBMODULES = {"exceptions", "util"}
+_SUBMODULES = {"exceptions", "internal", "util"}
 
 __all__ = sorted(list(_EXPORTS) + list(_SUBMODULES))
 

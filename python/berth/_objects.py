@@ -31,7 +31,7 @@ class ObjectState:
     """Where a result lands: set once, by whichever side learns it first."""
 
     __slots__ = ("value", "error", "event", "work_id", "describe", "bound", "shared", "origin", "fetching",
-                 "__weakref__")
+                 "packed", "size", "__weakref__")
 
     def __init__(self, describe: str) -> None:
         self.value: Any = _PENDING
@@ -47,6 +47,11 @@ class ObjectState:
         # there on first use.
         self.origin: Optional[Tuple[str, str, str]] = None
         self.fetching = False
+        # A put's value, as pickled when it was put (read by unpickling: numpy arrays come
+        # back as read-only views of it, as Ray's do).
+        self.packed = None
+        # Bytes this process holds for it, once known (its pickled size).
+        self.size = 0
 
     def start(self) -> None:
         """Starts fetching a value another process holds (once); nothing for a local one."""
@@ -62,9 +67,17 @@ class ObjectState:
     def done(self) -> bool:
         return self.event.is_set()
 
-    def set_value(self, value: Any) -> bool:
-        """Resolves with a value; False when it was already resolved."""
+    def set_value(self, value: Any, size: int = 0) -> bool:
+        """Resolves with a value (``size``: the bytes it arrived as); False when it was already
+        resolved."""
+        if size:
+            self.size = size
+            _held.add(self)
         return self._set(value, None)
+
+    def read(self) -> Any:
+        """The value (set, or unpickled from what was put)."""
+        return self.value if self.packed is None else _loads(self.packed)
 
     def set_error(self, error: BaseException) -> bool:
         """Resolves with an error; False when it was already resolved."""
@@ -78,6 +91,32 @@ class ObjectState:
             self.event.set()
             _resolved.notify_all()
         return True
+
+
+def _loads(packed):
+    from ._serialize import loads
+
+    return loads(packed)
+
+
+# The states that hold a value of a known size, for berth.internal.stats().
+_held: "weakref.WeakSet[ObjectState]" = weakref.WeakSet()
+
+# The states whose refs are pickled on this thread now (``collecting``).
+_collected = threading.local()
+
+
+class collecting:
+    """Gathers the states of the refs pickled on this thread while active: what the pickled
+    value must keep alive (``Packed.holds``)."""
+
+    def __enter__(self) -> List["ObjectState"]:
+        self.outer = getattr(_collected, "states", None)
+        _collected.states = []
+        return _collected.states
+
+    def __exit__(self, *exc: object) -> None:
+        _collected.states = self.outer
 
 
 class ObjectRef:
@@ -110,7 +149,7 @@ class ObjectRef:
             if self._state.error is not None:
                 fut.set_exception(self._state.error)
             else:
-                fut.set_result(self._state.value)
+                fut.set_result(self._state.read())
 
         threading.Thread(target=watch, daemon=True, name="berth-future").start()
         return fut
@@ -122,7 +161,8 @@ class ObjectRef:
     def __reduce__(self):
         """Inside another value (a list, a dict, an object), a ref travels as a ref: the process
         that receives it fetches the value from the process that holds it, straight, when it
-        first gets it."""
+        first gets it. Each ref sent carries a token that keeps the value at its holder until
+        the receiver has counted itself a borrower (``_borrowing``)."""
         state = self._state
         if state.origin is None and getattr(_inlining, "on", False):
             # A task's process ends once it returned: what it holds goes with its result.
@@ -131,14 +171,20 @@ class ObjectRef:
                 from ._serialize import error_payload
 
                 return (_inline_ref, (state.describe, None, error_payload(state.error, state.describe)))
-            return (_inline_ref, (state.describe, state.value, None))
+            return (_inline_ref, (state.describe, state.read(), None))
+        held = getattr(_collected, "states", None)
+        if held is not None:
+            held.append(state)
         if state.origin is None:
             owner = _lender()
-            object_id, key = owner.lend(state)
+            object_id, key, token = owner.lend(state)
             origin = (owner.address, object_id, key)
         else:
+            from . import _borrowing
+
             origin = state.origin
-        return (_remote_ref, (origin, state.describe, state.work_id))
+            token = _borrowing.token(origin)
+        return (_remote_ref, (origin, state.describe, state.work_id, token))
 
 
 def _lender():
@@ -185,22 +231,32 @@ def _inline_ref(describe: str, value: Any, error: Optional[bytes]) -> "ObjectRef
     return ObjectRef(state)
 
 
-def _remote_ref(origin: Tuple[str, str, str], describe: str, work_id: Optional[str]) -> "ObjectRef":
-    """A ref unpickled from another process: the value is at ``origin`` (owner, ID, key)."""
+def _remote_ref(origin: Tuple[str, str, str], describe: str, work_id: Optional[str],
+                token: Optional[str] = None) -> "ObjectRef":
+    """A ref unpickled from another process: the value is at ``origin`` (holder, ID, key).
+    This process counts itself a borrower at the holder before the ref is used (once per
+    object, however many refs name it), and stops when its last ref is gone."""
+    from . import _borrowing
+
+    local = _borrowing.local_state(origin, token)
+    if local is not None:
+        return ObjectRef(local)  # a ref to this process's own value, back home
     with _resolved:
         state = _remote.get(origin[:2])
-        if state is None:
+        new = state is None
+        if new:
             state = ObjectState(describe)
             state.origin, state.work_id = origin, work_id
             state.bound.set()
             _remote[origin[:2]] = state
+    _borrowing.borrow(state, origin, token, new)
     return ObjectRef(state)
 
 
 def _fetch(state: ObjectState) -> None:
     """Gets a value another process holds, from it (never through the head)."""
     from . import _protocol
-    from ._serialize import error_from, loads
+    from ._serialize import error_from, loads, size_of
 
     owner, object_id, key = state.origin
     try:
@@ -211,7 +267,7 @@ def _fetch(state: ObjectState) -> None:
         if not reply.get("ok"):
             raise LookupError(f"{state.describe}: its holder at {owner} refused it: {reply.get('error')}")
         if reply.get("status") == "ok":
-            state.set_value(loads(payload))
+            state.set_value(loads(payload), size_of(payload))
         else:
             state.set_error(error_from(payload))
     except BaseException as e:  # noqa: BLE001 - handed to whoever gets the ref
@@ -224,11 +280,18 @@ def _fetch(state: ObjectState) -> None:
 
 def put(value: Any) -> "ObjectRef":
     """Stores ``value`` in this process and returns a ref to it (as ``ray.put``): pass it to
-    tasks and actors, at the top level or inside other values; they fetch it from here."""
+    tasks and actors, at the top level or inside other values; they fetch it from here. The
+    value is pickled once, now (later changes to it are not seen), and held once: ``bytes``
+    are kept as they are, other buffers (numpy arrays) copied; ``get`` gives numpy arrays as
+    read-only views of what is held, as Ray does. It is freed when the last ref to it is gone,
+    in this process and in every process it was sent to."""
     if isinstance(value, ObjectRef):
         raise TypeError("put() of an ObjectRef: pass the ref itself")
+    from ._serialize import pack
+
     state = ObjectState("put")
-    state.set_value(value)
+    state.packed = pack(value, snapshot=True)
+    state.set_value(None, state.packed.size)
     return ObjectRef(state)
 
 
@@ -244,8 +307,9 @@ class ObjectRefGenerator:
         self._next = 0
         self._raised = False
 
-    def _yielded(self, index: int, value: Any) -> None:
-        """Value ``index`` arrived (again, from a retried attempt: ignored)."""
+    def _yielded(self, index: int, value: Any, size: int = 0) -> None:
+        """Value ``index`` arrived (again, from a retried attempt: ignored); ``size``: the bytes
+        it arrived as."""
         with _resolved:
             if index != len(self._values) or self.end.done:
                 return
@@ -253,7 +317,7 @@ class ObjectRefGenerator:
             state.work_id = self.end.work_id
             state.bound.set()
             self._values.append(state)
-        state.set_value(value)
+        state.set_value(value, size)
 
     def __iter__(self) -> "ObjectRefGenerator":
         return self
@@ -366,7 +430,7 @@ def get(refs, timeout: Optional[float] = None):
                 stall.check((r._state.work_id, r._state.describe) for r in items[i:] if not r._state.done)
         if state.error is not None:
             raise state.error
-        out.append(state.value)
+        out.append(state.read())
     return out[0] if single else out
 
 

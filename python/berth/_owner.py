@@ -18,11 +18,12 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from . import _protocol
 from ._objects import ObjectState
-from ._serialize import CODEC, dumps, error_from, error_payload, loads
+from ._serialize import CODEC, Packed, error_from, error_payload, loads, pack, size_of
 
 log = logging.getLogger("berth")
 
@@ -37,15 +38,33 @@ DELIVERED_KEPT = 100_000
 # within moments of handing back its result.
 RECENT_S = 60.0
 RECENT_KEPT = 10_000
+# A ref sent in a message keeps its value here until the receiver counts itself a borrower, or
+# for this long (a receiver that died before it read the message never does).
+LEND_PIN_S = 300.0
+
+
+class Pin:
+    """What keeps a lent value here besides this process's own refs: the tokens of refs on
+    their way (with when each expires) and how many live refs each borrowing connection
+    counted."""
+
+    __slots__ = ("state", "tokens", "borrowers")
+
+    def __init__(self, state: ObjectState) -> None:
+        self.state = state
+        self.tokens: Dict[str, float] = {}
+        self.borrowers: Dict[int, int] = {}
 
 
 class Call:
     """One task or actor creation this driver owns."""
 
-    def __init__(self, kind: str, payload: bytes, states: List[ObjectState], name: str) -> None:
+    def __init__(self, kind: str, payload: "bytes | Packed", states: List[ObjectState], name: str) -> None:
         self.id = uuid.uuid4().hex
         self.kind = kind
-        self.payload: Optional[bytes] = payload
+        # The function and arguments (their refs' values kept alive with it), until the call
+        # has its result.
+        self.payload: "bytes | Packed | None" = payload
         self.states = states
         self.name = name
         self.work_id: Optional[str] = None
@@ -86,8 +105,13 @@ class OwnerServer:
         # Tasks whose results arrived lately, with when: told to the head when this process
         # ends, so that what ends with it is not cancelled after it finished its part.
         self._recent: Deque[Tuple[float, str]] = collections.deque(maxlen=RECENT_KEPT)
-        # Values lent to other processes (refs sent inside arguments), by object ID.
-        self._lent: Dict[str, ObjectState] = {}
+        # Values lent to other processes (refs sent inside other values), by object ID, for as
+        # long as a ref to them lives here or ``_pins`` keeps them for other processes.
+        self._lent: "weakref.WeakValueDictionary[str, ObjectState]" = weakref.WeakValueDictionary()
+        self._pins: Dict[str, Pin] = {}
+        self._peers: Dict[int, Set[str]] = {}
+        self._next_peer = 0
+        self._swept = time.monotonic()
         # runtime_env packages (working_dir, py_modules) by content hash, for the workers.
         self.packages: Dict[str, bytes] = {}
         self._sock = _protocol.listen(bind_host)
@@ -149,43 +173,139 @@ class OwnerServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True, name="berth-owner-conn").start()
 
     def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            while True:
-                try:
-                    header, payload = _protocol.recv(conn)
-                except (EOFError, OSError, _protocol.ProtocolError):
-                    return
-                try:
-                    reply, body = self._handle(header, payload)
-                except Exception as e:  # noqa: BLE001 - answered, never fatal to the driver
-                    reply, body = {"ok": False, "error": f"the owner failed: {e}"}, b""
-                try:
-                    _protocol.send(conn, reply, body)
-                except OSError:
-                    return
+        with self._lock:
+            self._next_peer += 1
+            peer = self._next_peer
+        try:
+            with conn:
+                while True:
+                    try:
+                        header, payload = _protocol.recv(conn)
+                    except (EOFError, OSError, _protocol.ProtocolError):
+                        return
+                    try:
+                        if header.get("op") in ("borrow", "release", "lend"):
+                            reply, body = self._borrowing(peer, header), b""
+                        else:
+                            reply, body = self._handle(header, payload)
+                    except Exception as e:  # noqa: BLE001 - answered, never fatal to the driver
+                        reply, body = {"ok": False, "error": f"the owner failed: {e}"}, b""
+                    try:
+                        _protocol.send(conn, reply, body)
+                    except OSError:
+                        return
+        finally:
+            # A borrower's process ended (or its connection broke): its borrows end with it.
+            with self._lock:
+                for object_id in self._peers.pop(peer, ()):
+                    pin = self._pins.get(object_id)
+                    if pin is not None:
+                        pin.borrowers.pop(peer, None)
+                        self._unpin_if_free(object_id, pin)
 
-    def lend(self, state: ObjectState) -> Tuple[str, str]:
-        """Makes ``state``'s value fetchable by the processes a ref to it is sent to: its ID
-        and the key a fetch must show (kept while this process lives)."""
+    def lend(self, state: ObjectState) -> Tuple[str, str, str]:
+        """Makes ``state``'s value fetchable by the process a ref to it is sent to: its ID, the
+        key a fetch must show, and a token that keeps the value here until that process
+        borrowed it (or ``LEND_PIN_S`` passed)."""
         with self._lock:
             if state.shared is None:
                 state.shared = (uuid.uuid4().hex, secrets.token_hex(16))
                 self._lent[state.shared[0]] = state
-            return state.shared
+            return state.shared + (self._new_token(state.shared[0], state),)
+
+    def _new_token(self, object_id: str, state: ObjectState) -> str:
+        now = time.monotonic()
+        if now - self._swept > 10:
+            self._sweep(now)
+        pin = self._pins.get(object_id)
+        if pin is None:
+            pin = self._pins[object_id] = Pin(state)
+        token = secrets.token_hex(8)
+        pin.tokens[token] = now + LEND_PIN_S
+        return token
+
+    def _sweep(self, now: float) -> None:
+        """Lets go of the tokens that were never handed in (called under the lock)."""
+        self._swept = now
+        for object_id, pin in list(self._pins.items()):
+            for token in [t for t, until in pin.tokens.items() if until <= now]:
+                del pin.tokens[token]
+            self._unpin_if_free(object_id, pin)
+
+    def _unpin_if_free(self, object_id: str, pin: Pin) -> None:
+        if not pin.tokens and not pin.borrowers:
+            del self._pins[object_id]
+
+    def _lent_state(self, object_id: object, key: object) -> Optional[ObjectState]:
+        state = self._lent.get(str(object_id))
+        if state is None or not isinstance(key, str) or not hmac.compare_digest(key, state.shared[1]):
+            return None
+        return state
+
+    def take_home(self, object_id: str, key: str, token: Optional[str]) -> Optional[ObjectState]:
+        """A ref to this process's own value came back: its state (the token handed in)."""
+        with self._lock:
+            state = self._lent_state(object_id, key)
+            pin = self._pins.get(object_id)
+            if state is not None and pin is not None and token is not None:
+                pin.tokens.pop(token, None)
+                self._unpin_if_free(object_id, pin)
+            return state
+
+    def _borrowing(self, peer: int, header: dict) -> dict:
+        """``borrow``, ``release`` and ``lend`` (a token for a ref a borrower sends on)."""
+        op, object_id = header["op"], str(header.get("id"))
+        with self._lock:
+            if op == "release":
+                pin = self._pins.get(object_id)
+                count = pin.borrowers.get(peer, 0) if pin is not None else 0
+                if count > 1:
+                    pin.borrowers[peer] = count - 1
+                elif count == 1:
+                    del pin.borrowers[peer]
+                    self._peers.get(peer, set()).discard(object_id)
+                    self._unpin_if_free(object_id, pin)
+                return {"ok": True}
+            state = self._lent_state(object_id, header.get("key"))
+            if state is None:
+                return {"ok": False, "error": "no such object here (freed, or a wrong ID or key)"}
+            if op == "lend":
+                return {"ok": True, "token": self._new_token(object_id, state)}
+            pin = self._pins.get(object_id)
+            if pin is None:
+                pin = self._pins[object_id] = Pin(state)
+            if header.get("count"):
+                pin.borrowers[peer] = pin.borrowers.get(peer, 0) + 1
+                self._peers.setdefault(peer, set()).add(object_id)
+            pin.tokens.pop(str(header.get("token")), None)
+            self._unpin_if_free(object_id, pin)
+            return {"ok": True}
+
+    def lending(self) -> Dict[str, int]:
+        """What this process lends now: values other processes keep here, their borrowing
+        connections, refs on their way."""
+        with self._lock:
+            self._sweep(time.monotonic())
+            return {
+                "objects": len(self._pins),
+                "borrowers": sum(len(p.borrowers) for p in self._pins.values()),
+                "refs_in_flight": sum(len(p.tokens) for p in self._pins.values()),
+                "bytes": sum(p.state.size for p in self._pins.values()),
+            }
 
     def _object(self, header: dict):
-        """A lent value, once it is there: its payload, or its error's."""
+        """A lent value, once it is there: its payload (a put's as it was put; a result
+        pickled now, its buffers sent from where they lie), or its error's."""
         with self._lock:
-            state = self._lent.get(str(header.get("id")))
-        key = header.get("key")
-        if state is None or not isinstance(key, str) or not hmac.compare_digest(key, state.shared[1]):
-            return {"ok": False, "error": "no such object here (wrong ID or key)"}, b""
+            state = self._lent_state(header.get("id"), header.get("key"))
+        if state is None:
+            return {"ok": False, "error": "no such object here (freed, or a wrong ID or key)"}, b""
         state.event.wait()
         if state.error is not None:
             return {"ok": True, "status": "error"}, error_payload(state.error, state.describe)
-        return {"ok": True, "status": "ok"}, dumps(state.value)
+        return {"ok": True, "status": "ok"}, state.packed if state.packed is not None else pack(state.value)
 
-    def _handle(self, header: dict, payload: bytes):
+    def _handle(self, header: dict, payload: "bytes | Packed"):
         op = header.get("op")
         if op == "object":
             return self._object(header)
@@ -208,7 +328,7 @@ class OwnerServer:
         if op == "yield":
             if call.stream is None:
                 return {"ok": False, "error": f"{call.name} is not a generator task"}, b""
-            call.stream._yielded(int(header.get("index", -1)), loads(payload))
+            call.stream._yielded(int(header.get("index", -1)), loads(payload), size_of(payload))
             return {"ok": True}, b""
         if op == "package":
             data = self.packages.get(str(header.get("digest")))
@@ -231,7 +351,7 @@ class OwnerServer:
                 if ok:
                     value = loads(payload)
                     if len(call.states) == 1:
-                        call.states[0].set_value(value)
+                        call.states[0].set_value(value, size_of(payload))
                     else:
                         values = list(value)
                         if len(values) != len(call.states):
@@ -239,7 +359,7 @@ class OwnerServer:
                                 f"{call.name} returned {len(values)} values, not num_returns={len(call.states)}"
                             )
                         for state, v in zip(call.states, values):
-                            state.set_value(v)
+                            state.set_value(v, size_of(payload) // len(values))
                 else:
                     error = error_from(payload)
                     for state in call.states:

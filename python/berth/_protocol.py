@@ -12,6 +12,12 @@ The header carries everything the other side needs to route and check a message 
 arguments, a return value, an error) in the encoding of the language that made it
 (``python-cloudpickle``; ``json`` where languages must understand each other). The full
 message list is in docs/worker-protocol.md.
+
+A header may cut the payload into parts (``"parts": [sizes]``, summing to P): a pickle stream
+and the buffers that travel beside it (``"writable"``: which to receive as mutable;
+``"by_id"``: how many of the last the stream names by index). Each part is sent from where it lies and received into
+memory of its own, in chunks, so a large value is held once on each side, never also as a
+frame.
 """
 
 from __future__ import annotations
@@ -20,10 +26,15 @@ import json
 import socket
 import struct
 
+from ._serialize import Packed
+
 VERSION = 1
 # Generous but finite: a header is routing data, never user data.
 MAX_HEADER = 1 << 20
 MAX_PAYLOAD = 1 << 40
+MAX_PARTS = 1 << 16
+# Sent and received this much at a time: a large value never needs a second copy of itself.
+CHUNK = 4 << 20
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -33,30 +44,71 @@ class ProtocolError(Exception):
     """The other side broke the protocol (or closed the connection mid-frame)."""
 
 
-def send(sock: socket.socket, header: dict, payload: bytes = b"") -> None:
-    """Sends one frame."""
+def send(sock: socket.socket, header: dict, payload: "bytes | Packed" = b"") -> None:
+    """Sends one frame; a ``Packed`` payload goes part by part, each from where it lies."""
+    if isinstance(payload, Packed):
+        views = [memoryview(p).cast("B") for p in payload.parts]
+        header = dict(header, parts=[v.nbytes for v in views])
+        if payload.writable:
+            header["writable"] = payload.writable
+        if payload.by_id:
+            header["by_id"] = payload.by_id
+    else:
+        views = [memoryview(payload).cast("B")] if len(payload) else []
     head = json.dumps(header, separators=(",", ":")).encode()
-    view = memoryview(payload)
-    sock.sendall(b"".join((_U32.pack(len(head)), head, _U64.pack(len(view)))))
-    if len(view):
-        sock.sendall(view)
+    sock.sendall(b"".join((_U32.pack(len(head)), head, _U64.pack(sum(v.nbytes for v in views)))))
+    for view in views:
+        for at in range(0, view.nbytes, CHUNK):
+            sock.sendall(view[at:at + CHUNK])
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes, as one ``bytes`` received in place (no copy) on a blocking socket."""
+    if n == 0:
+        return b""
+    if sock.gettimeout() is None:
+        data = sock.recv(n, socket.MSG_WAITALL)
+        if len(data) == n:
+            return data
+        if not data:
+            raise EOFError("the connection was closed")
+        # Cut short by a signal: the rest, then one copy (rare).
+        whole = bytearray(data)
+        whole += _into(sock, n - len(data))
+        return bytes(whole)
+    return bytes(_into(sock, n))
+
+
+def _into(sock: socket.socket, n: int) -> bytearray:
+    """``n`` bytes into a ``bytearray`` of their own, a chunk at a time."""
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
-        k = sock.recv_into(view[got:], min(n - got, 1 << 20))
+        k = sock.recv_into(view[got:], min(n - got, CHUNK))
         if k == 0:
             raise EOFError("the connection was closed")
         got += k
-    return bytes(buf)
+    return buf
 
 
-def recv(sock: socket.socket) -> "tuple[dict, bytes]":
-    """Receives one frame: (header, payload). Raises EOFError when the peer closed between
-    frames, ProtocolError on a malformed frame."""
+def _parts(header: dict, length: int) -> "list[int]":
+    parts, writable = header.get("parts"), header.get("writable", [])
+    if (not isinstance(parts, list) or not 0 < len(parts) <= MAX_PARTS
+            or not all(type(p) is int and p >= 0 for p in parts) or sum(parts) != length):
+        raise ProtocolError(f"parts: {str(parts)[:80]} are not sizes summing to the payload's {length} bytes")
+    if not isinstance(writable, list) or not all(type(i) is int and 0 < i < len(parts) for i in writable):
+        raise ProtocolError(f"writable: {str(writable)[:80]} are not indexes of the parts after the first")
+    by_id = header.get("by_id", 0)
+    if type(by_id) is not int or not 0 <= by_id < len(parts):
+        raise ProtocolError(f"by_id: {str(by_id)[:80]} is not a count of the parts after the first")
+    return parts
+
+
+def recv(sock: socket.socket) -> "tuple[dict, bytes | Packed]":
+    """Receives one frame: (header, payload), the payload ``Packed`` when the header cuts it
+    into parts. Raises EOFError when the peer closed between frames, ProtocolError on a
+    malformed frame."""
     first = sock.recv(4, socket.MSG_WAITALL)
     if not first:
         raise EOFError("the connection was closed")
@@ -77,10 +129,14 @@ def recv(sock: socket.socket) -> "tuple[dict, bytes]":
     if length > MAX_PAYLOAD:
         raise ProtocolError(f"a payload of {length} bytes is over the limit")
     try:
-        payload = _exactly(sock, length) if length else b""
+        if "parts" not in header:
+            return header, _exactly(sock, length)
+        sizes = _parts(header, length)
+        writable = set(header.get("writable", []))
+        parts = [_into(sock, n) if i in writable else _exactly(sock, n) for i, n in enumerate(sizes)]
+        return header, Packed(parts, sorted(writable), header.get("by_id", 0))
     except EOFError:
         raise ProtocolError("the connection was closed inside a payload") from None
-    return header, payload
 
 
 def connect(address: str, timeout: "float | None" = 10.0) -> socket.socket:

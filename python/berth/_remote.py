@@ -14,7 +14,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from . import _options, _protocol, _runtime
 from ._objects import ObjectRef, ObjectRefGenerator, ObjectState, get
 from ._owner import Call
-from ._serialize import dumps, error_from, loads, ship_by_value
+from ._serialize import Packed, dumps, error_from, loads, pack, ship_by_value, size_of
 from .exceptions import (
     ActorDiedError,
     ActorUnavailableError,
@@ -119,12 +119,12 @@ def _streams(function: Any, num_returns: Any) -> bool:
             or inspect.isasyncgenfunction(function))
 
 
-def _task_payload(pickled: bytes, args: tuple, kwargs: dict, options: Dict[str, Any]) -> bytes:
+def _task_payload(pickled: bytes, args: tuple, kwargs: dict, options: Dict[str, Any]) -> Packed:
     """What the task's worker fetches: the function (as pickled once per function: a reused
-    worker unpickles it only the first time), its arguments, and how many calls its process
-    may run (``max_calls``, 0 for no limit) before it must exit."""
-    return dumps({"function_pickled": pickled, "args": args, "kwargs": kwargs,
-                  "max_calls": options.get("max_calls", 0)})
+    worker unpickles it only the first time), its arguments (as they are now), and how many
+    calls its process may run (``max_calls``, 0 for no limit) before it must exit."""
+    return pack({"function_pickled": pickled, "args": args, "kwargs": kwargs,
+                  "max_calls": options.get("max_calls", 0)}, snapshot=True)
 
 
 def _submit_task(runtime, call: Call, body: dict, pickled: bytes, args: tuple, kwargs: dict,
@@ -188,7 +188,7 @@ class ActorClass:
         name = self._cls.__qualname__
         spec = {"cls": loads(self._pickled), "args": args, "kwargs": kwargs,
                 "max_concurrency": self._options.get("max_concurrency")}
-        call = Call("actor", dumps(spec), [], name)
+        call = Call("actor", pack(spec, snapshot=True), [], name)
         body = _options.actor_body(self._options, runtime.python, WORKER_ARGS, _worker_env(runtime, call, self._options))
         body["fork_server"] = runtime.fork_server
         body.setdefault("namespace", runtime.namespace)
@@ -324,8 +324,11 @@ class ActorConnection:
     def __init__(self, actor_id: str, key: str) -> None:
         self.actor_id, self.key = actor_id, key
         self._cond = threading.Condition()
-        self._queue: Deque[Tuple[int, str, bytes, List[ObjectState]]] = deque()
+        self._queue: Deque[Tuple[int, str, Packed, List[ObjectState]]] = deque()
         self._inflight: Dict[int, List[ObjectState]] = {}
+        # What the arguments of calls sent name, kept until their answers: the values of the
+        # refs in them must outlive the call.
+        self._holds: Dict[int, list] = {}
         # Calls of generator methods: where their values go as they are yielded.
         self._streams: Dict[int, ObjectRefGenerator] = {}
         self._seq = itertools.count(1)
@@ -336,7 +339,7 @@ class ActorConnection:
         threading.Thread(target=self._send_loop, daemon=True, name=f"berth-{actor_id}").start()
 
     def call(self, method: str, args: tuple, kwargs: dict, num_returns):
-        payload = dumps((args, kwargs))
+        payload = pack((args, kwargs), snapshot=True)
         streaming = num_returns == "streaming"
         states = [ObjectState(f"{self.actor_id}.{method}") for _ in range(1 if streaming else num_returns)]
         for s in states:
@@ -366,6 +369,7 @@ class ActorConnection:
             pending = [states for _, _, _, states in self._queue] + list(self._inflight.values())
             self._queue.clear()
             self._inflight.clear()
+            self._holds.clear()
             self._streams.clear()
             self._cond.notify_all()
         for states in pending:
@@ -446,6 +450,8 @@ class ActorConnection:
                     continue
                 seq, method, payload, states = self._queue.popleft()
                 self._inflight[seq] = states
+                if payload.holds:
+                    self._holds[seq] = payload.holds
             try:
                 _protocol.send(sock, {"op": "call", "seq": seq, "method": method}, payload)
             except OSError:
@@ -463,12 +469,13 @@ class ActorConnection:
                     stream = self._streams.get(header.get("seq"))
                 if stream is not None:
                     try:
-                        stream._yielded(int(header.get("index", -1)), loads(payload))
+                        stream._yielded(int(header.get("index", -1)), loads(payload), size_of(payload))
                     except Exception as e:  # noqa: BLE001 - a value this driver cannot read
                         stream.end.set_error(e)
                 continue
             with self._cond:
                 states = self._inflight.pop(header.get("seq"), None)
+                self._holds.pop(header.get("seq"), None)
                 self._streams.pop(header.get("seq"), None)
             if states is None:
                 continue
@@ -476,14 +483,14 @@ class ActorConnection:
                 if header.get("status") == "ok":
                     value = loads(payload)
                     if len(states) == 1:
-                        states[0].set_value(value)
+                        states[0].set_value(value, size_of(payload))
                     else:
                         values = list(value)
                         if len(values) != len(states):
                             raise ValueError(f"a call on {self.actor_id} returned "
                                              f"{len(values)} values, not num_returns={len(states)}")
                         for s, v in zip(states, values):
-                            s.set_value(v)
+                            s.set_value(v, size_of(payload) // len(values))
                 else:
                     error = error_from(payload)
                     for s in states:
@@ -499,6 +506,7 @@ class ActorConnection:
             self._sock = None
             lost = list(self._inflight.values())
             self._inflight.clear()
+            self._holds.clear()
             self._streams.clear()
             self._cond.notify_all()
         try:

@@ -26,7 +26,7 @@ import sys
 import types
 
 from . import _protocol
-from ._serialize import CODEC, dumps, error_payload, loads
+from ._serialize import CODEC, Packed, error_payload, loads, pack
 
 # Exit codes: the head retries or restarts on any non-zero code within its limits.
 EXIT_SETUP = 3
@@ -119,7 +119,7 @@ class Worker:
         self.owner = _env("BERTH_OWNER")
         self.call = _env("BERTH_CALL")
 
-    def ask_owner(self, header, payload: bytes = b""):
+    def ask_owner(self, header, payload: "bytes | Packed" = b""):
         """Sends ``header`` and ``payload`` to the driver that owns the call; its answer. A
         driver that cannot be reached is tried again for ``OWNER_WAIT_S``: one that was killed
         has its job end within its lease, and the head then ends this attempt (cancelled, not
@@ -277,13 +277,13 @@ def register(head: str, actor_id: str, attempt: int, key: str, address: str) -> 
         sys.exit(EXIT_SETUP)
 
 
-def _carried(value) -> bytes:
+def _carried(value) -> Packed:
     """A task's value pickled with the values of the refs in it: its process ends after."""
     objects = sys.modules.get("berth._objects")  # loaded by anything that made or got a ref
     if objects is None:
-        return dumps(value)
+        return pack(value)
     with objects.inlining():
-        return dumps(value)
+        return pack(value)
 
 
 def _values(generator):
@@ -392,7 +392,7 @@ class ActorServer:
             else:
                 self._call(*item)
 
-    def _call(self, conn: socket.socket, send_lock, header: dict, payload: bytes) -> None:
+    def _call(self, conn: socket.socket, send_lock, header: dict, payload: "bytes | Packed") -> None:
         seq = header.get("seq")
         full = f"{self.name}.{header.get('method')}"
         try:
@@ -400,12 +400,12 @@ class ActorServer:
             value = method(*args, **kwargs)
             if isinstance(value, (types.GeneratorType, types.AsyncGeneratorType)):
                 value = self._stream(conn, send_lock, seq, _values(value))
-            reply, body = {"seq": seq, "status": "ok"}, dumps(value)
+            reply, body = {"seq": seq, "status": "ok"}, pack(value)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             reply, body = self._failed(seq, e, full)
         self._reply(conn, send_lock, reply, body)
 
-    async def _acall(self, conn: socket.socket, send_lock, header: dict, payload: bytes) -> None:
+    async def _acall(self, conn: socket.socket, send_lock, header: dict, payload: "bytes | Packed") -> None:
         """A call of an async actor, on its event loop: a coroutine method is awaited (other
         calls run meanwhile), a plain one runs on the loop as Ray runs it."""
         import inspect
@@ -426,7 +426,7 @@ class ActorServer:
                     value = count
                 elif isinstance(value, types.GeneratorType):
                     value = self._stream(conn, send_lock, seq, value)
-                reply, body = {"seq": seq, "status": "ok"}, dumps(value)
+                reply, body = {"seq": seq, "status": "ok"}, pack(value)
             except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
                 reply, body = self._failed(seq, e, full)
         self._reply(conn, send_lock, reply, body)
@@ -440,9 +440,9 @@ class ActorServer:
         return count
 
     def _yielded(self, conn: socket.socket, send_lock, seq, index: int, item) -> None:
-        self._reply(conn, send_lock, {"seq": seq, "status": "yield", "index": index}, dumps(item))
+        self._reply(conn, send_lock, {"seq": seq, "status": "yield", "index": index}, pack(item))
 
-    def _method(self, header: dict, payload: bytes):
+    def _method(self, header: dict, payload: "bytes | Packed"):
         args, kwargs = loads(payload)
         return getattr(self.instance, str(header.get("method"))), args, kwargs
 
@@ -454,7 +454,7 @@ class ActorServer:
         return {"seq": seq, "status": "error"}, error_payload(e, full)
 
     @staticmethod
-    def _reply(conn: socket.socket, send_lock, reply: dict, body: bytes) -> None:
+    def _reply(conn: socket.socket, send_lock, reply: dict, body: "bytes | Packed") -> None:
         try:
             with send_lock:
                 _protocol.send(conn, reply, body)

@@ -162,7 +162,8 @@ def _spawn(args, log: Path, env: dict) -> subprocess.Popen:
                                 start_new_session=True)
 
 
-def _wait(what: str, check, wait_s: float = 60.0):
+def wait_for(what: str, check, wait_s: float = 60.0):
+    """Polls `check()` until it returns something true (returned), for at most `wait_s` s."""
     deadline = time.monotonic() + wait_s
     while True:
         found = check()
@@ -186,7 +187,7 @@ def two_machines(tmp_path):
         head = _spawn(["start", "--head", "--port", "0", "--data-dir", str(head_dir), "--heartbeat-timeout", "2",
                        "--log-level", "warn"], tmp_path / "head.log", env)
         procs.append(head)
-        address = _wait("the head's address", lambda: (head_dir / "head-address").exists()
+        address = wait_for("the head's address", lambda: (head_dir / "head-address").exists()
                         and (head_dir / "head-address").read_text().strip())
         agent_env = dict(env, BERTH_AGENT_TOKEN=(head_dir / "agent-token").read_text().strip())
         agents = {}
@@ -197,7 +198,7 @@ def two_machines(tmp_path):
         token = (head_dir / "token").read_text().strip()
         berth.init(address=address, token=token)
         client = berth._runtime.current().client
-        _wait("both nodes ALIVE", lambda: sorted(
+        wait_for("both nodes ALIVE", lambda: sorted(
             n["node_id"] for n in client.get("/api/v1/nodes")["items"] if n["state"] == "ALIVE") == ["a", "b"])
         yield client, agents, tmp_path
     finally:
