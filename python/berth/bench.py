@@ -76,6 +76,11 @@ def _loops(api, n_tasks: int, n_calls: int, n_actors: int, object_mb: int) -> Di
     return loops
 
 
+def _rate(rate: float) -> str:
+    """A rate with the digits that matter (a few objects/s, thousands of calls/s)."""
+    return f"{rate:,.2f}" if rate < 100 else f"{rate:,.0f}"
+
+
 def _measure(loops: Dict[str, Callable[[], float]], runs: int, warmup: int) -> Dict[str, float]:
     result = {}
     for name, loop in loops.items():
@@ -85,7 +90,7 @@ def _measure(loops: Dict[str, Callable[[], float]], runs: int, warmup: int) -> D
             loop()
         rates = [loop() for _ in range(runs)]
         result[name] = statistics.median(rates)
-        print(f"  {name:40} median {result[name]:>10,.0f}   runs: {', '.join(f'{r:,.0f}' for r in rates)}",
+        print(f"  {name:40} median {_rate(result[name]):>10}   runs: {', '.join(_rate(r) for r in rates)}",
               file=sys.stderr)
     return result
 
@@ -141,8 +146,8 @@ def main(argv: List[str] = None) -> int:
     for name, rate in ours.items():
         other = theirs.get(name) if theirs else None
         ratio = f"{rate / other:.2f}" if other else "-"
-        shown = "-" if other is None else f"{other:,.0f}"
-        print(f"{name:40} {rate:>12,.0f} {shown:>12} {ratio:>10}")
+        shown = "-" if other is None else _rate(other)
+        print(f"{name:40} {_rate(rate):>12} {shown:>12} {ratio:>10}")
     return 0
 
 
@@ -196,22 +201,24 @@ def _transfer(berth, mib: int, runs: int) -> int:
             block = b"\x01" * (1 << 20)
             for _ in range(mib):
                 out.write(block)
-        cats = []
+        cats, cat_peaks = [], []
+        # GNU time reports cat's own peak memory (this process's children include its forks).
+        timed = ["/usr/bin/time", "-f", "%M"] if os.path.exists("/usr/bin/time") else []
         for _ in range(runs):
             start = time.perf_counter()
             with open(copy, "wb") as out:
-                subprocess.run(["cat", source], stdout=out, check=True)
+                done = subprocess.run([*timed, "cat", source], stdout=out, stderr=subprocess.PIPE, check=True)
             cats.append(time.perf_counter() - start)
+            if timed:
+                cat_peaks.append(int(done.stderr.split()[-1]) / 1024)
             os.unlink(copy)
-    import resource
-
-    cat_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    cat_peak = f"{statistics.median(cat_peaks):,.1f}" if cat_peaks else "-"
     took = statistics.median(r[0] for r in rows)
     print(f"{'':34} {'MiB/s':>8} {'seconds':>8} {'peak RSS (MiB)':>26}")
     print(f"{f'Berth, {mib} MiB task to task':34} {mib / took:>8,.0f} {took:>8.2f} "
           f"{f'producer {statistics.median(r[2] for r in rows):,.0f}, consumer {statistics.median(r[1] for r in rows):,.0f}':>26}")
     cat_took = statistics.median(cats)
-    print(f"{f'cat, a {mib} MiB file to a file':34} {mib / cat_took:>8,.0f} {cat_took:>8.2f} {f'{cat_peak:,.1f}':>26}")
+    print(f"{f'cat, a {mib} MiB file to a file':34} {mib / cat_took:>8,.0f} {cat_took:>8.2f} {cat_peak:>26}")
     return 0
 
 

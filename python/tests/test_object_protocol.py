@@ -1,0 +1,168 @@
+"""Objects on the wire, without a cluster: payloads cut into parts (received in place, checked
+field by field) and the holder's counting of borrows over its owner service, driven as other
+processes drive it."""
+
+from __future__ import annotations
+
+import gc
+import socket
+import struct
+import threading
+
+import pytest
+
+from berth import _owner, _protocol
+from berth._objects import ObjectRef, ObjectState
+from berth._serialize import loads, pack
+
+MIB = 1 << 20
+
+
+def _pair():
+    return socket.socketpair()
+
+
+def _roundtrip(payload, header=None):
+    a, b = _pair()
+    with a, b:
+        sender = threading.Thread(target=_protocol.send, args=(a, header or {"op": "x"}, payload))
+        sender.start()
+        got = _protocol.recv(b)
+        sender.join()
+    return got
+
+
+def test_large_buffers_travel_beside_the_pickle_and_arrive_as_the_values():
+    big, mutable = b"\x01" * (3 * MIB), bytearray(b"\x02" * MIB)
+    header, payload = _roundtrip(pack({"b": big, "a": mutable, "small": b"s", "n": [1, 2]}))
+    assert header["parts"][1:] == [3 * MIB, MIB] and header["writable"] == [2] and header["by_id"] == 2
+    value = loads(payload)
+    assert value == {"b": big, "a": mutable, "small": b"s", "n": [1, 2]}
+    # The parts received are the values themselves: nothing was copied after the socket.
+    assert value["b"] is payload.parts[1] and value["a"] is payload.parts[2]
+
+
+def test_a_snapshot_copies_what_could_change_and_keeps_bytes_as_they_are():
+    big, mutable = b"\x01" * MIB, bytearray(b"\x02" * MIB)
+    packed = pack([big, mutable], snapshot=True)
+    mutable[0] = 0
+    assert packed.parts[1] is big
+    assert loads(packed)[1][0] == 2
+
+
+def test_a_payload_without_parts_is_one_bytes():
+    assert _roundtrip(b"hello") == ({"op": "x"}, b"hello")
+
+
+def _raw_frame(header: dict, payload: bytes) -> bytes:
+    import json
+
+    head = json.dumps(header).encode()
+    return struct.pack(">I", len(head)) + head + struct.pack(">Q", len(payload)) + payload
+
+
+@pytest.mark.parametrize("header, message", [
+    ({"parts": [1, 1]}, "summing to the payload's 3 bytes"),
+    ({"parts": []}, "are not sizes"),
+    ({"parts": [1, "2"]}, "are not sizes"),
+    ({"parts": [1, -1, 3]}, "are not sizes"),
+    ({"parts": [1, 2], "writable": [0]}, "writable"),
+    ({"parts": [1, 2], "writable": [2]}, "writable"),
+    ({"parts": [1, 2], "by_id": 2}, "by_id"),
+    ({"parts": [1, 2], "by_id": "1"}, "by_id"),
+])
+def test_malformed_parts_are_refused_naming_the_field(header, message):
+    a, b = _pair()
+    with a, b:
+        a.sendall(_raw_frame(dict(header, op="x"), b"abc"))
+        with pytest.raises(_protocol.ProtocolError, match=message):
+            _protocol.recv(b)
+
+
+@pytest.fixture
+def holder():
+    server = _owner.OwnerServer("127.0.0.1", "127.0.0.1")
+    yield server
+    server.close()
+
+
+class _Borrower:
+    """One borrowing connection, as another process keeps to a holder."""
+
+    def __init__(self, holder):
+        self.sock = _protocol.connect(holder.address)
+
+    def ask(self, **header) -> dict:
+        _protocol.send(self.sock, header)
+        return _protocol.recv(self.sock)[0]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _lent_state(holder, value=b"v"):
+    state = ObjectState("put")
+    state.set_value(value, len(value))
+    object_id, key, token = holder.lend(state)
+    return state, object_id, key, token
+
+
+def _wait_unpinned(holder, objects: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 30
+    while holder.lending()["objects"] != objects:
+        assert time.monotonic() < deadline, holder.lending()
+        time.sleep(0.01)
+
+
+def test_a_value_is_kept_while_a_ref_is_on_its_way_or_borrowed(holder):
+    import weakref
+
+    state, object_id, key, token = _lent_state(holder)
+    weak = weakref.ref(state)
+    del state
+    gc.collect()
+    # No ref here, but one on its way: kept.
+    assert weak() is not None and holder.lending()["refs_in_flight"] == 1
+    borrower = _Borrower(holder)
+    assert borrower.ask(op="borrow", id=object_id, key=key, token=token, count=True) == {"ok": True}
+    assert holder.lending() == {"objects": 1, "borrowers": 1, "refs_in_flight": 0, "bytes": 1}
+    # A second ref to it in the same process hands in its token and counts nothing more.
+    token2 = borrower.ask(op="lend", id=object_id, key=key)["token"]
+    assert borrower.ask(op="borrow", id=object_id, key=key, token=token2, count=False)["ok"]
+    assert borrower.ask(op="release", id=object_id) == {"ok": True}
+    gc.collect()
+    assert weak() is None and holder.lending()["objects"] == 0
+    # Gone: a later borrow is refused.
+    reply = borrower.ask(op="borrow", id=object_id, key=key, token=None, count=True)
+    assert not reply["ok"] and "freed" in reply["error"]
+    borrower.close()
+
+
+def test_a_closed_connection_ends_its_borrows(holder):
+    state, object_id, key, token = _lent_state(holder)
+    borrower = _Borrower(holder)
+    assert borrower.ask(op="borrow", id=object_id, key=key, token=token, count=True)["ok"]
+    assert holder.lending()["borrowers"] == 1
+    borrower.close()
+    _wait_unpinned(holder, 0)
+    assert ObjectRef(state)  # still here: this process's own ref keeps it
+
+
+def test_a_borrow_needs_the_key(holder):
+    _, object_id, _, token = _lent_state(holder)
+    borrower = _Borrower(holder)
+    reply = borrower.ask(op="borrow", id=object_id, key="0" * 32, token=token, count=True)
+    assert not reply["ok"] and holder.lending()["borrowers"] == 0
+    assert not borrower.ask(op="lend", id=object_id, key="wrong")["ok"]
+    borrower.close()
+
+
+def test_tokens_never_handed_in_expire(holder, monkeypatch):
+    import time
+
+    state, object_id, key, token = _lent_state(holder)
+    assert holder.lending()["refs_in_flight"] == 1
+    monkeypatch.setattr(time, "monotonic", lambda real=time.monotonic: real() + _owner.LEND_PIN_S + 1)
+    assert holder.lending()["objects"] == 0
