@@ -27,28 +27,47 @@ _releases: "queue.SimpleQueue[Tuple[str, str]]" = queue.SimpleQueue()
 _releaser: Optional[threading.Thread] = None
 
 
+# A holder that answers nothing for this long is taken for gone (the connection is closed, and
+# the next request opens another).
+ASK_TIMEOUT_S = 30.0
+
+
 class _Holder:
     """This process's connection to one process whose values it borrows: requests and answers
-    in turn."""
+    in turn. The holder ends a connection's borrows when it closes, so a new connection
+    borrows again what this process still holds."""
 
     def __init__(self, address: str) -> None:
         self.address = address
         self.lock = threading.Lock()
         self.sock = None
+        # The values this process counts itself a borrower of: object ID -> key.
+        self.live: Dict[str, str] = {}
 
     def ask(self, header: dict) -> dict:
         with self.lock:
             try:
                 if self.sock is None:
                     self.sock = _protocol.connect(self.address, timeout=10)
-                _protocol.send(self.sock, header)
-                reply, _ = _protocol.recv(self.sock)
+                    self.sock.settimeout(ASK_TIMEOUT_S)
+                    for object_id, key in list(self.live.items()):
+                        if not self._ask({"op": "borrow", "id": object_id, "key": key, "count": True}).get("ok"):
+                            self.live.pop(object_id, None)  # freed meanwhile: its fetch will say so
+                reply = self._ask(header)
+                if header["op"] == "borrow" and header.get("count") and reply.get("ok"):
+                    self.live[header["id"]] = header["key"]
+                elif header["op"] == "release":
+                    self.live.pop(header["id"], None)
                 return reply
             except BaseException:
                 if self.sock is not None:
                     self.sock.close()
                     self.sock = None
                 raise
+
+    def _ask(self, header: dict) -> dict:
+        _protocol.send(self.sock, header)
+        return _protocol.recv(self.sock)[0]
 
 
 def _holder(address: str) -> _Holder:
@@ -101,7 +120,15 @@ def local_state(origin: Tuple[str, str, str], token: Optional[str]):
     runtime = getattr(sys.modules.get("berth._runtime"), "_current", None)
     if runtime is None or runtime.owner.address != origin[0]:
         return None
-    return runtime.owner.take_home(origin[1], origin[2], token)
+    state = runtime.owner.take_home(origin[1], origin[2], token)
+    if state is None:
+        from ._objects import ObjectState
+        from .exceptions import ObjectLostError
+
+        state = ObjectState("a value this process held")
+        state.origin = origin
+        state.set_error(ObjectLostError(f"{origin[1]}: this process held it and freed it (its last ref was gone)"))
+    return state
 
 
 def _release_loop() -> None:
@@ -115,8 +142,11 @@ def _release_loop() -> None:
             continue
         try:
             holder.ask({"op": "release", "id": object_id})
-        except (OSError, EOFError, _protocol.ProtocolError):
-            pass  # the holder is gone, or our connection broke: either ends the borrow
+        except Exception:  # noqa: BLE001 - this thread must go on releasing
+            # The holder is gone, or the connection broke (ending its borrows there): either
+            # way this one is over.
+            with holder.lock:
+                holder.live.pop(object_id, None)
 
 
 def stats() -> Dict[str, int]:

@@ -158,6 +158,12 @@ class ObjectRef:
         where = f", {self._state.work_id}" if self._state.work_id else ""
         return f"ObjectRef({self._state.describe}{where})"
 
+    def __copy__(self) -> "ObjectRef":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "ObjectRef":
+        return self
+
     def __reduce__(self):
         """Inside another value (a list, a dict, an object), a ref travels as a ref: the process
         that receives it fetches the value from the process that holds it, straight, when it

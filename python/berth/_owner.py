@@ -41,6 +41,7 @@ RECENT_KEPT = 10_000
 # A ref sent in a message keeps its value here until the receiver counts itself a borrower, or
 # for this long (a receiver that died before it read the message never does).
 LEND_PIN_S = 300.0
+SWEEP_EVERY_S = 30.0
 
 
 class Pin:
@@ -117,7 +118,9 @@ class OwnerServer:
         self._sock = _protocol.listen(bind_host)
         self.address = f"{advertise_host}:{self._sock.getsockname()[1]}"
         self._closed = False
+        self._closing = threading.Event()
         threading.Thread(target=self._accept, daemon=True, name="berth-owner").start()
+        threading.Thread(target=self._sweeping, daemon=True, name="berth-owner-sweep").start()
 
     def add(self, call: Call) -> None:
         with self._lock:
@@ -156,8 +159,16 @@ class OwnerServer:
         with self._lock:
             return [work_id for at, work_id in self._recent if at >= since]
 
+    def _sweeping(self) -> None:
+        # Tokens never handed in (their receiver died first) let go of their values within
+        # LEND_PIN_S and one sweep.
+        while not self._closing.wait(SWEEP_EVERY_S):
+            with self._lock:
+                self._sweep(time.monotonic())
+
     def close(self) -> None:
         self._closed = True
+        self._closing.set()
         try:
             self._sock.close()
         except OSError:
@@ -170,6 +181,9 @@ class OwnerServer:
             except OSError:
                 return
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # Blocking whatever socket.setdefaulttimeout() says: an idle borrower's connection
+            # must not end its borrows.
+            conn.settimeout(None)
             threading.Thread(target=self._serve, args=(conn,), daemon=True, name="berth-owner-conn").start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -194,6 +208,8 @@ class OwnerServer:
                         _protocol.send(conn, reply, body)
                     except OSError:
                         return
+                    # What the last message carried must not outlive it here.
+                    del header, payload, reply, body
         finally:
             # A borrower's process ended (or its connection broke): its borrows end with it.
             with self._lock:

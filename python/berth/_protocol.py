@@ -26,15 +26,18 @@ import json
 import socket
 import struct
 
-from ._serialize import Packed
+from ._serialize import MAX_PARTS, Packed
 
 VERSION = 1
 # Generous but finite: a header is routing data, never user data.
 MAX_HEADER = 1 << 20
 MAX_PAYLOAD = 1 << 40
-MAX_PARTS = 1 << 16
 # Sent and received this much at a time: a large value never needs a second copy of itself.
 CHUNK = 4 << 20
+# Payloads under this size go out in one write with their header.
+SMALL = 64 * 1024
+# The most one recv() returns on Linux.
+RECV_MAX = 0x7FFFF000
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -45,27 +48,47 @@ class ProtocolError(Exception):
 
 
 def send(sock: socket.socket, header: dict, payload: "bytes | Packed" = b"") -> None:
-    """Sends one frame; a ``Packed`` payload goes part by part, each from where it lies."""
-    if isinstance(payload, Packed):
-        views = [memoryview(p).cast("B") for p in payload.parts]
-        header = dict(header, parts=[v.nbytes for v in views])
-        if payload.writable:
-            header["writable"] = payload.writable
-        if payload.by_id:
-            header["by_id"] = payload.by_id
-    else:
-        views = [memoryview(payload).cast("B")] if len(payload) else []
+    """Sends one frame; a ``Packed`` payload of several parts goes part by part, each from
+    where it lies."""
+    if type(payload) is Packed:
+        if len(payload.parts) > 1:
+            return _send_parts(sock, header, payload)
+        payload = payload.parts[0]
+    head = json.dumps(header, separators=(",", ":")).encode()
+    size = memoryview(payload).nbytes
+    if size < SMALL:
+        # One write: copying a small payload costs less than a second system call.
+        sock.sendall(b"".join((_U32.pack(len(head)), head, _U64.pack(size), payload)))
+        return
+    sock.sendall(b"".join((_U32.pack(len(head)), head, _U64.pack(size))))
+    _send_view(sock, memoryview(payload).cast("B"))
+
+
+def _send_parts(sock: socket.socket, header: dict, payload: Packed) -> None:
+    views = [memoryview(p).cast("B") for p in payload.parts]
+    header = dict(header, parts=[v.nbytes for v in views])
+    if payload.writable:
+        header["writable"] = payload.writable
+    if payload.by_id:
+        header["by_id"] = payload.by_id
     head = json.dumps(header, separators=(",", ":")).encode()
     sock.sendall(b"".join((_U32.pack(len(head)), head, _U64.pack(sum(v.nbytes for v in views)))))
     for view in views:
-        for at in range(0, view.nbytes, CHUNK):
-            sock.sendall(view[at:at + CHUNK])
+        _send_view(sock, view)
+
+
+def _send_view(sock: socket.socket, view: memoryview) -> None:
+    for at in range(0, view.nbytes, CHUNK):
+        sock.sendall(view[at:at + CHUNK])
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:
-    """``n`` bytes, as one ``bytes`` received in place (no copy) on a blocking socket."""
+    """``n`` bytes, as one ``bytes`` received in place (no copy) on a blocking socket; over
+    2 GiB (more than one recv() gives), a read-only view of a buffer of their own."""
     if n == 0:
         return b""
+    if n > RECV_MAX:
+        return memoryview(_into(sock, n)).toreadonly()
     if sock.gettimeout() is None:
         data = sock.recv(n, socket.MSG_WAITALL)
         if len(data) == n:
@@ -122,7 +145,7 @@ def recv(sock: socket.socket) -> "tuple[dict, bytes | Packed]":
         (length,) = _U64.unpack(_exactly(sock, 8))
     except EOFError:
         raise ProtocolError("the connection was closed inside a frame") from None
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ProtocolError(f"the header is not JSON: {e}") from None
     if not isinstance(header, dict):
         raise ProtocolError("the header is not a JSON object")
@@ -137,6 +160,8 @@ def recv(sock: socket.socket) -> "tuple[dict, bytes | Packed]":
         return header, Packed(parts, sorted(writable), header.get("by_id", 0))
     except EOFError:
         raise ProtocolError("the connection was closed inside a payload") from None
+    except MemoryError:
+        raise ProtocolError(f"a payload of {length} bytes does not fit in this process's memory") from None
 
 
 def connect(address: str, timeout: "float | None" = 10.0) -> socket.socket:

@@ -456,48 +456,58 @@ class ActorConnection:
                 _protocol.send(sock, {"op": "call", "seq": seq, "method": method}, payload)
             except OSError:
                 self._broken(sock)
+            # The call's arguments stay alive through _holds only, until its answer.
+            del payload, states
 
     def _receive_loop(self, sock: socket.socket) -> None:
         while True:
             try:
-                header, payload = _protocol.recv(sock)
+                self._answer(_protocol.recv(sock))
             except (EOFError, OSError, _protocol.ProtocolError):
                 self._broken(sock)
                 return
-            if header.get("status") == "yield":
-                with self._cond:
-                    stream = self._streams.get(header.get("seq"))
-                if stream is not None:
-                    try:
-                        stream._yielded(int(header.get("index", -1)), loads(payload), size_of(payload))
-                    except Exception as e:  # noqa: BLE001 - a value this driver cannot read
-                        stream.end.set_error(e)
-                continue
+            except BaseException:  # noqa: BLE001 - calls in flight must fail, never hang
+                self._broken(sock)
+                raise
+
+    def _answer(self, message) -> None:
+        """One answer from the actor: a yielded value, a result or an error (a function of its
+        own, so nothing it received outlives it)."""
+        header, payload = message
+        if header.get("status") == "yield":
             with self._cond:
-                states = self._inflight.pop(header.get("seq"), None)
-                self._holds.pop(header.get("seq"), None)
-                self._streams.pop(header.get("seq"), None)
-            if states is None:
-                continue
-            try:
-                if header.get("status") == "ok":
-                    value = loads(payload)
-                    if len(states) == 1:
-                        states[0].set_value(value, size_of(payload))
-                    else:
-                        values = list(value)
-                        if len(values) != len(states):
-                            raise ValueError(f"a call on {self.actor_id} returned "
-                                             f"{len(values)} values, not num_returns={len(states)}")
-                        for s, v in zip(states, values):
-                            s.set_value(v, size_of(payload) // len(values))
+                stream = self._streams.get(header.get("seq"))
+            if stream is not None:
+                try:
+                    stream._yielded(int(header.get("index", -1)), loads(payload), size_of(payload))
+                except Exception as e:  # noqa: BLE001 - a value this driver cannot read
+                    stream.end.set_error(e)
+            return
+        with self._cond:
+            states = self._inflight.pop(header.get("seq"), None)
+            self._holds.pop(header.get("seq"), None)
+            self._streams.pop(header.get("seq"), None)
+        if states is None:
+            return
+        try:
+            if header.get("status") == "ok":
+                value = loads(payload)
+                if len(states) == 1:
+                    states[0].set_value(value, size_of(payload))
                 else:
-                    error = error_from(payload)
-                    for s in states:
-                        s.set_error(error)
-            except Exception as e:  # noqa: BLE001 - a reply this driver cannot read
+                    values = list(value)
+                    if len(values) != len(states):
+                        raise ValueError(f"a call on {self.actor_id} returned "
+                                         f"{len(values)} values, not num_returns={len(states)}")
+                    for s, v in zip(states, values):
+                        s.set_value(v, size_of(payload) // len(values))
+            else:
+                error = error_from(payload)
                 for s in states:
-                    s.set_error(e)
+                    s.set_error(error)
+        except Exception as e:  # noqa: BLE001 - a reply this driver cannot read
+            for s in states:
+                s.set_error(e)
 
     def _broken(self, sock: socket.socket) -> None:
         with self._cond:

@@ -9,6 +9,7 @@ the nodes.
 
 from __future__ import annotations
 
+import io
 import pickle
 import sys
 from typing import Any, Dict, List, Optional, Union
@@ -20,6 +21,8 @@ CODEC = "python-cloudpickle"
 # ``bytes`` and ``bytearray`` values at least this long travel beside the pickle (as numpy
 # arrays do), so that neither side copies them: smaller ones cost less inside it.
 OUT_OF_BAND_MIN = 64 * 1024
+# At most this many parts in one payload (the receiver's limit too).
+MAX_PARTS = 1 << 16
 
 _by_value: set = set()
 
@@ -86,30 +89,40 @@ def size_of(payload: "Union[bytes, Packed]") -> int:
     return payload.size if isinstance(payload, Packed) else len(payload)
 
 
-def _large_buffers(value: Any, depth: int = 4, budget: "List[int] | None" = None) -> bool:
+_ATOMS = (int, float, str, bool, type(None))
+
+
+def _large_buffers(value: Any) -> bool:
     """Whether ``value`` seems to hold a ``bytes`` or ``bytearray`` worth sending beside the
-    pickle: a look at most 256 objects deep into containers and objects' attributes. Only
-    then is the slower pickler used that sees each of them (pickle's own never lets a
-    ``bytes`` out of its stream)."""
-    budget = budget if budget is not None else [256]
-    budget[0] -= 1
-    kind = type(value)
-    if kind is bytes or kind is bytearray:
-        return len(value) >= OUT_OF_BAND_MIN
-    if depth == 0 or budget[0] <= 0 or kind in (int, float, str, bool) or value is None:
-        return False
-    if kind is dict:
-        items = value.values()
-    elif kind in (list, tuple, set, frozenset):
-        items = value
-    else:
-        items = getattr(value, "__dict__", None)
-        items = items.values() if isinstance(items, dict) else ()
-    for item in items:
-        if budget[0] <= 0:
-            return False
-        if _large_buffers(item, depth - 1, budget):
-            return True
+    pickle: a look at most 256 objects into containers and objects' attributes, 4 levels
+    deep. Only then is the slower pickler used that sees each of them (pickle's own never
+    lets a ``bytes`` out of its stream)."""
+    budget = 256
+    stack = [(value, 4)]
+    while stack:
+        value, depth = stack.pop()
+        kind = type(value)
+        if kind is bytes or kind is bytearray:
+            if len(value) >= OUT_OF_BAND_MIN:
+                return True
+            continue
+        if depth == 0 or kind in _ATOMS:
+            continue
+        if kind is dict:
+            items = value.values()
+        elif kind is tuple or kind is list or kind is set or kind is frozenset:
+            items = value
+        else:
+            attributes = getattr(value, "__dict__", None)
+            if type(attributes) is not dict:
+                continue
+            items = attributes.values()
+        for item in items:
+            budget -= 1
+            if budget <= 0:
+                return False
+            if type(item) not in _ATOMS:
+                stack.append((item, depth - 1))
     return False
 
 
@@ -119,12 +132,17 @@ class _BufferPickler(cloudpickle.Pickler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.named: List[Any] = []
+        # Persistent IDs come before pickle's memo: the same object twice is one part.
+        self.index: Dict[int, int] = {}
 
     def persistent_id(self, obj: Any) -> Any:
         kind = type(obj)
         if (kind is bytes or kind is bytearray) and len(obj) >= OUT_OF_BAND_MIN:
-            self.named.append(obj)
-            return len(self.named) - 1
+            index = self.index.get(id(obj))
+            if index is None:
+                index = self.index[id(obj)] = len(self.named)
+                self.named.append(obj)
+            return index
         return None
 
 
@@ -149,19 +167,35 @@ def pack(value: Any, snapshot: bool = False) -> Packed:
     ``snapshot``: copy each buffer that could still change (a writable array, a ``bytearray``)
     so that the value sent later is the value now (a call's arguments, a ``put``); ``bytes``
     never change and are never copied."""
-    import io
-
     stream = io.BytesIO()
     buffers: List[pickle.PickleBuffer] = []
-    kind = _BufferPickler if _large_buffers(value) else cloudpickle.Pickler
-    pickler = kind(stream, protocol=5, buffer_callback=buffers.append)
+
+    def beside(buffer: pickle.PickleBuffer) -> bool:
+        # True keeps a small buffer (a small array) inside the stream.
+        if memoryview(buffer).nbytes < OUT_OF_BAND_MIN:
+            return True
+        buffers.append(buffer)
+        return False
+
+    pickler = (_BufferPickler if _large_buffers(value) else cloudpickle.Pickler)(
+        stream, protocol=5, buffer_callback=beside)
+    holds: List[Any] = []
     objects = sys.modules.get("berth._objects")  # loaded by anything that made or got a ref
     if objects is None:
         pickler.dump(value)
-        holds: List[Any] = []
     else:
-        with objects.collecting() as holds:
+        # The refs pickled here say which values this payload must keep alive.
+        local = objects._collected
+        outer = getattr(local, "states", None)
+        local.states = holds
+        try:
             pickler.dump(value)
+        finally:
+            local.states = outer
+    named = getattr(pickler, "named", None)
+    if not buffers and not named:
+        # A small pickle is cheaper as bytes; a large one is not copied again.
+        return Packed([stream.getvalue() if stream.tell() < OUT_OF_BAND_MIN else stream.getbuffer()], holds=holds)
     parts: List[Any] = [stream.getbuffer()]
     writable = []
     for buffer in buffers:
@@ -171,25 +205,25 @@ def pack(value: Any, snapshot: bool = False) -> Packed:
             if snapshot:
                 raw = bytes(raw)
         parts.append(raw)
-    named = getattr(pickler, "named", [])
-    for obj in named:
+    for obj in named or ():
         if type(obj) is bytearray:
             writable.append(len(parts))
             if snapshot:
                 obj = bytes(obj)
         parts.append(obj)
-    return Packed(parts, writable, len(named), holds)
+    if len(parts) > MAX_PARTS:
+        raise ValueError(f"the value holds {len(parts) - 1} large buffers; at most {MAX_PARTS - 1} can be sent in one")
+    return Packed(parts, writable, len(named or ()), holds)
 
 
 def loads(data: "Union[bytes, Packed]") -> Any:
     """Unpickles what :func:`dumps` or :func:`pack` made."""
     if isinstance(data, Packed):
-        import io
-
         split = len(data.parts) - data.by_id
         if not data.by_id:
             return pickle.loads(data.parts[0], buffers=data.parts[1:])
-        named = [_as(bytearray if i in data.writable else bytes, p)
+        writable = set(data.writable)
+        named = [_as(bytearray if i in writable else bytes, p)
                  for i, p in enumerate(data.parts[split:], start=split)]
         return _BufferUnpickler(io.BytesIO(data.parts[0]), data.parts[1:split], named).load()
     return cloudpickle.loads(data)

@@ -374,8 +374,8 @@ class ActorServer:
                     return
                 _protocol.send(conn, {"ok": True, "attempt": mine})
                 while True:
-                    header, payload = _protocol.recv(conn)
-                    self.calls.put((conn, send_lock, header, payload))
+                    # Unnamed: a call's arguments must not outlive it here.
+                    self.calls.put((conn, send_lock, *_protocol.recv(conn)))
             except (EOFError, OSError, _protocol.ProtocolError):
                 return
 
@@ -391,6 +391,7 @@ class ActorServer:
                 self.pool.submit(self._call, *item)
             else:
                 self._call(*item)
+            del item
 
     def _call(self, conn: socket.socket, send_lock, header: dict, payload: "bytes | Packed") -> None:
         seq = header.get("seq")

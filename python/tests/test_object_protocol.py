@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from berth import _owner, _protocol
-from berth._objects import ObjectRef, ObjectState
+from berth._objects import ObjectState
 from berth._serialize import loads, pack
 
 MIB = 1 << 20
@@ -147,7 +147,8 @@ def test_a_closed_connection_ends_its_borrows(holder):
     assert holder.lending()["borrowers"] == 1
     borrower.close()
     _wait_unpinned(holder, 0)
-    assert ObjectRef(state)  # still here: this process's own ref keeps it
+    # Still here: this process's own ref keeps it.
+    assert holder._lent_state(object_id, key) is state
 
 
 def test_a_borrow_needs_the_key(holder):
@@ -166,3 +167,77 @@ def test_tokens_never_handed_in_expire(holder, monkeypatch):
     assert holder.lending()["refs_in_flight"] == 1
     monkeypatch.setattr(time, "monotonic", lambda real=time.monotonic: real() + _owner.LEND_PIN_S + 1)
     assert holder.lending()["objects"] == 0
+
+
+def test_the_same_large_buffer_twice_is_one_part_and_one_object():
+    big = bytearray(b"\x05" * (2 * MIB))
+    header, payload = _roundtrip(pack([big, big]))
+    assert header["parts"][1:] == [2 * MIB]
+    first, second = loads(payload)
+    assert first is second and first == big
+
+
+class Blob:
+    """Pickles its buffer out of band, as numpy arrays do (pickle's protocol 5)."""
+
+    def __init__(self, data) -> None:
+        self.data = data
+
+    def __reduce_ex__(self, protocol):
+        import pickle
+
+        return Blob, (pickle.PickleBuffer(self.data),)
+
+
+def test_pickle_buffers_travel_beside_the_stream_and_small_ones_inside():
+    small, large = Blob(bytearray(100)), Blob(bytearray(b"\x06" * MIB))
+    assert len(pack(small).parts) == 1
+    header, payload = _roundtrip(pack([small, large]))
+    assert header["parts"][1:] == [MIB] and header["writable"] == [1] and "by_id" not in header
+    got = loads(payload)
+    # The receiver's buffer is the value's: writable, received in place.
+    assert got[1].data is payload.parts[1] and got[1].data == b"\x06" * MIB
+    assert bytes(got[0].data) == bytes(100)
+
+
+def test_a_value_of_too_many_large_buffers_is_refused_when_packed(monkeypatch):
+    from berth import _serialize
+
+    monkeypatch.setattr(_serialize, "MAX_PARTS", 3)
+    with pytest.raises(ValueError, match="at most 2 can be sent"):
+        pack([bytes([i]) * (64 * 1024) for i in range(3)])
+
+
+def test_a_borrower_whose_connection_broke_borrows_again(holder):
+    from berth import _borrowing
+
+    state, object_id, key, token = _lent_state(holder)
+    mine = ObjectState("borrowed")
+    _borrowing.borrow(mine, (holder.address, object_id, key), token, True)
+    assert holder.lending()["borrowers"] == 1
+    connection = _borrowing._holders[holder.address]
+    connection.sock.close()
+    connection.sock = None
+    _wait_unpinned(holder, 0)
+    # The next request opens a connection and counts this process again first.
+    assert _borrowing.token((holder.address, object_id, key))
+    assert holder.lending()["borrowers"] == 1
+    with _borrowing._holders_lock:
+        del _borrowing._holders[holder.address]
+    connection.sock.close()
+
+
+def test_unredeemed_tokens_are_swept_without_any_other_request(monkeypatch):
+    monkeypatch.setattr(_owner, "LEND_PIN_S", 0.0)
+    monkeypatch.setattr(_owner, "SWEEP_EVERY_S", 0.01)
+    server = _owner.OwnerServer("127.0.0.1", "127.0.0.1")
+    try:
+        _lent_state(server)
+        import time
+
+        deadline = time.monotonic() + 30
+        while server._pins:
+            assert time.monotonic() < deadline, "the sweeper never ran"
+            time.sleep(0.01)
+    finally:
+        server.close()
