@@ -194,7 +194,7 @@ class OwnerServer:
             with conn:
                 while True:
                     try:
-                        header, payload = _protocol.recv(conn)
+                        header, payload = _protocol.recv(conn, self._admit)
                     except (EOFError, OSError, _protocol.ProtocolError):
                         return
                     try:
@@ -218,6 +218,19 @@ class OwnerServer:
                     if pin is not None:
                         pin.borrowers.pop(peer, None)
                         self._unpin_if_free(object_id, pin)
+
+    def _admit(self, header: dict, length: int) -> Optional[str]:
+        """Only a call's own worker may send a payload (its result, a yielded value), and it
+        is checked before memory is taken for it."""
+        if header.get("op") not in ("result", "yield"):
+            return f"{header.get('op')!r} takes no payload"
+        with self._lock:
+            call = self._calls.get(str(header.get("call")))
+            if call is not None and call.matches(header.get("work_id"), header.get("key")):
+                return None
+            if _delivered_digest(header.get("call"), header.get("work_id"), header.get("key")) in self._delivered:
+                return None
+        return "a payload from a process that is not the call's (unknown call, work ID or key)"
 
     def lend(self, state: ObjectState) -> Tuple[str, str, str]:
         """Makes ``state``'s value fetchable by the process a ref to it is sent to: its ID, the

@@ -128,10 +128,12 @@ def _parts(header: dict, length: int) -> "list[int]":
     return parts
 
 
-def recv(sock: socket.socket) -> "tuple[dict, bytes | Packed]":
+def recv(sock: socket.socket, admit=None) -> "tuple[dict, bytes | Packed]":
     """Receives one frame: (header, payload), the payload ``Packed`` when the header cuts it
     into parts. Raises EOFError when the peer closed between frames, ProtocolError on a
-    malformed frame."""
+    malformed frame. ``admit(header, length)``, when given, is asked before any memory is
+    taken for the payload: a text it returns refuses the frame (ProtocolError; the connection
+    is then out of step and must be closed)."""
     first = sock.recv(4, socket.MSG_WAITALL)
     if not first:
         raise EOFError("the connection was closed")
@@ -151,6 +153,9 @@ def recv(sock: socket.socket) -> "tuple[dict, bytes | Packed]":
         raise ProtocolError("the header is not a JSON object")
     if length > MAX_PAYLOAD:
         raise ProtocolError(f"a payload of {length} bytes is over the limit")
+    refused = admit(header, length) if admit is not None and length else None
+    if refused:
+        raise ProtocolError(refused)
     try:
         if "parts" not in header:
             return header, _exactly(sock, length)

@@ -355,7 +355,7 @@ class ActorServer:
         send_lock = threading.Lock()
         with conn:
             try:
-                hello, _ = _protocol.recv(conn)
+                hello, _ = _protocol.recv(conn, lambda header, length: "a hello takes no payload")
                 key = hello.get("key")
                 if hello.get("op") != "hello" or not isinstance(key, str) or key.lower() != self.key.lower():
                     _protocol.send(conn, {"ok": False, "error": "wrong work key"})

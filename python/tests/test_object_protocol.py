@@ -241,3 +241,26 @@ def test_unredeemed_tokens_are_swept_without_any_other_request(monkeypatch):
             time.sleep(0.01)
     finally:
         server.close()
+
+
+def test_a_payload_from_a_stranger_is_refused_before_any_memory_is_taken(holder):
+    import json
+
+    with _protocol.connect(holder.address) as conn:
+        head = json.dumps({"op": "result", "call": "nope", "work_id": "task-1", "key": "x",
+                           "parts": [1, (1 << 39) - 1], "writable": [1]}).encode()
+        # A 512 GiB payload is announced and never sent: the frame is refused at its header.
+        conn.sendall(struct.pack(">I", len(head)) + head + struct.pack(">Q", 1 << 39))
+        assert _closed(conn)
+    with _protocol.connect(holder.address) as conn:
+        _protocol.send(conn, {"op": "object", "id": "x", "key": "y"}, b"unasked")
+        assert _closed(conn)
+
+
+def _closed(conn) -> bool:
+    """Whether the other side closed the connection (a reset too: it left data unread)."""
+    conn.settimeout(30)
+    try:
+        return conn.recv(1) == b""
+    except ConnectionResetError:
+        return True
