@@ -24,11 +24,6 @@ from .exceptions import (
 )
 
 WORKER_ARGS = ["-m", "berth.worker"]
-# Workers' malloc backs its large blocks with transparent huge pages (glibc 2.35 and later;
-# others ignore it): a large value received or made then costs a page fault per 2 MiB, not per
-# 4 KiB (receiving 100 MB took 40 ms instead of 59 here). Setting GLIBC_TUNABLES in
-# runtime_env's env_vars replaces it.
-WORKER_MALLOC = "glibc.malloc.hugetlb=1"
 
 
 def _worker_env(runtime, call: Call, options: Dict[str, Any]) -> Dict[str, str]:
@@ -40,9 +35,6 @@ def _worker_env(runtime, call: Call, options: Dict[str, Any]) -> Dict[str, str]:
         "BERTH_DRIVER": runtime.driver_id,
     }
     runtime_env = options.get("runtime_env")
-    env_vars = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else None
-    if not isinstance(env_vars, dict) or "GLIBC_TUNABLES" not in env_vars:
-        env["GLIBC_TUNABLES"] = WORKER_MALLOC
     if isinstance(runtime_env, dict) and ("working_dir" in runtime_env or "py_modules" in runtime_env):
         from . import _packages
 

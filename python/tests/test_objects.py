@@ -244,13 +244,3 @@ def test_bytes_and_bytearrays_travel_beside_the_pickle(berth_session):
     big[0] = 0  # put took a copy: later changes are not seen
     assert berth.get(ref)[0] == 4
 
-
-@berth.remote(num_cpus=0.1)
-def malloc_tunables():
-    return os.environ.get("GLIBC_TUNABLES")
-
-
-def test_workers_back_large_blocks_with_huge_pages_unless_told_otherwise(berth_session):
-    assert berth.get(malloc_tunables.remote(), timeout=60) == "glibc.malloc.hugetlb=1"
-    mine = malloc_tunables.options(runtime_env={"env_vars": {"GLIBC_TUNABLES": "glibc.malloc.check=0"}})
-    assert berth.get(mine.remote(), timeout=60) == "glibc.malloc.check=0"
