@@ -13,6 +13,7 @@ its way (each ref sent carries a token that keeps the value until its receiver b
 
 from __future__ import annotations
 
+import atexit
 import queue
 import sys
 import threading
@@ -41,29 +42,45 @@ class _Holder:
         self.address = address
         self.lock = threading.Lock()
         self.sock = None
-        # The values this process counts itself a borrower of: object ID -> key.
-        self.live: Dict[str, str] = {}
+        # The borrows this process counts at the holder: object ID -> [key, how many] (a
+        # state that died with its release still queued, and a new one for the same value,
+        # count two).
+        self.live: Dict[str, list] = {}
 
-    def ask(self, header: dict) -> dict:
+    def ask(self, header: "dict | None") -> dict:
+        """Sends ``header`` and returns the answer (None: only connects, borrowing again)."""
         with self.lock:
             try:
                 if self.sock is None:
                     self.sock = _protocol.connect(self.address, timeout=10)
                     self.sock.settimeout(ASK_TIMEOUT_S)
-                    for object_id, key in list(self.live.items()):
-                        if not self._ask({"op": "borrow", "id": object_id, "key": key, "count": True}).get("ok"):
+                    for object_id, (key, count) in list(self.live.items()):
+                        again = {"op": "borrow", "id": object_id, "key": key, "count": count}
+                        if not self._ask(again).get("ok"):
                             self.live.pop(object_id, None)  # freed meanwhile: its fetch will say so
+                if header is None:
+                    return {"ok": True}
                 reply = self._ask(header)
                 if header["op"] == "borrow" and header.get("count") and reply.get("ok"):
-                    self.live[header["id"]] = header["key"]
+                    self.live.setdefault(header["id"], [header["key"], 0])[1] += 1
                 elif header["op"] == "release":
-                    self.live.pop(header["id"], None)
+                    self._released(header["id"])
                 return reply
             except BaseException:
                 if self.sock is not None:
                     self.sock.close()
                     self.sock = None
+                    # Borrow again at once, not at the next request (which may be far off):
+                    # the holder keeps a broken connection's borrows for BORROW_GRACE_S.
+                    _releases.put((self.address, None))
                 raise
+
+    def _released(self, object_id: str) -> None:
+        entry = self.live.get(object_id)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del self.live[object_id]
 
     def _ask(self, header: dict) -> dict:
         _protocol.send(self.sock, header)
@@ -131,25 +148,62 @@ def local_state(origin: Tuple[str, str, str], token: Optional[str]):
     return state
 
 
+def settle() -> None:
+    """Sends the releases queued so far from this thread, closes the connections that borrow
+    nothing any more and, if none is left, stops the release thread: a task's worker that
+    kept no ref is then as it was, and may run the next task (or end without its holders
+    keeping its borrows for BORROW_GRACE_S)."""
+    global _releaser
+    if _releaser is None:
+        return
+    while True:
+        try:
+            address, object_id = _releases.get_nowait()
+        except queue.Empty:
+            break
+        _release(address, object_id)
+    with _holders_lock:
+        for address, holder in list(_holders.items()):
+            with holder.lock:
+                if holder.live:
+                    continue
+                if holder.sock is not None:
+                    holder.sock.close()
+                del _holders[address]
+        if _holders:
+            return
+        thread, _releaser = _releaser, None
+    _releases.put(("", None))  # the thread's cue to end
+    thread.join()
+
+
 def _release_loop() -> None:
     # Releases are sent from here, never from the finalizer that queued them: that runs
     # wherever the garbage collector does, maybe while this thread's connection is in use.
+    # An item without an object ID asks for a broken connection to be made again; one
+    # without an address, for the thread to end.
     while True:
         address, object_id = _releases.get()
-        with _holders_lock:
-            holder = _holders.get(address)
-        if holder is None:
-            continue
-        try:
-            holder.ask({"op": "release", "id": object_id})
-        except Exception:  # noqa: BLE001 - this thread must go on releasing
-            # The holder is gone, or the connection broke (ending its borrows there): either
-            # way this one is over.
-            with holder.lock:
-                holder.live.pop(object_id, None)
+        if not address:
+            return
+        _release(address, object_id)
 
 
-def stats() -> Dict[str, int]:
-    """How many holders this process borrows from, and releases not yet sent."""
+def _release(address: str, object_id: "str | None") -> None:
     with _holders_lock:
-        return {"holders": len(_holders), "releases_queued": _releases.qsize()}
+        holder = _holders.get(address)
+    if holder is None:
+        return
+    try:
+        holder.ask(None if object_id is None else {"op": "release", "id": object_id})
+    except Exception:  # noqa: BLE001 - releasing must go on
+        # The holder is gone, or the connection broke (its borrows are kept there for a
+        # while, and borrowed again on the next connection): this one is over either way.
+        if object_id is not None:
+            with holder.lock:
+                holder._released(object_id)
+
+
+# A clean exit sends what is queued: its holders need not wait out the grace.
+atexit.register(settle)
+

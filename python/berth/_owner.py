@@ -42,6 +42,9 @@ RECENT_KEPT = 10_000
 # for this long (a receiver that died before it read the message never does).
 LEND_PIN_S = 300.0
 SWEEP_EVERY_S = 30.0
+# A borrower's connection that closes leaves its borrows here this long: a process that lives
+# on connects again and borrows again; one that ended lets them go then.
+BORROW_GRACE_S = 60.0
 
 
 class Pin:
@@ -195,6 +198,13 @@ class OwnerServer:
                 while True:
                     try:
                         header, payload = _protocol.recv(conn, self._admit)
+                    except _protocol.Refused as e:
+                        # Read past, never kept: the connection is still in step.
+                        try:
+                            _protocol.send(conn, {"ok": False, "error": str(e)})
+                        except OSError:
+                            return
+                        continue
                     except (EOFError, OSError, _protocol.ProtocolError):
                         return
                     try:
@@ -211,13 +221,14 @@ class OwnerServer:
                     # What the last message carried must not outlive it here.
                     del header, payload, reply, body
         finally:
-            # A borrower's process ended (or its connection broke): its borrows end with it.
+            # A borrower's process ended, or its connection broke: its borrows end, after a
+            # grace in which a process that lives on borrows them again.
             with self._lock:
+                until = time.monotonic() + BORROW_GRACE_S
                 for object_id in self._peers.pop(peer, ()):
                     pin = self._pins.get(object_id)
-                    if pin is not None:
-                        pin.borrowers.pop(peer, None)
-                        self._unpin_if_free(object_id, pin)
+                    if pin is not None and pin.borrowers.pop(peer, None):
+                        pin.tokens[f"closed-{peer}"] = until
 
     def _admit(self, header: dict, length: int) -> Optional[str]:
         """Only a call's own worker may send a payload (its result, a yielded value), and it
@@ -303,8 +314,10 @@ class OwnerServer:
             pin = self._pins.get(object_id)
             if pin is None:
                 pin = self._pins[object_id] = Pin(state)
-            if header.get("count"):
-                pin.borrowers[peer] = pin.borrowers.get(peer, 0) + 1
+            count = header.get("count")
+            count = int(count) if type(count) in (bool, int) and 0 <= count <= 1 << 20 else 0
+            if count:
+                pin.borrowers[peer] = pin.borrowers.get(peer, 0) + count
                 self._peers.setdefault(peer, set()).add(object_id)
             pin.tokens.pop(str(header.get("token")), None)
             self._unpin_if_free(object_id, pin)

@@ -47,6 +47,11 @@ class ProtocolError(Exception):
     """The other side broke the protocol (or closed the connection mid-frame)."""
 
 
+class Refused(ProtocolError):
+    """A frame the receiver's ``admit`` refused: its payload was read past (into a scratch
+    buffer, never kept), so the connection is still in step and may answer."""
+
+
 def send(sock: socket.socket, header: dict, payload: "bytes | Packed" = b"") -> None:
     """Sends one frame; a ``Packed`` payload of several parts goes part by part, each from
     where it lies."""
@@ -115,6 +120,16 @@ def _into(sock: socket.socket, n: int) -> bytearray:
     return buf
 
 
+def _skip(sock: socket.socket, n: int) -> None:
+    """Reads ``n`` bytes into one small buffer, over and over: nothing is kept."""
+    scratch = memoryview(bytearray(min(n, CHUNK)))
+    while n:
+        k = sock.recv_into(scratch, min(n, len(scratch)))
+        if k == 0:
+            raise EOFError("the connection was closed")
+        n -= k
+
+
 def _parts(header: dict, length: int) -> "list[int]":
     parts, writable = header.get("parts"), header.get("writable", [])
     if (not isinstance(parts, list) or not 0 < len(parts) <= MAX_PARTS
@@ -132,8 +147,8 @@ def recv(sock: socket.socket, admit=None) -> "tuple[dict, bytes | Packed]":
     """Receives one frame: (header, payload), the payload ``Packed`` when the header cuts it
     into parts. Raises EOFError when the peer closed between frames, ProtocolError on a
     malformed frame. ``admit(header, length)``, when given, is asked before any memory is
-    taken for the payload: a text it returns refuses the frame (ProtocolError; the connection
-    is then out of step and must be closed)."""
+    taken for the payload: a text it returns refuses the frame (``Refused``, once the payload
+    was read past)."""
     first = sock.recv(4, socket.MSG_WAITALL)
     if not first:
         raise EOFError("the connection was closed")
@@ -155,7 +170,11 @@ def recv(sock: socket.socket, admit=None) -> "tuple[dict, bytes | Packed]":
         raise ProtocolError(f"a payload of {length} bytes is over the limit")
     refused = admit(header, length) if admit is not None and length else None
     if refused:
-        raise ProtocolError(refused)
+        try:
+            _skip(sock, length)
+        except EOFError:
+            raise ProtocolError("the connection was closed inside a payload") from None
+        raise Refused(refused)
     try:
         if "parts" not in header:
             return header, _exactly(sock, length)

@@ -180,6 +180,12 @@ class Worker:
             self.run_actor(spec)
             return False
         again = self.run_task(spec)
+        del spec, body
+        borrowing = sys.modules.get("berth._borrowing")  # loaded by a task that got a ref
+        if borrowing is not None:
+            # Its refs are gone with its arguments: their holders hear so now, and the
+            # release thread ends, so this process may run another task.
+            borrowing.settle()
         _owner_conns[self.owner] = self.owner_conn
         # Its packages changed this process's path and modules: no other task may inherit them.
         return again and not packaged

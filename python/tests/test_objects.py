@@ -197,10 +197,14 @@ def test_a_lent_value_lives_while_a_borrower_holds_it_and_is_freed_after(berth_s
     berth.kill(keeper)
 
 
-def test_a_killed_borrower_lets_the_value_go(berth_session):
+def test_a_killed_borrower_lets_the_value_go(berth_session, monkeypatch):
     import gc
 
     from conftest import wait_for
+
+    # A closed connection's borrows are kept for a grace (a process that lives on borrows
+    # again): short here, 60 s by default.
+    monkeypatch.setattr(berth._owner, "BORROW_GRACE_S", 0.5)
 
     keeper = Keeper.remote()
     ref = berth.put(b"\x03" * MIB)
@@ -243,4 +247,3 @@ def test_bytes_and_bytearrays_travel_beside_the_pickle(berth_session):
     ref = berth.put(big)
     big[0] = 0  # put took a copy: later changes are not seen
     assert berth.get(ref)[0] == 4
-

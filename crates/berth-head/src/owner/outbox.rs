@@ -50,24 +50,31 @@ impl Outbox {
         self.held.push((to, assignment));
     }
 
-    /// When the held assignments are due (`None` when nothing is held): at once (the window's
+    /// When held assignments are due (`None` when nothing is held): at once (the window's
     /// start, in the past) while the window's budget lasts, else when the window ends, which is
     /// in the past when the head has been quiet. (It never reads the clock: a `now` read here
     /// would always be later than the caller's.)
     pub(crate) fn due(&self) -> Option<Instant> {
         if self.held.is_empty() {
             None
-        } else if self.sent + self.held.len() <= AT_ONCE {
+        } else if self.sent < AT_ONCE {
             Some(self.opened)
         } else {
             Some(self.closes)
         }
     }
 
-    /// Sends what is held if it is due at `now`.
+    /// Sends what is due at `now`: everything once the window has ended (or none is open),
+    /// else what is left of the window's budget, oldest first.
     pub(crate) fn send_due(&mut self, now: Instant) {
-        if self.due().is_some_and(|due| due <= now) {
+        if self.held.is_empty() {
+            return;
+        }
+        if now >= self.closes {
             self.send_all(now);
+        } else if self.sent < AT_ONCE {
+            let budget = (AT_ONCE - self.sent).min(self.held.len());
+            self.send_first(budget);
         }
     }
 
@@ -81,8 +88,12 @@ impl Outbox {
             self.closes = now + self.window;
             self.sent = 0;
         }
-        self.sent += self.held.len();
-        for (to, assignment) in self.held.drain(..) {
+        self.send_first(self.held.len());
+    }
+
+    fn send_first(&mut self, count: usize) {
+        self.sent += count;
+        for (to, assignment) in self.held.drain(..count) {
             // A closed stream is an agent that is gone; it gets its work again when it
             // registers and opens a new one.
             let _ = to.send(Ok(*assignment));
@@ -131,6 +142,7 @@ mod tests {
             assert_eq!(received(&mut rx), [format!("actor-{i}")]);
         }
         // Busy: the next commits' assignments wait for the window's end, then leave together.
+        assert_eq!(outbox.due(), None);
         tokio::time::advance(Duration::from_millis(1)).await;
         outbox.hold(tx.clone(), start("late-1"));
         outbox.send_due(Instant::now());
@@ -152,12 +164,31 @@ mod tests {
         outbox.send_due(Instant::now());
         assert_eq!(received(&mut rx).len(), AT_ONCE + 2);
         // ...and fills its window: the next waits for the window's end.
-        outbox.hold(tx, start("after-burst"));
+        outbox.hold(tx.clone(), start("after-burst"));
         outbox.send_due(Instant::now());
         assert_eq!(received(&mut rx), Vec::<String>::new());
         tokio::time::advance(WINDOW).await;
         outbox.send_due(Instant::now());
         assert_eq!(received(&mut rx), ["after-burst"]);
+        // A commit that straddles the budget: what fits leaves now, the rest at the window's end.
+        tokio::time::advance(WINDOW).await;
+        let opened = Instant::now();
+        for i in 0..3 {
+            outbox.hold(tx.clone(), start(&format!("first-{i}")));
+        }
+        outbox.send_due(opened);
+        assert_eq!(received(&mut rx).len(), 3);
+        for i in 0..AT_ONCE {
+            outbox.hold(tx.clone(), start(&format!("straddle-{i}")));
+        }
+        outbox.send_due(Instant::now());
+        let sent = received(&mut rx);
+        assert_eq!(sent.len(), AT_ONCE - 3);
+        assert_eq!(sent[0], "straddle-0", "oldest first");
+        assert_eq!(outbox.due(), Some(opened + WINDOW));
+        tokio::time::advance(WINDOW).await;
+        outbox.send_due(Instant::now());
+        assert_eq!(received(&mut rx), ["straddle-5", "straddle-6", "straddle-7"]);
     }
 
     /// On the real clock: an outbox that never sent is due before any `now` a caller reads.
