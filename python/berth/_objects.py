@@ -102,21 +102,21 @@ def _loads(packed):
 # The states that hold a value of a known size, for berth.internal.stats().
 _held: "weakref.WeakSet[ObjectState]" = weakref.WeakSet()
 
-# The states whose refs are pickled on this thread now (``collecting``).
+# The states whose refs are pickled on this thread now (``collect``).
 _collected = threading.local()
 
 
-class collecting:
-    """Gathers the states of the refs pickled on this thread while active: what the pickled
-    value must keep alive (``Packed.holds``)."""
-
-    def __enter__(self) -> List["ObjectState"]:
-        self.outer = getattr(_collected, "states", None)
-        _collected.states = []
-        return _collected.states
-
-    def __exit__(self, *exc: object) -> None:
-        _collected.states = self.outer
+def collect(dump: Callable[[Any], None], value: Any) -> List["ObjectState"]:
+    """Runs ``dump(value)`` (a pickler's); returns the states of the refs it pickled on this
+    thread: what the pickled value must keep alive (``Packed.holds``)."""
+    holds: List[ObjectState] = []
+    outer = getattr(_collected, "states", None)
+    _collected.states = holds
+    try:
+        dump(value)
+    finally:
+        _collected.states = outer
+    return holds
 
 
 class ObjectRef:

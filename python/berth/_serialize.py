@@ -184,14 +184,7 @@ def pack(value: Any, snapshot: bool = False) -> Packed:
     if objects is None:
         pickler.dump(value)
     else:
-        # The refs pickled here say which values this payload must keep alive.
-        local = objects._collected
-        outer = getattr(local, "states", None)
-        local.states = holds
-        try:
-            pickler.dump(value)
-        finally:
-            local.states = outer
+        holds = objects.collect(pickler.dump, value)
     named = getattr(pickler, "named", None)
     if not buffers and not named:
         # A small pickle is cheaper as bytes; a large one is not copied again.

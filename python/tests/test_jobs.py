@@ -26,6 +26,8 @@ from berth import _objects, _runtime
 from berth._client import Client
 from berth.exceptions import BerthInfeasibleWarning, GetTimeoutError, InvalidRequestError
 
+from conftest import wait_for
+
 SDK = Path(__file__).resolve().parents[1]
 # Generous bounds for what the head does in its own time (a lease running out, a process
 # ending): a shared machine may be slow, a correct run is much faster.
@@ -46,15 +48,6 @@ def _head(cluster) -> Client:
     return Client(f"http://{cluster.address}", cluster.token, None, timeout=30)
 
 
-def _until(what: str, probe, deadline_s: float = DEADLINE_S):
-    """Polls ``probe()`` until it returns something true, which it returns."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        value = probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} within {deadline_s} s"
-        time.sleep(0.1)
 
 
 def _state(client: Client, collection: str, object_id: str, state: str):
@@ -150,10 +143,10 @@ print(json.dumps({"job": berth.get_runtime_context().get_job_id(), "actor": coun
     metadata = job["spec"]["metadata"]
     assert metadata["sdk"] == "python" and metadata["pid"] == str(d.proc.pid), metadata
     assert metadata["host"] and "driver.py" in metadata["entrypoint"], metadata
-    actor = _until("the actor DEAD", lambda: _state(head, "actors", ids["actor"], "DEAD"))
+    actor = wait_for("the actor DEAD", lambda: _state(head, "actors", ids["actor"], "DEAD"))
     assert actor["spec"]["job_id"] == ids["job"] and "lifetime" not in actor["spec"], actor["spec"]
     assert ids["job"] in actor["death_reason"], actor
-    group = _until("the group REMOVED", lambda: _state(head, "placement_groups", ids["group"], "REMOVED"))
+    group = wait_for("the group REMOVED", lambda: _state(head, "placement_groups", ids["group"], "REMOVED"))
     assert group["spec"]["job_id"] == ids["job"], group["spec"]
 
 
@@ -180,9 +173,9 @@ sys.stdin.read()
             time.sleep(0.2)
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait(timeout=DEADLINE_S)
-        job = _until("the job LOST", lambda: _state(head, "jobs", ids["job"], "LOST"))
+        job = wait_for("the job LOST", lambda: _state(head, "jobs", ids["job"], "LOST"))
         assert "renewed no lease" in job["end_reason"], job
-        _until("the owned actor DEAD", lambda: _state(head, "actors", ids["owned"], "DEAD"))
+        wait_for("the owned actor DEAD", lambda: _state(head, "actors", ids["owned"], "DEAD"))
         detached = head.get(f"/api/v1/actors/{ids['detached']}")
         assert detached["state"] == "ALIVE", detached
         assert detached["spec"]["lifetime"] == "detached" and detached["spec"]["job_id"] == ids["job"]
@@ -213,11 +206,11 @@ sys.stdin.read()
 """, str(Path(d_dir := tempfile.mkdtemp()) / "started"))
     ids = d.json()
     head = _head(cluster)
-    _until("the task runs", lambda: (Path(d_dir) / "started").exists())
+    wait_for("the task runs", lambda: (Path(d_dir) / "started").exists())
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait(timeout=DEADLINE_S)
-    _until("the job LOST", lambda: _state(head, "jobs", ids["job"], "LOST"))
-    task = _until("the task ended", lambda: (lambda t: t if t["state"] in ("FINISHED", "FAILED", "CANCELLED")
+    wait_for("the job LOST", lambda: _state(head, "jobs", ids["job"], "LOST"))
+    task = wait_for("the task ended", lambda: (lambda t: t if t["state"] in ("FINISHED", "FAILED", "CANCELLED")
                                              else None)(head.get(f"/api/v1/tasks/{ids['task']}")))
     assert task["state"] == "CANCELLED", json.dumps(task)
     assert task["attempts"] == 1, f"no attempt was spent on the missing driver: {task}"
@@ -249,7 +242,7 @@ print(json.dumps({"renewing": any(t.is_alive() for t in renewer)}), flush=True)
     head.post(f"/api/v1/jobs/{job_id}/stop", {"reason": "superseded"})
     cancelled = d.json()["cancelled"]
     assert f"its job {job_id} ended" in cancelled and "superseded" in cancelled, cancelled
-    _until("the driver's error", lambda: any("ERROR" in line for line in d.stderr))
+    wait_for("the driver's error", lambda: any("ERROR" in line for line in d.stderr))
     d.proc.stdin.write("\n")
     d.proc.stdin.flush()
     assert d.json() == {"renewing": False}
@@ -279,7 +272,7 @@ def test_work_created_in_a_task_is_owned_by_its_process_and_ends_with_it(berth_s
     try:
         job_id = berth.get_runtime_context().get_job_id()
         assert job_id is not None and ids["job"] == job_id, ids
-        owned = _until("the task's actor DEAD", lambda: _state(head, "actors", ids["owned"], "DEAD"))
+        owned = wait_for("the task's actor DEAD", lambda: _state(head, "actors", ids["owned"], "DEAD"))
         assert owned["spec"]["owner_id"] == ids["task"] and owned["spec"]["job_id"] == ids["job"], owned["spec"]
         assert ids["task"] in owned["death_reason"], owned
         detached = head.get(f"/api/v1/actors/{ids['detached']}")
@@ -314,7 +307,7 @@ def test_a_task_whose_result_arrived_before_its_node_lost_it_finishes(berth_sess
     ref = delivers_then_dies.remote(str(runs))
     assert berth.get(ref, timeout=60) == "the value"
     head = _head(berth_session)
-    task = _until("the task FINISHED", lambda: _state(head, "tasks", ref.work_id, "FINISHED"))
+    task = wait_for("the task FINISHED", lambda: _state(head, "tasks", ref.work_id, "FINISHED"))
     assert (task["attempts"], task["exit_code"]) == (2, 0), task
     assert runs.read_text() == "1\n", "the retry ran the function again"
 

@@ -19,7 +19,7 @@ from berth.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
 )
 
-from conftest import process_alive
+from conftest import process_alive, wait_for
 
 WAIT_S = 60.0
 
@@ -63,14 +63,6 @@ class Trainer:
             return {"status": e.status, "message": str(e)}
 
 
-def _until(what, probe):
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        value = probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} within {WAIT_S} s"
-        time.sleep(0.05)
 
 
 
@@ -114,11 +106,11 @@ def test_work_from_any_node_and_the_tree_ends_with_its_root(two_machines):
     assert len(pids) == 2
     berth.kill(trainer)
     for w in worker_ids:
-        dead = _until(f"{w} DEAD", lambda w=w: (lambda a: a if a["state"] == "DEAD" else None)(
+        dead = wait_for(f"{w} DEAD", lambda w=w: (lambda a: a if a["state"] == "DEAD" else None)(
             client.get(f"/api/v1/actors/{w}")))
         assert trainer.actor_id in dead["death_reason"], dead
     for pid in pids:
-        _until(f"process {pid} gone", lambda p=pid: not process_alive(p))
+        wait_for(f"process {pid} gone", lambda p=pid: not process_alive(p))
 
 
 @pytest.mark.parametrize("other", ["job", "none"])

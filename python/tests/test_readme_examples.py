@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from berth._client import Client
 
-from conftest import REPO, process_alive
+from conftest import REPO, process_alive, wait_for
 
 SDK = REPO / "python"
 DEADLINE_S = 60.0
@@ -28,14 +27,6 @@ def python_block(path: Path, marker: str) -> str:
     return text[start:text.index("\n```", start)]
 
 
-def _until(what: str, probe):
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        value = probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} within {DEADLINE_S} s"
-        time.sleep(0.1)
 
 
 
@@ -57,22 +48,22 @@ def test_a_readme_example_leaves_nothing_running(cluster, tmp_path, readme, mark
         str(script))]
     assert len(jobs) == 1, jobs
     job_id = jobs[0]["job_id"]
-    _until("the job FINISHED", lambda: head.get(f"/api/v1/jobs/{job_id}")["state"] == "FINISHED")
+    wait_for("the job FINISHED", lambda: head.get(f"/api/v1/jobs/{job_id}")["state"] == "FINISHED")
 
     actors = head.get(f"/api/v1/actors?job={job_id}")["items"]
     assert actors, "the example makes actors"
     pids = []
     for actor in actors:
-        done = _until(f"{actor['actor_id']} DEAD", lambda a=actor: (
+        done = wait_for(f"{actor['actor_id']} DEAD", lambda a=actor: (
             lambda r: r if r["state"] == "DEAD" else None)(head.get(f"/api/v1/actors/{a['actor_id']}")))
         pids += [int(e["message"][4:]) for e in done["history"]
                  if e["kind"] == "started" and e.get("message", "").startswith("pid ")]
     assert pids, actors
     for pid in pids:
-        _until(f"process {pid} gone", lambda p=pid: not process_alive(p))
+        wait_for(f"process {pid} gone", lambda p=pid: not process_alive(p))
     for task in head.get(f"/api/v1/tasks?job={job_id}")["items"]:
         state = head.get(f"/api/v1/tasks/{task['task_id']}")["state"]
         assert state in ("FINISHED", "FAILED", "CANCELLED"), task
     for group in head.get(f"/api/v1/placement_groups?job={job_id}")["items"]:
-        _until(f"{group['group_id']} REMOVED", lambda g=group: head.get(
+        wait_for(f"{group['group_id']} REMOVED", lambda g=group: head.get(
             f"/api/v1/placement_groups/{g['group_id']}")["state"] == "REMOVED")
